@@ -1,0 +1,196 @@
+"""Generalized spatial signs g_xi(t) = xi(||t||) t / ||t|| (method.md section 2).
+
+A transform is described by its scale function ``xi`` and, for private use, its bound
+``G = sup xi``.  The kernel never calls ``g`` directly on a difference vector: it needs
+the pair weight ``w(s2) = xi(sqrt(s2))**2 / s2`` (method.md section 3) for the fast
+matrix-product path, and ``xi(norm)`` for the exact path that handles ill-conditioned
+pairs.  Both are vectorised and both are *clamped* to the declared bound, so that even
+a misbehaving custom ``xi`` cannot produce a pair term larger than ``G**2`` (the
+sensitivity proof needs that bound for every pair, docs/privacy.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "Transform",
+    "sphere",
+    "winsor",
+    "identity",
+    "custom",
+    "resolve_transform",
+]
+
+# Norms at which a custom xi is checked against its declared bound when it is built.
+_CHECK_NORMS = np.concatenate([[0.0], np.logspace(-300, 300, 601), [np.inf]])
+
+
+@dataclass(frozen=True)
+class Transform:
+    """A generalized spatial sign, described by its scale function.
+
+    Use the factories :func:`sphere`, :func:`winsor`, :func:`custom` (and the
+    non-private :func:`identity`) rather than building this directly.
+
+    Attributes
+    ----------
+    name : str
+        ``"sphere"``, ``"winsor"``, ``"identity"`` or ``"custom"``.
+    bound : float
+        ``G = sup_s xi(s)``; ``inf`` for the unbounded identity.
+    radius : float or None
+        The winsorization radius ``r`` (public), in the units of
+        ``t = (x_i - x_j) / sqrt(2)``.
+    """
+
+    name: str
+    bound: float
+    radius: float | None = None
+    xi_function: Callable[[np.ndarray], np.ndarray] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @property
+    def is_bounded(self) -> bool:
+        """True when ``bound`` is finite, i.e. the transform may be used privately."""
+        return math.isfinite(self.bound)
+
+    def xi(self, norm: np.ndarray) -> np.ndarray:
+        """Length ``xi(||t||)`` of ``g(t)`` for the given norms (``inf`` allowed).
+
+        The result lies in ``[0, bound]``; non-finite values of a custom ``xi`` count
+        as 0 (documented bounded treatment).
+        """
+        norm = np.asarray(norm, dtype=np.float64)
+        if self.name == "sphere":
+            return np.ones_like(norm)
+        if self.name == "winsor":
+            return np.minimum(norm, self.radius)
+        if self.name == "identity":
+            return norm.copy()
+        with np.errstate(all="ignore"):
+            raw = np.asarray(self.xi_function(norm), dtype=np.float64)
+        raw = np.broadcast_to(raw, norm.shape)
+        return np.clip(np.where(np.isfinite(raw), raw, 0.0), 0.0, self.bound)
+
+    def weight(self, squared_norm: np.ndarray) -> np.ndarray:
+        """Pair weight ``w(s2) = xi(sqrt(s2))**2 / s2`` for ``s2 > 0``.
+
+        ``g(t) g(t)^T = w(||t||^2) t t^T``.  Callers pass only strictly positive,
+        finite ``s2`` (the kernel routes every other pair to its exact path).
+        """
+        s2 = np.asarray(squared_norm, dtype=np.float64)
+        if self.name == "sphere":
+            return 1.0 / s2
+        if self.name == "winsor":
+            return np.minimum(1.0, (self.radius * self.radius) / s2)
+        if self.name == "identity":
+            return np.ones_like(s2)
+        xi = self.xi(np.sqrt(s2))
+        return (xi * xi) / s2
+
+
+def sphere() -> Transform:
+    """The spatial sign ``g(t) = t / ||t||``; ``xi = 1``, bound ``G = 1``."""
+    return Transform(name="sphere", bound=1.0)
+
+
+def winsor(radius: float) -> Transform:
+    """Winsorization ``g(t) = t min(1, r / ||t||)``; ``xi(s) = min(r, s)``, ``G = r``.
+
+    Parameters
+    ----------
+    radius : float
+        Public radius ``r > 0`` in the units of ``t = (x_i - x_j) / sqrt(2)``.  It
+        must not be tuned on the data.
+    """
+    r = _positive_finite(radius, "radius")
+    return Transform(name="winsor", bound=r, radius=r)
+
+
+def identity() -> Transform:
+    """The identity ``g(t) = t`` (covariance).  Unbounded: a non-private reference only."""
+    return Transform(name="identity", bound=math.inf)
+
+
+def custom(xi: Callable[[np.ndarray], np.ndarray], bound: float) -> Transform:
+    """A user-supplied bounded scale function.
+
+    Parameters
+    ----------
+    xi : callable
+        Vectorised ``xi(norm) -> length`` on arrays of norms (``norm >= 0``, ``inf``
+        included).  It must be a fixed public function, not tuned on the data.
+    bound : float
+        Declared ``G = sup xi``.  ``xi`` is checked against it on a grid of norms from
+        1e-300 to 1e300 when the transform is built, and its values are clamped to
+        ``[0, bound]`` whenever it is used, so the privacy proof holds even between
+        grid points.
+
+    Raises
+    ------
+    ValueError
+        If ``bound`` is not a positive finite number, or ``xi`` exceeds it, is
+        negative, or is not finite on the check grid.
+    """
+    if not callable(xi):
+        raise TypeError(f"transform: a custom xi must be callable, got {type(xi).__name__}")
+    g_bound = _positive_finite(bound, "bound")
+    with np.errstate(all="ignore"):
+        values = np.broadcast_to(
+            np.asarray(xi(_CHECK_NORMS[1:-1].copy()), dtype=np.float64),
+            _CHECK_NORMS[1:-1].shape,
+        )
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise ValueError("transform: custom xi must return finite values >= 0 for every norm")
+    worst = float(values.max())
+    if worst > g_bound * (1 + 1e-12):
+        raise ValueError(
+            f"transform: custom xi reaches {worst!r}, above its declared bound {g_bound!r}; "
+            "an unbounded or under-declared xi is not private"
+        )
+    return Transform(name="custom", bound=g_bound, xi_function=xi)
+
+
+def resolve_transform(transform: str | Transform, radius: float | None = None) -> Transform:
+    """Turn the estimator's ``transform`` / ``radius`` parameters into a :class:`Transform`.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, a winsor transform without a radius, or a radius given
+        with a transform that takes none.
+    """
+    if isinstance(transform, Transform):
+        if radius is not None and transform.name != "winsor":
+            raise ValueError(f"radius: given ({radius!r}) but transform {transform.name!r} takes none")
+        return transform
+    if transform == "sphere":
+        if radius is not None:
+            raise ValueError(f"radius: given ({radius!r}) but transform 'sphere' takes none")
+        return sphere()
+    if transform == "winsor":
+        if radius is None:
+            raise ValueError("radius: transform 'winsor' needs a public radius > 0")
+        return winsor(radius)
+    if transform == "identity":
+        return identity()
+    raise ValueError(
+        f"transform: unknown value {transform!r}; expected 'sphere', 'winsor', "
+        "or dask_dppca.transforms.custom(xi, bound)"
+    )
+
+
+def _positive_finite(value: float, name: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: must be a positive finite number, got {value!r}") from None
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name}: must be a positive finite number, got {value!r}")
+    return number
