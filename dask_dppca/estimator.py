@@ -1,0 +1,329 @@
+"""DPPCA: the scikit-learn style estimator, a thin shell over kernel, graph and privacy."""
+
+from __future__ import annotations
+
+import numbers
+import uuid
+from contextlib import nullcontext
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from . import cluster
+from .design import resolve_design
+from .graph import kernel_sum_graph
+from .io import as_dask_array
+from .kernel import CONDITION_LIMIT
+from .privacy.budget import current_budget
+from .privacy.calibration import calibrate_sigma, validate_privacy_parameters
+from .privacy.noise import SeededSampler, default_sampler
+from .privacy.release import PrivateRelease, private_release, release_placement
+from .transforms import Transform, resolve_transform
+
+__all__ = ["DPPCA", "kendall_matrix"]
+
+
+class DPPCA(TransformerMixin, BaseEstimator):
+    """Robust, differentially private PCA (g-DPPCA, Kim & Jung 2025).
+
+    Releases the leading eigenvectors (and all eigenvalues) of
+    ``K_tilde = K_hat + E``, where ``K_hat`` is the U-statistic of
+    ``g(t) g(t)^T`` over pairs of records, ``t = (x_i - x_j) / sqrt(2)``, ``g`` a
+    bounded generalized spatial sign, and ``E`` symmetric Gaussian noise calibrated to
+    the Frobenius sensitivity of ``K_hat`` under replace-one neighbours (n public).
+
+    Parameters
+    ----------
+    n_components : int, default=2
+        Number of private principal directions to keep (1 <= n_components <= d).
+    epsilon : float, default=1.0
+        Privacy parameter epsilon > 0.
+    delta : float, default=1e-6
+        Privacy parameter 0 < delta < 1.
+    transform : {"sphere", "winsor"} or Transform, default="sphere"
+        The generalized spatial sign; a bounded custom one from
+        :func:`dask_dppca.transforms.custom`.
+    radius : float, optional
+        Public winsorization radius (``transform="winsor"``), in the units of
+        ``t = (x_i - x_j) / sqrt(2)``.  Never tune it on the data.
+    design : {"auto", "complete"}, default="auto"
+        Which pairs are averaged.
+    calibration : {"analytic", "classical"}, default="analytic"
+        ``"analytic"``: the tight sensitivity ``sqrt(2) G^2 max_degree / |P|`` with the
+        analytic Gaussian mechanism (Balle & Wang 2018), valid for every epsilon > 0.
+        ``"classical"``: the paper's ``4 G^2 / n`` and ``sqrt(2 ln(1.25/delta))/epsilon``,
+        epsilon < 1 only.
+    scheduler : None, str or distributed.Client, default=None
+        Where to compute: ``None`` uses the active distributed client, else the
+        embedded LocalCluster; a local scheduler name (``"threads"``,
+        ``"synchronous"``, ``"processes"``); a scheduler address; or a client.
+    trusted_worker : str, optional
+        Address of the worker that adds the noise when no worker offers the
+        ``dppca-trusted`` resource.
+    random_state : int, optional
+        NOT PRIVATE.  Seeds the noise for tests and reproducible examples only; a
+        :class:`~dask_dppca.privacy.noise.NonPrivateRandomStateWarning` is issued.
+        Leave it ``None`` for real releases (noise from OS entropy).
+    progress : bool, default=False
+        Show a progress bar (the distributed progress widget in notebooks).
+
+    Attributes
+    ----------
+    components_ : ndarray, shape (n_components, n_features)
+        Private principal directions as orthonormal rows, largest eigenvalue first.
+    eigenvalues_ : ndarray, shape (n_features,)
+        All private eigenvalues of ``K_tilde``, decreasing.
+    explained_variance_ : ndarray, shape (n_components,)
+        The leading private eigenvalues.
+    explained_variance_ratio_ : ndarray, shape (n_components,)
+        ``max(lambda_k, 0) / sum_j max(lambda_j, 0)`` from the private eigenvalues only.
+    privacy_ : dict
+        Everything needed to re-derive sigma by hand: epsilon, delta, sensitivity,
+        sigma, calibration, n_samples, neighbours, transform bound, design counts.
+    n_features_in_ : int
+    n_samples_ : int
+    """
+
+    def __init__(
+        self,
+        n_components: int = 2,
+        *,
+        epsilon: float = 1.0,
+        delta: float = 1e-6,
+        transform: str | Transform = "sphere",
+        radius: float | None = None,
+        design: Any = "auto",
+        calibration: str = "analytic",
+        scheduler: Any = None,
+        trusted_worker: str | None = None,
+        random_state: int | None = None,
+        progress: bool = False,
+    ) -> None:
+        self.n_components = n_components
+        self.epsilon = epsilon
+        self.delta = delta
+        self.transform = transform
+        self.radius = radius
+        self.design = design
+        self.calibration = calibration
+        self.scheduler = scheduler
+        self.trusted_worker = trusted_worker
+        self.random_state = random_state
+        self.progress = progress
+
+    def fit(self, X: Any, y: None = None, *, component: str | None = None) -> DPPCA:
+        """Compute the private principal directions of ``X``.
+
+        Parameters
+        ----------
+        X : ndarray, dask.array.Array, zarr.Array, str or os.PathLike
+            Records as rows; a string or path names a Zarr store.
+        y : None
+            Ignored.
+        component : str, optional
+            Array name inside a Zarr group.
+
+        Returns
+        -------
+        self
+        """
+        g = resolve_transform(self.transform, self.radius)
+        if not g.is_bounded:
+            raise ValueError(
+                f"transform: {g.name!r} is unbounded and has no finite sensitivity; "
+                "use dask_dppca.kendall_matrix for a non-private reference"
+            )
+        validate_privacy_parameters(self.epsilon, self.delta)
+        design = resolve_design(self.design)
+        data = as_dask_array(X, component)
+        n, d = data.shape
+        m = _check_n_components(self.n_components, d)
+        plan = design.plan(data.chunks[0])
+
+        sampler = self._sampler(d * (d + 1) // 2)
+        sensitivity = self._sensitivity(plan, g, n, d)
+        sigma = calibrate_sigma(sensitivity, self.epsilon, self.delta, self.calibration)
+        slack = sampler.sensitivity_slack(d * (d + 1) // 2, sigma)
+        if slack > 0:
+            sigma = calibrate_sigma(sensitivity + slack, self.epsilon, self.delta, self.calibration)
+        budget = current_budget()
+        if budget is not None:
+            budget.check(sensitivity + slack, sigma)  # refuse before any data is touched
+
+        fit_id = uuid.uuid4().hex
+        graph = kernel_sum_graph(data, plan, g)
+        release = self._run(graph, plan.n_pairs, sigma, m, sampler, fit_id)
+        if budget is not None:
+            budget.spend(sensitivity + slack, sigma, label=f"DPPCA fit {fit_id}")
+
+        self.components_ = release.components
+        self.eigenvalues_ = release.eigenvalues
+        self.explained_variance_ = release.eigenvalues[:m].copy()
+        positive = np.clip(release.eigenvalues, 0.0, None)
+        total = positive.sum()
+        self.explained_variance_ratio_ = positive[:m] / total if total > 0 else np.zeros(m)
+        self.n_features_in_ = d
+        self.n_samples_ = n
+        self.privacy_ = {
+            "epsilon": float(self.epsilon),
+            "delta": float(self.delta),
+            "neighbours": "replace-one",
+            "n_samples": int(n),
+            "n_features": int(d),
+            "transform": g.name,
+            "bound_G": g.bound,
+            "radius": g.radius,
+            "calibration": self.calibration,
+            "sensitivity": sensitivity + slack,
+            "sensitivity_formula": (
+                "4 G^2 / n (paper)" if self.calibration == "classical"
+                else "sqrt(2) G^2 max_degree / n_pairs * (1 + rounding_slack)"
+            ),
+            "rounding_slack": _rounding_slack(d) if self.calibration != "classical" else 0.0,
+            "sampler_slack": slack,
+            "sigma": sigma,
+            "noise_law": "vecd: diagonal N(0, sigma^2), off-diagonal N(0, sigma^2/2), independent",
+            "sampler": type(sampler).__name__,
+            "private": self.random_state is None,
+            "fit_id": fit_id,
+            **design.describe(),
+            **plan.describe(),
+        }
+        return self
+
+    def transform(self, X: Any) -> Any:  # noqa: D401 - sklearn name
+        """Scores ``X @ components_.T`` (not centred).
+
+        The estimator holds no location estimate (releasing one would need its own
+        privacy budget), so scores are not centred: subtract a public or separately
+        privatised centre from ``X`` first if centred scores are needed.  The scores
+        depend only on the ``X`` given here and the private components.
+
+        Returns
+        -------
+        ndarray or dask.array.Array, shape (n, n_components)
+            A dask array for dask or Zarr input, else numpy.
+        """
+        check_is_fitted(self, "components_")
+        if isinstance(X, (da.Array, str)) or hasattr(X, "chunks") and not isinstance(X, np.ndarray):
+            data = as_dask_array(X)
+            _check_width(data.shape[1], self.n_features_in_)
+            return data.astype(np.float64) @ self.components_.T
+        data = np.asarray(X, dtype=np.float64)
+        if data.ndim != 2:
+            raise ValueError(f"X: expected a 2-D array, got {data.ndim} dimension(s)")
+        _check_width(data.shape[1], self.n_features_in_)
+        return data @ self.components_.T
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _sampler(self, n_entries: int):
+        if self.random_state is None:
+            return default_sampler(n_entries)
+        return SeededSampler(self.random_state)
+
+    def _sensitivity(self, plan, g: Transform, n: int, d: int) -> float:
+        if self.calibration == "classical":
+            return 4.0 * g.bound**2 / n
+        return plan.sensitivity(g.bound) * (1.0 + _rounding_slack(d))
+
+    def _run(self, graph, n_pairs, sigma, m, sampler, fit_id) -> PrivateRelease:
+        with cluster.compute_target(self.scheduler) as target:
+            if isinstance(target, str):
+                with _local_progress(self.progress):
+                    (kernel_sum,) = dask.compute(graph, scheduler=target)
+                return private_release(kernel_sum, n_pairs, sigma, m, sampler, fit_id)
+            return _run_distributed(target, graph, n_pairs, sigma, m, sampler, fit_id,
+                                    self.trusted_worker, self.progress)
+
+
+def _run_distributed(client, graph, n_pairs, sigma, m, sampler, fit_id, trusted_worker, progress):
+    """Exact sum stays on the cluster; one non-retried task releases; only it is gathered."""
+    placement = release_placement(client, trusted_worker)
+    sum_future = client.compute(graph)
+    release_future = client.submit(
+        private_release, sum_future, n_pairs, sigma, m, sampler, fit_id,
+        key=f"dppca-release-{fit_id}", pure=False, retries=0, **placement,
+    )
+    try:
+        if progress:
+            import distributed
+
+            distributed.progress(release_future)
+        return release_future.result()
+    finally:
+        release_future.release()
+        sum_future.release()
+
+
+def kendall_matrix(
+    X: Any,
+    transform: str | Transform = "sphere",
+    radius: float | None = None,
+    *,
+    scheduler: Any = "threads",
+    component: str | None = None,
+) -> np.ndarray:
+    """The exact, NON-PRIVATE ``K_hat = mean over pairs i<j of g(t_ij) g(t_ij)^T``.
+
+    For research, tests and non-private references: its output is a deterministic
+    function of the data and must not be released.  The identity transform gives
+    the sample covariance.
+
+    Parameters
+    ----------
+    X : ndarray, dask.array.Array, zarr.Array, str or os.PathLike
+        Records as rows.
+    transform : {"sphere", "winsor", "identity"} or Transform, default="sphere"
+    radius : float, optional
+        Winsorization radius.
+    scheduler : str or distributed.Client, default="threads"
+        Where to compute (see :class:`DPPCA`).
+    component : str, optional
+        Array name inside a Zarr group.
+
+    Returns
+    -------
+    ndarray, shape (d, d)
+    """
+    g = resolve_transform(transform, radius)
+    data = as_dask_array(X, component)
+    plan = resolve_design("complete").plan(data.chunks[0])
+    graph = kernel_sum_graph(data, plan, g)
+    with cluster.compute_target(scheduler) as target:
+        if isinstance(target, str):
+            (kernel_sum,) = dask.compute(graph, scheduler=target)
+        else:
+            kernel_sum = target.compute(graph).result()
+    return kernel_sum / plan.n_pairs
+
+
+def _rounding_slack(d: int) -> float:
+    """Relative bound on a pair term's rounding error in the kernel (docs/privacy.md)."""
+    return 4.0 * CONDITION_LIMIT * (d + 8) * np.finfo(np.float64).eps
+
+
+def _check_n_components(n_components: Any, d: int) -> int:
+    if isinstance(n_components, bool) or not isinstance(n_components, numbers.Integral):
+        raise ValueError(f"n_components: must be an integer in 1..{d}, got {n_components!r}")
+    if not 1 <= n_components <= d:
+        raise ValueError(f"n_components: must be in 1..{d} (d = {d}), got {n_components}")
+    return int(n_components)
+
+
+def _check_width(width: int, expected: int) -> None:
+    if width != expected:
+        raise ValueError(f"X: has {width} features, the estimator was fitted on {expected}")
+
+
+def _local_progress(enabled: bool):
+    """dask.diagnostics.ProgressBar when asked for, else nothing."""
+    if not enabled:
+        return nullcontext()
+    from dask.diagnostics import ProgressBar
+
+    return ProgressBar()

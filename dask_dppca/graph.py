@@ -1,0 +1,75 @@
+"""Layer 2, the graph: one Dask task per block pair and a deterministic tree reduction.
+
+No privacy here.  :func:`kernel_sum_graph` builds, lazily and without reading data, a
+``dask.delayed`` object whose value is the exact, unnormalised sum
+``sum_{(i,j) in P} g(t_ij) g(t_ij)^T``.  Each input block is one Dask key, read once and
+shared by the tasks that need it; the partial sums are added in a fixed binary tree,
+so the result is the same whatever the scheduler, worker count or completion order.
+"""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.delayed import Delayed
+
+from .design import DesignPlan
+from .kernel import DEFAULT_MEMORY_BUDGET, block_pair_sum
+from .transforms import Transform
+
+__all__ = ["kernel_sum_graph", "tree_sum"]
+
+
+def kernel_sum_graph(
+    data: da.Array,
+    plan: DesignPlan,
+    transform: Transform,
+    *,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+) -> Delayed:
+    """Lazy exact pair sum of ``g g^T`` over the design's pairs.
+
+    Parameters
+    ----------
+    data : dask.array.Array, shape (n, d)
+        Rows chunked as ``plan.block_sizes``; all columns in one chunk.
+    plan : DesignPlan
+        The block pairs to sum.
+    transform : Transform
+        The generalized spatial sign.
+    memory_budget : int
+        Scratch bytes per block-pair task.
+
+    Returns
+    -------
+    dask.delayed.Delayed
+        Evaluates to the (d, d) sum.  Divide by ``plan.n_pairs`` for K_hat.
+    """
+    if tuple(data.chunks[0]) != plan.block_sizes or len(data.chunks[1]) != 1:
+        raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
+    token = dask.base.tokenize(data.name, transform, plan, memory_budget)
+    blocks = data.to_delayed()[:, 0]
+    pair_sum = dask.delayed(block_pair_sum, pure=True)
+    partials = [
+        pair_sum(blocks[i], None if i == j else blocks[j], transform,
+                 memory_budget=memory_budget, dask_key_name=f"dppca-pair-{i}-{j}-{token}")
+        for i, j in plan.block_pairs
+    ]
+    return tree_sum(partials, key_prefix=f"dppca-sum-{token}")
+
+
+def tree_sum(parts: list[Delayed], key_prefix: str = "dppca-sum") -> Delayed:
+    """Add delayed arrays in a fixed balanced binary tree (deterministic rounding)."""
+    if not parts:
+        raise ValueError("parts: nothing to add")
+    level = 0
+    while len(parts) > 1:
+        parts = [
+            dask.delayed(np.add, pure=True)(parts[k], parts[k + 1],
+                                            dask_key_name=f"{key_prefix}-{level}-{k // 2}")
+            if k + 1 < len(parts) else parts[k]
+            for k in range(0, len(parts), 2)
+        ]
+        level += 1
+    return parts[0]

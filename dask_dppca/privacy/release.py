@@ -1,0 +1,158 @@
+"""The trusted release: exact sum -> K_hat -> K_tilde = K_hat + noise -> eigenvectors.
+
+:func:`private_release` is the only function that sees the exact K_hat and the only
+one that draws noise.  It runs once per fit: on a distributed cluster as a single task
+(``pure=False``, ``retries=0``) on the trusted worker, guarded by a release ticket held
+on the scheduler so that a re-execution (a lost worker, a recomputed key) refuses to
+draw a second time instead of releasing twice.  It returns only quantities computed
+from K_tilde.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .noise import NoiseSampler, add_symmetric_noise
+
+__all__ = [
+    "PrivateRelease",
+    "ReleaseAlreadyDrawnError",
+    "private_release",
+    "release_placement",
+    "TRUSTED_RESOURCE",
+    "RELEASE_METADATA_KEY",
+]
+
+#: Worker resource that marks the trusted node (``dask worker --resources "dppca-trusted=1"``).
+TRUSTED_RESOURCE = "dppca-trusted"
+#: Scheduler metadata prefix under which release tickets are recorded, one per fit id.
+RELEASE_METADATA_KEY = ("dask-dppca", "releases")
+
+_local_tickets: set[str] = set()
+_local_tickets_lock = threading.Lock()
+
+
+class ReleaseAlreadyDrawnError(RuntimeError):
+    """The release of this fit already ran once; noise is never drawn twice."""
+
+
+@dataclass(frozen=True)
+class PrivateRelease:
+    """What leaves the trusted node: functions of K_tilde only.
+
+    Attributes
+    ----------
+    eigenvalues : ndarray, shape (d,)
+        Eigenvalues of K_tilde, decreasing.
+    components : ndarray, shape (n_components, d)
+        Matching unit eigenvectors as rows, sign fixed so the largest-magnitude entry
+        is positive (a deterministic post-processing).
+    """
+
+    eigenvalues: np.ndarray
+    components: np.ndarray
+
+
+def private_release(
+    kernel_sum: np.ndarray,
+    n_pairs: int,
+    sigma: float,
+    n_components: int,
+    sampler: NoiseSampler,
+    fit_id: str,
+) -> PrivateRelease:
+    """Normalise the exact sum, add the noise once, and eigendecompose.
+
+    Parameters
+    ----------
+    kernel_sum : ndarray, shape (d, d)
+        Exact ``sum_P g g^T`` (never leaves the trusted node).
+    n_pairs : int
+        ``|P|``.
+    sigma : float
+        Calibrated noise scale (vecd law: diagonal sigma^2, off-diagonal sigma^2 / 2).
+    n_components : int
+        Number of leading eigenvectors to return.
+    sampler : NoiseSampler
+        Float-safe noise source.
+    fit_id : str
+        Public random identifier of the fit; the ticket that makes the draw unique.
+
+    Raises
+    ------
+    ReleaseAlreadyDrawnError
+        If a release for ``fit_id`` already ran.
+    """
+    claim_release_ticket(fit_id)
+    k_hat = np.asarray(kernel_sum, dtype=np.float64) / float(n_pairs)
+    k_tilde = add_symmetric_noise(k_hat, sigma, sampler)
+    del k_hat
+    eigenvalues, eigenvectors = np.linalg.eigh(k_tilde)
+    order = np.argsort(eigenvalues)[::-1]
+    eigenvalues = eigenvalues[order]
+    components = eigenvectors[:, order[:n_components]].T.copy()
+    peaks = np.argmax(np.abs(components), axis=1)
+    components *= np.sign(components[np.arange(len(peaks)), peaks])[:, None]
+    return PrivateRelease(eigenvalues=eigenvalues, components=components)
+
+
+def claim_release_ticket(fit_id: str) -> None:
+    """Record that the release of ``fit_id`` is drawing its noise; refuse a second time.
+
+    On a distributed worker the ticket lives in the scheduler's metadata, under a
+    distributed lock, so it survives the loss of the worker that claimed it.
+    Elsewhere it lives in this process.
+    """
+    worker = _current_worker()
+    if worker is None:
+        with _local_tickets_lock:
+            if fit_id in _local_tickets:
+                raise ReleaseAlreadyDrawnError(f"release {fit_id} already drew its noise")
+            _local_tickets.add(fit_id)
+        return
+    import distributed
+
+    client = distributed.get_client()
+    key = [*RELEASE_METADATA_KEY, fit_id]
+    with distributed.Lock(f"dask-dppca-release-{fit_id}"):
+        if client.get_metadata(key, default=None) is not None:
+            raise ReleaseAlreadyDrawnError(
+                f"release {fit_id} already drew its noise (on {client.get_metadata(key)['worker']}); "
+                "refusing to draw again"
+            )
+        client.set_metadata(key, {"worker": worker.address, "time": time.time()})
+
+
+def release_placement(client: Any, trusted_worker: str | None) -> dict:
+    """``client.submit`` keywords that put the release on the trusted node.
+
+    A worker offering the ``dppca-trusted`` resource wins; otherwise the named
+    ``trusted_worker``; otherwise any worker.
+    """
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    if any(TRUSTED_RESOURCE in (info.get("resources") or {}) for info in workers.values()):
+        return {"resources": {TRUSTED_RESOURCE: 1}}
+    if trusted_worker is not None:
+        if trusted_worker not in workers:
+            raise ValueError(
+                f"trusted_worker: {trusted_worker!r} is not a worker of this cluster "
+                f"(workers: {sorted(workers)})"
+            )
+        return {"workers": [trusted_worker], "allow_other_workers": False}
+    return {}
+
+
+def _current_worker():
+    try:
+        from distributed import get_worker
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return None
+    try:
+        return get_worker()
+    except ValueError:
+        return None
