@@ -21,7 +21,7 @@ from .kernel import CONDITION_LIMIT
 from .privacy.budget import current_budget
 from .privacy.calibration import calibrate_sigma, validate_privacy_parameters
 from .privacy.noise import SeededSampler, default_sampler
-from .privacy.release import PrivateRelease, private_release, release_placement
+from .privacy.release import PrivateRelease, TrustedSum, private_release, release_placement
 from .transforms import Transform, resolve_transform
 
 __all__ = ["DPPCA", "kendall_matrix"]
@@ -244,7 +244,7 @@ class DPPCA(TransformerMixin, BaseEstimator):
 def _run_distributed(client, graph, n_pairs, sigma, m, sampler, fit_id, trusted_worker, progress):
     """Exact sum stays on the cluster; one non-retried task releases; only it is gathered."""
     placement = release_placement(client, trusted_worker)
-    sum_future = client.compute(graph)
+    sum_future = client.compute(dask.delayed(TrustedSum, pure=True)(graph))
     release_future = client.submit(
         private_release, sum_future, n_pairs, sigma, m, sampler, fit_id,
         key=f"dppca-release-{fit_id}", pure=False, retries=0, **placement,

@@ -21,6 +21,8 @@ from .noise import NoiseSampler, add_symmetric_noise
 
 __all__ = [
     "PrivateRelease",
+    "TrustedSum",
+    "ExactSumLeakError",
     "ReleaseAlreadyDrawnError",
     "private_release",
     "release_placement",
@@ -58,6 +60,35 @@ class PrivateRelease:
     components: np.ndarray
 
 
+class TrustedSum:
+    """The exact pair sum, sealed: it can be unpickled on a Dask worker only.
+
+    On a distributed cluster the graph's last task wraps the exact sum in this type.
+    Moving it between workers works as usual; deserialising it anywhere else (the
+    client, a notebook) raises :class:`ExactSumLeakError`.  A tripwire that makes the
+    "exact K_hat never reaches the client" property checkable (defence in depth, not
+    a wall: docs/privacy.md, threat model).
+    """
+
+    def __init__(self, value: np.ndarray) -> None:
+        self.value = value
+
+    def __reduce__(self):
+        return (_unseal_on_worker, (self.value,))
+
+
+class ExactSumLeakError(RuntimeError):
+    """The exact K_hat sum was about to be deserialised outside a Dask worker."""
+
+
+def _unseal_on_worker(value: np.ndarray) -> TrustedSum:
+    if _current_worker() is None:
+        raise ExactSumLeakError(
+            "the exact K_hat sum may only be deserialised on a Dask worker, never on a client"
+        )
+    return TrustedSum(value)
+
+
 def private_release(
     kernel_sum: np.ndarray,
     n_pairs: int,
@@ -70,8 +101,8 @@ def private_release(
 
     Parameters
     ----------
-    kernel_sum : ndarray, shape (d, d)
-        Exact ``sum_P g g^T`` (never leaves the trusted node).
+    kernel_sum : ndarray, shape (d, d), or TrustedSum
+        Exact ``sum_P g g^T`` (never leaves the cluster).
     n_pairs : int
         ``|P|``.
     sigma : float
@@ -89,6 +120,8 @@ def private_release(
         If a release for ``fit_id`` already ran.
     """
     claim_release_ticket(fit_id)
+    if isinstance(kernel_sum, TrustedSum):
+        kernel_sum = kernel_sum.value
     k_hat = np.asarray(kernel_sum, dtype=np.float64) / float(n_pairs)
     k_tilde = add_symmetric_noise(k_hat, sigma, sampler)
     del k_hat
