@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import types
 import uuid
 from contextlib import nullcontext
 from typing import Any
@@ -17,17 +18,42 @@ from . import cluster
 from .design import resolve_design
 from .graph import kernel_sum_graph
 from .io import as_dask_array
-from .kernel import CONDITION_LIMIT
+from .kernel import rounding_error_bound
 from .privacy.budget import current_budget
 from .privacy.calibration import calibrate_sigma, validate_privacy_parameters
 from .privacy.noise import SeededSampler, default_sampler
-from .privacy.release import PrivateRelease, TrustedSum, private_release, release_placement
+from .privacy.release import (
+    PrivateRelease,
+    TrustedSum,
+    private_release,
+    register_sealing,
+    release_placement,
+)
 from .transforms import Transform, resolve_transform
 
 __all__ = ["DPPCA", "kendall_matrix"]
 
 
-class DPPCA(TransformerMixin, BaseEstimator):
+class _TransformParameterAndMethod:
+    """``DPPCA.transform`` is both a parameter and a method.
+
+    The issue's API names the spatial sign ``transform=`` (as in the paper's
+    "transformation g") while scikit-learn names the scoring method ``transform(X)``.
+    Assigning the parameter stores the value; reading the attribute gives the bound
+    scoring method, so ``est.transform(X)`` and Pipelines work, while
+    ``get_params``/``set_params``/``clone`` see the parameter value.
+    """
+
+    def __set__(self, estimator, value) -> None:
+        estimator.__dict__["_transform_parameter"] = value
+
+    def __get__(self, estimator, owner=None):
+        if estimator is None:
+            return owner._scores
+        return types.MethodType(owner._scores, estimator)
+
+
+class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     """Robust, differentially private PCA (g-DPPCA, Kim & Jung 2025).
 
     Releases the leading eigenvectors (and all eigenvalues) of
@@ -115,6 +141,14 @@ class DPPCA(TransformerMixin, BaseEstimator):
         self.random_state = random_state
         self.progress = progress
 
+    transform = _TransformParameterAndMethod()
+
+    def get_params(self, deep: bool = True) -> dict:
+        """Parameters of this estimator (``transform`` is the spatial sign's value)."""
+        params = super().get_params(deep=deep)
+        params["transform"] = self.__dict__.get("_transform_parameter", "sphere")
+        return params
+
     def fit(self, X: Any, y: None = None, *, component: str | None = None) -> DPPCA:
         """Compute the private principal directions of ``X``.
 
@@ -131,7 +165,7 @@ class DPPCA(TransformerMixin, BaseEstimator):
         -------
         self
         """
-        g = resolve_transform(self.transform, self.radius)
+        g = resolve_transform(self.get_params(deep=False)["transform"], self.radius)
         if not g.is_bounded:
             raise ValueError(
                 f"transform: {g.name!r} is unbounded and has no finite sensitivity; "
@@ -144,21 +178,27 @@ class DPPCA(TransformerMixin, BaseEstimator):
         m = _check_n_components(self.n_components, d)
         plan = design.plan(data.chunks[0])
 
-        sampler = self._sampler(d * (d + 1) // 2)
-        sensitivity = self._sensitivity(plan, g, n, d)
-        sigma = calibrate_sigma(sensitivity, self.epsilon, self.delta, self.calibration)
-        slack = sampler.sensitivity_slack(d * (d + 1) // 2, sigma)
-        if slack > 0:
-            sigma = calibrate_sigma(sensitivity + slack, self.epsilon, self.delta, self.calibration)
+        n_entries = d * (d + 1) // 2
+        sampler = self._sampler(n_entries)
+        rounding = self._rounding_slack(plan, g, d)
+        sensitivity = self._sensitivity(plan, g, n) + rounding
+        # The sampler's lattice step can double when sigma crosses a power of two, so
+        # its slack and excess are taken at twice the first sigma: an upper bound for
+        # the final, barely larger, sigma.
+        first_sigma = calibrate_sigma(sensitivity, self.epsilon, self.delta, self.calibration)
+        slack = sampler.sensitivity_slack(n_entries, 2.0 * first_sigma)
+        excess = sampler.privacy_excess(n_entries, 2.0 * first_sigma)
+        sigma = calibrate_sigma(sensitivity + slack, self.epsilon, self.delta, self.calibration,
+                                excess=excess)
         budget = current_budget()
         if budget is not None:
-            budget.check(sensitivity + slack, sigma)  # refuse before any data is touched
+            budget.check(sensitivity + slack, sigma, excess=excess)  # before any data is read
 
         fit_id = uuid.uuid4().hex
         graph = kernel_sum_graph(data, plan, g)
         release = self._run(graph, plan.n_pairs, sigma, m, sampler, fit_id)
         if budget is not None:
-            budget.spend(sensitivity + slack, sigma, label=f"DPPCA fit {fit_id}")
+            budget.spend(sensitivity + slack, sigma, label=f"DPPCA fit {fit_id}", excess=excess)
 
         self.components_ = release.components
         self.eigenvalues_ = release.eigenvalues
@@ -181,10 +221,12 @@ class DPPCA(TransformerMixin, BaseEstimator):
             "sensitivity": sensitivity + slack,
             "sensitivity_formula": (
                 "4 G^2 / n (paper)" if self.calibration == "classical"
-                else "sqrt(2) G^2 max_degree / n_pairs * (1 + rounding_slack)"
+                else "sqrt(2) G^2 max_degree / n_pairs + rounding_slack + sampler_slack"
             ),
-            "rounding_slack": _rounding_slack(d) if self.calibration != "classical" else 0.0,
+            "sigma_formula": "calibrate_sigma(sensitivity, epsilon, delta, calibration, excess=sampler_excess)",
+            "rounding_slack": rounding,
             "sampler_slack": slack,
+            "sampler_excess": excess,
             "sigma": sigma,
             "noise_law": "vecd: diagonal N(0, sigma^2), off-diagonal N(0, sigma^2/2), independent",
             "sampler": type(sampler).__name__,
@@ -195,8 +237,8 @@ class DPPCA(TransformerMixin, BaseEstimator):
         }
         return self
 
-    def transform(self, X: Any) -> Any:  # noqa: D401 - sklearn name
-        """Scores ``X @ components_.T`` (not centred).
+    def _scores(self, X: Any) -> Any:
+        """Scores ``X @ components_.T`` (not centred); called as ``est.transform(X)``.
 
         The estimator holds no location estimate (releasing one would need its own
         privacy budget), so scores are not centred: subtract a public or separately
@@ -226,10 +268,20 @@ class DPPCA(TransformerMixin, BaseEstimator):
             return default_sampler(n_entries)
         return SeededSampler(self.random_state)
 
-    def _sensitivity(self, plan, g: Transform, n: int, d: int) -> float:
+    def _sensitivity(self, plan, g: Transform, n: int) -> float:
         if self.calibration == "classical":
             return 4.0 * g.bound**2 / n
-        return plan.sensitivity(g.bound) * (1.0 + _rounding_slack(d))
+        return plan.sensitivity(g.bound)
+
+    def _rounding_slack(self, plan, g: Transform, d: int) -> float:
+        """Room for floating point: 2 G^2 times the kernel's worst-case error (privacy.md).
+
+        The classical calibration reproduces the paper and is already loose by sqrt(2).
+        """
+        if self.calibration == "classical":
+            return 0.0
+        bound = rounding_error_bound(d, max(plan.block_sizes), len(plan.block_pairs))
+        return 2.0 * g.bound**2 * bound
 
     def _run(self, graph, n_pairs, sigma, m, sampler, fit_id) -> PrivateRelease:
         with cluster.compute_target(self.scheduler) as target:
@@ -244,6 +296,7 @@ class DPPCA(TransformerMixin, BaseEstimator):
 def _run_distributed(client, graph, n_pairs, sigma, m, sampler, fit_id, trusted_worker, progress):
     """Exact sum stays on the cluster; one non-retried task releases; only it is gathered."""
     placement = release_placement(client, trusted_worker)
+    register_sealing(client)
     sum_future = client.compute(dask.delayed(TrustedSum, pure=True)(graph))
     release_future = client.submit(
         private_release, sum_future, n_pairs, sigma, m, sampler, fit_id,
@@ -300,11 +353,6 @@ def kendall_matrix(
         else:
             kernel_sum = target.compute(graph).result()
     return kernel_sum / plan.n_pairs
-
-
-def _rounding_slack(d: int) -> float:
-    """Relative bound on a pair term's rounding error in the kernel (docs/privacy.md)."""
-    return 4.0 * CONDITION_LIMIT * (d + 8) * np.finfo(np.float64).eps
 
 
 def _check_n_components(n_components: Any, d: int) -> int:

@@ -51,9 +51,8 @@ class Transform:
     name: str
     bound: float
     radius: float | None = None
-    xi_function: Callable[[np.ndarray], np.ndarray] | None = field(
-        default=None, repr=False, compare=False
-    )
+    # Compared by identity: two custom transforms are equal only with the same xi.
+    xi_function: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
 
     @property
     def is_bounded(self) -> bool:
@@ -73,16 +72,20 @@ class Transform:
             return np.minimum(norm, self.radius)
         if self.name == "identity":
             return norm.copy()
+        # A pair whose norm overflowed gets xi at the largest float: its limit for any
+        # monotone xi, where xi(inf) may be NaN (e.g. s / (1 + s)).
+        finite_norm = np.minimum(norm, np.finfo(np.float64).max)
         with np.errstate(all="ignore"):
-            raw = np.asarray(self.xi_function(norm), dtype=np.float64)
+            raw = np.asarray(self.xi_function(finite_norm), dtype=np.float64)
         raw = np.broadcast_to(raw, norm.shape)
         return np.clip(np.where(np.isfinite(raw), raw, 0.0), 0.0, self.bound)
 
     def weight(self, squared_norm: np.ndarray) -> np.ndarray:
         """Pair weight ``w(s2) = xi(sqrt(s2))**2 / s2`` for ``s2 > 0``.
 
-        ``g(t) g(t)^T = w(||t||^2) t t^T``.  Callers pass only strictly positive,
-        finite ``s2`` (the kernel routes every other pair to its exact path).
+        ``g(t) g(t)^T = w(||t||^2) t t^T``.  Callers pass only ``s2`` in the kernel's
+        fast-path range (positive, neither subnormal nor near overflow); the kernel
+        routes every other pair to its exact path, which uses :meth:`xi`.
         """
         s2 = np.asarray(squared_norm, dtype=np.float64)
         if self.name == "sphere":
@@ -169,6 +172,10 @@ def resolve_transform(transform: str | Transform, radius: float | None = None) -
     if isinstance(transform, Transform):
         if radius is not None and transform.name != "winsor":
             raise ValueError(f"radius: given ({radius!r}) but transform {transform.name!r} takes none")
+        if radius is not None and radius != transform.radius:
+            raise ValueError(
+                f"radius: given ({radius!r}) but the winsor transform has radius {transform.radius!r}"
+            )
         return transform
     if transform == "sphere":
         if radius is not None:

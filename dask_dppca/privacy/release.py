@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from distributed.diagnostics.plugin import WorkerPlugin
 
 from .noise import NoiseSampler, add_symmetric_noise
 
@@ -23,6 +24,7 @@ __all__ = [
     "PrivateRelease",
     "TrustedSum",
     "ExactSumLeakError",
+    "register_sealing",
     "ReleaseAlreadyDrawnError",
     "private_release",
     "release_placement",
@@ -81,12 +83,35 @@ class ExactSumLeakError(RuntimeError):
     """The exact K_hat sum was about to be deserialised outside a Dask worker."""
 
 
+# Set in worker processes by SealingPlugin.  Data moving between workers is deserialised
+# by the worker's communication code, outside any task, so "inside a task" cannot be
+# the test: "in a process that hosts a worker" is.
+_WORKER_PROCESS = {"sealing": False}
+
+
 def _unseal_on_worker(value: np.ndarray) -> TrustedSum:
-    if _current_worker() is None:
+    if not _WORKER_PROCESS["sealing"]:
         raise ExactSumLeakError(
             "the exact K_hat sum may only be deserialised on a Dask worker, never on a client"
         )
     return TrustedSum(value)
+
+
+def register_sealing(client: Any) -> None:
+    """Let this cluster's worker processes (present and future) open a :class:`TrustedSum`."""
+    client.register_plugin(SealingPlugin(), name="dask-dppca-sealing")
+
+
+class SealingPlugin(WorkerPlugin):
+    """Worker plugin marking worker processes as allowed to open the sealed sum.
+
+    A LocalCluster with ``processes=False`` runs its workers inside the client's own
+    process: there the mark covers the client too (there is no process boundary to
+    protect in that set-up).
+    """
+
+    def setup(self, worker) -> None:  # noqa: D102 - distributed.WorkerPlugin protocol
+        _WORKER_PROCESS["sealing"] = True
 
 
 def private_release(

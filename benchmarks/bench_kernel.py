@@ -1,0 +1,356 @@
+"""Benchmark of the kernel, dask_dppca.kernel.block_pair_sum, against this machine's GEMM.
+
+A script, not a test:
+
+    python benchmarks/bench_kernel.py            # full run, a few minutes on 2 cores
+    python benchmarks/bench_kernel.py --quick    # smaller sizes, well under a minute
+
+It prints, in one run,
+
+ 1. numpy float64 GEMM rates: a square 2048 GEMM single-threaded and with all threads,
+    and the kernel's own dominant product shape (n x d) @ (d x n) (one tile, and a whole
+    block), single-threaded;
+ 2. the kernel's effective rate for a complete within-block sum of n rows, counting
+    2 n^2 d flops (n^2 / 2 pairs, about 4 d flops each: method.md section 7), at d = 32
+    and d = 256, as a fraction of the square GEMM rate: single-threaded, and with all
+    threads (two block pairs at once on concurrent.futures threads, BLAS single-threaded
+    in each; the kernel releases the GIL in numba and BLAS), against all-thread GEMM;
+ 3. the speed-up over a per-row vectorised numpy loop at d = 50, and over a pure
+    pair-by-pair Python loop on a small n;
+ 4. the time of adversarial blocks (50% exact duplicates, far rows) relative to a clean
+    block of the same size: the cost of the exact path;
+ 5. a tile-size sweep (the kernel caps its tiles at 512 rows, measured here).
+
+Timings are the best of a few repeats (time.perf_counter), after a warm-up call that
+compiles the numba pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from dask_dppca.kernel import block_pair_sum
+from dask_dppca.transforms import sphere, winsor
+
+GOALS = {32: (0.25, 0.40), 256: (0.50, 0.70)}  # d: (goal, stretch) as fraction of GEMM
+
+
+def best_time(fn, repeats=3, min_time=0.0):
+    """Best wall time of ``repeats`` calls (more calls while the total is under min_time)."""
+    times = []
+    start = time.perf_counter()
+    while len(times) < repeats or (time.perf_counter() - start) < min_time:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 50:
+            break
+    return min(times)
+
+
+def gflops(flops, seconds):
+    return flops / seconds / 1e9
+
+
+def header(title):
+    print()
+    print(title)
+    print("-" * len(title))
+
+
+def verdict(ratio, goal, stretch):
+    if ratio >= stretch:
+        return "meets goal and stretch"
+    if ratio >= goal:
+        return "meets goal"
+    return "BELOW GOAL"
+
+
+# ---------------------------------------------------------------------------------------
+# 1. GEMM
+# ---------------------------------------------------------------------------------------
+
+
+def square_gemm_rate(size, repeats):
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(size, size))
+    b = rng.normal(size=(size, size))
+    out = np.empty((size, size))
+    seconds = best_time(lambda: np.matmul(a, b, out=out), repeats, min_time=1.0)
+    return gflops(2.0 * size**3, seconds)
+
+
+def product_shape_rate(n, d, repeats):
+    """(n x d) @ (d x n): the kernel's a_tile @ b_tile.T, 2 n^2 d flops."""
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(n, d))
+    b = rng.normal(size=(n, d))
+    out = np.empty((n, n))
+    seconds = best_time(lambda: np.matmul(a, b.T, out=out), repeats)
+    return gflops(2.0 * n * n * d, seconds)
+
+
+def section_gemm(args):
+    header("1. numpy float64 GEMM")
+    with threadpool_limits(1):
+        single = square_gemm_rate(2048, args.repeats)
+    every = square_gemm_rate(2048, args.repeats)
+    print(f"square 2048 GEMM, 1 thread      : {single:8.1f} GFLOP/s")
+    print(f"square 2048 GEMM, all threads   : {every:8.1f} GFLOP/s  ({every / single:.2f}x)")
+    n_cpus = os.cpu_count() or 1
+    if n_cpus > 1 and every < 1.3 * single:
+        print(f"  WARNING: all-thread GEMM is only {every / single:.2f}x single-threaded on {n_cpus}"
+              " CPUs: is the machine busy? Multi-thread ratios below are unreliable.")
+    with threadpool_limits(1):
+        for d in (32, 256):
+            for n in (512, args.n):
+                rate = product_shape_rate(n, d, args.repeats)
+                label = "one 512-row tile" if n == 512 else "whole block"
+                print(f"({n} x {d}) @ ({d} x {n}), 1 thread: {rate:8.1f} GFLOP/s"
+                      f"  = {rate / single:5.1%} of square GEMM  [{label}]")
+    return single, every
+
+
+# ---------------------------------------------------------------------------------------
+# 2. Kernel rate
+# ---------------------------------------------------------------------------------------
+
+
+def kernel_flops(n, d):
+    return 2.0 * n * n * d
+
+
+def section_kernel_rate(args, gemm_single, gemm_all, n_threads):
+    header(f"2. kernel effective rate (within-block sum, n = {args.n}, sphere, 2 n^2 d flops)")
+    rng = np.random.default_rng(2)
+    rows = []
+    for d in (32, 256):
+        x = rng.normal(size=(args.n, d))
+        y = rng.normal(size=(args.n, d))
+        with threadpool_limits(1):
+            t1 = best_time(lambda: block_pair_sum(x), args.repeats)
+        rate1 = gflops(kernel_flops(args.n, d), t1)
+
+        # All threads, one call: BLAS may use every core inside the call.
+        t_one = best_time(lambda: block_pair_sum(x), args.repeats)
+        rate_one = gflops(kernel_flops(args.n, d), t_one)
+
+        # All threads, two block pairs at once, BLAS single-threaded in each.
+        with ThreadPoolExecutor(max_workers=2) as pool, threadpool_limits(1):
+
+            def two_concurrent():
+                futures = [pool.submit(block_pair_sum, x), pool.submit(block_pair_sum, y)]
+                for f in futures:
+                    f.result()
+
+            two_concurrent()  # start the pool's threads
+            t2 = best_time(two_concurrent, args.repeats + 2)
+        rate2 = gflops(2 * kernel_flops(args.n, d), t2)
+        rows.append((d, t1, rate1, rate_one, rate2))
+
+    print(f"{'d':>4} {'1-thread time':>14} {'1-thread rate':>14} {'of 1-thr GEMM':>14}"
+          f" {'all-thr 1 call':>15} {'2 concurrent':>13} {'of all-thr GEMM':>16}")
+    for d, t1, rate1, rate_one, rate2 in rows:
+        print(f"{d:>4} {t1:>12.3f} s {rate1:>8.1f} GF/s {rate1 / gemm_single:>14.1%}"
+              f" {rate_one:>9.1f} GF/s {rate2:>7.1f} GF/s {rate2 / gemm_all:>16.1%}")
+    print()
+    print(f"Ratios against goals (threads available: {n_threads}):")
+    for d, _, rate1, rate_one, rate2 in rows:
+        goal, stretch = GOALS[d]
+        r1 = rate1 / gemm_single
+        r2 = rate2 / gemm_all
+        r_one = rate_one / gemm_all
+        print(f"  d = {d:>3}: single-threaded {r1:6.1%} of GEMM -> {verdict(r1, goal, stretch)}"
+              f"  (goal {goal:.0%}, stretch {stretch:.0%})")
+        print(f"           all threads, 2 concurrent block pairs {r2:6.1%} of all-thread GEMM"
+              f" -> {verdict(r2, goal, stretch)}")
+        print(f"           all threads, 1 call (BLAS-threaded)   {r_one:6.1%} of all-thread GEMM")
+
+
+# ---------------------------------------------------------------------------------------
+# 3. Speed-up over loops
+# ---------------------------------------------------------------------------------------
+
+
+def per_row_loop(x):
+    """For each i, vectorise over j > i: T = (x_i - x_j) / sqrt2, w = 1 / ||T||^2."""
+    d = x.shape[1]
+    total = np.zeros((d, d))
+    for i in range(len(x) - 1):
+        t = (x[i] - x[i + 1:]) / math.sqrt(2.0)
+        w = 1.0 / np.einsum("ij,ij->i", t, t)
+        total += (t * w[:, None]).T @ t
+    return total
+
+
+def pair_loop(x):
+    """One pair at a time: g = t / ||t||, S += g g^T."""
+    d = x.shape[1]
+    total = np.zeros((d, d))
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            t = (x[i] - x[j]) / math.sqrt(2.0)
+            g = t / np.linalg.norm(t)
+            total += np.outer(g, g)
+    return total
+
+
+def section_loops(args):
+    header("3. speed-up over loops (sphere, single-threaded)")
+    rng = np.random.default_rng(3)
+    d = 50
+    n = args.loop_n
+    x = rng.normal(size=(n, d))
+    with threadpool_limits(1):
+        t_kernel = best_time(lambda: block_pair_sum(x), args.repeats)
+        t_row = best_time(lambda: per_row_loop(x), 1)
+        err = np.linalg.norm(block_pair_sum(x) - per_row_loop(x)) / np.linalg.norm(per_row_loop(x))
+    speed = t_row / t_kernel
+    print(f"per-row vectorised loop, n = {n}, d = {d}: loop {t_row:.3f} s, kernel {t_kernel:.4f} s"
+          f" -> {speed:.0f}x  (goal >= 30x: {'met' if speed >= 30 else 'NOT MET'});"
+          f" relative difference {err:.1e}")
+    loop_rate = gflops(float(n) * n * d * d, t_row)  # sum over i of 2 (n - i) d^2 flops
+    kernel_rate = gflops(kernel_flops(n, d), t_kernel)
+    print(f"  the loop does n^2 d^2 flops in BLAS ({loop_rate:.1f} GF/s), the kernel 2 n^2 d"
+          f" ({kernel_rate:.1f} GF/s): speed-up = flop ratio d/2 x rate ratio ="
+          f" {d / 2:.0f} x {kernel_rate / loop_rate:.2f}")
+
+    n_small = args.pair_n
+    xs = rng.normal(size=(n_small, d))
+    with threadpool_limits(1):
+        t_pair = best_time(lambda: pair_loop(xs), 1)
+        t_kernel_small = best_time(lambda: block_pair_sum(xs), args.repeats, min_time=0.2)
+        t_kernel_big = best_time(lambda: block_pair_sum(x), args.repeats)
+    pairs_small = n_small * (n_small - 1) / 2
+    pairs_big = n * (n - 1) / 2
+    print(f"pair-by-pair Python loop, n = {n_small}, d = {d}: loop {t_pair:.3f} s, kernel"
+          f" {t_kernel_small * 1e3:.2f} ms -> {t_pair / t_kernel_small:.0f}x")
+    print(f"  per pair: loop {t_pair / pairs_small * 1e9:.0f} ns, kernel at n = {n_small}"
+          f" {t_kernel_small / pairs_small * 1e9:.1f} ns, kernel at n = {n}"
+          f" {t_kernel_big / pairs_big * 1e9:.2f} ns -> {t_pair / pairs_small / (t_kernel_big / pairs_big):.0f}x"
+          f" per pair")
+
+
+# ---------------------------------------------------------------------------------------
+# 4. Adversarial blocks
+# ---------------------------------------------------------------------------------------
+
+
+def section_adversarial(args):
+    n, d = args.adv_n, 32
+    header(f"4. adversarial blocks vs a clean block (n = {n}, d = {d}, single-threaded)")
+    rng = np.random.default_rng(4)
+    clean = rng.normal(size=(n, d))
+    cases = {"clean N(0, I)": clean}
+
+    twice = clean.copy()
+    twice[n // 2:] = twice[: n - n // 2]  # 50% of the rows are exact copies of the others
+    cases["50% exact duplicates (every row twice)"] = twice[rng.permutation(n)]
+
+    one = clean.copy()
+    one[: n // 2] = clean[0]  # 50% of the rows are one repeated record: 25% of pairs
+    cases["50% exact duplicates (one record)"] = one[rng.permutation(n)]
+
+    near = clean.copy()
+    near[n // 2:] = clean[: n - n // 2] + 1e-9 * rng.normal(size=(n - n // 2, d))
+    cases["50% near duplicates (1e-9)"] = near
+
+    cases["common offset 1e8"] = clean + 1e8
+
+    far = clean.copy()
+    far[rng.choice(n, size=int(0.3 * n), replace=False)] *= 1e300
+    cases["30% rows at 1e300 (51% of pairs exact)"] = far
+
+    with threadpool_limits(1):
+        base = None
+        print(f"{'block':44s} {'time':>9} {'x clean':>8} {'exact pairs':>12} {'exact ns/pair':>14}")
+        for label, x in cases.items():
+            t = best_time(lambda: block_pair_sum(x), args.repeats)
+            base = t if base is None else base
+            exact = _exact_pair_count(x, label)
+            per = f"{(t - base) / exact * 1e9:14.0f}" if exact and t > base else f"{'-':>14}"
+            print(f"{label:44s} {t:7.3f} s {t / base:8.2f} {exact:12d} {per}")
+    print("(exact pairs: pairs the kernel must sum one by one; ns/pair: extra time per such pair)")
+
+
+def _exact_pair_count(x, label):
+    n = len(x)
+    if "every row twice" in label:
+        return n // 2
+    if "one record" in label:
+        k = n // 2
+        return k * (k - 1) // 2
+    if "near" in label:
+        return n - n // 2
+    if "1e300" in label:
+        f = int(0.3 * n)
+        return f * (n - f) + f * (f - 1) // 2
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# 5. Tile size
+# ---------------------------------------------------------------------------------------
+
+
+def section_tiles(args, gemm_single):
+    header(f"5. tile-size sweep (within-block sum, n = {args.n}, single-threaded, sphere)")
+    rng = np.random.default_rng(5)
+    sizes = (128, 256, 512, 1024, 2048)
+    print(f"{'d':>4} " + " ".join(f"{f'tile {s}':>11}" for s in sizes))
+    for d in (32, 256):
+        x = rng.normal(size=(args.n, d))
+        cells = []
+        with threadpool_limits(1):
+            for s in sizes:
+                t = best_time(lambda: block_pair_sum(x, tile_rows=s), args.repeats)
+                cells.append(f"{gflops(kernel_flops(args.n, d), t) / gemm_single:>11.1%}")
+        print(f"{d:>4} " + " ".join(cells))
+    print("(fraction of single-threaded square GEMM; the default tile is 512 rows)")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (under a minute)")
+    parser.add_argument("--n", type=int, default=None, help="rows of the rate benchmark block")
+    parser.add_argument("--repeats", type=int, default=None, help="repeats per timing (best of)")
+    parser.add_argument("--skip-tiles", action="store_true", help="skip the tile-size sweep")
+    args = parser.parse_args(argv)
+    if args.n is None:
+        args.n = 4000 if args.quick else 8000
+    if args.repeats is None:
+        args.repeats = 2 if args.quick else 3
+    args.loop_n = 1000 if args.quick else 2000
+    args.pair_n = 100 if args.quick else 200
+    args.adv_n = 2000 if args.quick else 4000
+
+    blas = [f"{i.get('internal_api')} {i.get('version')} ({i.get('num_threads')} threads)"
+            for i in threadpool_info() if i.get("user_api") == "blas"]
+    n_threads = max([i.get("num_threads", 1) for i in threadpool_info() if i.get("user_api") == "blas"] or [1])
+    print(f"bench_kernel: python {platform.python_version()}, numpy {np.__version__},"
+          f" {os.cpu_count()} CPUs, BLAS: {', '.join(blas) or 'unknown'}"
+          f"{'  [--quick]' if args.quick else ''}")
+    # Warm up: compile the numba pass (cached on disk after the first run).
+    block_pair_sum(np.random.default_rng(9).normal(size=(64, 4)))
+    block_pair_sum(np.random.default_rng(9).normal(size=(64, 4)), transform=winsor(1.0))
+
+    start = time.perf_counter()
+    gemm_single, gemm_all = section_gemm(args)
+    section_kernel_rate(args, gemm_single, gemm_all, n_threads)
+    section_loops(args)
+    section_adversarial(args)
+    if not args.skip_tiles:
+        section_tiles(args, gemm_single)
+    print(f"\ntotal benchmark time {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

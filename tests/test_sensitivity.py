@@ -1,0 +1,94 @@
+"""Sensitivity is a correctness property: ||K_hat(S) - K_hat(S')||_F <= the reported bound
+for every pair of replace-one neighbours, and the bound is attained (tight, not slack)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import dask_dppca as dd
+from dask_dppca.design import CompleteDesign
+
+pytestmark = pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning")
+
+
+def _reported_sensitivity(n, d, **params):
+    est = dd.DPPCA(n_components=1, random_state=0, scheduler="synchronous", **params)
+    rng = np.random.default_rng(0)  # test data only
+    return est.fit(rng.standard_normal((n, d))).privacy_["sensitivity"]
+
+
+def _distance(s, s_prime, **params):
+    k = dd.kendall_matrix(s, scheduler="synchronous", **params)
+    k_prime = dd.kendall_matrix(s_prime, scheduler="synchronous", **params)
+    return np.linalg.norm(k - k_prime)
+
+
+def _adversarial_pairs(n, d, rng):
+    """Neighbours that push ||K(S) - K(S')||_F to its supremum, in several guises."""
+    cluster = 1e-6 * rng.standard_normal((n - 1, d))
+    far = np.zeros(d)
+    cases = {}
+    for name, others, scale in [
+        ("clustered", cluster, 1e6),
+        ("duplicates", np.zeros((n - 1, d)), 1e6),
+        ("huge", cluster, 1e300),
+        ("offset", cluster + 1e8, 1e12),
+    ]:
+        a, b = far.copy(), far.copy()
+        a[0], b[1] = scale, scale  # the changed record moves far away, orthogonally
+        cases[name] = (np.vstack([others, a]), np.vstack([others, b]))
+    return cases
+
+
+@pytest.mark.parametrize("transform, radius", [("sphere", None), ("winsor", 0.7)])
+def test_adversarial_neighbours_reach_the_bound_and_never_exceed_it(transform, radius):
+    n, d = 40, 3
+    bound = _reported_sensitivity(n, d, transform=transform, radius=radius)
+    g2 = 1.0 if transform == "sphere" else radius**2
+    assert math.isclose(bound, 2 * math.sqrt(2) * g2 / n, rel_tol=1e-6)
+    rng = np.random.default_rng(1)  # test data only
+    for name, (s, s_prime) in _adversarial_pairs(n, d, rng).items():
+        gap = _distance(s, s_prime, transform=transform, radius=radius)
+        assert gap <= bound, name
+        assert gap >= 0.95 * bound, name
+
+
+def _hostile_rows(d):
+    finite = st.floats(min_value=-1e300, max_value=1e300, allow_nan=False, allow_infinity=False)
+    special = st.sampled_from([0.0, 1.0, -1.0, 1e-300, 5e-324, 1e300, -1e300, np.nan, np.inf])
+    return hnp.arrays(np.float64, (1, d), elements=st.one_of(finite, special))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    base=hnp.arrays(np.float64, st.tuples(st.integers(3, 12), st.just(3)),
+                    elements=st.one_of(st.floats(-10, 10), st.sampled_from([0.0, 1e300, -1e-200, 1e8]))),
+    replacement=_hostile_rows(3),
+    index=st.integers(0, 11),
+    transform=st.sampled_from(["sphere", "winsor"]),
+)
+def test_random_neighbours_stay_within_the_bound(base, replacement, index, transform):
+    n = base.shape[0]
+    radius = 1.3 if transform == "winsor" else None
+    s_prime = base.copy()
+    s_prime[index % n] = replacement
+    plan = CompleteDesign().plan((n,))
+    g2 = 1.0 if transform == "sphere" else radius**2
+    bound = plan.sensitivity(math.sqrt(g2))
+    gap = _distance(base, s_prime, transform=transform, radius=radius)
+    assert gap <= bound * (1 + 1e-9)
+
+
+def test_a_broken_bound_is_caught():
+    """The adversarial check fails a sensitivity that forgot the sqrt(2) (G^2 * 2 / n)."""
+    n, d = 40, 3
+    broken = 2.0 / n
+    rng = np.random.default_rng(2)  # test data only
+    s, s_prime = _adversarial_pairs(n, d, rng)["clustered"]
+    assert _distance(s, s_prime) > broken
