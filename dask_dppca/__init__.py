@@ -5,7 +5,7 @@ reduction), ``privacy`` (calibration, noise, budget, trusted release); ``estimat
 and ``cli`` are thin shells over them.
 """
 
-from .design import CompleteDesign
+from .design import CompleteDesign, RegularDesign
 from .estimator import DPPCA, kendall_matrix
 from .privacy.budget import BudgetExceededError, PrivacyBudget
 from .theory import sin_theta
@@ -18,6 +18,7 @@ __all__ = [
     "PrivacyBudget",
     "BudgetExceededError",
     "CompleteDesign",
+    "RegularDesign",
     "Transform",
     "sphere",
     "winsor",

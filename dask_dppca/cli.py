@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit g-DPPCA on a Zarr store and write the private result",
         description="Fit g-DPPCA on the records (rows) of a Zarr array and release the result.",
     )
-    fit.add_argument("store", help="Zarr store: local path or URL reachable by the workers")
+    fit.add_argument("store", help="Zarr store (local path or fsspec URL reachable by the "
+                     "workers) holding an n x d array, one record per row")
     fit.add_argument("--component", help="array name inside a Zarr group")
     fit.add_argument("-k", "--n-components", type=int, default=2,
                      help="number of private principal directions (default 2)")
@@ -71,12 +72,26 @@ def build_parser() -> argparse.ArgumentParser:
                      help="public winsorization radius (with --transform winsor); never tune it on the data")
     fit.add_argument("--calibration", default="analytic", choices=["analytic", "classical"],
                      help="noise calibration (default analytic: tight, any epsilon)")
-    fit.add_argument("--design", default="auto", choices=["auto", "complete"],
-                     help="which pairs are averaged (default auto)")
+    fit.add_argument("--design", default="auto", choices=["auto", "complete", "regular"],
+                     help="which pairs are averaged: auto (complete while the work is modest, "
+                     "else regular), complete (all pairs), regular (within-block pairs plus "
+                     "--partners partner blocks per block)")
+    fit.add_argument("--partners", type=int, metavar="K",
+                     help="partner blocks per block for --design regular")
+    fit.add_argument("--block-size", type=int, metavar="B",
+                     help="rows per block for --design regular")
+    fit.add_argument("--design-seed", type=int, default=0,
+                     help="public seed of the regular design's block graph (default 0)")
     fit.add_argument("--scheduler",
                      help="Dask scheduler address, e.g. tls://host:8786 (default: embedded LocalCluster)")
     fit.add_argument("--trusted-worker", help="worker address that adds the noise when none offers "
                      "the 'dppca-trusted' resource")
+    fit.add_argument("--tls-ca-file", help="CA certificate (PEM) for a tls:// scheduler "
+                     "(default: the Dask configuration, distributed.comm.tls.ca-file)")
+    fit.add_argument("--tls-cert", help="client certificate (PEM) for a tls:// scheduler "
+                     "(default: distributed.comm.tls.client.cert)")
+    fit.add_argument("--tls-key", help="client private key (PEM) for a tls:// scheduler "
+                     "(default: distributed.comm.tls.client.key)")
     fit.add_argument("--output", default="result.json", help="result file (default result.json)")
     fit.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
@@ -141,15 +156,25 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def run_fit(args: argparse.Namespace) -> int:
     """Fit on a store and write the private result atomically."""
-    from . import DPPCA
+    from . import DPPCA, RegularDesign
 
+    design = args.design
+    if design == "regular":
+        if args.partners is None or args.block_size is None:
+            raise ValueError("--design regular needs --partners K and --block-size B")
+        design = RegularDesign(k=args.partners, block_size=args.block_size, seed=args.design_seed)
+    elif args.partners is not None or args.block_size is not None:
+        raise ValueError("--partners and --block-size go with --design regular")
     est = DPPCA(
         n_components=args.n_components, epsilon=args.epsilon, delta=args.delta,
-        transform=args.transform, radius=args.radius, design=args.design,
+        transform=args.transform, radius=args.radius, design=design,
         calibration=args.calibration, scheduler=args.scheduler,
         trusted_worker=args.trusted_worker, progress=not args.no_progress,
     )
-    est.fit(args.store, component=args.component)
+    from .cluster import tls_config
+
+    with tls_config(args.tls_ca_file, args.tls_cert, args.tls_key):
+        est.fit(args.store, component=args.component)
     result = {
         "components": est.components_.tolist(),
         "eigenvalues": est.eigenvalues_.tolist(),

@@ -13,7 +13,8 @@ from typing import Any
 
 import distributed
 
-__all__ = ["LOCAL_SCHEDULERS", "compute_target", "embedded_client", "close_embedded_cluster"]
+__all__ = ["LOCAL_SCHEDULERS", "compute_target", "thread_count", "embedded_client",
+           "close_embedded_cluster"]
 
 #: Dask's in-process schedulers, accepted by name.
 LOCAL_SCHEDULERS = {"synchronous": "synchronous", "sync": "synchronous",
@@ -21,6 +22,15 @@ LOCAL_SCHEDULERS = {"synchronous": "synchronous", "sync": "synchronous",
                     "threading": "threads", "processes": "processes"}
 #: Seconds to wait for a scheduler address to answer before giving up.
 CONNECT_TIMEOUT = 10
+#: Port of ``dask scheduler`` when none is given (the deploy/ recipes use it).
+DEFAULT_SCHEDULER_PORT = 8786
+#: Dask configuration keys holding the client's TLS material (environment variables
+#: ``DASK_DISTRIBUTED__COMM__TLS__CA_FILE`` etc. set them too).
+TLS_CONFIG_KEYS = {
+    "ca_file": "distributed.comm.tls.ca-file",
+    "cert": "distributed.comm.tls.client.cert",
+    "key": "distributed.comm.tls.client.key",
+}
 
 _embedded: dict[str, Any] = {}
 _embedded_lock = threading.Lock()
@@ -36,14 +46,17 @@ def compute_target(scheduler: Any = None) -> Iterator[distributed.Client | str]:
         ``None``: the active distributed client if there is one, else the embedded
         LocalCluster (started on first use, reused, closed at exit).  A local
         scheduler name (``"synchronous"``, ``"threads"``, ``"processes"``).  A
-        scheduler address (``"tcp://host:8786"``, ``"tls://..."``; TLS settings come
-        from the Dask configuration).  Or a ``distributed.Client``.
+        scheduler address (``"tcp://host:8786"``, ``"tls://..."``; the client's TLS
+        certificates come from the Dask configuration, see :func:`tls_config`).  Or a
+        ``distributed.Client`` (for example one made with
+        ``distributed.Client(address, security=distributed.Security(...))``).
 
     Raises
     ------
     ValueError
-        For an unknown scheduler value, or an address that does not answer within
-        ``CONNECT_TIMEOUT`` seconds.
+        For an unknown scheduler value, a ``tls://`` address without client
+        certificates in the Dask configuration, or an address that does not answer
+        (or refuses the handshake) within ``CONNECT_TIMEOUT`` seconds.
     """
     if isinstance(scheduler, distributed.Client):
         yield scheduler
@@ -71,14 +84,56 @@ def compute_target(scheduler: Any = None) -> Iterator[distributed.Client | str]:
     )
 
 
+def thread_count(target: distributed.Client | str) -> int:
+    """Worker threads a compute target offers (public: the cluster's size)."""
+    if isinstance(target, str):
+        return 1 if target == "synchronous" else (os.cpu_count() or 1)
+    workers = target.scheduler_info(n_workers=-1)["workers"]
+    return max(1, sum(int(info.get("nthreads", 1)) for info in workers.values()))
+
+
 def _connect(address: str) -> distributed.Client:
+    security = distributed.Security()  # TLS material from the Dask configuration
+    if address.startswith("tls://"):
+        missing = [TLS_CONFIG_KEYS[name] for name, value in (
+            ("ca_file", security.tls_ca_file), ("cert", security.tls_client_cert),
+            ("key", security.tls_client_key)) if not value]
+        if missing:
+            raise ValueError(
+                f"scheduler: {address!r} needs TLS client certificates; set "
+                f"{', '.join(missing)} in the Dask configuration (or the DASK_DISTRIBUTED__COMM__TLS__* "
+                "environment variables, or dask-dppca's --tls-ca-file/--tls-cert/--tls-key), "
+                "or pass a distributed.Client made with security=distributed.Security(...)"
+            )
     try:
-        return distributed.Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+        return distributed.Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False,
+                                  security=security)
     except (OSError, TimeoutError) as error:
         raise ValueError(
             f"scheduler: no Dask scheduler answered at {address!r} within "
             f"{CONNECT_TIMEOUT} s ({type(error).__name__}: {error})"
         ) from None
+
+
+@contextmanager
+def tls_config(ca_file: str | None = None, cert: str | None = None,
+               key: str | None = None) -> Iterator[None]:
+    """Within the block, connect to ``tls://`` addresses with these client certificates.
+
+    Sets the Dask configuration keys of :data:`TLS_CONFIG_KEYS` (those left ``None``
+    keep their configured value) and requires encryption, so a plain ``tcp://``
+    address is refused rather than silently used.
+    """
+    import dask
+
+    values = {TLS_CONFIG_KEYS[name]: value
+              for name, value in (("ca_file", ca_file), ("cert", cert), ("key", key))
+              if value is not None}
+    if not values:
+        yield
+        return
+    with dask.config.set({**values, "distributed.comm.require-encryption": True}):
+        yield
 
 
 def embedded_client() -> distributed.Client:

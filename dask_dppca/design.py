@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["CompleteDesign", "RegularDesign", "DesignPlan", "resolve_design"]
+__all__ = ["CompleteDesign", "RegularDesign", "DesignPlan", "auto_design", "resolve_design"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,10 @@ class DesignPlan:
     def sensitivity(self, bound: float) -> float:
         """Frobenius sensitivity ``sqrt(2) G^2 max_degree / |P|`` of the averaged K_hat."""
         return math.sqrt(2.0) * bound * bound * self.max_degree / self.n_pairs
+
+    def paper_sensitivity(self, bound: float) -> float:
+        """The paper's looser bound, ``2 G^2`` per changed term: ``4 G^2 / n`` when complete."""
+        return 2.0 * bound * bound * self.max_degree / self.n_pairs
 
     def describe(self) -> dict:
         """Public summary for the privacy report."""
@@ -144,8 +148,9 @@ class RegularDesign:
                 edges.add(_edge(label[i], label[i + half]))
         return tuple(sorted(edges))
 
-    def plan(self, n: int) -> DesignPlan:
-        """Block pairs for n records."""
+    def plan(self, row_chunks: tuple[int, ...]) -> DesignPlan:
+        """Block pairs for the records of ``row_chunks`` (only their total n matters)."""
+        n = sum(int(c) for c in row_chunks)
         if n < 2:
             raise ValueError(f"X: needs at least 2 rows for a pair, got n = {n}")
         sizes = self.block_sizes(n)
@@ -170,13 +175,51 @@ def _edge(i, j) -> tuple[int, int]:
     return (i, j) if i < j else (j, i)
 
 
-def resolve_design(design: str | CompleteDesign | RegularDesign) -> CompleteDesign | RegularDesign:
+#: Pair work (flops, 4 d per pair) per worker thread under which "auto" keeps every pair:
+#: about a minute of one core at the kernel's measured rate.
+AUTO_FLOPS_PER_THREAD = 2e12
+#: Block size "auto" uses for a regular design, in rows (clipped to [1024, 16384]).
+_AUTO_BLOCK_BYTES = 32 * 2**20
+
+
+def auto_design(n_samples: int, n_features: int, n_threads: int) -> CompleteDesign | RegularDesign:
+    """The public rule behind ``design="auto"``: depends on n, d and the cluster only.
+
+    Keep every pair while the pair work ``2 n^2 d`` flops fits in
+    ``AUTO_FLOPS_PER_THREAD`` per worker thread.  Otherwise use a
+    :class:`RegularDesign` (seed 0, public like the rule) whose work,
+    about ``2 n (k + 1) block d`` flops, fits the same budget: blocks as large as the
+    budget allows with one partner, between 1024 rows and ``32 MiB / (8 d)`` rows,
+    then as many partners ``k >= 1`` as the budget still allows.
+    """
+    budget = AUTO_FLOPS_PER_THREAD * max(int(n_threads), 1)
+    d = max(int(n_features), 1)
+    if 2.0 * n_samples * n_samples * d <= budget:
+        return CompleteDesign()
+    largest = int(min(16384, max(1024, _AUTO_BLOCK_BYTES // (8 * d))))
+    block = int(min(largest, max(1024, budget / (4.0 * d * n_samples))))
+    k = int(budget / (2.0 * n_samples * block * d)) - 1
+    n_blocks = -(-n_samples // block)
+    return RegularDesign(k=max(1, min(k, n_blocks - 1)), block_size=block, seed=0)
+
+
+def resolve_design(
+    design: str | CompleteDesign | RegularDesign,
+    n_samples: int = 0,
+    n_features: int = 1,
+    n_threads: int = 1,
+) -> CompleteDesign | RegularDesign:
     """Turn the estimator's ``design`` parameter into a design object.
 
-    ``"auto"`` currently always chooses the complete design.
+    ``"auto"`` applies :func:`auto_design` to the public n, d and thread count.
     """
     if isinstance(design, (CompleteDesign, RegularDesign)):
         return design
-    if design in ("auto", "complete"):
+    if design == "complete":
         return CompleteDesign()
-    raise ValueError(f"design: unknown value {design!r}; expected 'auto' or 'complete'")
+    if design == "auto":
+        return auto_design(n_samples, n_features, n_threads)
+    raise ValueError(
+        f"design: unknown value {design!r}; expected 'auto', 'complete' or "
+        "dask_dppca.RegularDesign(k=..., block_size=..., seed=...)"
+    )

@@ -76,8 +76,10 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     radius : float, optional
         Public winsorization radius (``transform="winsor"``), in the units of
         ``t = (x_i - x_j) / sqrt(2)``.  Never tune it on the data.
-    design : {"auto", "complete"}, default="auto"
-        Which pairs are averaged.
+    design : {"auto", "complete"} or RegularDesign, default="auto"
+        Which pairs are averaged.  ``"auto"`` keeps every pair while the work is
+        modest and otherwise picks a regular incomplete design by a public rule on
+        n, d and the cluster's thread count (:func:`dask_dppca.design.auto_design`).
     calibration : {"analytic", "classical"}, default="analytic"
         ``"analytic"``: the tight sensitivity ``sqrt(2) G^2 max_degree / |P|`` with the
         analytic Gaussian mechanism (Balle & Wang 2018), valid for every epsilon > 0.
@@ -172,31 +174,31 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
                 "use dask_dppca.kendall_matrix for a non-private reference"
             )
         validate_privacy_parameters(self.epsilon, self.delta)
-        design = resolve_design(self.design)
         data = as_dask_array(X, component)
         n, d = data.shape
         m = _check_n_components(self.n_components, d)
-        plan = design.plan(data.chunks[0])
+        with cluster.compute_target(self.scheduler) as target:
+            data, plan, design = _plan_blocks(data, self.design, target)
 
-        n_entries = d * (d + 1) // 2
-        sampler = self._sampler(n_entries)
-        rounding = self._rounding_slack(plan, g, d)
-        sensitivity = self._sensitivity(plan, g, n) + rounding
-        # The sampler's lattice step can double when sigma crosses a power of two, so
-        # its slack and excess are taken at twice the first sigma: an upper bound for
-        # the final, barely larger, sigma.
-        first_sigma = calibrate_sigma(sensitivity, self.epsilon, self.delta, self.calibration)
-        slack = sampler.sensitivity_slack(n_entries, 2.0 * first_sigma)
-        excess = sampler.privacy_excess(n_entries, 2.0 * first_sigma)
-        sigma = calibrate_sigma(sensitivity + slack, self.epsilon, self.delta, self.calibration,
-                                excess=excess)
-        budget = current_budget()
-        if budget is not None:
-            budget.check(sensitivity + slack, sigma, excess=excess)  # before any data is read
+            n_entries = d * (d + 1) // 2
+            sampler = self._sampler(n_entries)
+            rounding = self._rounding_slack(plan, g, d)
+            sensitivity = self._sensitivity(plan, g) + rounding
+            # The sampler's lattice step can double when sigma crosses a power of two,
+            # so its slack and excess are taken at twice the first sigma: an upper
+            # bound for the final, barely larger, sigma.
+            first_sigma = calibrate_sigma(sensitivity, self.epsilon, self.delta, self.calibration)
+            slack = sampler.sensitivity_slack(n_entries, 2.0 * first_sigma)
+            excess = sampler.privacy_excess(n_entries, 2.0 * first_sigma)
+            sigma = calibrate_sigma(sensitivity + slack, self.epsilon, self.delta,
+                                    self.calibration, excess=excess)
+            budget = current_budget()
+            if budget is not None:
+                budget.check(sensitivity + slack, sigma, excess=excess)  # before any data is read
 
-        fit_id = uuid.uuid4().hex
-        graph = kernel_sum_graph(data, plan, g)
-        release = self._run(graph, plan.n_pairs, sigma, m, sampler, fit_id)
+            fit_id = uuid.uuid4().hex
+            graph = kernel_sum_graph(data, plan, g)
+            release = self._run(target, graph, plan.n_pairs, sigma, m, sampler, fit_id)
         if budget is not None:
             budget.spend(sensitivity + slack, sigma, label=f"DPPCA fit {fit_id}", excess=excess)
 
@@ -220,7 +222,7 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
             "calibration": self.calibration,
             "sensitivity": sensitivity + slack,
             "sensitivity_formula": (
-                "4 G^2 / n (paper)" if self.calibration == "classical"
+                "2 G^2 max_degree / n_pairs (paper: 4 G^2 / n)" if self.calibration == "classical"
                 else "sqrt(2) G^2 max_degree / n_pairs + rounding_slack + sampler_slack"
             ),
             "sigma_formula": "calibrate_sigma(sensitivity, epsilon, delta, calibration, excess=sampler_excess)",
@@ -268,9 +270,9 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
             return default_sampler(n_entries)
         return SeededSampler(self.random_state)
 
-    def _sensitivity(self, plan, g: Transform, n: int) -> float:
+    def _sensitivity(self, plan, g: Transform) -> float:
         if self.calibration == "classical":
-            return 4.0 * g.bound**2 / n
+            return plan.paper_sensitivity(g.bound)
         return plan.sensitivity(g.bound)
 
     def _rounding_slack(self, plan, g: Transform, d: int) -> float:
@@ -283,14 +285,13 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         bound = rounding_error_bound(d, max(plan.block_sizes), len(plan.block_pairs))
         return 2.0 * g.bound**2 * bound
 
-    def _run(self, graph, n_pairs, sigma, m, sampler, fit_id) -> PrivateRelease:
-        with cluster.compute_target(self.scheduler) as target:
-            if isinstance(target, str):
-                with _local_progress(self.progress):
-                    (kernel_sum,) = dask.compute(graph, scheduler=target)
-                return private_release(kernel_sum, n_pairs, sigma, m, sampler, fit_id)
-            return _run_distributed(target, graph, n_pairs, sigma, m, sampler, fit_id,
-                                    self.trusted_worker, self.progress)
+    def _run(self, target, graph, n_pairs, sigma, m, sampler, fit_id) -> PrivateRelease:
+        if isinstance(target, str):
+            with _local_progress(self.progress):
+                (kernel_sum,) = dask.compute(graph, scheduler=target)
+            return private_release(kernel_sum, n_pairs, sigma, m, sampler, fit_id)
+        return _run_distributed(target, graph, n_pairs, sigma, m, sampler, fit_id,
+                                self.trusted_worker, self.progress)
 
 
 def _run_distributed(client, graph, n_pairs, sigma, m, sampler, fit_id, trusted_worker, progress):
@@ -320,6 +321,7 @@ def kendall_matrix(
     *,
     scheduler: Any = "threads",
     component: str | None = None,
+    design: Any = "complete",
 ) -> np.ndarray:
     """The exact, NON-PRIVATE ``K_hat = mean over pairs i<j of g(t_ij) g(t_ij)^T``.
 
@@ -338,6 +340,8 @@ def kendall_matrix(
         Where to compute (see :class:`DPPCA`).
     component : str, optional
         Array name inside a Zarr group.
+    design : {"complete", "auto"} or RegularDesign, default="complete"
+        Which pairs are averaged.
 
     Returns
     -------
@@ -345,14 +349,24 @@ def kendall_matrix(
     """
     g = resolve_transform(transform, radius)
     data = as_dask_array(X, component)
-    plan = resolve_design("complete").plan(data.chunks[0])
-    graph = kernel_sum_graph(data, plan, g)
     with cluster.compute_target(scheduler) as target:
+        data, plan, _ = _plan_blocks(data, design, target)
+        graph = kernel_sum_graph(data, plan, g)
         if isinstance(target, str):
             (kernel_sum,) = dask.compute(graph, scheduler=target)
         else:
             kernel_sum = target.compute(graph).result()
     return kernel_sum / plan.n_pairs
+
+
+def _plan_blocks(data, design, target):
+    """Resolve the design for this input and cluster; rechunk rows to its blocks."""
+    n, d = data.shape
+    chosen = resolve_design(design, n, d, cluster.thread_count(target))
+    plan = chosen.plan(data.chunks[0])
+    if tuple(data.chunks[0]) != plan.block_sizes:
+        data = data.rechunk({0: plan.block_sizes})
+    return data, plan, chosen
 
 
 def _check_n_components(n_components: Any, d: int) -> int:
