@@ -97,9 +97,21 @@ def _unseal_on_worker(value: np.ndarray) -> TrustedSum:
     return TrustedSum(value)
 
 
-def register_sealing(client: Any) -> None:
-    """Let this cluster's worker processes (present and future) open a :class:`TrustedSum`."""
-    client.register_plugin(SealingPlugin(), name="dask-dppca-sealing")
+def register_sealing(client: Any, attempts: int = 5) -> None:
+    """Let this cluster's worker processes (present and future) open a :class:`TrustedSum`.
+
+    A worker killed an instant earlier can make the broadcast fail before the
+    scheduler notices the loss; the scheduler keeps the plugin, so registering again
+    once the dead worker is gone is safe.
+    """
+    for attempt in range(attempts):
+        try:
+            client.register_plugin(SealingPlugin(), name="dask-dppca-sealing")
+            return
+        except OSError:  # CommClosedError: a worker died during the broadcast
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 class SealingPlugin(WorkerPlugin):

@@ -1,0 +1,280 @@
+"""Noise is drawn exactly once per fit on a real multi-process cluster, even when workers die.
+
+A test-only sampler, :class:`CountingSampler`, is the real default sampler (OpenDP, OS
+entropy) plus a tally: each ``add_noise`` call on a worker appends a record to the
+scheduler's metadata under a distributed lock.  One release draws the vecd noise once,
+which is two calls: the diagonal (d values) and the strict upper triangle (d(d-1)/2).
+
+* ``test_fit_draws_once_while_workers_are_killed``: a fit slow enough to SIGKILL the
+  non-trusted worker processes twice in the middle of it (their nannies restart them and
+  Dask recomputes the lost pieces); the fit completes, one new release ticket appears,
+  and the noise was drawn exactly once.
+* ``test_rerun_of_a_killed_release_*``: the releasing worker itself is killed right after
+  it drew; Dask re-runs the task elsewhere.  ``private_release`` finds its ticket and
+  refuses (one draw); a deliberately broken release without the ticket draws a second,
+  independent noise (the counter reads two), so the counter, and the ticket, matter.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+
+import dask.array as da
+import distributed
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import dask_dppca as dd
+from dask_dppca.privacy.noise import OpenDPSampler, add_symmetric_noise
+from dask_dppca.privacy.release import (
+    RELEASE_METADATA_KEY,
+    ReleaseAlreadyDrawnError,
+    private_release,
+)
+
+pytestmark = pytest.mark.cluster
+
+COUNTER_KEY = ("dask-dppca-test", "noise-calls")
+N_WORKERS = 3
+
+
+class CountingSampler(OpenDPSampler):
+    """The default sampler (exact OpenDP Gaussian, OS entropy) that tallies its draws.
+
+    Parameters
+    ----------
+    pause : float
+        Seconds to sleep after each draw (a window in which to kill the drawing worker).
+    """
+
+    def __init__(self, pause: float = 0.0) -> None:
+        super().__init__()
+        self.token = uuid.uuid4().hex
+        self.pause = pause
+
+    def add_noise(self, values: np.ndarray, sigma: float) -> np.ndarray:
+        out = super().add_noise(values, sigma)
+        client = distributed.get_client()
+        key = [*COUNTER_KEY, self.token]
+        with distributed.Lock(f"dask-dppca-test-count-{self.token}"):
+            calls = client.get_metadata(key, default=[])
+            client.set_metadata(key, [*calls, {"size": int(np.size(values)), "pid": os.getpid(),
+                                               "worker": distributed.get_worker().address,
+                                               "time": time.time()}])
+        if self.pause:
+            time.sleep(self.pause)
+        return out
+
+
+def noise_calls(client: Client, sampler: CountingSampler) -> list[dict]:
+    return client.get_metadata([*COUNTER_KEY, sampler.token], default=[])
+
+
+def draws(calls: list[dict], d: int) -> int:
+    """Complete vecd noise draws: (diagonal, upper triangle) call pairs, in order."""
+    sizes = [c["size"] for c in calls]
+    assert sizes == [d, d * (d - 1) // 2] * (len(sizes) // 2), sizes
+    return len(sizes) // 2
+
+
+class CountingDPPCA(dd.DPPCA):
+    """DPPCA whose release uses a CountingSampler (kept as ``counting_sampler_``)."""
+
+    def _sampler(self, n_entries):
+        self.counting_sampler_ = CountingSampler()
+        return self.counting_sampler_
+
+
+def _release_without_ticket(kernel_sum, n_pairs, sigma, n_components, sampler, fit_id):
+    """BROKEN on purpose: private_release minus the drawn-once ticket."""
+    k_hat = np.asarray(kernel_sum, dtype=np.float64) / float(n_pairs)
+    eigenvalues, _ = np.linalg.eigh(add_symmetric_noise(k_hat, sigma, sampler))
+    return eigenvalues[::-1]
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=N_WORKERS, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:
+        with Client(cluster, set_as_default=False) as c:
+            yield c
+
+
+def _workers(client: Client) -> list[str]:
+    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+
+def _wait_for_full_cluster(client: Client, gone: str, timeout: float = 60.0) -> None:
+    """Until the nanny's replacement for ``gone`` has joined."""
+    stop = time.monotonic() + timeout
+    while time.monotonic() < stop:
+        workers = _workers(client)
+        if len(workers) == N_WORKERS and gone not in workers:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"no replacement for {gone} after {timeout} s")
+
+
+def _pids(client: Client) -> dict[str, int]:
+    """Worker address -> worker process id (asked while idle: a busy worker answers late)."""
+    return client.run(os.getpid)
+
+
+def _kill(client: Client, address: str, pid: int | None = None) -> int:
+    """SIGKILL the worker process at ``address`` (its nanny restarts it)."""
+    pid = pid if pid is not None else _pids(client)[address]
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+# -- a fit survives killed workers and draws once ---------------------------------------------
+
+N_ROWS, D, CHUNK = 30_000, 8, 1_500  # 210 block pairs: 4-8 s undisturbed on 3 workers here
+KILL_AT_S = (1.0, 2.0)  # after the pair sums start running: each non-trusted worker once
+THIRD_KILL_DELAY_S = 1.0  # then, if the fit still runs, the first victim's replacement
+
+
+def _killer(client, protected, pids, started, done, log, errors):
+    """SIGKILL the non-trusted workers while the fit runs (their nannies restart them)."""
+    try:
+        victims = [w for w in sorted(pids) if w != protected]
+        started.wait()
+        # Wait for the graph to run: a worker dying before the fit reaches its graph hits
+        # another failure (test_fit_survives_a_worker_that_died_just_before_it).
+        while not any(str(key).startswith("dppca-pair")
+                      for keys in client.processing().values() for key in keys):
+            if done.is_set():
+                return
+            time.sleep(0.02)
+        t0 = time.monotonic()
+        for victim, at in zip(victims, KILL_AT_S):
+            time.sleep(max(0.0, t0 + at - time.monotonic()))
+            if done.is_set():
+                return
+            log.append({"time": time.time(), "worker": victim,
+                        "pid": _kill(client, victim, pids[victim])})
+        # One more: the replacement of the first victim, once it has joined.
+        stop = time.monotonic() + 60
+        while not done.is_set() and time.monotonic() < stop:
+            fresh = [w for w in _workers(client) if w != protected and w not in victims]
+            if fresh:
+                time.sleep(THIRD_KILL_DELAY_S)
+                if not done.is_set():
+                    log.append({"time": time.time(), "worker": fresh[0],
+                                "pid": _kill(client, fresh[0])})
+                return
+            time.sleep(0.1)
+    except Exception as error:  # reported by the test
+        errors.append(error)
+
+
+def test_fit_draws_once_while_workers_are_killed(client):
+    trusted = _workers(client)[0]
+    rng = np.random.default_rng(5)  # test data only
+    x = da.from_array(rng.standard_normal((N_ROWS, D)), chunks=(CHUNK, D))
+    tickets_before = set(client.get_metadata(list(RELEASE_METADATA_KEY), default={}))
+    est = CountingDPPCA(n_components=2, scheduler=client, trusted_worker=trusted,
+                        design="complete")
+    started, done, kills, errors = threading.Event(), threading.Event(), [], []
+    thread = threading.Thread(target=_killer, daemon=True,
+                              args=(client, trusted, _pids(client), started, done, kills, errors))
+    thread.start()
+    t0 = time.time()
+    started.set()
+    try:
+        est.fit(x)
+    finally:
+        done.set()
+        thread.join(timeout=120)
+    elapsed = time.time() - t0
+    assert not errors, errors
+
+    fit_id = est.privacy_["fit_id"]
+    tickets = client.get_metadata(list(RELEASE_METADATA_KEY))
+    assert set(tickets) - tickets_before == {fit_id}  # one new ticket: this fit's
+    ticket = tickets[fit_id]
+    assert ticket["worker"] == trusted
+    # Workers died while the pair sums were still being computed: both non-trusted ones,
+    # and a third time the first one's replacement when the fit lasted long enough.
+    before_release = [k for k in kills if k["time"] < ticket["time"]]
+    print(f"fit {elapsed:.1f} s; kills at {[round(k['time'] - t0, 1) for k in kills]} s; "
+          f"release ticket at {ticket['time'] - t0:.1f} s")
+    assert len(before_release) >= N_WORKERS - 1, (kills, ticket, t0, elapsed)
+
+    calls = noise_calls(client, est.counting_sampler_)
+    print(f"noise calls: {[c['size'] for c in calls]} -> {len(calls) // 2} draw(s)")
+    assert draws(calls, D) == 1, calls
+    assert {c["worker"] for c in calls} == {trusted}
+    assert est.components_.shape == (2, D)
+
+
+# -- the ticket is what keeps a re-run from drawing again ------------------------------------
+
+D_SMALL = 4
+PAUSE_S = 1.0
+
+
+def _run_and_kill_the_drawer(client, release, sampler):
+    """Submit ``release`` like the estimator does; SIGKILL its worker right after the draw."""
+    fit_id = uuid.uuid4().hex
+    future = client.submit(release, np.eye(D_SMALL) * 6.0, 6, 0.1, D_SMALL, sampler, fit_id,
+                           key=f"dppca-release-{fit_id}", pure=False, retries=0)
+    stop = time.monotonic() + 60
+    while len(noise_calls(client, sampler)) < 2:  # the full vecd draw is done
+        assert time.monotonic() < stop, "the release never drew"
+        time.sleep(0.05)
+    drawer = noise_calls(client, sampler)[1]
+    os.kill(drawer["pid"], signal.SIGKILL)  # while it sleeps PAUSE_S after drawing
+    return future, drawer
+
+
+def test_rerun_of_a_killed_release_is_refused_and_draws_once(client):
+    sampler = CountingSampler(pause=PAUSE_S)
+    future, drawer = _run_and_kill_the_drawer(client, private_release, sampler)
+    with pytest.raises(ReleaseAlreadyDrawnError):
+        future.result(timeout=120)  # Dask re-ran it on another worker: refused
+    _wait_for_full_cluster(client, drawer["worker"])
+    assert draws(noise_calls(client, sampler), D_SMALL) == 1
+
+
+def test_rerun_of_a_killed_release_without_ticket_draws_twice(client):
+    """The broken variant: the counter sees the second, independent draw."""
+    sampler = CountingSampler(pause=PAUSE_S)
+    future, drawer = _run_and_kill_the_drawer(client, _release_without_ticket, sampler)
+    future.result(timeout=120)
+    calls = noise_calls(client, sampler)
+    assert draws(calls, D_SMALL) == 2
+    assert calls[2]["pid"] != drawer["pid"]  # drawn again by another process
+    _wait_for_full_cluster(client, drawer["worker"])
+
+
+# -- BUG: a worker that died just before the fit makes the fit fail ---------------------------
+
+
+def test_fit_survives_a_worker_that_died_just_before_it(client):
+    """FAILS (bug): ``register_sealing`` broadcasts the sealing plugin to every worker on each
+    fit; a worker that died an instant earlier (SIGKILL, scheduler not yet told) makes the
+    broadcast raise CommClosedError and the whole fit aborts, although the scheduler already
+    stored the plugin and the dead worker needs nothing.  Reproduced 4/4 with
+    ``register_sealing`` right after the kill.  No privacy harm (nothing was drawn), but the
+    fit must survive a lost worker at any point.  Fix: in ``register_sealing`` catch
+    ``OSError`` (``CommClosedError`` is one) and re-register once the scheduler has dropped
+    the dead worker (``register_plugin`` is idempotent by name), or register once per cluster.
+    """
+    trusted = _workers(client)[0]
+    _wait_for_full_cluster(client, gone="", timeout=60)
+    victim = [w for w in _workers(client) if w != trusted][0]
+    rng = np.random.default_rng(6)  # test data only
+    x = rng.standard_normal((300, 4))
+    est = CountingDPPCA(n_components=2, scheduler=client, trusted_worker=trusted)
+    _kill(client, victim)
+    try:
+        est.fit(x)
+    finally:
+        _wait_for_full_cluster(client, victim)
+    assert draws(noise_calls(client, est.counting_sampler_), 4) == 1
