@@ -23,9 +23,16 @@ EXIT_CLUSTER = 3
 EXIT_UNEXPECTED = 1
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse errors as one line (no usage block), exit code 2 like every user error."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used to document the CLI)."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="dask-dppca",
         description=(
             "Robust, differentially private PCA (g-DPPCA). Releases the leading principal "

@@ -4,10 +4,12 @@ embedded LocalCluster (the default when no distributed client is active).
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -105,6 +107,7 @@ def _connect(address: str) -> distributed.Client:
                 "environment variables, or dask-dppca's --tls-ca-file/--tls-cert/--tls-key), "
                 "or pass a distributed.Client made with security=distributed.Security(...)"
             )
+    _check_answers(address, security)
     try:
         return distributed.Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False,
                                   security=security)
@@ -112,6 +115,29 @@ def _connect(address: str) -> distributed.Client:
         raise ValueError(
             f"scheduler: no Dask scheduler answered at {address!r} within "
             f"{CONNECT_TIMEOUT} s ({type(error).__name__}: {error})"
+        ) from None
+
+
+def _check_answers(address: str, security: distributed.Security) -> None:
+    """Fail within ``CONNECT_TIMEOUT`` when nothing at ``address`` completes a handshake.
+
+    distributed's connect() awaits the scheduler's handshake without a deadline, so a
+    port that accepts and never answers would hang ``Client()``: probe it with one.
+    """
+    from distributed.comm import connect
+
+    async def handshake():
+        comm = await connect(address, timeout=CONNECT_TIMEOUT,
+                             **security.get_connection_args("client"))
+        await comm.close()
+
+    try:  # in its own thread: works under a running event loop (notebooks) too
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, asyncio.wait_for(handshake(), CONNECT_TIMEOUT)).result()
+    except (OSError, TimeoutError) as error:
+        raise ValueError(
+            f"scheduler: no Dask scheduler answered at {address!r} within "
+            f"{CONNECT_TIMEOUT} s ({type(error).__name__}: {error or 'no handshake'})"
         ) from None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import time
 import types
 import uuid
 from contextlib import nullcontext
@@ -23,6 +24,7 @@ from .privacy.budget import current_budget
 from .privacy.calibration import calibrate_sigma, validate_privacy_parameters
 from .privacy.noise import SeededSampler, default_sampler
 from .privacy.release import (
+    TRUSTED_RESOURCE,
     PrivateRelease,
     TrustedSum,
     private_release,
@@ -307,11 +309,64 @@ def _run_distributed(client, graph, n_pairs, sigma, m, sampler, fit_id, trusted_
         if progress:
             import distributed
 
-            distributed.progress(release_future)
-        return release_future.result()
+            # On the sum, not the release: in a terminal this blocks, and the release
+            # must stay under _await_release's watch for a lost trusted worker.
+            distributed.progress(sum_future)
+        return _await_release(client, release_future, placement, fit_id)
     finally:
         release_future.release()
         sum_future.release()
+
+
+#: Seconds a fit waits for its trusted worker to come back before it gives up.
+TRUSTED_WORKER_GRACE = 20.0
+_RELEASE_POLL = 0.5
+
+
+def _await_release(client, future, placement, fit_id):
+    """``future.result()``, but a fit whose trusted worker left fails instead of hanging.
+
+    The release task can only run where ``placement`` allows; with that worker gone it
+    would wait forever in the scheduler's no-worker state.  After
+    ``TRUSTED_WORKER_GRACE`` seconds without it the release is cancelled (nothing was
+    drawn unless a ticket exists, nothing is released) and a RuntimeError says why.
+    """
+    import distributed
+
+    missing_since = None
+    while True:
+        try:
+            return future.result(timeout=_RELEASE_POLL)
+        except TimeoutError:
+            pass
+        except distributed.KilledWorker as error:
+            raise RuntimeError(
+                f"release {fit_id}: the trusted worker died while releasing ({error}); "
+                "nothing was released to this client"
+            ) from None
+        try:
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+        except (OSError, TimeoutError) as error:
+            raise RuntimeError(
+                f"release {fit_id}: lost the scheduler ({error}); nothing was released"
+            ) from None
+        if "resources" in placement:
+            present = any(TRUSTED_RESOURCE in (w.get("resources") or {}) for w in workers.values())
+        elif "workers" in placement:
+            present = placement["workers"][0] in workers
+        else:
+            present = bool(workers)
+        if present:
+            missing_since = None
+            continue
+        missing_since = missing_since or time.monotonic()
+        if time.monotonic() - missing_since > TRUSTED_WORKER_GRACE:
+            future.cancel()
+            raise RuntimeError(
+                f"release {fit_id}: the trusted worker ({placement or 'any worker'}) left the "
+                f"cluster and did not come back within {TRUSTED_WORKER_GRACE:g} s; the fit was "
+                "stopped and nothing was released"
+            )
 
 
 def kendall_matrix(

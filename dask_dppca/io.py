@@ -62,9 +62,10 @@ def as_dask_array(data: Any, component: str | None = None) -> da.Array:
         raise ValueError("X: has no columns (d = 0)")
     if n < 2:
         raise ValueError(f"X: needs at least 2 records to form a pair, got n = {n}")
-    if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or np.issubdtype(
-        array.dtype, np.complexfloating
-    ):
+    # timedelta64 passes np.number (it subclasses signedinteger) but is not a measurement
+    # on a real scale we may treat as coordinates; datetime64 and complex are refused too.
+    if (not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_)
+            or np.issubdtype(array.dtype, np.complexfloating) or array.dtype.kind in "mM"):
         raise ValueError(f"X: needs a real numeric dtype, got {array.dtype}")
     if len(array.chunks[1]) != 1:
         array = array.rechunk({1: -1})
@@ -79,7 +80,12 @@ def _to_dask(data: Any, component: str | None) -> da.Array:
     zarr_array = _zarr_array_type()
     if zarr_array is not None and isinstance(data, zarr_array):
         return da.from_zarr(data)
-    array = np.asarray(data)
+    try:
+        array = np.asarray(data)
+    except (TypeError, ValueError) as error:  # ragged nested lists, unconvertible objects
+        raise ValueError(
+            f"X: cannot be read as a 2-D numeric array ({type(data).__name__}: {error})"
+        ) from None
     if array.ndim == 2:
         return da.from_array(array, chunks=(default_block_rows(array.shape[1]), -1))
     return da.from_array(array)

@@ -1,0 +1,495 @@
+"""Regenerate the experiments of docs/results.md (figures in docs/figures/).
+
+    python benchmarks/experiments.py --quick          # ~1-2 min: 5 data sets, n <= 10^4
+    python benchmarks/experiments.py                  # the committed run (see docs/results.md)
+    python benchmarks/experiments.py --datasets 20 --n-max 100000   # the full grid (long)
+
+Speed: for each data set the exact K_hat (every transform) and the covariance are
+computed once (dask_dppca.kendall_matrix, complete design), then the release is
+repeated for every epsilon and calibration with the estimator's own release code
+(dask_dppca.privacy.release.private_release) at the estimator's sigma
+(dask_dppca.theory.release_sigma, checked against DPPCA(...).fit(X).privacy_["sigma"]
+at start-up).  The noise comes from a SeededSampler (same Gaussian law, seeded, NOT
+PRIVATE: an experiment, not a release).
+
+diffprivlib's and OpenDP's PCA are run in a forked child process under a wall-clock cap;
+once a method exceeds the cap at some n it is marked "gave up" there and not tried at
+larger n.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+import types
+import uuid
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+import dask_dppca as dd
+from dask_dppca.datasets import make_elliptical, random_directions, spiked_spectrum
+from dask_dppca.privacy.calibration import calibrate_sigma
+from dask_dppca.privacy.noise import NonPrivateRandomStateWarning, SeededSampler
+from dask_dppca.privacy.release import private_release
+from dask_dppca.theory import UtilityModel, breakdown_bound, release_sigma, sin_theta
+
+warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
+DELTA = 1e-6
+ROOT = Path(__file__).resolve().parents[1]
+
+# name: (d, m, df, outlier fraction); df None = Gaussian.  Spikes 10 m, ..., 10; bulk 1.
+# Location 0 (known to Analyze Gauss's clipping) unless named "shift": then the location
+# is SHIFT * (1, ..., 1) / sqrt(d), unknown to every method.
+MODELS = {
+    "gauss_d20_m2": (20, 2, None, 0.0),
+    "t3_d20_m2": (20, 2, 3.0, 0.0),
+    "t1_d20_m2": (20, 2, 1.0, 0.0),
+    "t1_d20_m2_shift": (20, 2, 1.0, 0.0),
+    "gauss_d100_m5": (100, 5, None, 0.0),
+    "t1_d100_m5": (100, 5, 1.0, 0.0),
+    "contam2_d20_m2": (20, 2, None, 0.02),
+    "contam5_d20_m2": (20, 2, None, 0.05),
+}
+SHIFT = 10.0
+WINSOR_RADII = (1.0, 4.0, 16.0)
+RADII = WINSOR_RADII  # set by --radii          # public, in the units of t = (x_i - x_j)/sqrt2
+CLIP_NORMS = (2.0, 5.0, 10.0, 20.0, 50.0)  # public row norms for Analyze Gauss / peers
+
+
+def release(k_hat: np.ndarray, sigma: float, m: int, seed: int) -> np.ndarray:
+    """The estimator's release on a precomputed K_hat; returns (d, m) directions."""
+    if sigma == 0.0:
+        w, v = np.linalg.eigh(k_hat)
+        return v[:, ::-1][:, :m]
+    out = private_release(k_hat, 1, sigma, m, SeededSampler(seed), uuid.uuid4().hex)
+    return out.components.T
+
+
+def clip_rows(X: np.ndarray, c: float) -> np.ndarray:
+    norms = np.linalg.norm(X, axis=1)
+    return X * np.minimum(1.0, c / np.maximum(norms, 1e-300))[:, None]
+
+
+# -- capped peers ------------------------------------------------------------------------
+
+
+def _peer_child(name, X, m, eps, c, queue):
+    warnings.simplefilter("ignore")
+    try:
+        if name == "diffprivlib":
+            # diffprivlib 0.6.6's models/__init__ imports its forest module, which needs
+            # sklearn.tree._tree.DOUBLE (gone in scikit-learn >= 1.6); PCA does not use it.
+            shim = types.ModuleType("diffprivlib.models.forest")
+            shim.RandomForestClassifier = shim.DecisionTreeClassifier = None
+            sys.modules.setdefault("diffprivlib.models.forest", shim)
+            from diffprivlib.models import PCA
+
+            est = PCA(n_components=m, epsilon=eps, data_norm=c, centered=True,
+                      random_state=None).fit(clip_rows(X, c))
+        else:
+            import opendp.prelude as dp
+
+            dp.enable_features("contrib", "honest-but-curious", "idealized-numerics")
+            from opendp.extras.sklearn.decomposition import PCA
+
+            est = PCA(epsilon=eps, row_norm=c, n_samples=X.shape[0], n_features=X.shape[1],
+                      n_components=m).fit(clip_rows(X, c))
+        queue.put(np.asarray(est.components_, dtype=float))
+    except Exception as error:  # reported, not fatal
+        queue.put(repr(error))
+
+
+def run_peer(name, X, m, eps, c, cap):
+    """(components (m, d) or None, wall seconds, status)."""
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_peer_child, args=(name, X, m, eps, c, queue))
+    start = time.perf_counter()
+    proc.start()
+    proc.join(cap)
+    wall = time.perf_counter() - start
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        return None, wall, "gave up"
+    result = queue.get() if not queue.empty() else "no result"
+    if isinstance(result, str):
+        return None, wall, result
+    return result, wall, "ok"
+
+
+# -- one data set -------------------------------------------------------------------------
+
+
+def evaluate(model, n, seed, eps_list, noise_reps, record):
+    d, m, df, frac = MODELS[model]
+    spectrum = spiked_spectrum(d, m)
+    directions = random_directions(d, 1000 + seed)
+    X = make_elliptical(n, spectrum, directions, df=df, outlier_fraction=frac, seed=seed)
+    if model.endswith("shift"):
+        X += SHIFT / math.sqrt(d)
+    U = directions[:, :m]
+    base = dict(model=model, n=n, dataset=seed, frac=frac)
+
+    def err(V):
+        return sin_theta(V, U)
+
+    # references
+    w, v = np.linalg.eigh(X.T @ X / n)
+    record(dict(base, method="covariance (non-private)", eps=math.inf, err=err(v[:, ::-1][:, :m])))
+    kernels = {"sphere": dd.kendall_matrix(X, scheduler="synchronous")}
+    for r in RADII:
+        kernels[f"winsor r={r:g}"] = dd.kendall_matrix(X, transform="winsor", radius=r,
+                                                       scheduler="synchronous")
+    for name, K in kernels.items():
+        record(dict(base, method=f"g {name} (non-private)", eps=math.inf, err=err(release(K, 0.0, m, 0))))
+    second = {c: clip_rows(X, c).T @ clip_rows(X, c) / n for c in CLIP_NORMS}
+    for eps in eps_list:
+        for name, K in kernels.items():
+            tr, r = ("sphere", None) if name == "sphere" else ("winsor", float(name.split("=")[1]))
+            cals = ["analytic"] + (["classical"] if eps < 1 else [])
+            for cal in cals:
+                sigma = release_sigma(n, d, eps, DELTA, transform=tr, radius=r, calibration=cal)
+                for rep in range(noise_reps):
+                    V = release(K, sigma, m, seed * 1000 + rep)
+                    record(dict(base, method=f"g-DPPCA {name} ({cal})", eps=eps, err=err(V), rep=rep))
+        for c, S in second.items():
+            # Analyze Gauss: ||x x^T - y y^T||_F <= sqrt2 c^2 for ||x||,||y|| <= c (as method.md 4)
+            sigma = calibrate_sigma(math.sqrt(2.0) * c * c / n, eps, DELTA, "analytic")
+            for rep in range(noise_reps):
+                V = release(S, sigma, m, seed * 1000 + 500 + rep)
+                record(dict(base, method=f"Analyze Gauss c={c:g}", eps=eps, err=err(V), rep=rep))
+    return X, U
+
+
+def summarise(rows, keys=("model", "n", "eps", "method", "frac")):
+    groups = {}
+    for row in rows:
+        if row.get("err") is None:
+            continue
+        groups.setdefault(tuple(row[k] for k in keys), []).append(row["err"])
+    out = []
+    for key, errs in groups.items():
+        q1, med, q3 = np.quantile(errs, [0.25, 0.5, 0.75])
+        out.append(dict(zip(keys, key), median=med, q1=q1, q3=q3, count=len(errs)))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--datasets", type=int, default=20)
+    ap.add_argument("--noise-reps", type=int, default=1)
+    ap.add_argument("--n-max", type=int, default=30000)
+    ap.add_argument("--n-ref", type=int, default=10000, help="n of the epsilon and contamination sweeps")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--peer-cap", type=float, default=20.0, help="seconds per peer fit")
+    ap.add_argument("--out", default=str(ROOT / "docs"))
+    ap.add_argument("--replot", action="store_true", help="redraw figures from docs/results.json")
+    ap.add_argument("--radii", default="1,4,16", help="public winsor radii")
+    ap.add_argument("--n-max-d100", type=int, default=100000, help="n cap for the d = 100 models")
+    args = ap.parse_args(argv)
+    global RADII
+    RADII = tuple(float(r) for r in args.radii.split(","))
+    if args.quick:
+        args.datasets, args.n_max, args.n_ref, args.peer_cap = 5, 3000, 3000, 5.0
+        args.radii, RADII = "4", (4.0,)
+    out = Path(args.out)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    models = args.models.split(",")
+    n_grid = [n for n in (1000, 3000, 10000, 30000, 100000) if n <= args.n_max]
+    eps_grid = [0.1, 0.3, 0.5, 1.0, 3.0, 10.0]
+    if args.replot:
+        results = json.loads((out / "results.json").read_text())
+        make_all(results, out / "figures")
+        print(headlines(results))
+        return
+    rows, t0 = [], time.time()
+    record = rows.append
+
+    # 0. the sigma shortcut is the estimator's sigma
+    Xc = make_elliptical(600, spiked_spectrum(20, 2), np.eye(20), df=1.0, seed=0)
+    for tr, r, cal, eps in (("sphere", None, "analytic", 1.0), ("winsor", 4.0, "classical", 0.5)):
+        fitted = dd.DPPCA(2, epsilon=eps, transform=tr, radius=r, calibration=cal, design="complete",
+                          scheduler="synchronous", random_state=0).fit(Xc).privacy_["sigma"]
+        assert fitted == release_sigma(600, 20, eps, DELTA, transform=tr, radius=r, calibration=cal)
+
+    # 1. n sweep (epsilon 0.5 and 1) and epsilon sweep at n_ref, per model
+    for model in models:
+        for n in n_grid:
+            if MODELS[model][0] >= 100 and n > args.n_max_d100:
+                continue
+            for s in range(args.datasets):
+                eps_list = eps_grid if n == args.n_ref else [0.5, 1.0]
+                evaluate(model, n, s, eps_list, args.noise_reps, record)
+            print(f"[{time.time() - t0:6.0f}s] {model} n={n}", flush=True)
+
+    # 2. contamination sweep (Gaussian d=20, m=2), with the breakdown bound
+    contam_fracs = [0.0, 0.01, 0.02, 0.05, 0.08, 0.12, 0.2]
+    bounds = []
+    n_c = min(args.n_ref, 3000)
+    for frac in contam_fracs:
+        MODELS[f"contam_{frac:g}"] = (20, 2, None, frac)
+        for s in range(args.datasets):
+            X, _ = evaluate(f"contam_{frac:g}", n_c, s, [1.0], args.noise_reps, record)
+            if s == 0:
+                bounds.append(dict(frac=frac, **breakdown_bound(X, 2)))
+        print(f"[{time.time() - t0:6.0f}s] contamination {frac}", flush=True)
+
+    # 3. peers under a time cap (diffprivlib, OpenDP), t1 and Gaussian d=20, eps=1
+    peer_rows = []
+    for model in ("t1_d20_m2", "gauss_d20_m2"):
+        d, m, df, frac = MODELS[model]
+        for name in ("diffprivlib", "opendp"):
+            for c in (5.0, 20.0):
+                gave_up = False
+                for n in (300, 500, 1000, 3000, 10000):
+                    if gave_up:
+                        peer_rows.append(dict(model=model, method=f"{name} c={c:g}", n=n, status="skipped"))
+                        continue
+                    for s in range(min(args.datasets, 5)):
+                        spectrum, directions = spiked_spectrum(d, m), random_directions(d, 1000 + s)
+                        X = make_elliptical(n, spectrum, directions, df=df, seed=s)
+                        comp, wall, status = run_peer(name, X, m, 1.0, c, args.peer_cap)
+                        e = sin_theta(comp.T, directions[:, :m]) if comp is not None else None
+                        peer_rows.append(dict(model=model, method=f"{name} c={c:g}", n=n, dataset=s,
+                                              wall=wall, status=status, err=e, eps=1.0, frac=0.0))
+                        if status != "ok":
+                            gave_up = True
+                            break
+                print(f"[{time.time() - t0:6.0f}s] {name} c={c:g} {model}", flush=True)
+    # our wall time for the same n (sphere fit through the estimator, synchronous)
+    ours_wall = []
+    for n in (300, 500, 1000, 3000, 10000, 30000):
+        X = make_elliptical(n, spiked_spectrum(20, 2), random_directions(20, 0), df=1.0, seed=0)
+        start = time.perf_counter()
+        dd.DPPCA(2, epsilon=1.0, design="complete", scheduler="synchronous").fit(X)
+        ours_wall.append(dict(n=n, wall=time.perf_counter() - start))
+
+    # 4. planner predictions for the n sweep (sphere, analytic, eps 1 and 0.5)
+    plan_rows = []
+    for model in models:
+        d, m, df, frac = MODELS[model]
+        if frac:
+            continue
+        um = UtilityModel(spiked_spectrum(d, m), m, df=df, n_triples=40000)
+        for n in n_grid:
+            for eps in (0.5, 1.0):
+                plan_rows.append(dict(model=model, n=n, eps=eps, pred=um.quantile(n, eps, DELTA),
+                                      pred_classical=um.quantile(n, eps, DELTA, calibration="classical")
+                                      if eps < 1 else None,
+                                      bound=um.utility_bound(n, eps, DELTA)["bound"]))
+        for eps in eps_grid:
+            plan_rows.append(dict(model=model, n=args.n_ref, eps=eps, pred=um.quantile(args.n_ref, eps, DELTA),
+                                  sweep="eps"))
+
+    results = dict(args=vars(args), n_grid=n_grid, eps_grid=eps_grid, summary=summarise(rows),
+                   contamination=bounds, peers=peer_rows, ours_wall=ours_wall, planner=plan_rows,
+                   seconds=time.time() - t0)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    make_all(results, out / "figures")
+    print(headlines(results))
+    print(f"done in {time.time() - t0:.0f} s; wrote {out / 'results.json'} and figures")
+
+
+# -- plots and headline numbers ------------------------------------------------------------
+
+STYLE = {
+    "covariance (non-private)": dict(color="0.5", ls=":"),
+    "g sphere (non-private)": dict(color="k", ls=":"),
+    "g-DPPCA sphere (analytic)": dict(color="C0", lw=2.2),
+    "g-DPPCA sphere (classical)": dict(color="C0", ls="--"),
+    "best g-DPPCA winsor (analytic)": dict(color="C2", lw=1.6),
+    "best Analyze Gauss (oracle c)": dict(color="C3", lw=1.6),
+    "Analyze Gauss c=10": dict(color="C3", ls="--"),
+}
+
+
+def _table(results):
+    return {(r["model"], r["n"], r["eps"], r["method"], r["frac"]): r for r in results["summary"]}
+
+
+def _best(tab, model, n, eps, prefix, frac):
+    cands = [(v["median"], k[3]) for k, v in tab.items()
+             if k[0] == model and k[1] == n and k[2] == eps and k[4] == frac and k[3].startswith(prefix)]
+    return min(cands) if cands else (None, None)
+
+
+def _series(tab, model, xs, key, method, frac, eps=None, n=None):
+    out = []
+    for x in xs:
+        nn, ee = (x, eps) if key == "n" else (n, x)
+        if method.startswith("best "):
+            prefix = {"best g-DPPCA winsor (analytic)": "g-DPPCA winsor",
+                      "best Analyze Gauss (oracle c)": "Analyze Gauss"}[method]
+            cands = [v for k, v in tab.items() if k[0] == model and k[1] == nn and k[2] == ee
+                     and k[4] == frac and k[3].startswith(prefix) and "classical" not in k[3]]
+            row = min(cands, key=lambda v: v["median"]) if cands else None
+        else:
+            e2 = math.inf if "non-private" in method else ee
+            row = tab.get((model, nn, e2, method, frac))
+        out.append((x, row["q1"], row["median"], row["q3"]) if row else (x, None, None, None))
+    return out
+
+
+def _plot_lines(ax, series_by_method):
+    for method, pts in series_by_method.items():
+        pts = [p for p in pts if p[2] is not None]
+        if not pts:
+            continue
+        x, lo, med, hi = (np.array(v, dtype=float) for v in zip(*pts))
+        ax.plot(x, med, label=method, marker="o", ms=3, **STYLE.get(method, {}))
+        ax.fill_between(x, lo, hi, alpha=0.12, color=STYLE.get(method, {}).get("color"))
+
+
+def make_all(results, figdir):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tab = _table(results)
+    models = [m for m in results["args"]["models"].split(",")]
+    methods = list(STYLE)
+    for key, xs, fixed, fname, title in (
+        ("n", results["n_grid"], dict(eps=1.0), "error_vs_n.png", "epsilon = 1, delta = 1e-6"),
+        ("eps", results["eps_grid"], dict(n=results["args"]["n_ref"]), "error_vs_epsilon.png",
+         f"n = {results['args']['n_ref']}, delta = 1e-6"),
+    ):
+        cols = min(4, len(models))
+        rows_ = math.ceil(len(models) / cols)
+        fig, axes = plt.subplots(rows_, cols, figsize=(4.2 * cols, 3.4 * rows_), squeeze=False)
+        for ax, model in zip(axes.flat, models):
+            frac = MODELS[model][3]
+            series = {meth: _series(tab, model, xs, key, meth, frac, **fixed) for meth in methods
+                      if not (meth.endswith("(classical)"))}
+            if key == "eps":
+                series["g-DPPCA sphere (classical)"] = [p for p in _series(
+                    tab, model, xs, key, "g-DPPCA sphere (classical)", frac, **fixed) if p[0] < 1]
+            _plot_lines(ax, series)
+            ax.set_xscale("log"), ax.set_yscale("log")
+            ax.set_title(model.replace("_", " "), fontsize=10)
+            ax.set_xlabel("n (records)" if key == "n" else "epsilon")
+            ax.set_ylabel("sin theta to the truth")
+            ax.grid(alpha=0.3, which="both")
+        for ax in list(axes.flat)[len(models):]:
+            ax.axis("off")
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+        fig.suptitle(f"Subspace error (median, quartile band; {results['args']['datasets']} data sets), {title}")
+        fig.tight_layout(rect=(0, 0.08, 1, 0.96))
+        fig.savefig(figdir / fname, dpi=110)
+        plt.close(fig)
+
+    # records: analytic vs classical at eps 0.5, with the planner
+    plan = {(p["model"], p["n"], p["eps"]): p for p in results["planner"] if "sweep" not in p}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, model in zip(axes, ("t1_d20_m2", "gauss_d100_m5")):
+        if model not in models:
+            continue
+        for cal, style in (("analytic", dict(color="C0")), ("classical", dict(color="C1"))):
+            pts = [p for p in _series(tab, model, results["n_grid"], "n", f"g-DPPCA sphere ({cal})", 0.0, eps=0.5)
+                   if p[2] is not None]
+            x, lo, med, hi = (np.array(v, dtype=float) for v in zip(*pts))
+            ax.plot(x, med, marker="o", label=f"measured, {cal}", **style)
+            ax.fill_between(x, lo, hi, alpha=0.15, color=style["color"])
+            key = "pred" if cal == "analytic" else "pred_classical"
+            pr = [plan[(model, n, 0.5)][key] for n in results["n_grid"] if (model, n, 0.5) in plan]
+            ax.plot(results["n_grid"][:len(pr)], pr, ls="--", label=f"planner, {cal}", **style)
+        ax.set_xscale("log"), ax.set_yscale("log"), ax.grid(alpha=0.3, which="both")
+        ax.set_title(f"{model}: sphere, epsilon = 0.5"), ax.set_xlabel("n"), ax.set_ylabel("sin theta")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(figdir / "calibration_records.png", dpi=110)
+    plt.close(fig)
+
+    # contamination
+    fig, ax = plt.subplots(figsize=(6, 4))
+    fr = [b["frac"] for b in results["contamination"]]
+    n_c = min(results["args"]["n_ref"], 3000)
+    for meth in ("covariance (non-private)", "g sphere (non-private)", "g-DPPCA sphere (analytic)",
+                 "best g-DPPCA winsor (analytic)", "best Analyze Gauss (oracle c)"):
+        pts = []
+        for f in fr:
+            s = _series(tab, f"contam_{f:g}", [n_c], "n", meth, f, eps=1.0)[0]
+            pts.append((max(f, 1e-3),) + s[1:])
+        _plot_lines(ax, {meth: pts})
+    bound = results["contamination"][0]["fraction"]
+    ax.axvline(bound, color="k", lw=0.8)
+    ax.text(bound, 0.02, f" breakdown bound\n (sphere, clean): {bound:.3f}", fontsize=8)
+    ax.set_xscale("log"), ax.set_yscale("log"), ax.grid(alpha=0.3, which="both")
+    ax.set_xlabel("fraction replaced by a tight far cluster (0 plotted at 1e-3)")
+    ax.set_ylabel("sin theta"), ax.set_title(f"Gaussian d=20 m=2, n={n_c}, epsilon=1")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(figdir / "error_vs_contamination.png", dpi=110)
+    plt.close(fig)
+
+    # wall time of the peers
+    fig, ax = plt.subplots(figsize=(6, 4))
+    peers = {}
+    for r in results["peers"]:
+        if r["model"] != "t1_d20_m2" or r.get("status") == "skipped":
+            continue
+        peers.setdefault(r["method"], {}).setdefault(r["n"], []).append(r)
+    for i, (meth, byn) in enumerate(sorted(peers.items())):
+        ns = sorted(byn)
+        walls = [np.median([r["wall"] for r in byn[n]]) for n in ns]
+        ax.plot(ns, walls, marker="o", label=meth, color=f"C{i + 3}")
+        for n in ns:
+            if any(r["status"] == "gave up" for r in byn[n]):
+                ax.plot([n], [results["args"]["peer_cap"]], marker="x", ms=12, color=f"C{i + 3}")
+    ow = results["ours_wall"]
+    ax.plot([r["n"] for r in ow], [r["wall"] for r in ow], marker="s", color="C0", lw=2,
+            label="g-DPPCA sphere (DPPCA.fit, complete)")
+    ax.axhline(results["args"]["peer_cap"], color="k", ls=":", lw=0.8)
+    ax.text(300, results["args"]["peer_cap"] * 1.1, "time cap (x = gave up)", fontsize=8)
+    ax.set_xscale("log"), ax.set_yscale("log"), ax.grid(alpha=0.3, which="both")
+    ax.set_xlabel("n"), ax.set_ylabel("wall seconds per fit"), ax.set_title("d = 20, m = 2, epsilon = 1")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(figdir / "wall_time_peers.png", dpi=110)
+    plt.close(fig)
+
+
+def headlines(results) -> str:
+    tab = _table(results)
+    n_ref = results["args"]["n_ref"]
+    lines = []
+    for model in ("t1_d20_m2", "t1_d100_m5", "gauss_d20_m2", "gauss_d100_m5", "t3_d20_m2",
+                  "contam2_d20_m2", "contam5_d20_m2"):
+        ours = tab.get((model, n_ref, 1.0, "g-DPPCA sphere (analytic)", MODELS[model][3]))
+        if ours is None:
+            continue
+        frac = MODELS[model][3]
+        ag, agname = _best(tab, model, n_ref, 1.0, "Analyze Gauss", frac)
+        wi, winame = _best(tab, model, n_ref, 1.0, "g-DPPCA winsor", frac)
+        lines.append(f"{model}: n={n_ref} eps=1: sphere {ours['median']:.4f}, best winsor {wi:.4f} ({winame}), "
+                     f"best Analyze Gauss {ag:.4f} ({agname}); AG/sphere = {ag / ours['median']:.2f}")
+    # records ratio: n at which analytic reaches the classical's median (log-log interpolation)
+    for model in ("t1_d20_m2", "gauss_d20_m2", "gauss_d100_m5", "t1_d100_m5"):
+        a = _series(tab, model, results["n_grid"], "n", "g-DPPCA sphere (analytic)", 0.0, eps=0.5)
+        c = _series(tab, model, results["n_grid"], "n", "g-DPPCA sphere (classical)", 0.0, eps=0.5)
+        a = [p for p in a if p[2] is not None]
+        if len(a) < 2:
+            continue
+        ln, la = np.log([p[0] for p in a]), np.log([p[2] for p in a])
+        ratios = []
+        for n, _, med, _ in c:
+            if med is None or not (la.min() <= math.log(med) <= la.max()):
+                continue
+            n_a = math.exp(np.interp(math.log(med), la[::-1], ln[::-1]))
+            ratios.append(f"n={n}: {n_a / n:.2f}")
+        lines.append(f"{model}: records ratio analytic/classical at eps=0.5 ({', '.join(ratios)})")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
