@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .validation import positive_finite
+
 __all__ = [
     "Transform",
     "sphere",
@@ -112,7 +114,7 @@ def winsor(radius: float) -> Transform:
         Public radius ``r > 0`` in the units of ``t = (x_i - x_j) / sqrt(2)``.  It
         must not be tuned on the data.
     """
-    r = _positive_finite(radius, "radius")
+    r = positive_finite("radius", radius)
     return Transform(name="winsor", bound=r, radius=r)
 
 
@@ -143,7 +145,7 @@ def custom(xi: Callable[[np.ndarray], np.ndarray], bound: float) -> Transform:
     """
     if not callable(xi):
         raise TypeError(f"transform: a custom xi must be callable, got {type(xi).__name__}")
-    g_bound = _positive_finite(bound, "bound")
+    g_bound = positive_finite("bound", bound)
     with np.errstate(all="ignore"):
         values = np.broadcast_to(
             np.asarray(xi(_CHECK_NORMS[1:-1].copy()), dtype=np.float64),
@@ -191,13 +193,3 @@ def resolve_transform(transform: str | Transform, radius: float | None = None) -
         f"transform: unknown value {transform!r}; expected 'sphere', 'winsor', "
         "or dask_dppca.transforms.custom(xi, bound)"
     )
-
-
-def _positive_finite(value: float, name: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: must be a positive finite number, got {value!r}") from None
-    if not (math.isfinite(number) and number > 0):
-        raise ValueError(f"{name}: must be a positive finite number, got {value!r}")
-    return number

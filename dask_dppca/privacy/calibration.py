@@ -34,6 +34,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import erfcx, log_ndtr
 
+from ..validation import positive_finite, real_number
+
 __all__ = [
     "CALIBRATIONS",
     "DELTA_RELATIVE_ERROR",
@@ -73,21 +75,6 @@ _MAX_EPSILON_WITH_EXCESS = 1000.0
 # -- validation --------------------------------------------------------------------
 
 
-def _as_float(name: str, value: object) -> float:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: must be a real number, got {value!r}") from None
-
-
-def _positive(name: str, value: object) -> float:
-    """``value`` as a finite float > 0, else ValueError naming ``name``."""
-    x = _as_float(name, value)
-    if not (math.isfinite(x) and x > 0.0):
-        raise ValueError(f"{name}: must be finite and > 0, got {x!r}")
-    return x
-
-
 def validate_privacy_parameters(epsilon: float, delta: float) -> tuple[float, float]:
     """Check (epsilon, delta) and return them as floats.
 
@@ -108,8 +95,8 @@ def validate_privacy_parameters(epsilon: float, delta: float) -> tuple[float, fl
     ValueError
         Naming the offending parameter and its value.
     """
-    eps = _positive("epsilon", epsilon)
-    dlt = _as_float("delta", delta)
+    eps = positive_finite("epsilon", epsilon)
+    dlt = real_number("delta", delta)
     if not (0.0 < dlt < 1.0):  # also rejects nan
         raise ValueError(f"delta: must satisfy 0 < delta < 1, got {dlt!r}")
     return eps, dlt
@@ -187,10 +174,10 @@ def gaussian_dp_delta(epsilon: float, mu: float) -> float:
     float
         ``Phi(mu/2 - epsilon/mu) - e^epsilon Phi(-mu/2 - epsilon/mu)``, in [0, 1].
     """
-    eps = _as_float("epsilon", epsilon)
+    eps = real_number("epsilon", epsilon)
     if not (math.isfinite(eps) and eps >= 0.0):
         raise ValueError(f"epsilon: must be finite and >= 0, got {eps!r}")
-    m = _as_float("mu", mu)
+    m = real_number("mu", mu)
     if not m >= 0.0:
         raise ValueError(f"mu: must be >= 0, got {m!r}")
     return min(1.0, math.exp(_log_delta(eps, m)))
@@ -214,10 +201,10 @@ def gaussian_delta(epsilon: float, sensitivity: float, sigma: float) -> float:
         ``Phi(Delta/(2 sigma) - epsilon sigma/Delta)
         - e^epsilon Phi(-Delta/(2 sigma) - epsilon sigma/Delta)``.
     """
-    sens = _as_float("sensitivity", sensitivity)
+    sens = real_number("sensitivity", sensitivity)
     if not (math.isfinite(sens) and sens >= 0.0):
         raise ValueError(f"sensitivity: must be finite and >= 0, got {sens!r}")
-    sig = _positive("sigma", sigma)
+    sig = positive_finite("sigma", sigma)
     return gaussian_dp_delta(epsilon, sens / sig)
 
 
@@ -288,7 +275,7 @@ def gaussian_dp_epsilon(mu: float, delta: float) -> float:
     float
         0.0 when ``mu`` is 0 or already (0, delta)-DP.
     """
-    m = _as_float("mu", mu)
+    m = real_number("mu", mu)
     if not (math.isfinite(m) and m >= 0.0):
         raise ValueError(f"mu: must be finite and >= 0, got {m!r}")
     _, dlt = validate_privacy_parameters(1.0, delta)
@@ -329,7 +316,7 @@ def analytic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) ->
     float
         sigma > 0.
     """
-    sens = _positive("sensitivity", sensitivity)
+    sens = positive_finite("sensitivity", sensitivity)
     eps, dlt = validate_privacy_parameters(epsilon, delta)
     target = math.log(dlt * (1.0 - DELTA_RELATIVE_ERROR))
     sigma = sens / gaussian_dp_mu(eps, dlt)
@@ -366,7 +353,7 @@ def classical_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -
     ValueError
         When ``epsilon >= 1`` (or any parameter is invalid).
     """
-    sens = _positive("sensitivity", sensitivity)
+    sens = positive_finite("sensitivity", sensitivity)
     eps, dlt = validate_privacy_parameters(epsilon, delta)
     if eps >= 1.0:
         raise ValueError(
@@ -383,7 +370,7 @@ def _apply_excess(epsilon: float, delta: float, excess: float) -> tuple[float, f
     turns an (eps', delta')-DP ideal mechanism into an (eps' + 2A, e^A delta' + tail)
     one; so calibrate at eps' = epsilon - 2A, delta' = delta e^-A (1 - 1e-30).
     """
-    a = _as_float("excess", excess)
+    a = real_number("excess", excess)
     if not (math.isfinite(a) and a >= 0.0):
         raise ValueError(f"excess: must be finite and >= 0, got {a!r}")
     if a == 0.0:

@@ -29,6 +29,8 @@ import warnings
 
 import numpy as np
 
+from ..validation import positive_finite
+
 __all__ = [
     "NonPrivateRandomStateWarning",
     "NoiseSampler",
@@ -119,13 +121,7 @@ def vecd_inverse(vector: np.ndarray, d: int) -> np.ndarray:
 
 
 def _check_sigma(sigma: float) -> float:
-    try:
-        s = float(sigma)
-    except (TypeError, ValueError):
-        raise ValueError(f"sigma: must be a real number, got {sigma!r}") from None
-    if not (math.isfinite(s) and s > 0.0):
-        raise ValueError(f"sigma: must be finite and > 0, got {s!r}")
-    return s
+    return positive_finite("sigma", sigma)
 
 
 def _check_values(values: np.ndarray) -> np.ndarray:
