@@ -17,7 +17,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import cluster
 from .design import resolve_design
-from .graph import kernel_sum_graph
+from .graph import kernel_sum_graph, single_threaded_blas
 from .io import as_dask_array
 from .kernel import rounding_error_bound
 from .privacy.budget import current_budget
@@ -289,7 +289,7 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
 
     def _run(self, target, graph, n_pairs, sigma, m, sampler, fit_id) -> PrivateRelease:
         if isinstance(target, str):
-            with _local_progress(self.progress):
+            with _local_progress(self.progress), single_threaded_blas():
                 (kernel_sum,) = dask.compute(graph, scheduler=target)
             return private_release(kernel_sum, n_pairs, sigma, m, sampler, fit_id)
         return _run_distributed(target, graph, n_pairs, sigma, m, sampler, fit_id,
@@ -408,7 +408,8 @@ def kendall_matrix(
         data, plan, _ = _plan_blocks(data, design, target)
         graph = kernel_sum_graph(data, plan, g)
         if isinstance(target, str):
-            (kernel_sum,) = dask.compute(graph, scheduler=target)
+            with single_threaded_blas():
+                (kernel_sum,) = dask.compute(graph, scheduler=target)
         else:
             kernel_sum = target.compute(graph).result()
     return kernel_sum / plan.n_pairs

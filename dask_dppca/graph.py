@@ -9,16 +9,20 @@ so the result is the same whatever the scheduler, worker count or completion ord
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import dask
 import dask.array as da
+import distributed
 import numpy as np
 from dask.delayed import Delayed
+from threadpoolctl import threadpool_limits
 
 from .design import DesignPlan
 from .kernel import DEFAULT_MEMORY_BUDGET, block_pair_sum
 from .transforms import Transform
 
-__all__ = ["kernel_sum_graph", "tree_sum"]
+__all__ = ["kernel_sum_graph", "tree_sum", "single_threaded_blas"]
 
 
 def kernel_sum_graph(
@@ -50,13 +54,50 @@ def kernel_sum_graph(
         raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
     token = dask.base.tokenize(data.name, transform, plan, memory_budget)
     blocks = data.to_delayed()[:, 0]
-    pair_sum = dask.delayed(block_pair_sum, pure=True)
+    pair_sum = dask.delayed(_pair_task, pure=True)
     partials = [
         pair_sum(blocks[i], None if i == j else blocks[j], transform,
                  memory_budget=memory_budget, dask_key_name=f"dppca-pair-{i}-{j}-{token}")
         for i, j in plan.block_pairs
     ]
     return tree_sum(partials, key_prefix=f"dppca-sum-{token}")
+
+
+def _pair_task(block_a, block_b, transform, memory_budget):
+    """One block-pair task: the kernel, with BLAS pinned to one thread on Dask workers."""
+    _pin_blas_on_workers()
+    return block_pair_sum(block_a, block_b, transform, memory_budget=memory_budget)
+
+
+_pinned = {"done": False}
+
+
+def _pin_blas_on_workers() -> None:
+    """Pin BLAS (and OpenMP) to one thread for good in a Dask worker process.
+
+    Dask runs one task per core, so threaded BLAS only oversubscribes; OpenBLAS also
+    rounds differently with different thread counts, and a fixed count is what makes
+    the exact sum bitwise identical on any number of workers.  Dask's nanny already
+    sets ``OPENBLAS_NUM_THREADS=1``; this covers workers started without it.  It is
+    permanent on purpose: toggling the limit per task leaves OpenBLAS's idle threads
+    spinning on the core the next task needs.  In-process schedulers are covered by
+    :func:`single_threaded_blas` around the whole compute instead.
+    """
+    if _pinned["done"]:
+        return
+    try:
+        distributed.get_worker()
+    except ValueError:
+        return
+    threadpool_limits(limits=1)
+    _pinned["done"] = True
+
+
+@contextmanager
+def single_threaded_blas():
+    """BLAS and OpenMP on one thread for one compute in this process, then restored."""
+    with threadpool_limits(limits=1):
+        yield
 
 
 def tree_sum(parts: list[Delayed], key_prefix: str = "dppca-sum") -> Delayed:

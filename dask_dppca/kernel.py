@@ -33,12 +33,9 @@ scratch memory is O(tile_rows^2 + tile_rows d + d^2) whatever the block sizes.
 from __future__ import annotations
 
 import math
-import threading
-from contextlib import contextmanager
 
 import numba
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from .transforms import Transform, sphere
 
@@ -102,34 +99,6 @@ def rounding_error_bound(
     return 4.0 * CONDITION_LIMIT * depth * float(np.finfo(np.float64).eps)
 
 
-_blas_lock = threading.Lock()
-_blas_state = {"users": 0, "limiter": None, "controller": None}
-
-
-@contextmanager
-def _single_threaded_blas():
-    """BLAS on one thread while any kernel call runs in this process.
-
-    Dask's parallelism is one task per core, so threaded BLAS only oversubscribes;
-    and OpenBLAS rounds differently with different thread counts, so a fixed count
-    makes the exact sum bitwise identical on every scheduler.  Reference-counted:
-    concurrent calls (the threads scheduler) share one limit, restored by the last.
-    """
-    with _blas_lock:
-        if _blas_state["users"] == 0:
-            if _blas_state["controller"] is None:
-                _blas_state["controller"] = ThreadpoolController()
-            _blas_state["limiter"] = _blas_state["controller"].limit(limits=1, user_api="blas")
-        _blas_state["users"] += 1
-    try:
-        yield
-    finally:
-        with _blas_lock:
-            _blas_state["users"] -= 1
-            if _blas_state["users"] == 0:
-                _blas_state["limiter"].restore_original_limits()
-
-
 def block_pair_sum(
     block_a: np.ndarray,
     block_b: np.ndarray | None = None,
@@ -158,13 +127,7 @@ def block_pair_sum(
     -------
     ndarray, shape (d, d)
         The symmetric sum ``sum_pairs g(t_ij) g(t_ij)^T`` (not divided by the count).
-        Computed with single-threaded BLAS (see ``_single_threaded_blas``).
     """
-    with _single_threaded_blas():
-        return _block_pair_sum(block_a, block_b, transform, memory_budget, tile_rows)
-
-
-def _block_pair_sum(block_a, block_b, transform, memory_budget, tile_rows):
     transform = sphere() if transform is None else transform
     a = _as_float_rows(block_a)
     within = block_b is None
