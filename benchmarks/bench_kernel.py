@@ -234,11 +234,13 @@ def section_loops(args):
             return cross.result() + within.result()
 
     t_kernel_all = best_time(kernel_two_threads, args.repeats)
-    t_row_all = best_time(lambda: per_row_loop(x), 1)
+    t_row_threaded = best_time(lambda: per_row_loop(x), 1)
+    # The loop's best configuration: threaded BLAS can be slower on its small products.
+    t_row_all = min(t_row, t_row_threaded)
     speed_all = t_row_all / t_kernel_all
-    print(f"all threads: loop (BLAS threaded) {t_row_all:.3f} s, kernel (2 block-pair threads)"
-          f" {t_kernel_all:.4f} s -> {speed_all:.0f}x  (goal >= 30x:"
-          f" {'met' if speed_all >= 30 else 'NOT MET'})")
+    print(f"whole machine: loop at its best {t_row_all:.3f} s (BLAS threaded {t_row_threaded:.3f} s,"
+          f" single {t_row:.3f} s), kernel (2 block-pair threads) {t_kernel_all:.4f} s ->"
+          f" {speed_all:.0f}x  (goal >= 30x: {'met' if speed_all >= 30 else 'NOT MET'})")
 
     n_small = args.pair_n
     xs = rng.normal(size=(n_small, d))
