@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+from abc import ABC, abstractmethod
 import warnings
 
 import numpy as np
@@ -168,7 +169,7 @@ def lattice_step(sigma: float, lattice_bits: int = DEFAULT_LATTICE_BITS) -> floa
 # -- the sampler interface ------------------------------------------------------------
 
 
-class NoiseSampler:
+class NoiseSampler(ABC):
     """Adds independent ``N(0, sigma^2)`` noise to each entry of a vector.
 
     Subclasses implement :meth:`_add_noise`; :meth:`add_noise` validates first.  A
@@ -205,8 +206,9 @@ class NoiseSampler:
             return v.copy()
         return self._add_noise(v, s)
 
+    @abstractmethod
     def _add_noise(self, values: np.ndarray, sigma: float) -> np.ndarray:
-        raise NotImplementedError
+        """``values + noise`` for validated, non-empty ``values`` and ``sigma``."""
 
     def sensitivity_slack(self, n_entries: int, sigma: float) -> float:
         """Extra l2 sensitivity to add before calibrating (input rounding); 0 by default.
