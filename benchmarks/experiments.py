@@ -1,8 +1,11 @@
 """Regenerate the experiments of docs/results.md (figures in docs/figures/).
 
     python benchmarks/experiments.py --quick          # ~1-2 min: 5 data sets, n <= 10^4
-    python benchmarks/experiments.py                  # the committed run (see docs/results.md)
-    python benchmarks/experiments.py --datasets 20 --n-max 100000   # the full grid (long)
+    python benchmarks/experiments.py --datasets 20 --n-max 100000   # the full grid in one process (long)
+
+The committed docs/results.json was produced by several partial runs (--models, --n-list,
+--skip, --out DIR), run in parallel and merged with --merge DIR1,DIR2,... (the exact
+commands are in docs/results.md).
 
 Speed: for each data set the exact K_hat (every transform) and the covariance are
 computed once (dask_dppca.kendall_matrix, complete design), then the release is
@@ -103,7 +106,7 @@ def _peer_child(name, X, m, eps, c, queue):
                       n_components=m).fit(clip_rows(X, c))
         queue.put(np.asarray(est.components_, dtype=float))
     except Exception as error:  # reported, not fatal
-        queue.put(repr(error))
+        queue.put(repr(error)[:300])
 
 
 def run_peer(name, X, m, eps, c, cap):
@@ -128,7 +131,7 @@ def run_peer(name, X, m, eps, c, cap):
 # -- one data set -------------------------------------------------------------------------
 
 
-def evaluate(model, n, seed, eps_list, noise_reps, record):
+def evaluate(model, n, seed, eps_list, noise_reps, record, radii=None):
     d, m, df, frac = MODELS[model]
     spectrum = spiked_spectrum(d, m)
     directions = random_directions(d, 1000 + seed)
@@ -145,7 +148,7 @@ def evaluate(model, n, seed, eps_list, noise_reps, record):
     w, v = np.linalg.eigh(X.T @ X / n)
     record(dict(base, method="covariance (non-private)", eps=math.inf, err=err(v[:, ::-1][:, :m])))
     kernels = {"sphere": dd.kendall_matrix(X, scheduler="synchronous")}
-    for r in RADII:
+    for r in (RADII if radii is None else radii):
         kernels[f"winsor r={r:g}"] = dd.kendall_matrix(X, transform="winsor", radius=r,
                                                        scheduler="synchronous")
     for name, K in kernels.items():
@@ -195,9 +198,17 @@ def main(argv=None):
     ap.add_argument("--replot", action="store_true", help="redraw figures from docs/results.json")
     ap.add_argument("--radii", default="1,4,16", help="public winsor radii")
     ap.add_argument("--n-max-d100", type=int, default=100000, help="n cap for the d = 100 models")
+    ap.add_argument("--n-list", default=None, help="explicit n values of the n sweep (overrides --n-max)")
+    ap.add_argument("--winsor-n-max", type=int, default=10**9, help="winsor kernels only for n <= this")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: contam,peers,wall,planner")
+    ap.add_argument("--peer-ns", default="300,500,1000,3000,10000", help="n ladder of the peers")
+    ap.add_argument("--peer-datasets", type=int, default=5)
+    ap.add_argument("--peer-models", default="t1_d20_m2,gauss_d20_m2")
+    ap.add_argument("--merge", default=None,
+                    help="comma list of run directories (each with results.json and rows.json) to merge into --out")
     args = ap.parse_args(argv)
     global RADII
-    RADII = tuple(float(r) for r in args.radii.split(","))
+    RADII = tuple(float(r) for r in args.radii.split(",") if r)
     if args.quick:
         args.datasets, args.n_max, args.n_ref, args.peer_cap = 5, 3000, 3000, 5.0
         args.radii, RADII = "4", (4.0,)
@@ -205,7 +216,13 @@ def main(argv=None):
     (out / "figures").mkdir(parents=True, exist_ok=True)
     models = args.models.split(",")
     n_grid = [n for n in (1000, 3000, 10000, 30000, 100000) if n <= args.n_max]
+    if args.n_list is not None:
+        n_grid = [int(float(n)) for n in args.n_list.split(",") if n]
+    skip = set(args.skip.split(","))
     eps_grid = [0.1, 0.3, 0.5, 1.0, 3.0, 10.0]
+    if args.merge:
+        merge(args.merge.split(","), out)
+        return
     if args.replot:
         results = json.loads((out / "results.json").read_text())
         make_all(results, out / "figures")
@@ -228,14 +245,15 @@ def main(argv=None):
                 continue
             for s in range(args.datasets):
                 eps_list = eps_grid if n == args.n_ref else [0.5, 1.0]
-                evaluate(model, n, s, eps_list, args.noise_reps, record)
+                evaluate(model, n, s, eps_list, args.noise_reps, record,
+                         radii=RADII if n <= args.winsor_n_max else ())
             print(f"[{time.time() - t0:6.0f}s] {model} n={n}", flush=True)
 
     # 2. contamination sweep (Gaussian d=20, m=2), with the breakdown bound
     contam_fracs = [0.0, 0.01, 0.02, 0.05, 0.08, 0.12, 0.2]
     bounds = []
     n_c = min(args.n_ref, 3000)
-    for frac in contam_fracs:
+    for frac in ([] if "contam" in skip else contam_fracs):
         MODELS[f"contam_{frac:g}"] = (20, 2, None, frac)
         for s in range(args.datasets):
             X, _ = evaluate(f"contam_{frac:g}", n_c, s, [1.0], args.noise_reps, record)
@@ -245,16 +263,16 @@ def main(argv=None):
 
     # 3. peers under a time cap (diffprivlib, OpenDP), t1 and Gaussian d=20, eps=1
     peer_rows = []
-    for model in ("t1_d20_m2", "gauss_d20_m2"):
+    for model in ([] if "peers" in skip else args.peer_models.split(",")):
         d, m, df, frac = MODELS[model]
         for name in ("diffprivlib", "opendp"):
             for c in (5.0, 20.0):
                 gave_up = False
-                for n in (300, 500, 1000, 3000, 10000):
+                for n in [int(float(v)) for v in args.peer_ns.split(",")]:
                     if gave_up:
                         peer_rows.append(dict(model=model, method=f"{name} c={c:g}", n=n, status="skipped"))
                         continue
-                    for s in range(min(args.datasets, 5)):
+                    for s in range(args.peer_datasets):
                         spectrum, directions = spiked_spectrum(d, m), random_directions(d, 1000 + s)
                         X = make_elliptical(n, spectrum, directions, df=df, seed=s)
                         comp, wall, status = run_peer(name, X, m, 1.0, c, args.peer_cap)
@@ -267,7 +285,7 @@ def main(argv=None):
                 print(f"[{time.time() - t0:6.0f}s] {name} c={c:g} {model}", flush=True)
     # our wall time for the same n (sphere fit through the estimator, synchronous)
     ours_wall = []
-    for n in (300, 500, 1000, 3000, 10000, 30000):
+    for n in ([] if "wall" in skip else (300, 500, 1000, 3000, 10000, 30000)):
         X = make_elliptical(n, spiked_spectrum(20, 2), random_directions(20, 0), df=1.0, seed=0)
         start = time.perf_counter()
         dd.DPPCA(2, epsilon=1.0, design="complete", scheduler="synchronous").fit(X)
@@ -275,7 +293,7 @@ def main(argv=None):
 
     # 4. planner predictions for the n sweep (sphere, analytic, eps 1 and 0.5)
     plan_rows = []
-    for model in models:
+    for model in ([] if "planner" in skip else models):
         d, m, df, frac = MODELS[model]
         if frac:
             continue
@@ -294,9 +312,40 @@ def main(argv=None):
                    contamination=bounds, peers=peer_rows, ours_wall=ours_wall, planner=plan_rows,
                    seconds=time.time() - t0)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    (out / "rows.json").write_text(json.dumps(rows, default=float))
     make_all(results, out / "figures")
     print(headlines(results))
     print(f"done in {time.time() - t0:.0f} s; wrote {out / 'results.json'} and figures")
+
+
+def merge(dirs, out):
+    """Merge several partial runs (each --out DIR with results.json and rows.json) into out."""
+    rows, parts = [], []
+    for d in dirs:
+        parts.append(json.loads((Path(d) / "results.json").read_text()))
+        rows += json.loads((Path(d) / "rows.json").read_text())
+    n_grid = sorted({n for p in parts for n in p["n_grid"]})
+    models = []
+    for p in parts:
+        models += [m for m in p["args"]["models"].split(",") if m not in models]
+    plan = {}
+    for p in parts:
+        for r in p["planner"]:
+            plan[(r["model"], r["n"], r["eps"], r.get("sweep"))] = r
+    first = next((p for p in parts if p["contamination"]), parts[0])
+    peers = [r for p in parts for r in p["peers"]]
+    args = dict(parts[0]["args"], models=",".join(models), merged_from=dirs,
+                datasets=max(p["args"]["datasets"] for p in parts),
+                peer_cap=max(p["args"]["peer_cap"] for p in parts if p["peers"]) if peers else 0,
+                n_ref=first["args"]["n_ref"], runs=[p["args"] for p in parts])
+    results = dict(args=args, n_grid=n_grid, eps_grid=parts[0]["eps_grid"], summary=summarise(rows),
+                   contamination=first["contamination"], peers=peers,
+                   ours_wall=next((p["ours_wall"] for p in parts if p["ours_wall"]), []),
+                   planner=list(plan.values()), seconds=sum(p["seconds"] for p in parts))
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    make_all(results, out / "figures")
+    print(headlines(results))
 
 
 # -- plots and headline numbers ------------------------------------------------------------
@@ -410,7 +459,13 @@ def make_all(results, figdir):
     fig.savefig(figdir / "calibration_records.png", dpi=110)
     plt.close(fig)
 
-    # contamination
+    if results["contamination"]:
+        _contamination_plot(results, tab, figdir, plt)
+    if results["peers"] or results["ours_wall"]:
+        _wall_plot(results, figdir, plt)
+
+
+def _contamination_plot(results, tab, figdir, plt):
     fig, ax = plt.subplots(figsize=(6, 4))
     fr = [b["frac"] for b in results["contamination"]]
     n_c = min(results["args"]["n_ref"], 3000)
@@ -432,7 +487,9 @@ def make_all(results, figdir):
     fig.savefig(figdir / "error_vs_contamination.png", dpi=110)
     plt.close(fig)
 
-    # wall time of the peers
+
+
+def _wall_plot(results, figdir, plt):
     fig, ax = plt.subplots(figsize=(6, 4))
     peers = {}
     for r in results["peers"]:
@@ -441,7 +498,7 @@ def make_all(results, figdir):
         peers.setdefault(r["method"], {}).setdefault(r["n"], []).append(r)
     for i, (meth, byn) in enumerate(sorted(peers.items())):
         ns = sorted(byn)
-        walls = [np.median([r["wall"] for r in byn[n]]) for n in ns]
+        walls = [np.median([r["wall"] for r in byn[n] if "wall" in r]) for n in ns]
         ax.plot(ns, walls, marker="o", label=meth, color=f"C{i + 3}")
         for n in ns:
             if any(r["status"] == "gave up" for r in byn[n]):
