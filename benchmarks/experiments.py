@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 import dask_dppca as dd
-from dask_dppca.datasets import make_elliptical, random_directions, spiked_spectrum
+from dask_dppca.datasets import make_elliptical, make_skewed, random_directions, spiked_spectrum
 from dask_dppca.privacy.calibration import calibrate_sigma
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning, SeededSampler
 from dask_dppca.privacy.release import private_release
@@ -47,7 +47,9 @@ warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
 DELTA = 1e-6
 ROOT = Path(__file__).resolve().parents[1]
 
-# name: (d, m, df, outlier fraction); df None = Gaussian.  Spikes 10 m, ..., 10; bulk 1.
+# name: (d, m, df, outlier fraction); df None = Gaussian, a string = skewed independent
+# components with that marginal (datasets.make_skewed: not elliptical, mean 0).
+# Spikes 10 m, ..., 10; bulk 1.
 # Location 0 (known to Analyze Gauss's clipping) unless named "shift": then the location
 # is SHIFT * (1, ..., 1) / sqrt(d), unknown to every method.
 MODELS = {
@@ -55,15 +57,25 @@ MODELS = {
     "t3_d20_m2": (20, 2, 3.0, 0.0),
     "t1_d20_m2": (20, 2, 1.0, 0.0),
     "t1_d20_m2_shift": (20, 2, 1.0, 0.0),
+    "gauss_d20_m5": (20, 5, None, 0.0),
+    "t1_d20_m5": (20, 5, 1.0, 0.0),
+    "gauss_d100_m2": (100, 2, None, 0.0),
+    "t1_d100_m2": (100, 2, 1.0, 0.0),
     "gauss_d100_m5": (100, 5, None, 0.0),
     "t1_d100_m5": (100, 5, 1.0, 0.0),
     "contam2_d20_m2": (20, 2, None, 0.02),
     "contam5_d20_m2": (20, 2, None, 0.05),
+    "lognorm_d20_m2": (20, 2, "lognormal", 0.0),
+    "pareto_d20_m2": (20, 2, "pareto", 0.0),
 }
 SHIFT = 10.0
 WINSOR_RADII = (1.0, 4.0, 16.0)
 RADII = WINSOR_RADII  # set by --radii          # public, in the units of t = (x_i - x_j)/sqrt2
 CLIP_NORMS = (2.0, 5.0, 10.0, 20.0, 50.0)  # public row norms for Analyze Gauss / peers
+# Two-stage Analyze Gauss: share of the GDP mu^2 spent on a private centre, and the public
+# clipping radii of its rounds (the first is the public bound on the location's norm).
+CENTRE_SHARES = (0.1, 0.25)
+CENTRE_RADII = (40.0, 10.0, 2.5)
 
 
 def release(k_hat: np.ndarray, sigma: float, m: int, seed: int) -> np.ndarray:
@@ -131,11 +143,14 @@ def run_peer(name, X, m, eps, c, cap):
 # -- one data set -------------------------------------------------------------------------
 
 
-def evaluate(model, n, seed, eps_list, noise_reps, record, radii=None):
+def evaluate(model, n, seed, eps_list, noise_reps, record, radii=None, kernels=True):
     d, m, df, frac = MODELS[model]
     spectrum = spiked_spectrum(d, m)
     directions = random_directions(d, 1000 + seed)
-    X = make_elliptical(n, spectrum, directions, df=df, outlier_fraction=frac, seed=seed)
+    if isinstance(df, str):
+        X = make_skewed(n, spectrum, directions, marginal=df, seed=seed)
+    else:
+        X = make_elliptical(n, spectrum, directions, df=df, outlier_fraction=frac, seed=seed)
     if model.endswith("shift"):
         X += SHIFT / math.sqrt(d)
     U = directions[:, :m]
@@ -145,17 +160,19 @@ def evaluate(model, n, seed, eps_list, noise_reps, record, radii=None):
         return sin_theta(V, U)
 
     # references
-    w, v = np.linalg.eigh(X.T @ X / n)
-    record(dict(base, method="covariance (non-private)", eps=math.inf, err=err(v[:, ::-1][:, :m])))
-    kernels = {"sphere": dd.kendall_matrix(X, scheduler="synchronous")}
-    for r in (RADII if radii is None else radii):
-        kernels[f"winsor r={r:g}"] = dd.kendall_matrix(X, transform="winsor", radius=r,
-                                                       scheduler="synchronous")
-    for name, K in kernels.items():
+    k_hats = {}
+    if kernels:
+        w, v = np.linalg.eigh(X.T @ X / n)
+        record(dict(base, method="covariance (non-private)", eps=math.inf, err=err(v[:, ::-1][:, :m])))
+        k_hats["sphere"] = dd.kendall_matrix(X, scheduler="synchronous")
+        for r in (RADII if radii is None else radii):
+            k_hats[f"winsor r={r:g}"] = dd.kendall_matrix(X, transform="winsor", radius=r,
+                                                          scheduler="synchronous")
+    for name, K in k_hats.items():
         record(dict(base, method=f"g {name} (non-private)", eps=math.inf, err=err(release(K, 0.0, m, 0))))
     second = {c: clip_rows(X, c).T @ clip_rows(X, c) / n for c in CLIP_NORMS}
     for eps in eps_list:
-        for name, K in kernels.items():
+        for name, K in k_hats.items():
             tr, r = ("sphere", None) if name == "sphere" else ("winsor", float(name.split("=")[1]))
             cals = ["analytic"] + (["classical"] if eps < 1 else [])
             for cal in cals:
@@ -169,7 +186,42 @@ def evaluate(model, n, seed, eps_list, noise_reps, record, radii=None):
             for rep in range(noise_reps):
                 V = release(S, sigma, m, seed * 1000 + 500 + rep)
                 record(dict(base, method=f"Analyze Gauss c={c:g}", eps=eps, err=err(V), rep=rep))
+        for share in CENTRE_SHARES:
+            for rep in range(noise_reps):
+                centre, mu_rest, _ = private_centre(X, eps, share, seed * 1000 + 700 + rep)
+                Xc = X - centre
+                for c in CLIP_NORMS:
+                    Xcc = clip_rows(Xc, c)
+                    sigma = math.sqrt(2.0) * c * c / n / mu_rest
+                    V = release(Xcc.T @ Xcc / n, sigma, m, seed * 1000 + 800 + rep)
+                    record(dict(base, method=f"Analyze Gauss private centre {share:g} c={c:g}", eps=eps,
+                                err=err(V), rep=rep))
     return X, U
+
+
+def private_centre(X: np.ndarray, eps: float, share: float, seed: int):
+    """The centring stage of a two-stage Analyze Gauss: (centre, mu left for stage two,
+    [(sensitivity, sigma) of each round]).
+
+    The (eps, DELTA) target is the analytic Gaussian's mu-GDP (mu = 1 / sigma at
+    sensitivity 1); ``share`` of mu^2 goes to the centre, split equally over the rounds
+    of CENTRE_RADII: each round adds the noisy mean of the rows clipped to a public
+    radius r about the current centre (replace-one sensitivity 2 r / n).  A fixed point of
+    the clipped mean is a Huber-type spatial location, consistent for symmetric data and
+    finite for t_1.  The public location bound CENTRE_RADII[0] is one more public
+    parameter that g-DPPCA does not need.  Seeded noise: an experiment, not a release.
+    """
+    n, d = X.shape
+    mu = 1.0 / calibrate_sigma(1.0, eps, DELTA, "analytic")
+    mu_round = mu * math.sqrt(share / len(CENTRE_RADII))
+    rng = np.random.default_rng(seed)
+    centre, releases = np.zeros(d), []
+    for r in CENTRE_RADII:
+        sensitivity = 2.0 * r / n
+        releases.append((sensitivity, sensitivity / mu_round))
+        step = clip_rows(X - centre, r).mean(axis=0)
+        centre = centre + step + rng.normal(0.0, releases[-1][1], size=d)
+    return centre, mu * math.sqrt(1.0 - share), releases
 
 
 def summarise(rows, keys=("model", "n", "eps", "method", "frac")):
@@ -189,6 +241,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--datasets", type=int, default=20)
+    ap.add_argument("--first-dataset", type=int, default=0,
+                    help="seed of the first data set (to add data sets to an earlier run)")
     ap.add_argument("--noise-reps", type=int, default=1)
     ap.add_argument("--n-max", type=int, default=30000)
     ap.add_argument("--n-ref", type=int, default=10000, help="n of the epsilon and contamination sweeps")
@@ -204,6 +258,8 @@ def main(argv=None):
     ap.add_argument("--peer-ns", default="300,500,1000,3000,10000", help="n ladder of the peers")
     ap.add_argument("--peer-datasets", type=int, default=5)
     ap.add_argument("--peer-models", default="t1_d20_m2,gauss_d20_m2")
+    ap.add_argument("--ag-only", action="store_true",
+                    help="only the Analyze Gauss rows (no kernels): adds the baselines to an earlier run")
     ap.add_argument("--merge", default=None,
                     help="comma list of run directories (each with results.json and rows.json) to merge into --out")
     args = ap.parse_args(argv)
@@ -243,10 +299,10 @@ def main(argv=None):
         for n in n_grid:
             if MODELS[model][0] >= 100 and n > args.n_max_d100:
                 continue
-            for s in range(args.datasets):
+            for s in range(args.first_dataset, args.first_dataset + args.datasets):
                 eps_list = eps_grid if n == args.n_ref else [0.5, 1.0]
                 evaluate(model, n, s, eps_list, args.noise_reps, record,
-                         radii=RADII if n <= args.winsor_n_max else ())
+                         radii=RADII if n <= args.winsor_n_max else (), kernels=not args.ag_only)
             print(f"[{time.time() - t0:6.0f}s] {model} n={n}", flush=True)
 
     # 2. contamination sweep (Gaussian d=20, m=2), with the breakdown bound
@@ -256,7 +312,8 @@ def main(argv=None):
     for frac in ([] if "contam" in skip else contam_fracs):
         MODELS[f"contam_{frac:g}"] = (20, 2, None, frac)
         for s in range(args.datasets):
-            X, _ = evaluate(f"contam_{frac:g}", n_c, s, [1.0], args.noise_reps, record)
+            X, _ = evaluate(f"contam_{frac:g}", n_c, s, [1.0], args.noise_reps, record,
+                            kernels=not args.ag_only)
             if s == 0:
                 bounds.append(dict(frac=frac, **breakdown_bound(X, 2)))
         print(f"[{time.time() - t0:6.0f}s] contamination {frac}", flush=True)
@@ -295,7 +352,7 @@ def main(argv=None):
     plan_rows = []
     for model in ([] if "planner" in skip else models):
         d, m, df, frac = MODELS[model]
-        if frac:
+        if frac or isinstance(df, str):  # the planner's model is elliptical and clean
             continue
         um = UtilityModel(spiked_spectrum(d, m), m, df=df, n_triples=40000)
         for n in n_grid:
@@ -320,10 +377,16 @@ def main(argv=None):
 
 def merge(dirs, out):
     """Merge several partial runs (each --out DIR with results.json and rows.json) into out."""
-    rows, parts = [], []
+    rows, parts, seen = [], [], set()
     for d in dirs:
         parts.append(json.loads((Path(d) / "results.json").read_text()))
-        rows += json.loads((Path(d) / "rows.json").read_text())
+        for row in json.loads((Path(d) / "rows.json").read_text()):
+            # runs overlap (an --ag-only pass repeats the known-centre Analyze Gauss rows,
+            # bit for bit: same data and noise seeds): count each evaluation once
+            key = tuple(row.get(k) for k in ("model", "n", "eps", "method", "frac", "dataset", "rep"))
+            if key not in seen:
+                seen.add(key)
+                rows.append(row)
     n_grid = sorted({n for p in parts for n in p["n_grid"]})
     models = []
     for p in parts:
@@ -345,6 +408,7 @@ def merge(dirs, out):
     (out / "figures").mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     make_all(results, out / "figures")
+    (out / "results_tables.md").write_text(tables(results))
     print(headlines(results))
 
 
@@ -358,6 +422,13 @@ STYLE = {
     "best g-DPPCA winsor (analytic)": dict(color="C2", lw=1.6),
     "best Analyze Gauss (oracle c)": dict(color="C3", lw=1.6),
     "Analyze Gauss c=10": dict(color="C3", ls="--"),
+    "best Analyze Gauss, private centre (oracle c)": dict(color="C4", lw=1.6),
+}
+# method-name prefixes of the "best of a public grid" lines (the best is chosen after the fact)
+BEST_PREFIX = {
+    "best g-DPPCA winsor (analytic)": "g-DPPCA winsor",
+    "best Analyze Gauss (oracle c)": "Analyze Gauss c=",
+    "best Analyze Gauss, private centre (oracle c)": "Analyze Gauss private centre",
 }
 
 
@@ -376,8 +447,7 @@ def _series(tab, model, xs, key, method, frac, eps=None, n=None):
     for x in xs:
         nn, ee = (x, eps) if key == "n" else (n, x)
         if method.startswith("best "):
-            prefix = {"best g-DPPCA winsor (analytic)": "g-DPPCA winsor",
-                      "best Analyze Gauss (oracle c)": "Analyze Gauss"}[method]
+            prefix = BEST_PREFIX[method]
             cands = [v for k, v in tab.items() if k[0] == model and k[1] == nn and k[2] == ee
                      and k[4] == frac and k[3].startswith(prefix) and "classical" not in k[3]]
             row = min(cands, key=lambda v: v["median"]) if cands else None
@@ -446,6 +516,8 @@ def make_all(results, figdir):
         for cal, style in (("analytic", dict(color="C0")), ("classical", dict(color="C1"))):
             pts = [p for p in _series(tab, model, results["n_grid"], "n", f"g-DPPCA sphere ({cal})", 0.0, eps=0.5)
                    if p[2] is not None]
+            if not pts:
+                continue
             x, lo, med, hi = (np.array(v, dtype=float) for v in zip(*pts))
             ax.plot(x, med, marker="o", label=f"measured, {cal}", **style)
             ax.fill_between(x, lo, hi, alpha=0.15, color=style["color"])
@@ -470,7 +542,8 @@ def _contamination_plot(results, tab, figdir, plt):
     fr = [b["frac"] for b in results["contamination"]]
     n_c = min(results["args"]["n_ref"], 3000)
     for meth in ("covariance (non-private)", "g sphere (non-private)", "g-DPPCA sphere (analytic)",
-                 "best g-DPPCA winsor (analytic)", "best Analyze Gauss (oracle c)"):
+                 "best g-DPPCA winsor (analytic)", "best Analyze Gauss (oracle c)",
+                 "best Analyze Gauss, private centre (oracle c)"):
         pts = []
         for f in fr:
             s = _series(tab, f"contam_{f:g}", [n_c], "n", meth, f, eps=1.0)[0]
@@ -516,36 +589,111 @@ def _wall_plot(results, figdir, plt):
     plt.close(fig)
 
 
+def _cell(tab, model, n, eps):
+    """sphere row, best winsor, best AG (known centre), best AG (private centre) of one cell."""
+    frac = MODELS[model][3]
+    ours = tab.get((model, n, eps, "g-DPPCA sphere (analytic)", frac))
+    return (ours,) + tuple(_best(tab, model, n, eps, BEST_PREFIX[k], frac) for k in
+                           ("best g-DPPCA winsor (analytic)", "best Analyze Gauss (oracle c)",
+                            "best Analyze Gauss, private centre (oracle c)"))
+
+
+def _records_ratios(tab, n_grid, model):
+    """n at which the analytic calibration reaches the classical's median, over the classical n."""
+    a = [p for p in _series(tab, model, n_grid, "n", "g-DPPCA sphere (analytic)", 0.0, eps=0.5)
+         if p[2] is not None]
+    c = _series(tab, model, n_grid, "n", "g-DPPCA sphere (classical)", 0.0, eps=0.5)
+    if len(a) < 2:
+        return {}
+    ln, la = np.log([p[0] for p in a]), np.log([p[2] for p in a])
+    out = {}
+    for n, _, med, _ in c:
+        if med is not None and la.min() <= math.log(med) <= la.max():
+            out[n] = math.exp(np.interp(math.log(med), la[::-1], ln[::-1])) / n
+    return out
+
+
 def headlines(results) -> str:
     tab = _table(results)
     n_ref = results["args"]["n_ref"]
     lines = []
-    for model in ("t1_d20_m2", "t1_d100_m5", "gauss_d20_m2", "gauss_d100_m5", "t3_d20_m2",
-                  "contam2_d20_m2", "contam5_d20_m2"):
-        ours = tab.get((model, n_ref, 1.0, "g-DPPCA sphere (analytic)", MODELS[model][3]))
+    for model in results["args"]["models"].split(","):
+        ours, (wi, winame), (ag, agname), (agp, agpname) = _cell(tab, model, n_ref, 1.0)
+        if ours is None or ag is None:
+            continue
+        lines.append(f"{model}: n={n_ref} eps=1: sphere {ours['median']:.4f}, best winsor {wi} ({winame}), "
+                     f"best AG {ag:.4f} ({agname}), best AG private centre {agp} ({agpname}); "
+                     f"AG/sphere = {ag / ours['median']:.2f}"
+                     + (f", AG private/sphere = {agp / ours['median']:.2f}" if agp else ""))
+    for model in results["args"]["models"].split(","):
+        ratios = _records_ratios(tab, results["n_grid"], model)
+        if ratios:
+            lines.append(f"{model}: records ratio analytic/classical at eps=0.5 ("
+                         + ", ".join(f"n={n}: {r:.2f}" for n, r in ratios.items()) + ")")
+    return "\n".join(lines)
+
+
+def tables(results) -> str:
+    """The markdown tables of docs/results.md, from a (merged) results.json."""
+    tab = _table(results)
+    n_ref, models = results["args"]["n_ref"], results["args"]["models"].split(",")
+    counts = {}
+    for v in results["summary"]:
+        counts.setdefault((v["model"], v["n"]), set()).add(v["count"])
+
+    def f(x):
+        return "—" if x is None else f"{x:.3g}"
+
+    def r(x):
+        return "—" if x is None else f"{x:.2f}"
+
+    out = [f"### Headline cells: n = {n_ref}, epsilon = 1",
+           "",
+           "| model | g-DPPCA sphere [quartiles] | best winsor | best AG, known centre | best AG, private centre "
+           "| AG known / sphere | AG private / sphere | g sphere, non-private | covariance, non-private | data sets |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for model in models:
+        ours, (wi, winame), (ag, agname), (agp, agpname) = _cell(tab, model, n_ref, 1.0)
         if ours is None:
             continue
         frac = MODELS[model][3]
-        ag, agname = _best(tab, model, n_ref, 1.0, "Analyze Gauss", frac)
-        wi, winame = _best(tab, model, n_ref, 1.0, "g-DPPCA winsor", frac)
-        lines.append(f"{model}: n={n_ref} eps=1: sphere {ours['median']:.4f}, best winsor {wi:.4f} ({winame}), "
-                     f"best Analyze Gauss {ag:.4f} ({agname}); AG/sphere = {ag / ours['median']:.2f}")
-    # records ratio: n at which analytic reaches the classical's median (log-log interpolation)
-    for model in ("t1_d20_m2", "gauss_d20_m2", "gauss_d100_m5", "t1_d100_m5"):
-        a = _series(tab, model, results["n_grid"], "n", "g-DPPCA sphere (analytic)", 0.0, eps=0.5)
-        c = _series(tab, model, results["n_grid"], "n", "g-DPPCA sphere (classical)", 0.0, eps=0.5)
-        a = [p for p in a if p[2] is not None]
-        if len(a) < 2:
-            continue
-        ln, la = np.log([p[0] for p in a]), np.log([p[2] for p in a])
-        ratios = []
-        for n, _, med, _ in c:
-            if med is None or not (la.min() <= math.log(med) <= la.max()):
-                continue
-            n_a = math.exp(np.interp(math.log(med), la[::-1], ln[::-1]))
-            ratios.append(f"n={n}: {n_a / n:.2f}")
-        lines.append(f"{model}: records ratio analytic/classical at eps=0.5 ({', '.join(ratios)})")
-    return "\n".join(lines)
+        ref_g = tab.get((model, n_ref, math.inf, "g sphere (non-private)", frac))
+        ref_c = tab.get((model, n_ref, math.inf, "covariance (non-private)", frac))
+        short = lambda name: name.replace("Analyze Gauss ", "").replace("private centre ", "share ")  # noqa: E731
+        out.append(
+            f"| {model} | {f(ours['median'])} [{f(ours['q1'])}, {f(ours['q3'])}] "
+            f"| {f(wi)} ({winame.replace('g-DPPCA winsor ', '').replace(' (analytic)', '') if winame else ''}) "
+            f"| {f(ag)} ({short(agname) if agname else ''}) | {f(agp)} ({short(agpname) if agpname else ''}) "
+            f"| {r(ag / ours['median']) if ag else '—'} | {r(agp / ours['median']) if agp else '—'} "
+            f"| {f(ref_g['median'] if ref_g else None)} | {f(ref_c['median'] if ref_c else None)} "
+            f"| {ours['count']} |")
+    for key, xs, label in (("eps", results["eps_grid"], f"Epsilon sweep, n = {n_ref}"),
+                           ("n", results["n_grid"], "n sweep, epsilon = 1")):
+        out += ["", f"### {label}: g-DPPCA sphere / best AG known centre / best AG private centre "
+                    "(AG private / sphere)", "",
+                "| model | " + " | ".join(f"{key} = {x:g}" for x in xs) + " |",
+                "|---|" + "---|" * len(xs)]
+        for model in models:
+            cells = []
+            for x in xs:
+                n, eps = (n_ref, x) if key == "eps" else (x, 1.0)
+                ours, _, (ag, _), (agp, _) = _cell(tab, model, n, eps)
+                if ours is None:
+                    cells.append("not run")
+                    continue
+                c = ours["count"]
+                cells.append(f"{f(ours['median'])} / {f(ag)} / {f(agp)} "
+                             f"({r(agp / ours['median']) if agp else '—'})" + ("" if c >= 20 else f" [{c} sets]"))
+            if any(c != "not run" for c in cells):
+                out.append(f"| {model} | " + " | ".join(cells) + " |")
+    out += ["", "### Records ratio (analytic / classical calibration, epsilon = 0.5)", "",
+            "| model | " + " | ".join(f"n = {n:g}" for n in results["n_grid"]) + " |",
+            "|---|" + "---|" * len(results["n_grid"])]
+    for model in models:
+        ratios = _records_ratios(tab, results["n_grid"], model)
+        if ratios:
+            out.append(f"| {model} | " + " | ".join(r(ratios.get(n)) for n in results["n_grid"]) + " |")
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":

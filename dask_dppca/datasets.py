@@ -1,4 +1,7 @@
-"""Synthetic elliptical data with known principal directions (demo, tests, benchmarks).
+"""Synthetic data with known principal directions (demo, tests, benchmarks).
+
+Elliptical rows (:func:`make_elliptical`) and skewed independent components
+(:func:`make_skewed`), each with scatter ``directions diag(spectrum) directions^T``.
 
 Data generation is not privacy noise: these generators take an explicit seed so that
 examples are reproducible.
@@ -8,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["spiked_spectrum", "random_directions", "make_elliptical", "write_elliptical_zarr"]
+__all__ = ["spiked_spectrum", "random_directions", "make_elliptical", "make_skewed", "write_elliptical_zarr"]
+
+SKEWED_MARGINALS = ("lognormal", "pareto")
 
 
 def spiked_spectrum(d: int, n_spikes: int = 2, spike: float = 10.0) -> np.ndarray:
@@ -51,6 +56,52 @@ def make_elliptical(
         rows = rng.choice(n, size=n_out, replace=False)
         x[rows] = outlier_distance * directions[:, -1] + rng.standard_normal((n_out, d))
     return x
+
+
+def make_skewed(
+    n: int,
+    spectrum: np.ndarray,
+    directions: np.ndarray,
+    *,
+    marginal: str = "pareto",
+    pareto_shape: float = 1.5,
+    seed: int,
+) -> np.ndarray:
+    """Rows ``directions @ (sqrt(spectrum) * z)`` with iid skewed, mean-zero components z.
+
+    Not elliptical, so a sign covariance about any single centre is biased, while the
+    differences ``x_i - x_j`` have independent *symmetric* components: the pairwise
+    ``K`` then has exactly ``directions`` as eigenvectors, ordered by ``spectrum``
+    (flipping the sign of one component's difference leaves the law unchanged, which
+    kills every off-diagonal term; exchangeability orders the diagonal).
+
+    Parameters
+    ----------
+    n : int
+        Rows.
+    spectrum, directions : ndarray
+        As in :func:`make_elliptical`.
+    marginal : {"lognormal", "pareto"}
+        ``"lognormal"``: exp(N(0, 1)) standardised to mean 0, variance 1 (so the
+        covariance is the scatter).  ``"pareto"``: Lomax (Pareto II) with shape
+        ``pareto_shape`` and scale 1, centred at its mean; with the default 1.5 the mean
+        exists and the variance is infinite.
+    pareto_shape : float, default 1.5
+        > 1 (so that the mean used for centring exists).
+    seed : int
+        Seed of the generator (data generation, not privacy noise).
+    """
+    if marginal not in SKEWED_MARGINALS:
+        raise ValueError(f"marginal: must be one of {SKEWED_MARGINALS}, got {marginal!r}")
+    if not pareto_shape > 1.0:
+        raise ValueError(f"pareto_shape: must be > 1 (the mean must exist), got {pareto_shape!r}")
+    rng = np.random.default_rng(seed)
+    d = len(spectrum)
+    if marginal == "lognormal":
+        z = (rng.lognormal(0.0, 1.0, size=(n, d)) - np.exp(0.5)) / np.sqrt((np.e - 1.0) * np.e)
+    else:
+        z = rng.pareto(pareto_shape, size=(n, d)) - 1.0 / (pareto_shape - 1.0)
+    return (z * np.sqrt(spectrum)) @ directions.T
 
 
 def write_elliptical_zarr(
