@@ -693,6 +693,19 @@ def tables(results) -> str:
         ratios = _records_ratios(tab, results["n_grid"], model)
         if ratios:
             out.append(f"| {model} | " + " | ".join(r(ratios.get(n)) for n in results["n_grid"]) + " |")
+    plan = {(p["model"], p["n"], p["eps"]): p for p in results["planner"] if "sweep" not in p}
+    out += ["", "### Planner check: predicted median / measured median (sphere, analytic)", "",
+            "| model | epsilon | " + " | ".join(f"n = {n:g}" for n in results["n_grid"]) + " |",
+            "|---|---|" + "---|" * len(results["n_grid"])]
+    for model in models:
+        for eps in (0.5, 1.0):
+            cells = []
+            for n in results["n_grid"]:
+                pred = plan.get((model, n, eps))
+                ours = tab.get((model, n, eps, "g-DPPCA sphere (analytic)", MODELS[model][3]))
+                cells.append(r(pred["pred"] / ours["median"]) if pred and ours else "—")
+            if any(c != "—" for c in cells):
+                out.append(f"| {model} | {eps:g} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
