@@ -68,6 +68,8 @@ MODELS = {
     "lognorm_d20_m2": (20, 2, "lognormal", 0.0),
     "pareto_d20_m2": (20, 2, "pareto", 0.0),
 }
+CONTAM_FRACS = (0.0, 0.01, 0.02, 0.05, 0.08, 0.12, 0.2)  # the contamination sweep
+MODELS.update({f"contam_{frac:g}": (20, 2, None, frac) for frac in CONTAM_FRACS})
 SHIFT = 10.0
 WINSOR_RADII = (1.0, 4.0, 16.0)
 RADII = WINSOR_RADII  # set by --radii          # public, in the units of t = (x_i - x_j)/sqrt2
@@ -246,7 +248,7 @@ def main(argv=None):
     ap.add_argument("--noise-reps", type=int, default=1)
     ap.add_argument("--n-max", type=int, default=30000)
     ap.add_argument("--n-ref", type=int, default=10000, help="n of the epsilon and contamination sweeps")
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=",".join(m for m in MODELS if not m.startswith("contam_")))
     ap.add_argument("--peer-cap", type=float, default=20.0, help="seconds per peer fit")
     ap.add_argument("--out", default=str(ROOT / "docs"))
     ap.add_argument("--replot", action="store_true", help="redraw figures from docs/results.json")
@@ -306,11 +308,9 @@ def main(argv=None):
             print(f"[{time.time() - t0:6.0f}s] {model} n={n}", flush=True)
 
     # 2. contamination sweep (Gaussian d=20, m=2), with the breakdown bound
-    contam_fracs = [0.0, 0.01, 0.02, 0.05, 0.08, 0.12, 0.2]
     bounds = []
     n_c = min(args.n_ref, 3000)
-    for frac in ([] if "contam" in skip else contam_fracs):
-        MODELS[f"contam_{frac:g}"] = (20, 2, None, frac)
+    for frac in ([] if "contam" in skip else CONTAM_FRACS):
         for s in range(args.datasets):
             X, _ = evaluate(f"contam_{frac:g}", n_c, s, [1.0], args.noise_reps, record,
                             kernels=not args.ag_only)
@@ -693,6 +693,17 @@ def tables(results) -> str:
         ratios = _records_ratios(tab, results["n_grid"], model)
         if ratios:
             out.append(f"| {model} | " + " | ".join(r(ratios.get(n)) for n in results["n_grid"]) + " |")
+    if results["contamination"]:
+        fracs = [b["frac"] for b in results["contamination"]]
+        n_c = min(n_ref, 3000)
+        out += ["", f"### Contamination: Gaussian d=20 m=2, n = {n_c}, epsilon = 1, a tight far cluster", "",
+                "| fraction | " + " | ".join(f"{x:g}" for x in fracs) + " |", "|---|" + "---|" * len(fracs)]
+        for meth in ("covariance (non-private)", "g sphere (non-private)", "g-DPPCA sphere (analytic)",
+                     "best g-DPPCA winsor (analytic)", "Analyze Gauss c=2", "Analyze Gauss c=5",
+                     "Analyze Gauss c=10", "best Analyze Gauss, private centre (oracle c)"):
+            cells = [_series(tab, f"contam_{x:g}", [n_c], "n", meth, x, eps=1.0)[0][2] for x in fracs]
+            if any(c is not None for c in cells):
+                out.append(f"| {meth} | " + " | ".join(f(c) for c in cells) + " |")
     plan = {(p["model"], p["n"], p["eps"]): p for p in results["planner"] if "sweep" not in p}
     out += ["", "### Planner check: predicted median / measured median (sphere, analytic)", "",
             "| model | epsilon | " + " | ".join(f"n = {n:g}" for n in results["n_grid"]) + " |",
