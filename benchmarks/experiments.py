@@ -327,7 +327,8 @@ def main(argv=None):
                 gave_up = False
                 for n in [int(float(v)) for v in args.peer_ns.split(",")]:
                     if gave_up:
-                        peer_rows.append(dict(model=model, method=f"{name} c={c:g}", n=n, status="skipped"))
+                        peer_rows.append(dict(model=model, method=f"{name} c={c:g}", n=n, status="skipped",
+                                              cap=args.peer_cap))
                         continue
                     for s in range(args.peer_datasets):
                         spectrum, directions = spiked_spectrum(d, m), random_directions(d, 1000 + s)
@@ -335,6 +336,7 @@ def main(argv=None):
                         comp, wall, status = run_peer(name, X, m, 1.0, c, args.peer_cap)
                         e = sin_theta(comp.T, directions[:, :m]) if comp is not None else None
                         peer_rows.append(dict(model=model, method=f"{name} c={c:g}", n=n, dataset=s,
+                                              cap=args.peer_cap,
                                               wall=wall, status=status, err=e, eps=1.0, frac=0.0))
                         if status != "ok":
                             gave_up = True
@@ -396,7 +398,13 @@ def merge(dirs, out):
         for r in p["planner"]:
             plan[(r["model"], r["n"], r["eps"], r.get("sweep"))] = r
     first = next((p for p in parts if p["contamination"]), parts[0])
-    peers = [r for p in parts for r in p["peers"]]
+    # peers: per model, the rows of the run with the longest time cap
+    peers, best_cap = [], {}
+    for p in parts:
+        for r in p["peers"]:
+            r.setdefault("cap", p["args"]["peer_cap"])
+            best_cap[r["model"]] = max(best_cap.get(r["model"], 0.0), r["cap"])
+    peers = [r for p in parts for r in p["peers"] if r["cap"] == best_cap[r["model"]]]
     args = dict(parts[0]["args"], models=",".join(models), merged_from=dirs,
                 datasets=max(p["args"]["datasets"] for p in parts),
                 peer_cap=max(p["args"]["peer_cap"] for p in parts if p["peers"]) if peers else 0,
@@ -414,20 +422,20 @@ def merge(dirs, out):
 
 # -- plots and headline numbers ------------------------------------------------------------
 
-STYLE = {
+STYLE = {  # drawing order: later lines on top
     "covariance (non-private)": dict(color="0.5", ls=":"),
     "g sphere (non-private)": dict(color="k", ls=":"),
-    "g-DPPCA sphere (analytic)": dict(color="C0", lw=2.2),
-    "g-DPPCA sphere (classical)": dict(color="C0", ls="--"),
-    "best g-DPPCA winsor (analytic)": dict(color="C2", lw=1.6),
-    "best Analyze Gauss (oracle c)": dict(color="C3", lw=1.6),
     "Analyze Gauss c=10": dict(color="C3", ls="--"),
+    "best Analyze Gauss, known centre (oracle c)": dict(color="C3", lw=1.6),
     "best Analyze Gauss, private centre (oracle c)": dict(color="C4", lw=1.6),
+    "best g-DPPCA winsor (analytic)": dict(color="C2", lw=1.6, ls="--"),
+    "g-DPPCA sphere (classical)": dict(color="C0", ls="--"),
+    "g-DPPCA sphere (analytic)": dict(color="C0", lw=2.2),
 }
 # method-name prefixes of the "best of a public grid" lines (the best is chosen after the fact)
 BEST_PREFIX = {
     "best g-DPPCA winsor (analytic)": "g-DPPCA winsor",
-    "best Analyze Gauss (oracle c)": "Analyze Gauss c=",
+    "best Analyze Gauss, known centre (oracle c)": "Analyze Gauss c=",
     "best Analyze Gauss, private centre (oracle c)": "Analyze Gauss private centre",
 }
 
@@ -542,7 +550,7 @@ def _contamination_plot(results, tab, figdir, plt):
     fr = [b["frac"] for b in results["contamination"]]
     n_c = min(results["args"]["n_ref"], 3000)
     for meth in ("covariance (non-private)", "g sphere (non-private)", "g-DPPCA sphere (analytic)",
-                 "best g-DPPCA winsor (analytic)", "best Analyze Gauss (oracle c)",
+                 "best g-DPPCA winsor (analytic)", "best Analyze Gauss, known centre (oracle c)",
                  "best Analyze Gauss, private centre (oracle c)"):
         pts = []
         for f in fr:
@@ -594,7 +602,7 @@ def _cell(tab, model, n, eps):
     frac = MODELS[model][3]
     ours = tab.get((model, n, eps, "g-DPPCA sphere (analytic)", frac))
     return (ours,) + tuple(_best(tab, model, n, eps, BEST_PREFIX[k], frac) for k in
-                           ("best g-DPPCA winsor (analytic)", "best Analyze Gauss (oracle c)",
+                           ("best g-DPPCA winsor (analytic)", "best Analyze Gauss, known centre (oracle c)",
                             "best Analyze Gauss, private centre (oracle c)"))
 
 
@@ -686,6 +694,21 @@ def tables(results) -> str:
                              f"({r(agp / ours['median']) if agp else '—'})" + ("" if c >= 20 else f" [{c} sets]"))
             if any(c != "not run" for c in cells):
                 out.append(f"| {model} | " + " | ".join(cells) + " |")
+    for n in sorted({n_ref, max(results["n_grid"], default=n_ref)}):
+        present = [mo for mo in models if (mo, n, 1.0, "g-DPPCA sphere (analytic)", MODELS[mo][3]) in tab]
+        out += ["", f"### One public clipping norm for every model, n = {n}, epsilon = 1: "
+                    "Analyze Gauss (private centre, share 0.1) / g-DPPCA sphere", "",
+                "| c | " + " | ".join(present) + " | **worst** |", "|---|" + "---|" * (len(present) + 1)]
+        for c in CLIP_NORMS:
+            ratios = []
+            for mo in present:
+                frac = MODELS[mo][3]
+                ag = tab.get((mo, n, 1.0, f"Analyze Gauss private centre 0.1 c={c:g}", frac))
+                ours = tab[(mo, n, 1.0, "g-DPPCA sphere (analytic)", frac)]
+                ratios.append(ag["median"] / ours["median"] if ag else None)
+            known = [x for x in ratios if x is not None]
+            out.append(f"| {c:g} | " + " | ".join(r(x) for x in ratios)
+                       + f" | **{r(max(known)) if known else '—'}** |")
     out += ["", "### Records ratio (analytic / classical calibration, epsilon = 0.5)", "",
             "| model | " + " | ".join(f"n = {n:g}" for n in results["n_grid"]) + " |",
             "|---|" + "---|" * len(results["n_grid"])]
@@ -704,6 +727,24 @@ def tables(results) -> str:
             cells = [_series(tab, f"contam_{x:g}", [n_c], "n", meth, x, eps=1.0)[0][2] for x in fracs]
             if any(c is not None for c in cells):
                 out.append(f"| {meth} | " + " | ".join(f(c) for c in cells) + " |")
+    if results["peers"]:
+        out += ["", "### Peers: median sin theta (median wall seconds) per rung, epsilon = 1", "",
+                "| model | peer | time cap (s) | rungs |", "|---|---|---|---|"]
+        byrung = {}
+        for row in results["peers"]:
+            byrung.setdefault((row["model"], row["method"]), {}).setdefault(row["n"], []).append(row)
+        for (model, meth), rungs in sorted(byrung.items()):
+            cells = []
+            for n, rows_n in sorted(rungs.items()):
+                status = {row["status"] for row in rows_n}
+                if status == {"skipped"}:
+                    continue
+                if status == {"ok"}:
+                    cells.append(f"n = {n}: {f(np.median([row['err'] for row in rows_n]))} "
+                                 f"({np.median([row['wall'] for row in rows_n]):.1f} s, {len(rows_n)} sets)")
+                else:
+                    cells.append(f"**gave up at n = {n}**" if "gave up" in status else f"n = {n}: {sorted(status)}")
+            out.append(f"| {model} | {meth} | {rows_n[0]['cap']:g} | " + "; ".join(cells) + " |")
     plan = {(p["model"], p["n"], p["eps"]): p for p in results["planner"] if "sweep" not in p}
     out += ["", "### Planner check: predicted median / measured median (sphere, analytic)", "",
             "| model | epsilon | " + " | ".join(f"n = {n:g}" for n in results["n_grid"]) + " |",
