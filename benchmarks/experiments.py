@@ -539,10 +539,41 @@ def make_all(results, figdir):
     fig.savefig(figdir / "calibration_records.png", dpi=110)
     plt.close(fig)
 
+    _public_clip_plot(results, tab, figdir, plt)
     if results["contamination"]:
         _contamination_plot(results, tab, figdir, plt)
     if results["peers"] or results["ours_wall"]:
         _wall_plot(results, figdir, plt)
+
+
+def _public_clip_plot(results, tab, figdir, plt):
+    """AG (private centre) with one clip for every model, over g-DPPCA sphere, at n_ref."""
+    n = results["args"]["n_ref"]
+    models = [mo for mo in results["args"]["models"].split(",")
+              if (mo, n, 1.0, "g-DPPCA sphere (analytic)", MODELS[mo][3]) in tab]
+    if not models:
+        return
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    x = np.arange(len(models))
+    for i, c in enumerate(CLIP_NORMS):
+        ratios = []
+        for mo in models:
+            frac = MODELS[mo][3]
+            ag = tab.get((mo, n, 1.0, f"Analyze Gauss private centre 0.1 c={c:g}", frac))
+            ratios.append(ag["median"] / tab[(mo, n, 1.0, "g-DPPCA sphere (analytic)", frac)]["median"]
+                          if ag else np.nan)
+        ax.plot(x, ratios, marker="o", label=f"c = {c:g}", color=plt.cm.viridis(i / (len(CLIP_NORMS) - 1)))
+    ax.axhline(1.0, color="k", lw=1)
+    ax.text(-0.4, 1.05, "above the line: g-DPPCA better", ha="left", fontsize=8)
+    ax.set_yscale("log"), ax.grid(alpha=0.3, which="both")
+    ax.set_xticks(x, [mo.replace("_", " ") for mo in models], rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("error ratio: Analyze Gauss / g-DPPCA")
+    ax.set_title(f"Analyze Gauss (private centre) with ONE public clip c for all models; n = {n}, epsilon = 1",
+                 fontsize=9)
+    ax.legend(fontsize=8, ncol=5)
+    fig.tight_layout()
+    fig.savefig(figdir / "public_clip.png", dpi=110)
+    plt.close(fig)
 
 
 def _contamination_plot(results, tab, figdir, plt):
