@@ -4,8 +4,9 @@
     python benchmarks/experiments.py --datasets 20 --n-max 100000   # the full grid in one process (long)
 
 The committed docs/results.json was produced by several partial runs (--models, --n-list,
---skip, --out DIR), run in parallel and merged with --merge DIR1,DIR2,... (the exact
-commands are in docs/results.md).
+--skip, --first-dataset, --ag-only, --out DIR), run in parallel and merged with
+--merge DIR1,DIR2,... into docs/ (results.json, results_tables.md, figures/); the exact
+commands are in docs/results.md.
 
 Speed: for each data set the exact K_hat (every transform) and the covariance are
 computed once (dask_dppca.kendall_matrix, complete design), then the release is
@@ -14,6 +15,11 @@ repeated for every epsilon and calibration with the estimator's own release code
 (dask_dppca.theory.release_sigma, checked against DPPCA(...).fit(X).privacy_["sigma"]
 at start-up).  The noise comes from a SeededSampler (same Gaussian law, seeded, NOT
 PRIVATE: an experiment, not a release).
+
+Analyze Gauss runs twice: about the known location (the origin), and about a private
+centre bought with part of the same budget (:func:`private_centre`), the fair baseline
+when the location is unknown.  "Best" baselines are oracles: the best public clip per
+cell, chosen after the fact; the generated tables also show one clip for every model.
 
 diffprivlib's and OpenDP's PCA are run in a forked child process under a wall-clock cap;
 once a method exceeds the cap at some n it is marked "gave up" there and not tried at
