@@ -1,6 +1,6 @@
 """Regenerate the experiments of docs/results.md (figures in docs/figures/).
 
-    python benchmarks/experiments.py --quick          # ~1-2 min: 5 data sets, n <= 10^4
+    python benchmarks/experiments.py --quick          # a few minutes: 5 data sets, n <= 3000
     python benchmarks/experiments.py --datasets 20 --n-max 100000   # the full grid in one process (long)
 
 The committed docs/results.json was produced by several partial runs (--models, --n-list,
@@ -379,6 +379,7 @@ def main(argv=None):
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     (out / "rows.json").write_text(json.dumps(rows, default=float))
     make_all(results, out / "figures")
+    (out / "results_tables.md").write_text(tables(results))
     print(headlines(results))
     print(f"done in {time.time() - t0:.0f} s; wrote {out / 'results.json'} and figures")
 
