@@ -628,7 +628,7 @@ def _wall_plot(results, figdir, plt):
     ax.axhline(results["args"]["peer_cap"], color="k", ls=":", lw=0.8)
     ax.text(300, results["args"]["peer_cap"] * 1.1, "time cap (x = gave up)", fontsize=8)
     ax.set_xscale("log"), ax.set_yscale("log"), ax.grid(alpha=0.3, which="both")
-    ax.set_xlabel("n"), ax.set_ylabel("wall seconds per fit"), ax.set_title("d = 20, m = 2, epsilon = 1")
+    ax.set_xlabel("n"), ax.set_ylabel("wall seconds per fit"), ax.set_title("t_1, d = 20, m = 2, epsilon = 1")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(figdir / "wall_time_peers.png", dpi=110)
