@@ -412,7 +412,8 @@ def merge(dirs, out):
             r.setdefault("cap", p["args"]["peer_cap"])
             best_cap[r["model"]] = max(best_cap.get(r["model"], 0.0), r["cap"])
     peers = [r for p in parts for r in p["peers"] if r["cap"] == best_cap[r["model"]]]
-    args = dict(parts[0]["args"], out=out.name, models=",".join(models), merged_from=[Path(d).name for d in dirs],
+    args = dict(parts[0]["args"], out=out.name, models=",".join(models),
+                merged_from=[Path(d).name for d in dirs],
                 datasets=max(p["args"]["datasets"] for p in parts),
                 peer_cap=max(p["args"]["peer_cap"] for p in parts if p["peers"]) if peers else 0,
                 n_ref=first["args"]["n_ref"], runs=[dict(p["args"], out=Path(p["args"]["out"]).name) for p in parts])
