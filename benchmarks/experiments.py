@@ -554,23 +554,30 @@ def make_all(results, figdir):
         _wall_plot(results, figdir, plt)
 
 
+def _models_run_at(tab, models, n):
+    """The models with a g-DPPCA sphere result at (n, epsilon = 1)."""
+    return [mo for mo in models if (mo, n, 1.0, "g-DPPCA sphere (analytic)", MODELS[mo][3]) in tab]
+
+
+def _public_clip_ratio(tab, model, n, c):
+    """Analyze Gauss (private centre, share 0.1, clip c) / g-DPPCA sphere at epsilon = 1."""
+    frac = MODELS[model][3]
+    ag = tab.get((model, n, 1.0, f"Analyze Gauss private centre 0.1 c={c:g}", frac))
+    ours = tab.get((model, n, 1.0, "g-DPPCA sphere (analytic)", frac))
+    return ag["median"] / ours["median"] if ag and ours else None
+
+
 def _public_clip_plot(results, tab, figdir, plt):
     """AG (private centre) with one clip for every model, over g-DPPCA sphere, at n_ref."""
     n = results["args"]["n_ref"]
-    models = [mo for mo in results["args"]["models"].split(",")
-              if (mo, n, 1.0, "g-DPPCA sphere (analytic)", MODELS[mo][3]) in tab]
+    models = _models_run_at(tab, results["args"]["models"].split(","), n)
     if not models:
         return
     fig, ax = plt.subplots(figsize=(9, 4.2))
     x = np.arange(len(models))
     for i, c in enumerate(CLIP_NORMS):
-        ratios = []
-        for mo in models:
-            frac = MODELS[mo][3]
-            ag = tab.get((mo, n, 1.0, f"Analyze Gauss private centre 0.1 c={c:g}", frac))
-            ratios.append(ag["median"] / tab[(mo, n, 1.0, "g-DPPCA sphere (analytic)", frac)]["median"]
-                          if ag else np.nan)
-        ax.plot(x, ratios, marker="o", label=f"c = {c:g}", color=plt.cm.viridis(i / (len(CLIP_NORMS) - 1)))
+        ratios = [_public_clip_ratio(tab, mo, n, c) for mo in models]
+        ax.plot(x, [np.nan if v is None else v for v in ratios], marker="o", label=f"c = {c:g}", color=plt.cm.viridis(i / (len(CLIP_NORMS) - 1)))
     ax.axhline(1.0, color="k", lw=1)
     ax.text(-0.4, 1.05, "above the line: g-DPPCA better", ha="left", fontsize=8)
     ax.set_yscale("log"), ax.grid(alpha=0.3, which="both")
@@ -734,17 +741,12 @@ def tables(results) -> str:
             if any(c != "not run" for c in cells):
                 out.append(f"| {model} | " + " | ".join(cells) + " |")
     for n in sorted({n_ref, max(results["n_grid"], default=n_ref)}):
-        present = [mo for mo in models if (mo, n, 1.0, "g-DPPCA sphere (analytic)", MODELS[mo][3]) in tab]
+        present = _models_run_at(tab, models, n)
         out += ["", f"### One public clipping norm for every model, n = {n}, epsilon = 1: "
                     "Analyze Gauss (private centre, share 0.1) / g-DPPCA sphere", "",
                 "| c | " + " | ".join(present) + " | **worst** |", "|---|" + "---|" * (len(present) + 1)]
         for c in CLIP_NORMS:
-            ratios = []
-            for mo in present:
-                frac = MODELS[mo][3]
-                ag = tab.get((mo, n, 1.0, f"Analyze Gauss private centre 0.1 c={c:g}", frac))
-                ours = tab[(mo, n, 1.0, "g-DPPCA sphere (analytic)", frac)]
-                ratios.append(ag["median"] / ours["median"] if ag else None)
+            ratios = [_public_clip_ratio(tab, mo, n, c) for mo in present]
             known = [x for x in ratios if x is not None]
             out.append(f"| {c:g} | " + " | ".join(r(x) for x in ratios)
                        + f" | **{r(max(known)) if known else '—'}** |")
