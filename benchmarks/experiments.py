@@ -44,7 +44,7 @@ import numpy as np
 
 import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, make_skewed, random_directions, spiked_spectrum
-from dask_dppca.privacy.calibration import calibrate_sigma
+from dask_dppca.privacy.calibration import calibrate_sigma, gaussian_dp_mu
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning, SeededSampler
 from dask_dppca.privacy.release import private_release
 from dask_dppca.theory import UtilityModel, breakdown_bound, release_sigma, sin_theta
@@ -197,11 +197,9 @@ def evaluate(model, n, seed, eps_list, noise_reps, record, radii=None, kernels=T
         for share in CENTRE_SHARES:
             for rep in range(noise_reps):
                 centre, mu_rest, _ = private_centre(X, eps, share, seed * 1000 + 700 + rep)
-                Xc = X - centre
                 for c in CLIP_NORMS:
-                    Xcc = clip_rows(Xc, c)
-                    sigma = math.sqrt(2.0) * c * c / n / mu_rest
-                    V = release(Xcc.T @ Xcc / n, sigma, m, seed * 1000 + 800 + rep)
+                    S, sigma = centred_second_moment(X, centre, c, mu_rest)
+                    V = release(S, sigma, m, seed * 1000 + 800 + rep)
                     record(dict(base, method=f"Analyze Gauss private centre {share:g} c={c:g}", eps=eps,
                                 err=err(V), rep=rep))
     return X, U
@@ -211,8 +209,8 @@ def private_centre(X: np.ndarray, eps: float, share: float, seed: int):
     """The centring stage of a two-stage Analyze Gauss: (centre, mu left for stage two,
     [(sensitivity, sigma) of each round]).
 
-    The (eps, DELTA) target is the analytic Gaussian's mu-GDP (mu = 1 / sigma at
-    sensitivity 1); ``share`` of mu^2 goes to the centre, split equally over the rounds
+    The (eps, DELTA) target is the analytic Gaussian's mu-GDP (``gaussian_dp_mu``);
+    ``share`` of mu^2 goes to the centre, split equally over the rounds
     of CENTRE_RADII: each round adds the noisy mean of the rows clipped to a public
     radius r about the current centre (replace-one sensitivity 2 r / n).  A fixed point of
     the clipped mean is a Huber-type spatial location, consistent for symmetric data and
@@ -220,7 +218,7 @@ def private_centre(X: np.ndarray, eps: float, share: float, seed: int):
     parameter that g-DPPCA does not need.  Seeded noise: an experiment, not a release.
     """
     n, d = X.shape
-    mu = 1.0 / calibrate_sigma(1.0, eps, DELTA, "analytic")
+    mu = gaussian_dp_mu(eps, DELTA)
     mu_round = mu * math.sqrt(share / len(CENTRE_RADII))
     rng = np.random.default_rng(seed)
     centre, releases = np.zeros(d), []
@@ -230,6 +228,13 @@ def private_centre(X: np.ndarray, eps: float, share: float, seed: int):
         step = clip_rows(X - centre, r).mean(axis=0)
         centre = centre + step + rng.normal(0.0, releases[-1][1], size=d)
     return centre, mu * math.sqrt(1.0 - share), releases
+
+
+def centred_second_moment(X: np.ndarray, centre: np.ndarray, c: float, mu: float):
+    """Stage two of the two-stage Analyze Gauss: (second moment of the rows centred at the
+    (public, post-processed) ``centre`` and clipped to ``c``, its sigma at GDP ``mu``)."""
+    clipped = clip_rows(X - centre, c)
+    return clipped.T @ clipped / X.shape[0], math.sqrt(2.0) * c * c / X.shape[0] / mu
 
 
 def summarise(rows, keys=("model", "n", "eps", "method", "frac")):
