@@ -7,7 +7,7 @@ import time
 import types
 import uuid
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 import dask
 import dask.array as da
@@ -53,6 +53,45 @@ class _TransformParameterAndMethod:
         if estimator is None:
             return owner._scores
         return types.MethodType(owner._scores, estimator)
+
+
+class ReleaseNoise(NamedTuple):
+    """The noise of one release, from public quantities only (see :func:`calibrate_release`)."""
+
+    sensitivity: float  # total: the design's, plus rounding and sampler slack
+    rounding_slack: float
+    sampler_slack: float
+    sampler_excess: float
+    sigma: float
+
+
+def calibrate_release(plan, g: Transform, d: int, epsilon: float, delta: float,
+                      calibration: str, sampler) -> ReleaseNoise:
+    """Sensitivity and sigma of a release of ``plan``'s K_hat, as ``DPPCA.fit`` uses them.
+
+    Public inputs only (the plan's block sizes and pairs, G, d, the budget, the sampler),
+    so ``theory.release_sigma`` calls this too and the two cannot drift apart.
+
+    * ``"analytic"``: the design's tight sensitivity plus room for floating point,
+      2 G^2 times the kernel's worst-case error (docs/privacy.md).
+    * ``"classical"``: the paper's sensitivity, already loose by sqrt(2), no rounding room.
+
+    The sampler's lattice step can double when sigma crosses a power of two, so its slack
+    and excess are taken at twice a first sigma: an upper bound for the final, barely
+    larger, sigma.
+    """
+    if calibration == "classical":
+        rounding, design_sensitivity = 0.0, plan.paper_sensitivity(g.bound)
+    else:
+        error = rounding_error_bound(d, max(plan.block_sizes), len(plan.block_pairs))
+        rounding, design_sensitivity = 2.0 * g.bound**2 * error, plan.sensitivity(g.bound)
+    sensitivity = design_sensitivity + rounding
+    n_entries = d * (d + 1) // 2
+    first_sigma = calibrate_sigma(sensitivity, epsilon, delta, calibration)
+    slack = sampler.sensitivity_slack(n_entries, 2.0 * first_sigma)
+    excess = sampler.privacy_excess(n_entries, 2.0 * first_sigma)
+    sigma = calibrate_sigma(sensitivity + slack, epsilon, delta, calibration, excess=excess)
+    return ReleaseNoise(sensitivity + slack, rounding, slack, excess, sigma)
 
 
 class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
@@ -182,27 +221,18 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         with cluster.compute_target(self.scheduler) as target:
             data, plan, design = _plan_blocks(data, self.design, target)
 
-            n_entries = d * (d + 1) // 2
-            sampler = self._sampler(n_entries)
-            rounding = self._rounding_slack(plan, g, d)
-            sensitivity = self._sensitivity(plan, g) + rounding
-            # The sampler's lattice step can double when sigma crosses a power of two,
-            # so its slack and excess are taken at twice the first sigma: an upper
-            # bound for the final, barely larger, sigma.
-            first_sigma = calibrate_sigma(sensitivity, self.epsilon, self.delta, self.calibration)
-            slack = sampler.sensitivity_slack(n_entries, 2.0 * first_sigma)
-            excess = sampler.privacy_excess(n_entries, 2.0 * first_sigma)
-            sigma = calibrate_sigma(sensitivity + slack, self.epsilon, self.delta,
-                                    self.calibration, excess=excess)
+            sampler = self._sampler(d * (d + 1) // 2)
+            noise = calibrate_release(plan, g, d, self.epsilon, self.delta, self.calibration, sampler)
             budget = current_budget()
             if budget is not None:
-                budget.check(sensitivity + slack, sigma, excess=excess)  # before any data is read
+                budget.check(noise.sensitivity, noise.sigma, excess=noise.sampler_excess)  # before any data is read
 
             fit_id = uuid.uuid4().hex
             graph = kernel_sum_graph(data, plan, g)
-            release = self._run(target, graph, plan.n_pairs, sigma, m, sampler, fit_id)
+            release = self._run(target, graph, plan.n_pairs, noise.sigma, m, sampler, fit_id)
         if budget is not None:
-            budget.spend(sensitivity + slack, sigma, label=f"DPPCA fit {fit_id}", excess=excess)
+            budget.spend(noise.sensitivity, noise.sigma, label=f"DPPCA fit {fit_id}",
+                         excess=noise.sampler_excess)
 
         self.components_ = release.components
         self.eigenvalues_ = release.eigenvalues
@@ -222,16 +252,16 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
             "bound_G": g.bound,
             "radius": g.radius,
             "calibration": self.calibration,
-            "sensitivity": sensitivity + slack,
+            "sensitivity": noise.sensitivity,
             "sensitivity_formula": (
                 "2 G^2 max_degree / n_pairs (paper: 4 G^2 / n)" if self.calibration == "classical"
                 else "sqrt(2) G^2 max_degree / n_pairs + rounding_slack + sampler_slack"
             ),
             "sigma_formula": "calibrate_sigma(sensitivity, epsilon, delta, calibration, excess=sampler_excess)",
-            "rounding_slack": rounding,
-            "sampler_slack": slack,
-            "sampler_excess": excess,
-            "sigma": sigma,
+            "rounding_slack": noise.rounding_slack,
+            "sampler_slack": noise.sampler_slack,
+            "sampler_excess": noise.sampler_excess,
+            "sigma": noise.sigma,
             "noise_law": "vecd: diagonal N(0, sigma^2), off-diagonal N(0, sigma^2/2), independent",
             "sampler": type(sampler).__name__,
             "private": self.random_state is None,
@@ -271,21 +301,6 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         if self.random_state is None:
             return default_sampler(n_entries)
         return SeededSampler(self.random_state)
-
-    def _sensitivity(self, plan, g: Transform) -> float:
-        if self.calibration == "classical":
-            return plan.paper_sensitivity(g.bound)
-        return plan.sensitivity(g.bound)
-
-    def _rounding_slack(self, plan, g: Transform, d: int) -> float:
-        """Room for floating point: 2 G^2 times the kernel's worst-case error (privacy.md).
-
-        The classical calibration reproduces the paper and is already loose by sqrt(2).
-        """
-        if self.calibration == "classical":
-            return 0.0
-        bound = rounding_error_bound(d, max(plan.block_sizes), len(plan.block_pairs))
-        return 2.0 * g.bound**2 * bound
 
     def _run(self, target, graph, n_pairs, sigma, m, sampler, fit_id) -> PrivateRelease:
         if isinstance(target, str):

@@ -206,16 +206,15 @@ def release_sigma(n: int, d: int, epsilon: float, delta: float = 1e-6, *,
                   calibration: str = "analytic") -> float:
     """The noise scale ``sigma`` of ``DPPCA(design="complete")`` on an (n, d) numpy input.
 
-    Mirrors ``DPPCA.fit`` from public quantities only (the default block rows of a
-    numpy input, the design's sensitivity, the kernel's rounding slack, the default
-    sampler's slack and excess), so the planner and the experiments use the
-    estimator's sigma without computing K_hat.  ``tests/test_theory.py`` checks it
-    against ``est.privacy_["sigma"]``, which is what catches a drift of ``fit``.
+    Builds the plan ``fit`` builds for a numpy input (default block rows, complete
+    design) and calls the estimator's own :func:`~dask_dppca.estimator.calibrate_release`
+    with the default sampler, so the planner and the experiments use the estimator's
+    sigma without computing K_hat.  ``tests/test_theory.py`` checks it against
+    ``est.privacy_["sigma"]``, which catches a drift in how ``fit`` plans its blocks.
     """
     from .design import CompleteDesign
+    from .estimator import calibrate_release
     from .io import default_block_rows
-    from .kernel import rounding_error_bound
-    from .privacy.calibration import calibrate_sigma
     from .privacy.noise import default_sampler
     from .transforms import resolve_transform
 
@@ -223,17 +222,8 @@ def release_sigma(n: int, d: int, epsilon: float, delta: float = 1e-6, *,
     rows = default_block_rows(d)
     chunks = (rows,) * (n // rows) + ((n % rows,) if n % rows else ())
     plan = CompleteDesign().plan(chunks)
-    if calibration == "classical":
-        sensitivity = plan.paper_sensitivity(g.bound)
-    else:
-        bound = rounding_error_bound(d, max(plan.block_sizes), len(plan.block_pairs))
-        sensitivity = plan.sensitivity(g.bound) + 2.0 * g.bound**2 * bound
-    n_entries = d * (d + 1) // 2
-    sampler = default_sampler(n_entries)
-    first = calibrate_sigma(sensitivity, epsilon, delta, calibration)
-    slack = sampler.sensitivity_slack(n_entries, 2.0 * first)
-    excess = sampler.privacy_excess(n_entries, 2.0 * first)
-    return calibrate_sigma(sensitivity + slack, epsilon, delta, calibration, excess=excess)
+    sampler = default_sampler(d * (d + 1) // 2)
+    return calibrate_release(plan, g, d, epsilon, delta, calibration, sampler).sigma
 
 
 # -- utility: first-order perturbation model ------------------------------------------
