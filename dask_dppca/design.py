@@ -39,11 +39,6 @@ class DesignPlan:
     n_pairs: int
     max_degree: int
 
-    @property
-    def n_samples(self) -> int:
-        """Total number of records n."""
-        return sum(self.block_sizes)
-
     def sensitivity(self, bound: float) -> float:
         """Frobenius sensitivity ``sqrt(2) G^2 max_degree / |P|`` of the averaged K_hat."""
         return math.sqrt(2.0) * bound * bound * self.max_degree / self.n_pairs

@@ -19,7 +19,7 @@ from dask.delayed import Delayed
 from threadpoolctl import threadpool_limits
 
 from .design import DesignPlan
-from .kernel import DEFAULT_MEMORY_BUDGET, block_pair_sum
+from .kernel import block_pair_sum
 from .transforms import Transform
 
 __all__ = ["kernel_sum_graph", "tree_sum", "single_threaded_blas"]
@@ -29,8 +29,6 @@ def kernel_sum_graph(
     data: da.Array,
     plan: DesignPlan,
     transform: Transform,
-    *,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
 ) -> Delayed:
     """Lazy exact pair sum of ``g g^T`` over the design's pairs.
 
@@ -42,8 +40,6 @@ def kernel_sum_graph(
         The block pairs to sum.
     transform : Transform
         The generalized spatial sign.
-    memory_budget : int
-        Scratch bytes per block-pair task.
 
     Returns
     -------
@@ -52,21 +48,25 @@ def kernel_sum_graph(
     """
     if tuple(data.chunks[0]) != plan.block_sizes or len(data.chunks[1]) != 1:
         raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
-    token = dask.base.tokenize(data.name, transform, plan, memory_budget)
+    token = dask.base.tokenize(data.name, transform, plan)
     blocks = data.to_delayed()[:, 0]
     pair_sum = dask.delayed(_pair_task, pure=True)
     partials = [
         pair_sum(blocks[i], None if i == j else blocks[j], transform,
-                 memory_budget=memory_budget, dask_key_name=f"dppca-pair-{i}-{j}-{token}")
+                 dask_key_name=f"dppca-pair-{i}-{j}-{token}")
         for i, j in plan.block_pairs
     ]
     return tree_sum(partials, key_prefix=f"dppca-sum-{token}")
 
 
-def _pair_task(block_a, block_b, transform, memory_budget):
-    """One block-pair task: the kernel, with BLAS pinned to one thread on Dask workers."""
+def _pair_task(block_a, block_b, transform):
+    """One block-pair task: the kernel, with BLAS pinned to one thread on Dask workers.
+
+    Always the kernel's default memory budget: fit's rounding slack
+    (``kernel.rounding_error_bound``) is computed for the tiles that budget gives.
+    """
     _pin_blas_on_workers()
-    return block_pair_sum(block_a, block_b, transform, memory_budget=memory_budget)
+    return block_pair_sum(block_a, block_b, transform)
 
 
 _pinned = {"done": False}

@@ -300,9 +300,6 @@ class UtilityModel:
         self._inv_gap2 = 1.0 / (phi[None, :m] - phi[m:, None]) ** 2  # (d - m, m)
         self._gauss = np.random.default_rng(seed + 2).standard_normal((n_draws, self.d - m, m))
 
-    def bound_G(self) -> float:
-        return 1.0 if self.transform == "sphere" else float(self.radius)
-
     def sampling_variance(self, n: int) -> np.ndarray:
         """Variances of the (d - m, m) off-diagonal block of ``K_hat - K``."""
         n = float(n)
