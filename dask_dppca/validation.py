@@ -19,6 +19,14 @@ def real_number(name: str, value: object) -> float:
         raise ValueError(f"{name}: must be a real number, got {value!r}") from None
 
 
+def nonnegative_finite(name: str, value: object) -> float:
+    """``value`` as a finite float >= 0, else a ValueError naming ``name`` and the value."""
+    number = real_number(name, value)
+    if not (math.isfinite(number) and number >= 0.0):
+        raise ValueError(f"{name}: must be finite and >= 0, got {number!r}")
+    return number
+
+
 def positive_finite(name: str, value: object) -> float:
     """``value`` as a finite float > 0, else a ValueError naming ``name`` and the value."""
     number = real_number(name, value)

@@ -86,11 +86,16 @@ def test_bad_budget_parameters_are_named(epsilon, delta, name):
 
 @pytest.mark.parametrize(
     "sens,sigma,name",
-    [(-1, 1, "sensitivity"), (float("nan"), 1, "sensitivity"), (1, 0, "sigma"), (1, float("inf"), "sigma")],
+    [(-1, 1, "sensitivity"), (float("nan"), 1, "sensitivity"), (1, 0, "sigma"), (1, float("inf"), "sigma"),
+     (True, 1, "sensitivity"), ("0.5", 1, "sensitivity"), (1, True, "sigma")],
 )
 def test_bad_release_parameters_are_named(sens, sigma, name):
+    budget = PrivacyBudget(1, 1e-6)
     with pytest.raises(ValueError, match=name):
-        PrivacyBudget(1, 1e-6).check(sens, sigma)
+        budget.check(sens, sigma)
+    with pytest.raises(ValueError, match=name):
+        budget.spend(sens, sigma)
+    assert budget.remaining_epsilon == 1  # nothing recorded
 
 
 # -- spending ---------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from .calibration import (
     gaussian_dp_mu,
     validate_privacy_parameters,
 )
+from ..validation import nonnegative_finite, positive_finite
 
 __all__ = ["BudgetExceededError", "PrivacyBudget", "Release", "current_budget"]
 
@@ -87,19 +88,8 @@ def current_budget() -> PrivacyBudget | None:
 
 
 def _check_release(sensitivity: float, sigma: float, excess: float) -> tuple[float, float, float]:
-    values = []
-    checks = (("sensitivity", sensitivity, 0.0), ("sigma", sigma, None), ("excess", excess, 0.0))
-    for name, value, lowest in checks:
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name}: must be a real number, got {value!r}") from None
-        ok = math.isfinite(x) and (x > 0.0 if lowest is None else x >= lowest)
-        if not ok:
-            bound = "> 0" if lowest is None else ">= 0"
-            raise ValueError(f"{name}: must be finite and {bound}, got {x!r}")
-        values.append(x)
-    return values[0], values[1], values[2]
+    return (nonnegative_finite("sensitivity", sensitivity), positive_finite("sigma", sigma),
+            nonnegative_finite("excess", excess))
 
 
 class PrivacyBudget:
@@ -181,7 +171,10 @@ class PrivacyBudget:
         BudgetExceededError
             If the composition with this release is not (epsilon, delta)-DP.
         """
-        sens, sig, exc = _check_release(sensitivity, sigma, excess)
+        self._check(*_check_release(sensitivity, sigma, excess))
+
+    def _check(self, sens: float, sig: float, exc: float) -> None:
+        """:meth:`check` on values already validated."""
         mu, total_excess = self._composed((sens / sig, exc))
         if not self._fits(mu, total_excess):
             needed = gaussian_dp_epsilon(mu, self.delta) + 2.0 * total_excess
@@ -207,8 +200,8 @@ class PrivacyBudget:
             Nothing is recorded then.
         """
         with self._lock:  # check and record atomically
-            self.check(sensitivity, sigma, excess)
             sens, sig, exc = _check_release(sensitivity, sigma, excess)
+            self._check(sens, sig, exc)
             self._records.append(Release(sens, sig, str(label), exc))
 
     def min_sigma(self, sensitivity: float, excess: float = 0.0) -> float:

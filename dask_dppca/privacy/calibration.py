@@ -34,7 +34,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import erfcx, log_ndtr
 
-from ..validation import positive_finite, real_number
+from ..validation import nonnegative_finite, positive_finite, real_number
 
 __all__ = [
     "CALIBRATIONS",
@@ -174,9 +174,7 @@ def gaussian_dp_delta(epsilon: float, mu: float) -> float:
     float
         ``Phi(mu/2 - epsilon/mu) - e^epsilon Phi(-mu/2 - epsilon/mu)``, in [0, 1].
     """
-    eps = real_number("epsilon", epsilon)
-    if not (math.isfinite(eps) and eps >= 0.0):
-        raise ValueError(f"epsilon: must be finite and >= 0, got {eps!r}")
+    eps = nonnegative_finite("epsilon", epsilon)
     m = real_number("mu", mu)
     if not m >= 0.0:
         raise ValueError(f"mu: must be >= 0, got {m!r}")
@@ -201,9 +199,7 @@ def gaussian_delta(epsilon: float, sensitivity: float, sigma: float) -> float:
         ``Phi(Delta/(2 sigma) - epsilon sigma/Delta)
         - e^epsilon Phi(-Delta/(2 sigma) - epsilon sigma/Delta)``.
     """
-    sens = real_number("sensitivity", sensitivity)
-    if not (math.isfinite(sens) and sens >= 0.0):
-        raise ValueError(f"sensitivity: must be finite and >= 0, got {sens!r}")
+    sens = nonnegative_finite("sensitivity", sensitivity)
     sig = positive_finite("sigma", sigma)
     return gaussian_dp_delta(epsilon, sens / sig)
 
@@ -275,9 +271,7 @@ def gaussian_dp_epsilon(mu: float, delta: float) -> float:
     float
         0.0 when ``mu`` is 0 or already (0, delta)-DP.
     """
-    m = real_number("mu", mu)
-    if not (math.isfinite(m) and m >= 0.0):
-        raise ValueError(f"mu: must be finite and >= 0, got {m!r}")
+    m = nonnegative_finite("mu", mu)
     _, dlt = validate_privacy_parameters(1.0, delta)
     target = math.log(dlt * (1.0 - DELTA_RELATIVE_ERROR))
     if _log_delta(0.0, m) <= target:
@@ -370,9 +364,7 @@ def _apply_excess(epsilon: float, delta: float, excess: float) -> tuple[float, f
     turns an (eps', delta')-DP ideal mechanism into an (eps' + 2A, e^A delta' + tail)
     one; so calibrate at eps' = epsilon - 2A, delta' = delta e^-A (1 - 1e-30).
     """
-    a = real_number("excess", excess)
-    if not (math.isfinite(a) and a >= 0.0):
-        raise ValueError(f"excess: must be finite and >= 0, got {a!r}")
+    a = nonnegative_finite("excess", excess)
     if a == 0.0:
         return epsilon, delta
     if delta < _MIN_DELTA_WITH_EXCESS or epsilon > _MAX_EPSILON_WITH_EXCESS:
