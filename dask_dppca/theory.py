@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 
+from .transforms import Transform, resolve_transform
+
 __all__ = [
     "sin_theta",
     "sphere_eigenvalues",
@@ -114,27 +116,18 @@ def _draw_elliptical(rng: np.random.Generator, size: int, lam: np.ndarray, df: f
     return z
 
 
-def _g(t: np.ndarray, transform: str, radius: float | None) -> np.ndarray:
+def _model_transform(transform: str, radius: float | None) -> Transform:
+    """The sphere or winsor transform these models cover (``resolve_transform`` checks the radius)."""
+    if transform not in ("sphere", "winsor"):
+        raise ValueError(f"transform: must be 'sphere' or 'winsor', got {transform!r}")
+    return resolve_transform(transform, radius)
+
+
+def _g(t: np.ndarray, g: Transform) -> np.ndarray:
+    """Rows ``g(t)``, with ``g(0) = 0``."""
     norms = np.sqrt(np.einsum("ij,ij->i", t, t))[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        if transform == "sphere":
-            scale = 1.0 / norms
-        elif transform == "winsor":
-            scale = np.minimum(1.0, radius / norms)
-        else:
-            raise ValueError(f"transform: must be 'sphere' or 'winsor', got {transform!r}")
-    return np.where(norms > 0, t * scale, 0.0)
-
-
-def _check_transform(transform: str, radius: float | None) -> None:
-    if transform == "sphere":
-        if radius is not None:
-            raise ValueError("radius: the sphere transform takes no radius")
-    elif transform == "winsor":
-        if radius is None or not (math.isfinite(radius) and radius > 0):
-            raise ValueError(f"radius: winsor needs a positive finite radius, got {radius!r}")
-    else:
-        raise ValueError(f"transform: must be 'sphere' or 'winsor', got {transform!r}")
+        return np.where(norms > 0, t * (g.xi(norms) / norms), 0.0)
 
 
 def winsor_eigenvalues(spectrum, radius: float, *, df: float | None = None,
@@ -167,7 +160,7 @@ def winsor_eigenvalues(spectrum, radius: float, *, df: float | None = None,
         Their Monte Carlo standard errors.
     """
     lam = _check_spectrum(spectrum)
-    _check_transform("winsor", radius)
+    g = _model_transform("winsor", radius)
     rng = np.random.default_rng(seed)
     total = np.zeros(lam.size)
     total_sq = np.zeros(lam.size)
@@ -175,7 +168,7 @@ def winsor_eigenvalues(spectrum, radius: float, *, df: float | None = None,
     while done < n_samples:
         size = min(50_000, n_samples - done)
         t = (_draw_elliptical(rng, size, lam, df) - _draw_elliptical(rng, size, lam, df)) / _SQRT2
-        terms = _g(t, "winsor", radius) ** 2
+        terms = _g(t, g) ** 2
         total += terms.sum(axis=0)
         total_sq += (terms**2).sum(axis=0)
         done += size
@@ -191,7 +184,7 @@ def population_eigenvalues(spectrum, transform: str = "sphere", radius: float | 
     ``sphere``: the exact one-dimensional integral (stderr 0); ``winsor``: Monte Carlo
     (:func:`winsor_eigenvalues`).
     """
-    _check_transform(transform, radius)
+    _model_transform(transform, radius)
     if transform == "sphere":
         phi = sphere_eigenvalues(spectrum)
         return phi, np.zeros_like(phi)
@@ -216,7 +209,6 @@ def release_sigma(n: int, d: int, epsilon: float, delta: float = 1e-6, *,
     from .estimator import calibrate_release
     from .io import default_block_rows
     from .privacy.noise import default_sampler
-    from .transforms import resolve_transform
 
     g = resolve_transform(transform, radius)
     rows = default_block_rows(d)
@@ -271,7 +263,7 @@ class UtilityModel:
         lam = _check_spectrum(spectrum)
         if np.any(np.diff(lam) > 0):
             raise ValueError("spectrum: must be in decreasing order")
-        _check_transform(transform, radius)
+        g = _model_transform(transform, radius)
         m = int(n_components)
         if not 1 <= m < lam.size:
             raise ValueError(f"n_components: must be in 1..{lam.size - 1}, got {n_components!r}")
@@ -287,8 +279,8 @@ class UtilityModel:
         while done < n_triples:
             size = min(20_000, n_triples - done)
             x1, x2, x3 = (_draw_elliptical(rng, size, lam, df) for _ in range(3))
-            g12 = _g((x1 - x2) / _SQRT2, transform, radius)
-            g13 = _g((x1 - x3) / _SQRT2, transform, radius)
+            g12 = _g((x1 - x2) / _SQRT2, g)
+            g13 = _g((x1 - x3) / _SQRT2, g)
             p = g12 * g13
             q = g12 * g12
             z1 += p.T @ p
@@ -419,7 +411,6 @@ def breakdown_bound(X, n_components: int, transform: str = "sphere", radius: flo
         the fraction, ``1 - sqrt(1 - gap / (2 G^2))``).
     """
     from .estimator import kendall_matrix
-    from .transforms import resolve_transform
 
     g = resolve_transform(transform, radius)
     if not g.is_bounded:
