@@ -24,9 +24,9 @@ from .privacy.budget import current_budget
 from .privacy.calibration import calibrate_sigma, validate_privacy_parameters
 from .privacy.noise import SeededSampler, default_sampler
 from .privacy.release import (
-    TRUSTED_RESOURCE,
     PrivateRelease,
     TrustedSum,
+    placement_available,
     private_release,
     register_sealing,
     release_placement,
@@ -365,13 +365,7 @@ def _await_release(client, future, placement, fit_id):
             raise RuntimeError(
                 f"release {fit_id}: lost the scheduler ({error}); nothing was released"
             ) from None
-        if "resources" in placement:
-            present = any(TRUSTED_RESOURCE in (w.get("resources") or {}) for w in workers.values())
-        elif "workers" in placement:
-            present = placement["workers"][0] in workers
-        else:
-            present = bool(workers)
-        if present:
+        if placement_available(placement, workers):
             missing_since = None
             continue
         missing_since = missing_since or time.monotonic()

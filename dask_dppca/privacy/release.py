@@ -28,6 +28,7 @@ __all__ = [
     "ReleaseAlreadyDrawnError",
     "private_release",
     "release_placement",
+    "placement_available",
     "TRUSTED_RESOURCE",
     "RELEASE_METADATA_KEY",
 ]
@@ -198,6 +199,16 @@ def claim_release_ticket(fit_id: str) -> None:
         client.set_metadata(key, {"worker": worker.address, "time": time.time()})
 
 
+def placement_available(placement: dict, workers: dict) -> bool:
+    """Whether a worker in ``workers`` (the scheduler's worker info) can run a task
+    placed by :func:`release_placement`'s ``placement``."""
+    if "resources" in placement:
+        return any(TRUSTED_RESOURCE in (info.get("resources") or {}) for info in workers.values())
+    if "workers" in placement:
+        return placement["workers"][0] in workers
+    return bool(workers)
+
+
 def release_placement(client: Any, trusted_worker: str | None) -> dict:
     """``client.submit`` keywords that put the release on the trusted node.
 
@@ -205,8 +216,9 @@ def release_placement(client: Any, trusted_worker: str | None) -> dict:
     ``trusted_worker``; otherwise any worker.
     """
     workers = client.scheduler_info(n_workers=-1)["workers"]
-    if any(TRUSTED_RESOURCE in (info.get("resources") or {}) for info in workers.values()):
-        return {"resources": {TRUSTED_RESOURCE: 1}}
+    trusted = {"resources": {TRUSTED_RESOURCE: 1}}
+    if placement_available(trusted, workers):
+        return trusted
     if trusted_worker is not None:
         if trusted_worker not in workers:
             raise ValueError(
