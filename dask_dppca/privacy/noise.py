@@ -157,13 +157,18 @@ def lattice_step(sigma: float, lattice_bits: int = DEFAULT_LATTICE_BITS) -> floa
     float
         A power of two with ``2^lattice_bits <= sigma / L < 2^(lattice_bits + 1)``.
     """
+    return math.ldexp(1.0, _lattice_exponent(sigma, lattice_bits))
+
+
+def _lattice_exponent(sigma: float, lattice_bits: int) -> int:
+    """``log2`` of :func:`lattice_step`: ``floor(log2 sigma) - lattice_bits``."""
     s = _check_sigma(sigma)
     _, exponent = math.frexp(s)  # s = m 2^e, 0.5 <= m < 1, so floor(log2 s) = e - 1
     step_exponent = exponent - 1 - lattice_bits
     if step_exponent < -1022:
         # Subnormal steps would make the final scaling inexact.
         raise ValueError(f"sigma: {s!r} is too small for a lattice {lattice_bits} bits below it")
-    return math.ldexp(1.0, step_exponent)
+    return step_exponent
 
 
 # -- the sampler interface ------------------------------------------------------------
@@ -300,7 +305,7 @@ class OpenDPSampler(NoiseSampler):
     def _k(self, sigma: float) -> int:
         if self.lattice_bits is None:
             return -1074
-        return max(-1074, int(math.log2(lattice_step(sigma, self.lattice_bits))))
+        return max(-1074, _lattice_exponent(sigma, self.lattice_bits))
 
     def _add_noise(self, values: np.ndarray, sigma: float) -> np.ndarray:
         import opendp.prelude as dp
@@ -485,8 +490,8 @@ class LatticeSampler(NoiseSampler):
         self._entropy = _OSEntropy()
 
     def _add_noise(self, values: np.ndarray, sigma: float) -> np.ndarray:
-        step = lattice_step(sigma, self.lattice_bits)
-        exponent = int(math.log2(step))  # step is an exact power of two
+        exponent = _lattice_exponent(sigma, self.lattice_bits)
+        step = math.ldexp(1.0, exponent)
         scaled = np.ldexp(values, -exponent)  # exact: a power-of-two scaling
         if not np.all(np.isfinite(scaled)):
             raise ValueError(f"values: too large for a lattice step of {step!r}")
