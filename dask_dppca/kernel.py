@@ -290,6 +290,7 @@ def _fused_weights(prod, norm2_a, norm2_b, valid_a, valid_b, upper_only,
             threshold = max(bound * inv_limit, min_squared)
             weight = 0.0
             if counted and squared > threshold:
+                # Transform.weight at ||t||^2 = squared / 2, inlined for numba: keep in step
                 if kind == 0:
                     weight = 2.0 / squared
                 elif kind == 1:
