@@ -3,26 +3,56 @@
 Layers (design.md): ``kernel`` (numpy block-pair sums), ``graph`` (Dask tasks and the
 reduction), ``privacy`` (calibration, noise, budget, trusted release); ``estimator``
 and ``cli`` are thin shells over them.
+
+The public names are imported on first use (PEP 562), so ``import dask_dppca`` and
+the command line's ``--help`` do not pay for Dask, numba and scikit-learn up front.
 """
 
-from .design import CompleteDesign, RegularDesign
-from .estimator import DPPCA, kendall_matrix
-from .privacy.budget import BudgetExceededError, PrivacyBudget
-from .theory import sin_theta
-from .transforms import Transform, custom, sphere, winsor
+from __future__ import annotations
 
-__all__ = [
-    "DPPCA",
-    "kendall_matrix",
-    "sin_theta",
-    "PrivacyBudget",
-    "BudgetExceededError",
-    "CompleteDesign",
-    "RegularDesign",
-    "Transform",
-    "sphere",
-    "winsor",
-    "custom",
-]
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+#: Public name -> module that defines it.
+_PUBLIC = {
+    "DPPCA": "estimator",
+    "kendall_matrix": "estimator",
+    "sin_theta": "theory",
+    "PrivacyBudget": "privacy.budget",
+    "BudgetExceededError": "privacy.budget",
+    "CompleteDesign": "design",
+    "RegularDesign": "design",
+    "Transform": "transforms",
+    "sphere": "transforms",
+    "winsor": "transforms",
+    "custom": "transforms",
+}
+
+__all__ = list(_PUBLIC)
+
+try:
+    __version__ = version("dask-dppca")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0+unknown"
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .design import CompleteDesign, RegularDesign
+    from .estimator import DPPCA, kendall_matrix
+    from .privacy.budget import BudgetExceededError, PrivacyBudget
+    from .theory import sin_theta
+    from .transforms import Transform, custom, sphere, winsor
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _PUBLIC[name]
+    except KeyError:
+        raise AttributeError(f"module 'dask_dppca' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

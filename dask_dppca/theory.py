@@ -202,7 +202,7 @@ def release_sigma(n: int, d: int, epsilon: float, delta: float = 1e-6, *,
     Builds the plan ``fit`` builds for a numpy input (default block rows, complete
     design) and calls the estimator's own :func:`~dask_dppca.estimator.calibrate_release`
     with the default sampler, so the planner and the experiments use the estimator's
-    sigma without computing K_hat.  ``tests/test_theory.py`` checks it against
+    sigma without computing K_hat.  ``tests/statistical/test_theory.py`` checks it against
     ``est.privacy_["sigma"]``, which catches a drift in how ``fit`` plans its blocks.
     """
     from .design import CompleteDesign
@@ -239,7 +239,7 @@ class UtilityModel:
     fixed-seed simulation of the (d - m) x m matrix, and ``sin = tan / sqrt(1 + tan^2)``.
     No constant is fitted: every constant is 1.  The paper's Theorem 3.2 has the same
     shape (gap^-1 [sampling + privacy]) with constants it does not state; this model
-    is checked against simulation instead (tests/test_theory.py, docs/results.md).
+    is checked against simulation instead (tests/statistical/test_theory.py, docs/results.md).
 
     Parameters
     ----------

@@ -12,7 +12,7 @@ Why not dp_accounting's PLD accountant for the bookkeeping: for Gaussian events 
 the same curve computed through a pessimistic discretisation of the privacy-loss
 distribution (it over-reports epsilon by ~1e-4 at its default grid), slower, and
 would make a release calibrated exactly to the budget fail the check.  It is the
-well-kept *independent* implementation, so tests/test_budget.py checks this closed
+well-kept *independent* implementation, so tests/privacy/test_budget.py checks this closed
 form against ``PLDAccountant`` composing ``GaussianDpEvent`` s.
 
 A sampler whose law is within ``e^(+-A)`` of the ideal one

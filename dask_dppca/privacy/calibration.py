@@ -52,7 +52,7 @@ __all__ = [
 CALIBRATIONS = ("analytic", "classical")
 
 #: Bound on the relative error of :func:`gaussian_dp_delta` against the exact profile.
-#: tests/test_calibration.py measures the error against 50-digit mpmath on a grid
+#: tests/privacy/test_calibration.py measures the error against 50-digit mpmath on a grid
 #: spanning epsilon in [1e-3, 50] and delta in [1e-15, 0.5] and asserts it stays 100x
 #: below this value.  Calibration targets ``delta * (1 - DELTA_RELATIVE_ERROR)`` so
 #: that the exact delta of the returned sigma is <= the requested delta.

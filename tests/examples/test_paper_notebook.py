@@ -11,7 +11,7 @@ nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 pytest.importorskip("matplotlib")
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "paper_experiments.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "paper_experiments.ipynb"
 
 
 def test_paper_notebook_runs():

@@ -1,7 +1,7 @@
 """deploy/ recipes: parsed and checked against deploy/commands.json and the code.
 
 No Docker engine, Kubernetes or SLURM here: these checks are what can be checked
-without them.  deploy/commands.json is the argument lists tests/test_live_cluster.py
+without them.  deploy/commands.json is the argument lists tests/system/test_live_cluster.py
 starts its TLS cluster from; every recipe's scheduler and worker commands must carry
 every flag listed there with the same literal values (placeholders are free).
 """
@@ -23,7 +23,7 @@ from dask_dppca.privacy.release import TRUSTED_RESOURCE
 
 yaml = pytest.importorskip("yaml")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 COMMANDS = json.loads((DEPLOY / "commands.json").read_text())
 BLAS_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -72,7 +72,7 @@ def test_commands_file_agrees_with_the_code():
 
 
 def test_the_live_cluster_test_uses_the_commands_file():
-    source = (ROOT / "tests" / "test_live_cluster.py").read_text()
+    source = (ROOT / "tests" / "system" / "test_live_cluster.py").read_text()
     assert 'command("scheduler"' in source and 'command("worker"' in source
     assert 'COMMANDS["trusted_worker_extra"]' in source
 

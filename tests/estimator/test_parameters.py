@@ -4,7 +4,7 @@
 (``case | input | outcome | message contains | CLI``) and run every row: through
 ``DPPCA(**params).fit(X, component=...)`` and, where the CLI column gives an exit code,
 through ``dask_dppca.cli.main`` with the array written to a Zarr store.  The table is
-the authoritative list; tests/test_estimator.py keeps a few historical cases.
+the authoritative list; tests/estimator/test_estimator.py keeps a few historical cases.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dask_dppca.cli import main
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 from dask_dppca.transforms import custom
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "robustness.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "robustness.md"
 SECTION = "## Bad parameters and inputs"
 COLUMNS = ["case", "input", "outcome", "message contains", "CLI"]
 CONNECT_TIMEOUT = 1  # seconds, for the unanswered-address rows
@@ -181,10 +181,10 @@ def _run_in_subprocess(case: str, root: Path, which: str):
     script = textwrap.dedent(f"""
         import json, sys
         from pathlib import Path
-        sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from dask_dppca import cluster
         cluster.CONNECT_TIMEOUT = {CONNECT_TIMEOUT}
-        from tests import test_parameters as t
+        from tests.estimator import test_parameters as t
         row, root = t.BY_CASE[{case!r}], Path({str(root)!r})
         t._data_files(root, t._x())
         if {which!r} == "api":

@@ -1,66 +1,17 @@
-"""Command line: ``dask-dppca demo`` and ``dask-dppca fit STORE``.
-
-Every user error ends with one line on stderr and a non-zero exit code, never a
-traceback: 2 for a bad parameter or input, 3 when the cluster cannot be reached or a
-release fails, 1 for anything unexpected (with the exception's one-line summary).
-"""
+"""``dask-dppca fit STORE``: fit g-DPPCA on a Zarr array and write the private result."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
-EXIT_USAGE = 2
-EXIT_CLUSTER = 3
-EXIT_UNEXPECTED = 1
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse errors as one line (no usage block), exit code 2 like every user error."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (also used to document the CLI)."""
-    parser = _OneLineParser(
-        prog="dask-dppca",
-        description=(
-            "Robust, differentially private PCA (g-DPPCA). Releases the leading principal "
-            "directions of a data set under (epsilon, delta)-differential privacy, robust "
-            "to heavy tails and outliers."
-        ),
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.required = True
-
-    demo = commands.add_parser(
-        "demo",
-        help="fit synthetic heavy-tailed data on an embedded cluster and compare with PCA",
-        description=(
-            "Writes a synthetic heavy-tailed elliptical data set (multivariate t with 1 "
-            "degree of freedom, known principal directions, a few percent gross outliers) "
-            "to a local Zarr store, fits g-DPPCA on an embedded LocalCluster and prints the "
-            "sin theta error against the truth next to ordinary covariance PCA."
-        ),
-    )
-    demo.add_argument("--n-samples", type=int, default=20_000, help="records (default 20000)")
-    demo.add_argument("--n-features", type=int, default=10, help="features (default 10)")
-    demo.add_argument("--epsilon", type=float, default=1.0, help="privacy epsilon (default 1)")
-    demo.add_argument("--delta", type=float, default=1e-6, help="privacy delta (default 1e-6)")
-    demo.add_argument("--store", help="where to write the Zarr store (default: a temporary folder)")
-    demo.add_argument("--seed", type=int, default=2025,
-                      help="seed of the synthetic DATA only (the privacy noise uses OS entropy)")
-
+def add_parser(commands) -> None:
+    """Register ``fit`` on the ``dask-dppca`` sub-command parser."""
     fit = commands.add_parser(
         "fit",
         help="fit g-DPPCA on a Zarr store and write the private result",
@@ -101,69 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
                      "(default: distributed.comm.tls.client.key)")
     fit.add_argument("--output", default="result.json", help="result file (default result.json)")
     fit.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    return parser
+    fit.set_defaults(run=run)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``dask-dppca`` console script."""
-    args = build_parser().parse_args(argv)
-    try:
-        if args.command == "demo":
-            return run_demo(args)
-        return run_fit(args)
-    except ValueError as error:
-        print(f"dask-dppca: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except (OSError, TimeoutError, RuntimeError) as error:
-        print(f"dask-dppca: error: {type(error).__name__}: {error}", file=sys.stderr)
-        return EXIT_CLUSTER
-    except KeyboardInterrupt:
-        print("dask-dppca: interrupted", file=sys.stderr)
-        return 130
-    except Exception as error:  # noqa: BLE001 - one line, never a traceback
-        print(f"dask-dppca: unexpected error: {type(error).__name__}: {error}", file=sys.stderr)
-        return EXIT_UNEXPECTED
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    """Synthetic t_1 data with outliers -> Zarr -> g-DPPCA vs covariance PCA."""
-    from . import DPPCA, kendall_matrix, sin_theta
-    from .datasets import random_directions, spiked_spectrum, write_elliptical_zarr
-
-    n, d, m = args.n_samples, args.n_features, 2
-    if n < 2 or d < m:
-        raise ValueError(f"--n-samples must be >= 2 and --n-features >= {m}")
-    spectrum = spiked_spectrum(d, n_spikes=m, spike=5.0)
-    truth = random_directions(d, args.seed)
-    with tempfile.TemporaryDirectory(prefix="dask-dppca-demo-") as scratch:
-        store = args.store or os.path.join(scratch, "demo.zarr")
-        write_elliptical_zarr(store, n, spectrum, truth, df=1.0, outlier_fraction=0.03,
-                              chunk_rows=max(1000, n // 8), seed=args.seed)
-        print(f"data: {n} records x {d} features, multivariate t (1 d.f.), "
-              f"3% gross outliers -> {store}")
-        started = time.perf_counter()
-        est = DPPCA(n_components=m, epsilon=args.epsilon, delta=args.delta).fit(store)
-        fit_seconds = time.perf_counter() - started
-        covariance = kendall_matrix(store, transform="identity")
-    cov_directions = np.linalg.eigh(covariance)[1][:, ::-1][:, :m]
-    rows = [
-        (f"g-DPPCA sphere (eps={args.epsilon:g}, delta={args.delta:g})",
-         sin_theta(est.components_.T, truth[:, :m])),
-        ("covariance PCA (NOT private)", sin_theta(cov_directions, truth[:, :m])),
-    ]
-    print(f"\nsin theta to the true {m}-dimensional principal subspace (0 = exact, 1 = orthogonal):")
-    for name, error in rows:
-        print(f"  {name:<44s} {error:.4f}")
-    p = est.privacy_
-    print(f"\nprivacy: sensitivity {p['sensitivity']:.3g}, sigma {p['sigma']:.3g} "
-          f"({p['calibration']} calibration, {p['neighbours']} neighbours, n = {p['n_samples']})")
-    print(f"fit: {fit_seconds:.1f} s on the embedded LocalCluster")
-    return 0
-
-
-def run_fit(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Fit on a store and write the private result atomically."""
-    from . import DPPCA, RegularDesign
+    from .. import DPPCA, RegularDesign
+    from ..cluster import tls_config
 
     design = args.design
     if design == "regular":
@@ -178,8 +73,6 @@ def run_fit(args: argparse.Namespace) -> int:
         calibration=args.calibration, scheduler=args.scheduler,
         trusted_worker=args.trusted_worker, progress=not args.no_progress,
     )
-    from .cluster import tls_config
-
     with tls_config(args.tls_ca_file, args.tls_cert, args.tls_key):
         est.fit(args.store, component=args.component)
     result = {
@@ -211,12 +104,10 @@ def write_json_atomically(path: str, payload: Any) -> None:
 
 
 def _json_default(value: Any) -> Any:
+    import numpy as np
+
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

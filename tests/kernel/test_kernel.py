@@ -29,10 +29,7 @@ from dask_dppca.kernel import (
 )
 from dask_dppca.transforms import custom, identity, sphere, winsor
 
-try:
-    from tests.reference import reference_pair_sum, relative_error
-except ImportError:  # tests/ run as a rootdir-less directory
-    from reference import reference_pair_sum, relative_error
+from tests.reference import reference_pair_sum, relative_error
 
 TOL = 1e-10  # relative Frobenius error against the reference loop
 TILES = [None, 7]

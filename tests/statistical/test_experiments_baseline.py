@@ -15,7 +15,7 @@ import pytest
 from dask_dppca.datasets import make_elliptical, spiked_spectrum
 from dask_dppca.privacy.budget import BudgetExceededError, PrivacyBudget
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "experiments.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments.py"
 spec = importlib.util.spec_from_file_location("experiments", SCRIPT)
 experiments = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(experiments)

@@ -1,7 +1,7 @@
 """A real cluster: `dask scheduler` and `dask worker` processes on loopback, mutual TLS.
 
 The processes are started from the argument lists in deploy/commands.json, the same
-ones the deploy/ recipes use (tests/test_deploy_recipes.py checks that), with
+ones the deploy/ recipes use (tests/deploy/test_deploy_recipes.py checks that), with
 certificates made here (a CA; scheduler, worker and client certificates; and a rogue CA
 for a client that must be refused).  One worker offers the ``dppca-trusted`` resource.
 Every process is started in its own session and killed in a ``finally``; every wait is
@@ -53,7 +53,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"),
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = json.loads((ROOT / "deploy" / "commands.json").read_text())
 #: How the tests run the `dask` command line: with this interpreter.
 DASK = [sys.executable, "-m", "dask"]

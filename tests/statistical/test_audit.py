@@ -210,7 +210,7 @@ ALPHA_EACH = ALPHA_AUDIT / (2 * len(THRESHOLDS))
 
 @pytest.fixture(scope="module")
 def neighbours():
-    """Worst-case replace-one neighbours (tests/test_sensitivity.py, "clustered").
+    """Worst-case replace-one neighbours (tests/privacy/test_sensitivity.py, "clustered").
 
     The other 39 records sit in a 1e-6 cluster; the changed record is 1e6 away along e_0
     in S and along e_1 in S'.  Returns K_hat(S), K_hat(S'), n_pairs and the sigma DPPCA

@@ -16,7 +16,7 @@ from dask_dppca.graph import kernel_sum_graph, tree_sum
 from dask_dppca.kernel import block_pair_sum
 from dask_dppca.transforms import sphere, winsor
 
-from .reference import reference_pair_sum, relative_error
+from tests.reference import reference_pair_sum, relative_error
 
 RNG = np.random.default_rng(2)  # test data only
 

@@ -11,7 +11,7 @@ import pytest
 import dask_dppca as dd
 from dask_dppca.design import AUTO_FLOPS_PER_THREAD, CompleteDesign, RegularDesign, auto_design
 
-from .reference import reference_pair_sum, relative_error
+from tests.reference import reference_pair_sum, relative_error
 
 
 def _brute_force_pairs(plan):

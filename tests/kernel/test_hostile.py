@@ -25,10 +25,7 @@ from dask_dppca.kernel import block_pair_sum
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 from dask_dppca.transforms import sphere, winsor
 
-try:
-    from tests.reference import reference_pair_sum, relative_error
-except ImportError:  # tests/ run as a rootdir-less directory
-    from reference import reference_pair_sum, relative_error
+from tests.reference import reference_pair_sum, relative_error
 
 TOL = 1e-10
 RADIUS = 0.7
@@ -363,11 +360,11 @@ def test_hostile_matrices_estimator_outputs(x, name, block, seed):
 
 def test_documented_tests_exist():
     """Every test the bad-records table of docs/robustness.md cites exists."""
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "robustness.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "robustness.md").read_text()
     table = doc.split("## Bad records", 1)[1].split("## Bad parameters", 1)[0]
     cited = re.findall(r"`(tests/[\w/]+\.py)::(\w+)(?:\[(\w+)\])?`", table)
     assert len(cited) >= 15
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     for path, function, param in cited:
         source = (root / path).read_text()
         assert f"def {function}(" in source, f"{path}::{function} is cited but missing"

@@ -1,0 +1,69 @@
+"""Command line: ``dask-dppca demo``, ``dask-dppca fit STORE`` (one module per command).
+
+Every user error ends with one line on stderr and a non-zero exit code, never a
+traceback: 2 for a bad parameter or input, 3 when the cluster cannot be reached or a
+release fails, 1 for anything unexpected (with the exception's one-line summary).
+
+Imports are lazy: the parser needs only argparse, so ``--help`` answers at once;
+each command imports numpy, Dask and the library when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import demo, fit
+
+__all__ = ["EXIT_USAGE", "EXIT_CLUSTER", "EXIT_UNEXPECTED", "build_parser", "main"]
+
+EXIT_USAGE = 2
+EXIT_CLUSTER = 3
+EXIT_UNEXPECTED = 1
+
+#: The sub-command modules, each with ``add_parser(commands)`` setting ``run``.
+COMMANDS = (demo, fit)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse errors as one line (no usage block), exit code 2 like every user error."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (also used to document the CLI)."""
+    parser = _OneLineParser(
+        prog="dask-dppca",
+        description=(
+            "Robust, differentially private PCA (g-DPPCA). Releases the leading principal "
+            "directions of a data set under (epsilon, delta)-differential privacy, robust "
+            "to heavy tails and outliers."
+        ),
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                     parser_class=_OneLineParser)
+    commands.required = True
+    for command in COMMANDS:
+        command.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``dask-dppca`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except ValueError as error:
+        print(f"dask-dppca: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, TimeoutError, RuntimeError) as error:
+        print(f"dask-dppca: error: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_CLUSTER
+    except KeyboardInterrupt:
+        print("dask-dppca: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - one line, never a traceback
+        print(f"dask-dppca: unexpected error: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_UNEXPECTED
