@@ -51,22 +51,43 @@ def kernel_sum_graph(
     token = dask.base.tokenize(data.name, transform, plan)
     blocks = data.to_delayed()[:, 0]
     pair_sum = dask.delayed(_pair_task, pure=True)
+    n_features = data.shape[1]
     partials = [
         pair_sum(blocks[i], None if i == j else blocks[j], transform,
+                 (i, plan.block_sizes[i], j, plan.block_sizes[j], n_features),
                  dask_key_name=f"dppca-pair-{i}-{j}-{token}")
         for i, j in plan.block_pairs
     ]
     return tree_sum(partials, key_prefix=f"dppca-sum-{token}")
 
 
-def _pair_task(block_a, block_b, transform):
+def _pair_task(block_a, block_b, transform, declared):
     """One block-pair task: the kernel, with BLAS pinned to one thread on Dask workers.
+
+    ``declared`` is ``(I, rows of I, J, rows of J, d)`` from the plan.  n, |P| and
+    the sensitivity come from the declared shape, while the kernel sums whatever rows
+    the blocks really hold, so a block that holds other rows than declared fails the
+    task, and with it the sum and any release that depends on it.
 
     Always the kernel's default memory budget: fit's rounding slack
     (``kernel.rounding_error_bound``) is computed for the tiles that budget gives.
     """
+    index_a, rows_a, index_b, rows_b, n_features = declared
+    _check_block(block_a, index_a, rows_a, n_features)
+    if block_b is not None:
+        _check_block(block_b, index_b, rows_b, n_features)
     _pin_blas_on_workers()
     return block_pair_sum(block_a, block_b, transform)
+
+
+def _check_block(block, index: int, rows: int, n_features: int) -> None:
+    shape = getattr(block, "shape", None)
+    if shape != (rows, n_features):
+        raise ValueError(
+            f"X: block {index} holds an array of shape {shape}, but the input declared "
+            f"({rows}, {n_features}); n, the pair count and the sensitivity come from the "
+            "declared shape, so nothing is computed or released from it"
+        )
 
 
 _pinned = {"done": False}

@@ -82,9 +82,12 @@ _BAND_TILES = 4
 _DIAGONAL_ROWS = 96
 #: Float64 tile-sized scratch arrays alive at once (the product/weight tile, index lists).
 _TILE_ARRAYS = 2
-#: Roundings outside the tiles: weights, multiplicities, the class sums, symmetrising,
-#: the exact-path total (see rounding_error_bound).
-_FIXED_ROUNDINGS = 16
+#: Roundings outside the tiles: weights and multiplicities (5), the halves of diagonal
+#: tiles (2 log2(512 / _DIAGONAL_ROWS) < 6), forming diag(r/2) A - W B (2), symmetrising
+#: and the exact-path total (2), with room to spare (see rounding_error_bound).  The
+#: exact path's own sum, up to (B/T)^2 additions deep, is covered by its terms being
+#: at most G^2 against the fast path's 4 CONDITION_LIMIT G^2 = 1024 G^2.
+_FIXED_ROUNDINGS = 24
 #: At most this many scale classes exist (float64 exponents span 2098 bits).
 _MAX_CLASSES = 2 + 2098 // CLASS_BITS
 
@@ -114,17 +117,18 @@ def rounding_error_bound(
     in size (fast path: ``W (||a||^2 + ||b||^2) < 2 CONDITION_LIMIT G^2`` because only
     well-conditioned pairs take it, and scaling by powers of two changes no product;
     exact path: unit vectors scaled by ``xi <= G``).  Each passes through at most
-    ``2 T + 2 B / T + d + log2(#block pairs) + _FIXED_ROUNDINGS + _MAX_CLASSES^2``
+    ``2 T + 2 B / T + d + log2(#block pairs) + _FIXED_ROUNDINGS + log2(_MAX_CLASSES^2)``
     roundings: the sum over a tile's columns in ``W [B 1]`` and over its rows in the
     d x d product (T each), the accumulation over tiles (B / T each way), the d-term
-    dot products behind the weights, the tree reduction, a few fixed steps and the
-    sum over pairs of scale classes.  The standard bound for floating-point sums then
+    dot products behind the weights, the tree reduction, a few fixed steps (weights,
+    multiplicities, the diagonal halves, symmetrising, the exact path) and the
+    pairwise sum over pairs of scale classes.  The standard bound for floating-point sums then
     gives this value; docs/privacy.md uses it to widen the sensitivity by ``2 G^2``
     times it.  It is a worst case: observed errors are orders of magnitude smaller.
     """
     tile = tile_rows_for_budget(memory_budget, n_features)
     depth = (2 * tile + 2 * math.ceil(max_block_rows / tile) + n_features
-             + math.log2(max(n_block_pairs, 1)) + _FIXED_ROUNDINGS + _MAX_CLASSES**2)
+             + math.log2(max(n_block_pairs, 1)) + _FIXED_ROUNDINGS + math.log2(_MAX_CLASSES**2))
     return 4.0 * CONDITION_LIMIT * depth * float(np.finfo(np.float64).eps)
 
 
@@ -171,16 +175,16 @@ def block_pair_sum(
 
     rows_a, count_a = _distinct_finite_rows(a)
     rows_b, count_b = (rows_a, count_a) if within else _distinct_finite_rows(b)
-    total = np.zeros((d, d))
     if rows_a.size == 0 or rows_b.size == 0:
-        return total
+        return np.zeros((d, d))
     centre = _centring_point(a, rows_a)
     # The unbounded identity is a non-private reference: one class, and rows whose
     # squares overflow take the exact path (its terms overflow as the true ones do).
-    scaled = transform.is_bounded
+    scaled = transform.name != "identity"
     class_a = _scale_classes(a, rows_a, centre, scaled)
     class_b = class_a if within else _scale_classes(b, rows_b, centre, scaled)
     summer = _TileSummer(transform, d, tile_rows)
+    parts = []
     for p in np.unique(class_a):
         side_a = _Side(a, rows_a[class_a == p], count_a[class_a == p])
         for q in np.unique(class_b):
@@ -188,8 +192,17 @@ def block_pair_sum(
                 continue
             side_b = _Side(b, rows_b[class_b == q], count_b[class_b == q])
             exponent = -CLASS_BITS * int(max(p, q))
-            total += summer.run(side_a, side_b, within and p == q, centre, exponent)
+            parts.append(summer.run(side_a, side_b, within and p == q, centre, exponent))
+    total = _pairwise_sum(parts)
     return 0.5 * (total + total.T)
+
+
+def _pairwise_sum(parts: list[np.ndarray]) -> np.ndarray:
+    """Sum in a balanced tree: log2(len(parts)) roundings deep (rounding_error_bound)."""
+    while len(parts) > 1:
+        parts = [parts[k] + parts[k + 1] if k + 1 < len(parts) else parts[k]
+                 for k in range(0, len(parts), 2)]
+    return parts[0]
 
 
 class _Side:

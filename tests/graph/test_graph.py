@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 from dask.callbacks import Callback
 
+import dask_dppca as dd
+from dask_dppca import estimator as estimator_module
+from dask_dppca import graph as graph_module
 from dask_dppca import kendall_matrix
 from dask_dppca.design import CompleteDesign
 from dask_dppca.graph import kernel_sum_graph, tree_sum
@@ -133,3 +136,57 @@ def test_custom_and_winsor_transforms_go_through_the_graph():
     got = kendall_matrix(da.from_array(x, chunks=(30, 4)), winsor(2.0), scheduler="threads")
     want = reference_pair_sum(x, xi=lambda s: min(s, 2.0)) / (80 * 79 / 2)
     assert relative_error(got, want) <= 1e-10
+
+
+# ---------------------------------------------------------------------------------------
+# A block that holds other rows than its chunks declare (audit item b)
+# ---------------------------------------------------------------------------------------
+
+
+def _lying(x, declared_rows):
+    """A dask array that declares ``declared_rows`` rows but computes to all of ``x``."""
+    return da.from_delayed(dask.delayed(lambda: x)(), shape=(declared_rows, x.shape[1]),
+                           dtype=x.dtype)
+
+
+def _neighbours_400_rows():
+    """Replace-one neighbours (400 rows): a tight cluster and one record moved far away."""
+    rng = np.random.default_rng(5)  # test data only
+    s = 1e-6 * rng.standard_normal((400, 3))
+    s_prime = s.copy()
+    s[-1], s_prime[-1] = [1e6, 0, 0], [0, 1e6, 0]
+    return s, s_prime
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads"])
+def test_a_block_with_other_rows_than_declared_fails_before_any_release(scheduler, monkeypatch):
+    """n, |P| and the sensitivity come from the declared shape; the kernel sums the rows
+    the blocks really hold.  Every block task checks one against the other."""
+    released = []
+    monkeypatch.setattr(estimator_module, "private_release",
+                        lambda *args, **kwargs: released.append(args))
+    lying = _lying(_neighbours_400_rows()[0], 40)
+    with pytest.raises(ValueError, match=r"^X: block 0 holds an array of shape \(400, 3\), but the "
+                                          r"input declared \(40, 3\)"):
+        dd.DPPCA(n_components=1, scheduler=scheduler).fit(lying)
+    assert released == []
+    with pytest.raises(ValueError, match="declared"):
+        kendall_matrix(lying, scheduler=scheduler)
+
+
+@pytest.mark.cluster
+def test_a_lying_block_fails_on_a_cluster_before_the_release(cluster_client):
+    lying = _lying(_neighbours_400_rows()[0], 40)
+    with pytest.raises(ValueError, match=r"block 0 holds an array of shape \(400, 3\)"):
+        dd.DPPCA(n_components=1, scheduler=cluster_client).fit(lying)
+
+
+def test_without_the_block_check_a_lying_input_breaks_the_sensitivity(monkeypatch):
+    """The check has teeth: skipped, 400 real rows declared as 40 give neighbours 10x
+    further apart than the sensitivity computed for n = 40 (the audit's 10.2x)."""
+    monkeypatch.setattr(graph_module, "_check_block", lambda *args: None)
+    s, s_prime = _neighbours_400_rows()
+    gap = np.linalg.norm(kendall_matrix(_lying(s, 40), scheduler="synchronous")
+                         - kendall_matrix(_lying(s_prime, 40), scheduler="synchronous"))
+    reported = CompleteDesign().plan((40,)).sensitivity(1.0)
+    assert gap > 5 * reported
