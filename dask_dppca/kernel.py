@@ -400,31 +400,40 @@ _KIND_CODES = {"sphere": 0, "winsor": 1, "identity": 2}
 _KIND_SQUARED_NORM = 3
 
 
-@numba.njit(cache=True, nogil=True)
-def _distinct_finite_rows(rows):  # pragma: no cover - compiled
+def _distinct_finite_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Indices of the distinct finite rows (first occurrences, in order) and their counts.
 
     Rows are grouped by a 64-bit hash of their values (-0.0 read as 0.0), then compared
     exactly, so a hash collision never merges different rows.
     """
-    n, d = rows.shape
-    finite = np.empty(n, dtype=np.int64)
+    finite = _finite_rows(rows)
+    return _group_rows(rows, finite, _row_hashes(rows, finite))
+
+
+@numba.njit(cache=True, nogil=True)
+def _finite_rows(rows):  # pragma: no cover - compiled
+    finite = np.empty(rows.shape[0], dtype=np.int64)
     n_finite = 0
-    for i in range(n):
+    for i in range(rows.shape[0]):
         ok = True
-        for k in range(d):
+        for k in range(rows.shape[1]):
             if not np.isfinite(rows[i, k]):
                 ok = False
                 break
         if ok:
             finite[n_finite] = i
             n_finite += 1
-    finite = finite[:n_finite]
+    return finite[:n_finite]
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_hashes(rows, finite):  # pragma: no cover - compiled
+    d = rows.shape[1]
     values = np.empty(_HASH_LANES, dtype=np.float64)
     bits = values.view(np.uint64)
     lanes = np.empty(_HASH_LANES, dtype=np.uint64)
-    hashes = np.empty(n_finite, dtype=np.uint64)
-    for r in range(n_finite):
+    hashes = np.empty(finite.shape[0], dtype=np.uint64)
+    for r in range(finite.shape[0]):
         row = rows[finite[r]]
         lanes[:] = np.uint64(0x9E3779B97F4A7C15)
         for k0 in range(0, d, _HASH_LANES):    # independent lanes: no long dependency chain
@@ -437,6 +446,13 @@ def _distinct_finite_rows(rows):  # pragma: no cover - compiled
         for lane in range(_HASH_LANES):
             h = (h ^ lanes[lane]) * np.uint64(0x94D049BB133111EB)
         hashes[r] = h ^ (h >> np.uint64(29))
+    return hashes
+
+
+@numba.njit(cache=True, nogil=True)
+def _group_rows(rows, finite, hashes):  # pragma: no cover - compiled
+    """Distinct rows among ``rows[finite]`` and their counts, given any hash of each row."""
+    n_finite, d = finite.shape[0], rows.shape[1]
     order = np.argsort(hashes, kind="mergesort")   # stable: first occurrences first
     owner = np.arange(n_finite)                      # position of each row's first copy
     start = 0

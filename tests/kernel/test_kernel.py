@@ -787,3 +787,23 @@ def test_the_scale_sweep_catches_weights_that_underflow(monkeypatch):
     monkeypatch.setattr(kernel_module, "_scale_classes",
                         lambda rows, index, centre, scaled: np.zeros(index.shape[0], dtype=np.int64))
     assert _worst_error_over_scales(1e-100) > 1e3 * rounding_error_bound(3, 16, 1)
+
+
+# ---------------------------------------------------------------------------------------
+# Identical rows are merged, and only identical rows
+# ---------------------------------------------------------------------------------------
+
+
+def test_rows_are_grouped_exactly_even_when_every_hash_collides():
+    """The merge groups rows by a hash, then compares them: with one hash for all rows
+    (every pair a collision) only identical rows are merged (-0.0 equals 0.0), NaN rows
+    are left out, and the counts add up."""
+    x = np.array([[1.0, 2.0], [1.0, 2.0 + 1e-15], [0.0, -0.0], [-0.0, 0.0], [np.nan, 1.0],
+                  [1.0, 2.0], [3.0, 4.0], [0.0, 0.0], [1.0, 2.0]])
+    finite = kernel_module._finite_rows(x)
+    assert list(finite) == [0, 1, 2, 3, 5, 6, 7, 8]
+    index, counts = kernel_module._group_rows(x, finite, np.zeros(len(finite), dtype=np.uint64))
+    assert list(index) == [0, 1, 2, 6] and list(counts) == [3.0, 1.0, 3.0, 1.0]
+    hashes = kernel_module._row_hashes(x, finite)
+    assert hashes[2] == hashes[3] == hashes[6] and len(set(hashes.tolist())) == 4
+    assert np.array_equal(kernel_module._group_rows(x, finite, hashes)[0], index)
