@@ -36,7 +36,9 @@ def test_release_is_drawn_once_per_fit_id_locally():
 
 def test_release_returns_only_functions_of_the_noisy_matrix():
     release = private_release(np.diag([3.0, 2.0, 1.0]), 1, 1e-9, 2, SeededSampler(1), uuid.uuid4().hex)
-    assert set(vars(release)) == {"eigenvalues", "components"}
+    # Functions of K_tilde, and where the noise was drawn (public placement, no data).
+    assert set(vars(release)) == {"eigenvalues", "components", "released_on"}
+    assert release.released_on == "this process"
     assert np.allclose(release.eigenvalues, [3, 2, 1], atol=1e-6)
     assert np.allclose(np.abs(release.components), np.eye(3)[:2], atol=1e-6)
 
