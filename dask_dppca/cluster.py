@@ -215,6 +215,9 @@ def embedded_client() -> distributed.Client:
                 threads_per_worker=max(1, os.cpu_count() or 1),
                 processes=False,
                 dashboard_address=None,
+                # No dashboard; the scheduler's small HTTP server (health, metrics) on a
+                # free port, so a busy 8787 never prints a warning.
+                scheduler_kwargs={"dashboard": False, "dashboard_address": ":0"},
                 resources={TRUSTED_RESOURCE: 1},
             )
             client = distributed.Client(cluster, set_as_default=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -21,6 +22,8 @@ __all__ = ["local_progress", "cluster_progress", "in_notebook"]
 
 #: Seconds the bar's thread may take to draw its last state after the work ended.
 _FINAL_DRAW_WAIT = 2.0
+#: The scheduler sends the bar an update this often (seconds).
+_UPDATE_INTERVAL = 0.1
 
 
 def in_notebook() -> bool:
@@ -56,10 +59,12 @@ def cluster_progress(client: Any, futures: list, enabled: bool) -> Iterator[None
     if in_notebook():
         from IPython.display import display
 
-        bar = MultiProgressWidget(futures, scheduler=address, complete=True)
+        bar = MultiProgressWidget(futures, scheduler=address, complete=True,
+                                  interval=_UPDATE_INTERVAL)
         display(bar.widget)
     else:
-        bar = TextProgressBar(futures, scheduler=address, complete=True, start=False)
+        bar = TextProgressBar(futures, scheduler=address, complete=True, start=False,
+                              interval=_UPDATE_INTERVAL)
     listener = threading.Thread(target=asyncio.run, args=(bar.listen(),),
                                 name="dask-dppca-progress", daemon=True)
     listener.start()
@@ -67,3 +72,7 @@ def cluster_progress(client: Any, futures: list, enabled: bool) -> Iterator[None
         yield
     finally:
         listener.join(timeout=_FINAL_DRAW_WAIT)
+        # The scheduler's side of the bar's feed notices the closed connection at its
+        # next update; let it, so that a cluster closed right after (the CLI exits)
+        # does not cancel it mid-sleep and log a CancelledError traceback.
+        time.sleep(3 * _UPDATE_INTERVAL)

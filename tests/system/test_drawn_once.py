@@ -180,7 +180,7 @@ def test_fit_draws_once_while_workers_are_killed(client, counting_sampler):
     x = da.from_array(rng.standard_normal((N_ROWS, D)), chunks=(CHUNK, D))
     tickets_before = set(client.get_metadata(list(RELEASE_METADATA_KEY), default={}))
     est = dd.DPPCA(n_components=2, scheduler=client, trusted_worker=trusted,
-               design="complete")
+                   design="complete")
     started, done, kills, errors = threading.Event(), threading.Event(), [], []
     thread = threading.Thread(target=_killer, daemon=True,
                               args=(client, trusted, _pids(client), started, done, kills, errors))
