@@ -109,7 +109,7 @@ def rounding_error_bound(
     n_features: int,
     max_block_rows: int,
     n_block_pairs: int,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    tile_rows: int,
 ) -> float:
     """Worst-case ``||K_hat_computed - K_hat_exact||_F / G^2`` for any data set.
 
@@ -125,8 +125,9 @@ def rounding_error_bound(
     pairwise sum over pairs of scale classes.  The standard bound for floating-point sums then
     gives this value; docs/privacy.md uses it to widen the sensitivity by ``2 G^2``
     times it.  It is a worst case: observed errors are orders of magnitude smaller.
+    ``tile_rows`` must be the tile size the kernel was run with (``DesignPlan.tile_rows``).
     """
-    tile = tile_rows_for_budget(memory_budget, n_features)
+    tile = int(tile_rows)
     depth = (2 * tile + 2 * math.ceil(max_block_rows / tile) + n_features
              + math.log2(max(n_block_pairs, 1)) + _FIXED_ROUNDINGS + math.log2(_MAX_CLASSES**2))
     return 4.0 * CONDITION_LIMIT * depth * float(np.finfo(np.float64).eps)

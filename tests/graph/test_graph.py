@@ -11,9 +11,9 @@ import pytest
 from dask.callbacks import Callback
 
 import dask_dppca as dd
-from dask_dppca import estimator as estimator_module
 from dask_dppca import graph as graph_module
 from dask_dppca import kendall_matrix
+from dask_dppca.privacy import runner as runner_module
 from dask_dppca.design import CompleteDesign
 from dask_dppca.graph import kernel_sum_graph, tree_sum
 from dask_dppca.kernel import block_pair_sum
@@ -89,7 +89,7 @@ def test_building_reads_no_data_and_compute_reads_each_block_once():
     bounds = [0, 50, 100, 170, 240]
     calls = collections.Counter()
     data = _counting_array(x, bounds, calls)
-    plan = CompleteDesign().plan(data.chunks[0])
+    plan = CompleteDesign().plan(data.chunks[0], data.shape[1])
     graph = kernel_sum_graph(data, plan, sphere())
     assert calls == {}
     pair_tasks = [k for k in dict(graph.__dask_graph__()) if str(k).startswith("dppca-pair-")]
@@ -106,7 +106,7 @@ def test_building_reads_no_data_and_compute_reads_each_block_once():
 def test_block_pairs_cover_every_pair_once():
     x = _data(60)
     sizes = (10, 25, 25)
-    plan = CompleteDesign().plan(sizes)
+    plan = CompleteDesign().plan(sizes, x.shape[1])
     edges = np.cumsum((0,) + sizes)
     total = sum(
         block_pair_sum(x[edges[i]:edges[i + 1]],
@@ -163,7 +163,7 @@ def test_a_block_with_other_rows_than_declared_fails_before_any_release(schedule
     """n, |P| and the sensitivity come from the declared shape; the kernel sums the rows
     the blocks really hold.  Every block task checks one against the other."""
     released = []
-    monkeypatch.setattr(estimator_module, "private_release",
+    monkeypatch.setattr(runner_module, "private_release",
                         lambda *args, **kwargs: released.append(args))
     lying = _lying(_neighbours_400_rows()[0], 40)
     with pytest.raises(ValueError, match=r"^X: block 0 holds an array of shape \(400, 3\), but the "
@@ -188,5 +188,5 @@ def test_without_the_block_check_a_lying_input_breaks_the_sensitivity(monkeypatc
     s, s_prime = _neighbours_400_rows()
     gap = np.linalg.norm(kendall_matrix(_lying(s, 40), scheduler="synchronous")
                          - kendall_matrix(_lying(s_prime, 40), scheduler="synchronous"))
-    reported = CompleteDesign().plan((40,)).sensitivity(1.0)
+    reported = CompleteDesign().plan((40,), 3).sensitivity(1.0)
     assert gap > 5 * reported

@@ -460,7 +460,8 @@ def test_adversarial_blocks_match_reference(x, name, tile_rows, cross):
     assert relative_error(got, want) <= TOL
     # The documented worst case (per pair, in units of G^2) holds with a wide margin.
     bound, n_pairs = TRANSFORMS[name][2], (len(a) * len(b) if cross else len(a) * (len(a) - 1) // 2)
-    worst = rounding_error_bound(a.shape[1], len(x), 1) * bound**2 * max(n_pairs, 1)
+    tiles = tile_rows or tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, a.shape[1])
+    worst = rounding_error_bound(a.shape[1], len(x), 1, tiles) * bound**2 * max(n_pairs, 1)
     assert np.linalg.norm(got - want) <= worst
 
 
@@ -777,7 +778,7 @@ def test_radius_in_its_range_keeps_the_rounding_bound_at_every_data_scale(radius
     winsor weights r^2 / ||t||^2 underflowed for far rows at small r (r = 1.13e-37, rows at
     1e124: 1.7e-3 G^2 per pair; r = 1e-100: 0.6 G^2), the audit's 1.93x sensitivity."""
     worst = _worst_error_over_scales(radius)
-    assert np.isfinite(worst) and worst <= rounding_error_bound(3, 16, 1)
+    assert np.isfinite(worst) and worst <= rounding_error_bound(3, 16, 1, tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 3))
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the broken kernel overflows too
@@ -786,7 +787,7 @@ def test_the_scale_sweep_catches_weights_that_underflow(monkeypatch):
     classes) the weights underflow at r = 1e-100 and the bound is broken."""
     monkeypatch.setattr(kernel_module, "_scale_classes",
                         lambda rows, index, centre, scaled: np.zeros(index.shape[0], dtype=np.int64))
-    assert _worst_error_over_scales(1e-100) > 1e3 * rounding_error_bound(3, 16, 1)
+    assert _worst_error_over_scales(1e-100) > 1e3 * rounding_error_bound(3, 16, 1, tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 3))
 
 
 # ---------------------------------------------------------------------------------------
