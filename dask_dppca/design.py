@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from .kernel import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_budget
 
-__all__ = ["CompleteDesign", "RegularDesign", "DesignPlan", "auto_design", "check_design",
-           "resolve_design"]
+__all__ = ["CompleteDesign", "RegularDesign", "DesignPlan", "auto_design", "block_rows",
+           "check_design", "complete_blocks", "resolve_design"]
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,61 @@ def _edge(i, j) -> tuple[int, int]:
     return (i, j) if i < j else (j, i)
 
 
+#: Block pairs per worker thread the block rule aims at, so that every thread has work
+#: and the last tasks to finish are short.
+BLOCK_PAIRS_PER_THREAD = 4
+#: Least pair work of a block pair, 2 b^2 d flops (about a millisecond of one core), so
+#: that a task's fixed cost stays small next to its work.
+MIN_BLOCK_PAIR_FLOPS = 4e7
+#: Largest block of the rule: this many rows, and at most MAX_BLOCK_BYTES of float64.
+MAX_BLOCK_ROWS = 16384
+MAX_BLOCK_BYTES = 32 * 2**20
+
+
+def block_rows(n_samples: int, n_features: int, n_threads: int) -> int:
+    """Rows per block of the complete design when the input imposes no row chunks.
+
+    The public rule on n, d and the compute target's thread count: as many blocks as
+    give ``BLOCK_PAIRS_PER_THREAD`` block pairs per thread, as long as each block pair
+    keeps ``MIN_BLOCK_PAIR_FLOPS`` of work, and never blocks above ``MAX_BLOCK_ROWS``
+    rows or ``MAX_BLOCK_BYTES``; in whole kernel tiles where that keeps the count.
+    """
+    n, d = int(n_samples), max(int(n_features), 1)
+    tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
+    largest = max(tile, min(MAX_BLOCK_ROWS, MAX_BLOCK_BYTES // (8 * d)) // tile * tile)
+    smallest = max(tile, math.ceil(math.sqrt(MIN_BLOCK_PAIR_FLOPS / (2.0 * d))))
+    wanted = BLOCK_PAIRS_PER_THREAD * max(int(n_threads), 1)
+    n_blocks = math.ceil((math.sqrt(8.0 * wanted + 1.0) - 1.0) / 2.0)   # B (B + 1) / 2 >= wanted
+    n_blocks = max(min(n_blocks, n // smallest), math.ceil(n / largest), 1)
+    if n_blocks == 1:
+        return max(n, 1)
+    rows = math.ceil(n / n_blocks)
+    aligned = math.ceil(rows / tile) * tile
+    return aligned if math.ceil(n / aligned) == n_blocks else rows
+
+
+def complete_blocks(n_samples: int, n_features: int, n_threads: int,
+                    chunks: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """Row blocks of the complete design: the rule's blocks, or whole input chunks.
+
+    Without ``chunks`` (an input with no row chunks of its own, e.g. numpy) the rows are
+    cut into blocks of :func:`block_rows`.  With them (Zarr, dask), consecutive chunks
+    are merged while the block stays within :func:`block_rows`, and never split, so
+    each chunk is still read once.
+    """
+    target = block_rows(n_samples, n_features, n_threads)
+    if chunks is None:
+        full, tail = divmod(int(n_samples), target)
+        return (target,) * full + ((tail,) if tail else ())
+    blocks = []
+    for size in (int(c) for c in chunks if int(c) > 0):
+        if blocks and blocks[-1] + size <= target:
+            blocks[-1] += size
+        else:
+            blocks.append(size)
+    return tuple(blocks)
+
+
 #: Pair work (flops, 4 d per pair) per worker thread under which "auto" keeps every pair:
 #: about a minute of one core at the kernel's measured rate.
 AUTO_FLOPS_PER_THREAD = 2e12
@@ -216,14 +271,17 @@ def auto_design(n_samples: int, n_features: int, n_threads: int) -> CompleteDesi
     :class:`RegularDesign` (seed 0, public like the rule) whose work,
     about ``2 n (k + 1) block d`` flops, fits the same budget: blocks as large as the
     budget allows with one partner, between 1024 rows and ``32 MiB / (8 d)`` rows,
-    then as many partners ``k >= 1`` as the budget still allows.
+    rounded down to whole kernel tiles, then as many partners ``k >= 1`` as the budget
+    still allows.
     """
     budget = AUTO_FLOPS_PER_THREAD * max(int(n_threads), 1)
     d = max(int(n_features), 1)
     if 2.0 * n_samples * n_samples * d <= budget:
         return CompleteDesign()
+    tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
     largest = int(min(16384, max(1024, _AUTO_BLOCK_BYTES // (8 * d))))
     block = int(min(largest, max(1024, budget / (4.0 * d * n_samples))))
+    block = max(tile, block // tile * tile)      # whole kernel tiles: no ragged tile per block
     k = int(budget / (2.0 * n_samples * block * d)) - 1
     n_blocks = -(-n_samples // block)
     return RegularDesign(k=max(1, min(k, n_blocks - 1)), block_size=block, seed=0)

@@ -21,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from . import cluster
 from .design import check_design
 from .graph import kernel_sum_graph, plan_blocks
-from .io import as_dask_array
+from .io import as_dask_array, imposes_row_chunks
 from .privacy.budget import current_budget
 from .privacy.calibration import CALIBRATIONS, validate_privacy_parameters
 from .privacy.mechanism import ReleaseMechanism
@@ -213,7 +213,8 @@ class DPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             validate_data(self, X, reset=True, skip_check_array=True)
         n_components = _check_n_components(params["n_components"], data.shape[1])
         with cluster.compute_target(params["scheduler"]) as target:
-            data, design, plan = plan_blocks(data, params["design"], cluster.thread_count(target))
+            data, design, plan = plan_blocks(data, params["design"], cluster.thread_count(target),
+                                             rows_free=not imposes_row_chunks(X))
             mechanism = ReleaseMechanism.plan_release(
                 design, plan, g, params["epsilon"], params["delta"], params["calibration"],
                 _noise_sampler(plan.n_features, params["random_state"]))

@@ -19,11 +19,11 @@ import dask.array as da
 import distributed
 import numpy as np
 from dask.delayed import Delayed
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from . import cluster
-from .design import CompleteDesign, DesignPlan, RegularDesign, resolve_design
-from .io import as_dask_array
+from .design import CompleteDesign, DesignPlan, RegularDesign, complete_blocks, resolve_design
+from .io import as_dask_array, imposes_row_chunks
 from .kernel import block_pair_sum
 from .transforms import Transform, resolve_transform
 
@@ -35,11 +35,15 @@ def plan_blocks(
     data: da.Array,
     design: str | CompleteDesign | RegularDesign,
     n_threads: int,
+    rows_free: bool = False,
 ) -> tuple[da.Array, CompleteDesign | RegularDesign, DesignPlan]:
     """Resolve the design for this input and thread count; rechunk rows to its blocks.
 
     Public inputs only: the shape, the input's row chunks, the design parameter and
-    the compute target's thread count.
+    the compute target's thread count.  ``rows_free``: the input imposes no row
+    chunks (a numpy array, :func:`dask_dppca.io.imposes_row_chunks`), so the complete
+    design cuts its rows by :func:`dask_dppca.design.block_rows`; otherwise it keeps
+    whole input chunks (merging small ones), each read once.
 
     Returns
     -------
@@ -48,7 +52,10 @@ def plan_blocks(
     """
     n, d = data.shape
     chosen = resolve_design(design, n, d, n_threads)
-    plan = chosen.plan(data.chunks[0], d)
+    chunks = data.chunks[0]
+    if isinstance(chosen, CompleteDesign):
+        chunks = complete_blocks(n, d, n_threads, None if rows_free else chunks)
+    plan = chosen.plan(chunks, d)
     if tuple(data.chunks[0]) != plan.block_sizes:
         data = data.rechunk({0: plan.block_sizes})
     return data, chosen, plan
@@ -143,9 +150,18 @@ def _pin_blas_on_workers() -> None:
 
 @contextmanager
 def single_threaded_blas():
-    """BLAS and OpenMP on one thread for one compute in this process, then restored."""
-    with threadpool_limits(limits=1):
+    """BLAS and OpenMP on one thread for one compute in this process, then restored.
+
+    The thread pools are found once per process (threadpoolctl scans the loaded
+    libraries, about a millisecond: the fixed cost of a small kendall_matrix).
+    """
+    if "controller" not in _pools:
+        _pools["controller"] = ThreadpoolController()
+    with _pools["controller"].limit(limits=1):
         yield
+
+
+_pools: dict[str, ThreadpoolController] = {}
 
 
 def tree_sum(parts: list[Delayed], key_prefix: str = "dppca-sum") -> Delayed:
@@ -210,7 +226,8 @@ def kendall_matrix(
     cluster.check_scheduler(scheduler)
     data = as_dask_array(X, component)
     with cluster.compute_target(scheduler) as target:
-        data, _, plan = plan_blocks(data, design, cluster.thread_count(target))
+        data, _, plan = plan_blocks(data, design, cluster.thread_count(target),
+                                    rows_free=not imposes_row_chunks(X))
         graph = kernel_sum_graph(data, plan, g)
         if isinstance(target, str):
             kernel_sum = compute_locally(graph, target)

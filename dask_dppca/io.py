@@ -14,7 +14,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-__all__ = ["as_dask_array", "default_block_rows"]
+__all__ = ["as_dask_array", "default_block_rows", "imposes_row_chunks"]
 
 #: Bytes aimed at per row block when the input does not choose its own chunks.
 _TARGET_BLOCK_BYTES = 32 * 2**20
@@ -26,6 +26,14 @@ def default_block_rows(n_features: int) -> int:
     """Rows per block for inputs without their own chunking (numpy, array-likes)."""
     rows = _TARGET_BLOCK_BYTES // (8 * max(n_features, 1))
     return int(min(_MAX_BLOCK_ROWS, max(_MIN_BLOCK_ROWS, rows)))
+
+
+def imposes_row_chunks(data: Any) -> bool:
+    """Whether ``data`` brings its own row chunks: a dask array, a ``zarr.Array`` or a Zarr
+    store.  Other inputs (numpy arrays, array-likes) are cut by the design's block rule."""
+    zarr_array = _zarr_array_type()
+    return isinstance(data, (da.Array, str, os.PathLike)) or (
+        zarr_array is not None and isinstance(data, zarr_array))
 
 
 def as_dask_array(data: Any, component: str | None = None) -> da.Array:

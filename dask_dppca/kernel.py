@@ -78,12 +78,13 @@ _MAX_TILE_ROWS = 512
 #: Tiles of the first block processed together (each tile of the second block is
 #: loaded once per such band).
 _BAND_TILES = 4
-#: A diagonal tile is split in halves down to this many rows (see _TileSummer).
-_DIAGONAL_ROWS = 96
+#: A diagonal tile of m rows is split in halves while m^2 d exceeds this (the flops a
+#: split saves against the fixed cost of the two more products it makes), and m >= 64.
+_DIAGONAL_SPLIT_FLOPS = 1e6
 #: Float64 tile-sized scratch arrays alive at once (the product/weight tile, index lists).
 _TILE_ARRAYS = 2
 #: Roundings outside the tiles: weights and multiplicities (5), the halves of diagonal
-#: tiles (2 log2(512 / _DIAGONAL_ROWS) < 6), forming diag(r/2) A - W B (2), symmetrising
+#: tiles (2 log2(512 / 32) = 8), forming diag(r/2) A - W B (2), symmetrising
 #: and the exact-path total (2), with room to spare (see rounding_error_bound).  The
 #: exact path's own sum, up to (B/T)^2 additions deep, is covered by its terms being
 #: at most G^2 against the fast path's 4 CONDITION_LIMIT G^2 = 1024 G^2.
@@ -253,7 +254,7 @@ class _TileSummer:
     columns times ``W^T`` (faster in BLAS than ``W [B 1]`` with its d + 1 columns).
     Tiles of A are taken ``_BAND_TILES`` at a time, so each tile of B is loaded once
     per band rather than once per tile.  A diagonal tile (pairs i < j of one tile) is
-    split in halves down to ``_DIAGONAL_ROWS`` rows, so that little of its product is
+    split in halves (see ``_DIAGONAL_SPLIT_FLOPS``), so that little of its product is
     spent on the pairs j <= i it does not need.
     """
 
@@ -266,6 +267,7 @@ class _TileSummer:
         self.weights = np.empty(tile * tile)
         self.product = np.empty(tile * (d + 1))
         self.slots = [_TileSlot(tile, d) for _ in range(_BAND_TILES + 1)]
+        self.diagonal_rows = max(32, int(math.sqrt(_DIAGONAL_SPLIT_FLOPS / d)))
 
     def run(self, side_a: _Side, side_b: _Side, within: bool, centre: np.ndarray,
             exponent: int) -> np.ndarray:
@@ -315,7 +317,7 @@ class _TileSummer:
 
     def _diagonal(self, tile: _TileSlot, lo: int, hi: int) -> np.ndarray:
         """The pairs i < j of rows ``lo:hi`` of a loaded tile: halves, and the pairs between."""
-        if hi - lo <= _DIAGONAL_ROWS:
+        if hi - lo <= self.diagonal_rows:
             return self._tile_pair(tile, lo, hi, tile, lo, hi, diagonal=True)
         mid = (lo + hi) // 2
         return (self._diagonal(tile, lo, mid) + self._tile_pair(tile, lo, mid, tile, mid, hi)

@@ -7,9 +7,23 @@ import math
 import dask.array as da
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dask_dppca as dd
-from dask_dppca.design import AUTO_FLOPS_PER_THREAD, CompleteDesign, RegularDesign, auto_design
+from dask_dppca.design import (
+    AUTO_FLOPS_PER_THREAD,
+    BLOCK_PAIRS_PER_THREAD,
+    MAX_BLOCK_BYTES,
+    MAX_BLOCK_ROWS,
+    MIN_BLOCK_PAIR_FLOPS,
+    CompleteDesign,
+    RegularDesign,
+    auto_design,
+    block_rows,
+    complete_blocks,
+)
+from dask_dppca.kernel import DEFAULT_MEMORY_BUDGET, tile_rows_for_budget
 
 from tests.reference import reference_pair_sum, relative_error
 
@@ -111,3 +125,54 @@ def test_auto_rule_depends_on_public_sizes_only():
     assert 4 * 32 * plan_pairs <= AUTO_FLOPS_PER_THREAD * 2
     # More threads buy more pairs.
     assert auto_design(2_000_000, 32, 64).k > auto_design(2_000_000, 32, 2).k
+
+
+# ---------------------------------------------------------------------------------------
+# The block rule: blocks for every thread when the input imposes no row chunks
+# ---------------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 10**8), st.integers(1, 4000), st.integers(1, 4096))
+def test_block_rule_gives_work_to_every_thread_within_its_limits(n, d, threads):
+    blocks = complete_blocks(n, d, threads)
+    tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
+    largest = max(tile, min(MAX_BLOCK_ROWS, MAX_BLOCK_BYTES // (8 * d)) // tile * tile)
+    smallest = max(tile, math.ceil(math.sqrt(MIN_BLOCK_PAIR_FLOPS / (2 * d))))
+    assert sum(blocks) == n and min(blocks) > 0
+    assert len(set(blocks[:-1])) <= 1 and blocks[-1] <= blocks[0] == block_rows(n, d, threads)
+    assert max(blocks) <= largest or len(blocks) == 1 and n <= largest
+    if len(blocks) > 1:
+        assert blocks[0] >= smallest                     # every task worth its fixed cost
+    n_block_pairs = len(blocks) * (len(blocks) + 1) // 2
+    # enough block pairs for every thread, unless smaller blocks would be under the least work
+    assert n_block_pairs >= BLOCK_PAIRS_PER_THREAD * threads or len(blocks) >= n // smallest
+    assert len(complete_blocks(n, d, threads + 1)) >= len(blocks)   # more threads, more blocks
+
+
+@pytest.mark.parametrize("n, d, threads, want", [
+    (8000, 256, 2, (2048, 2048, 2048, 1856)),      # the one-core case: 10 tasks now
+    (16000, 32, 2, (4096, 4096, 4096, 3712)),
+    (2000, 20, 2, (1024, 976)),
+    (1000, 20, 2, (1000,)),                          # too little work to split
+    (100_000, 64, 2, (14336,) * 6 + (13984,)),       # capped at 16384 rows
+])
+def test_block_rule_examples(n, d, threads, want):
+    assert complete_blocks(n, d, threads) == want
+
+
+def test_imposed_chunks_are_merged_never_split():
+    target = block_rows(10_000, 8, 2)
+    chunks = (1000,) * 9 + (400, 600)
+    merged = complete_blocks(10_000, 8, 2, chunks)
+    assert sum(merged) == 10_000 and all(b <= target for b in merged)
+    boundaries = set(np.cumsum(chunks))
+    assert set(np.cumsum(merged)) <= boundaries            # only at chunk boundaries
+    assert complete_blocks(10_000, 8, 2, (10_000,)) == (10_000,)   # a big chunk stays whole
+
+
+def test_auto_regular_blocks_are_whole_tiles():
+    design = auto_design(10_000_000, 32, 2)
+    tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 32)
+    assert isinstance(design, RegularDesign) and design.block_size % tile == 0
+    assert design.block_size == 3072 and design.k == 1      # was 3125: a 53-row tile per block

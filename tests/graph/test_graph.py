@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import warnings
 
 import dask
 import dask.array as da
@@ -14,9 +15,10 @@ import dask_dppca as dd
 from dask_dppca import graph as graph_module
 from dask_dppca import kendall_matrix
 from dask_dppca.privacy import runner as runner_module
-from dask_dppca.design import CompleteDesign
+from dask_dppca.design import CompleteDesign, complete_blocks
 from dask_dppca.graph import kernel_sum_graph, tree_sum
-from dask_dppca.kernel import block_pair_sum
+from dask_dppca.kernel import block_pair_sum, rounding_error_bound
+from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 from dask_dppca.transforms import sphere, winsor
 
 from tests.reference import reference_pair_sum, relative_error
@@ -190,3 +192,51 @@ def test_without_the_block_check_a_lying_input_breaks_the_sensitivity(monkeypatc
                          - kendall_matrix(_lying(s_prime, 40), scheduler="synchronous"))
     reported = CompleteDesign().plan((40,), 3).sensitivity(1.0)
     assert gap > 5 * reported
+
+
+# ---------------------------------------------------------------------------------------
+# Blocks for every core, and the rounding slack in step with the tiles actually used
+# ---------------------------------------------------------------------------------------
+
+
+def test_numpy_input_is_cut_by_the_block_rule_and_a_chunked_one_keeps_its_chunks():
+    x = RNG.standard_normal((8000, 6))
+    data, _, plan = graph_module.plan_blocks(da.from_array(x, chunks=(16384, -1)), "complete",
+                                             n_threads=2, rows_free=True)
+    assert plan.block_sizes == complete_blocks(8000, 6, 2) and len(plan.block_sizes) > 1
+    assert data.chunks[0] == plan.block_sizes
+    chunked = da.from_array(x, chunks=(500, -1))
+    data, _, plan = graph_module.plan_blocks(chunked, "complete", n_threads=2)
+    assert plan.block_sizes == complete_blocks(8000, 6, 2, chunked.chunks[0])
+    assert set(np.cumsum(plan.block_sizes)) <= set(np.cumsum(chunked.chunks[0]))
+
+
+def test_merged_chunks_are_each_read_once():
+    x = _data(1200)
+    bounds = list(range(0, 1201, 100))
+    calls = collections.Counter()
+    got = kendall_matrix(_counting_array(x, bounds, calls), scheduler="threads")
+    assert calls == {i: 1 for i in range(12)}
+    assert relative_error(got, kendall_matrix(x, scheduler="synchronous")) <= 1e-12
+
+
+def test_rounding_slack_follows_the_blocks_and_tiles_the_kernel_really_ran(monkeypatch):
+    """privacy_["rounding_slack"] = 2 G^2 rounding_error_bound(d, largest block, block pairs,
+    tile), each read from the kernel calls the fit actually made."""
+    calls = []
+    real = graph_module.block_pair_sum
+
+    def spy(block_a, block_b, transform, tile_rows):
+        calls.append((len(block_a), tile_rows))
+        return real(block_a, block_b, transform, tile_rows=tile_rows)
+
+    monkeypatch.setattr(graph_module, "block_pair_sum",
+                        lambda a, b, g, tile_rows: spy(a, b, g, tile_rows))
+    x = RNG.standard_normal((6000, 5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
+        est = dd.DPPCA(n_components=1, random_state=0, scheduler="threads", design="complete").fit(x)
+    tiles = {tile for _, tile in calls}
+    assert len(calls) == est.privacy_["n_block_pairs"] > 1 and tiles == {est.privacy_["tile_rows"]}
+    want = 2.0 * rounding_error_bound(5, max(rows for rows, _ in calls), len(calls), tiles.pop())
+    assert est.privacy_["rounding_slack"] == want
