@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .kernel import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_budget
 
 __all__ = ["CompleteDesign", "RegularDesign", "DesignPlan", "auto_design", "block_rows",
@@ -114,11 +116,13 @@ class RegularDesign:
     The rows are cut into blocks of ``block_size`` (the last one may be shorter).
     Every pair inside a block is kept, and all the pairs between each block and its
     ``k`` partner blocks in a random k-regular graph on the blocks (a circulant
-    graph under a random relabelling drawn from the public ``seed``).  With equal
+    graph along a random walk of the blocks drawn from the public ``seed``; the block
+    pairs are listed in walk order, so partners share their blocks while they are in
+    memory).  With equal
     blocks every record sits in ``(block_size - 1) + k block_size`` pairs, so
     ``Delta_F = 2 sqrt(2) G^2 / n`` exactly as for the complete design, for about
     ``n (k + 1) block_size / 2`` pairs instead of ``n^2 / 2`` (method.md section 8).
-    A ragged tail (or an odd ``k`` with an odd number of blocks) breaks regularity
+    A ragged tail (or, for an odd ``k``, the end of the walk) breaks regularity
     slightly; the sensitivity is then computed from the actual degrees.
 
     Parameters
@@ -150,22 +154,33 @@ class RegularDesign:
         full, tail = divmod(n, self.block_size)
         return (self.block_size,) * full + ((tail,) if tail else ())
 
+    def walk(self, n_blocks: int) -> np.ndarray:
+        """The blocks in walk order: a random relabelling drawn from the public ``seed``.
+
+        The block graph is a circulant graph along this walk, so a block's partners are
+        near it in the walk (within ``k // 2 + 1`` steps, but for the circle's wrap).
+        """
+        return np.random.default_rng(self.seed).permutation(n_blocks)
+
     def partner_edges(self, n_blocks: int) -> tuple[tuple[int, int], ...]:
         """Edges ``(I, J)``, ``I < J``, of the block graph (data-independent)."""
         if self.k >= n_blocks - 1:
             return tuple((i, j) for i in range(n_blocks) for j in range(i + 1, n_blocks))
-        import numpy as np
-
-        label = np.random.default_rng(self.seed).permutation(n_blocks)
+        label = self.walk(n_blocks)
         edges = set()
         for offset in range(1, self.k // 2 + 1):
             for i in range(n_blocks):
                 edges.add(_edge(label[i], label[(i + offset) % n_blocks]))
         if self.k % 2:
-            # Odd k: add the "diameter" matching; with an odd block count one block is left out.
-            half = n_blocks // 2
-            for i in range(half):
-                edges.add(_edge(label[i], label[i + half]))
+            # Odd k: one more partner each, at the next offset m: runs of m steps along the
+            # walk alternately reach forward and are reached (a matching).  Blocks in a last
+            # forward run with no one m steps ahead keep k - 1 partners: the degrees, hence
+            # the sensitivity, are counted exactly in plan().  Partners stay near in the
+            # walk, so a worker's blocks in memory stay bounded (graph.py).
+            m = self.k // 2 + 1
+            for i in range(n_blocks - m):
+                if (i // m) % 2 == 0:
+                    edges.add(_edge(label[i], label[i + m]))
         return tuple(sorted(edges))
 
     def plan(self, row_chunks: tuple[int, ...], n_features: int) -> DesignPlan:
@@ -181,8 +196,13 @@ class RegularDesign:
             degree[i] += sizes[j]
             degree[j] += sizes[i]
             n_pairs += sizes[i] * sizes[j]
-        pairs = tuple(sorted([(i, i) for i in range(len(sizes))] + list(edges)))
-        return _plan(sizes, pairs, n_pairs, max(degree), n_features)
+        # In walk order: each block's own pairs, then its edges to blocks met before it.
+        step = np.empty(len(sizes), dtype=int)
+        step[self.walk(len(sizes))] = np.arange(len(sizes))
+        pairs = sorted([(i, i) for i in range(len(sizes))] + list(edges),
+                       key=lambda pair: (max(step[pair[0]], step[pair[1]]), pair[0] != pair[1],
+                                         min(step[pair[0]], step[pair[1]])))
+        return _plan(sizes, tuple(pairs), n_pairs, max(degree), n_features)
 
     def describe(self) -> dict:
         """Public parameters of the design."""
@@ -218,7 +238,8 @@ def block_rows(n_samples: int, n_features: int, n_threads: int) -> int:
     The public rule on n, d and the compute target's thread count: as many blocks as
     give ``BLOCK_PAIRS_PER_THREAD`` block pairs per thread, as long as each block pair
     keeps ``MIN_BLOCK_PAIR_FLOPS`` of work, and never blocks above ``MAX_BLOCK_ROWS``
-    rows or ``MAX_BLOCK_BYTES``; in whole kernel tiles where that keeps the count.
+    rows or ``MAX_BLOCK_BYTES``; in whole kernel tiles where that keeps the count and
+    the last block at least half the others.
     """
     n, d = int(n_samples), max(int(n_features), 1)
     tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
@@ -231,7 +252,8 @@ def block_rows(n_samples: int, n_features: int, n_threads: int) -> int:
         return max(n, 1)
     rows = math.ceil(n / n_blocks)
     aligned = math.ceil(rows / tile) * tile
-    return aligned if math.ceil(n / aligned) == n_blocks else rows
+    last = n - (n_blocks - 1) * aligned
+    return aligned if 2 * last >= aligned else rows
 
 
 def complete_blocks(n_samples: int, n_features: int, n_threads: int,

@@ -145,8 +145,8 @@ def test_block_rule_gives_work_to_every_thread_within_its_limits(n, d, threads):
     if len(blocks) > 1:
         assert blocks[0] >= smallest                     # every task worth its fixed cost
     n_block_pairs = len(blocks) * (len(blocks) + 1) // 2
-    # enough block pairs for every thread, unless smaller blocks would be under the least work
-    assert n_block_pairs >= BLOCK_PAIRS_PER_THREAD * threads or len(blocks) >= n // smallest
+    # enough block pairs for every thread, unless the blocks are already near the least work
+    assert n_block_pairs >= BLOCK_PAIRS_PER_THREAD * threads or blocks[0] < 2 * smallest
     assert len(complete_blocks(n, d, threads + 1)) >= len(blocks)   # more threads, more blocks
 
 
@@ -176,3 +176,40 @@ def test_auto_regular_blocks_are_whole_tiles():
     tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 32)
     assert isinstance(design, RegularDesign) and design.block_size % tile == 0
     assert design.block_size == 3072 and design.k == 1      # was 3125: a 53-row tile per block
+
+
+# ---------------------------------------------------------------------------------------
+# Walk order: a regular design's blocks are needed for a bounded stretch of its tasks
+# ---------------------------------------------------------------------------------------
+
+
+def _most_blocks_live(block_pairs):
+    """Most blocks between their first and last task, taking the tasks in plan order."""
+    first, last = {}, {}
+    for step, pair in enumerate(block_pairs):
+        for block in pair:
+            first.setdefault(block, step)
+            last[block] = step
+    return max(sum(first[b] <= step <= last[b] for b in first) for step in range(len(block_pairs)))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 8])
+def test_regular_plan_keeps_a_bounded_number_of_blocks_live(k):
+    """Each block's tasks are close together in the plan's order, whatever the number of
+    blocks: what a worker must hold depends on k and the block size, not on n."""
+    for n_blocks in (20, 101, 400, 2000):
+        plan = RegularDesign(k=k, block_size=2, seed=5).plan((2 * n_blocks,), 1)
+        assert _most_blocks_live(plan.block_pairs) <= k + 2, (k, n_blocks)
+    # the lexicographic order of the same pairs (as before the walk) grows with n
+    assert _most_blocks_live(sorted(plan.block_pairs)) > 10 * (k + 2)
+
+
+@pytest.mark.parametrize("k, n_blocks", [(1, 8), (3, 12), (5, 24), (3, 13), (5, 40)])
+def test_odd_k_degrees(k, n_blocks):
+    degree = np.bincount(np.array(RegularDesign(k=k, block_size=5, seed=2).partner_edges(n_blocks)).ravel(),
+                         minlength=n_blocks)
+    m = k // 2 + 1
+    assert set(degree) <= {k - 1, k}
+    assert np.sum(degree == k - 1) <= m                      # at most the end of the walk
+    if n_blocks % (2 * m) == 0:
+        assert np.all(degree == k)
