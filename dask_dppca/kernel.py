@@ -79,10 +79,11 @@ _MAX_TILE_ROWS = 512
 #: loaded once per such band).
 _BAND_TILES = 4
 #: A diagonal tile of m rows is split in halves while m^2 d exceeds this (the flops a
-#: split saves against the fixed cost of the two more products it makes), and m >= 64.
+#: split saves against the fixed cost of the two more products it makes), and m > 32.
 _DIAGONAL_SPLIT_FLOPS = 1e6
-#: Float64 tile-sized scratch arrays alive at once (the product/weight tile, index lists).
-_TILE_ARRAYS = 2
+#: Float64 tile-sized (T x T) scratch arrays alive at once: the weights, and at worst
+#: the exact path's two index lists.
+_TILE_ARRAYS = 3
 #: Roundings outside the tiles: weights and multiplicities (5), the halves of diagonal
 #: tiles (2 log2(512 / 32) = 8), forming diag(r/2) A - W B (2), symmetrising
 #: and the exact-path total (2), with room to spare (see rounding_error_bound).  The
@@ -97,7 +98,9 @@ _SQRT2 = math.sqrt(2.0)
 
 def tile_rows_for_budget(memory_budget: int, n_features: int) -> int:
     """Largest tile (rows) whose scratch fits in ``memory_budget`` bytes, capped for cache."""
-    per_row = 8 * (4 * n_features)  # two loaded tiles, the W [B 1] product and its sum
+    # per tile row: the band's loaded tiles and one of B (rows, columns, norms, partner
+    # sums: 3 d + 3 floats each) and the [B 1]^T W^T product
+    per_row = 8 * ((_BAND_TILES + 1) * (3 * n_features + 3) + n_features + 1)
     fixed = 8 * 4 * n_features * n_features
     room = max(memory_budget - fixed, 0)
     # Solve _TILE_ARRAYS * 8 * T^2 + per_row * T <= room for T.
