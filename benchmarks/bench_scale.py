@@ -216,7 +216,7 @@ class HeldKeys(WorkerPlugin):
         name = str(key[0] if isinstance(key, tuple) else key)
         if name.startswith(self.block_prefix):
             return "blocks"
-        return "partials" if name.startswith(("dppca-pair-", "dppca-sum-")) else None
+        return "partials" if name.startswith(("dppca-pairs-", "dppca-sum-")) else None
 
     def transition(self, key, start, finish, **kwargs):
         kind = self._kind(key)

@@ -12,6 +12,7 @@ data.  Then
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -46,6 +47,10 @@ class DesignPlan:
         d, the width of every block.
     tile_rows : int
         Rows per kernel tile (from the kernel's default scratch budget and d).
+    task_sizes : tuple of int
+        How many consecutive block pairs each graph task computes (empty: one each).
+        Their sums are added in a balanced tree inside the task, so the rounding depth
+        is that of one tree over all the block pairs, give or take one level.
     """
 
     block_sizes: tuple[int, ...]
@@ -54,6 +59,13 @@ class DesignPlan:
     max_degree: int
     n_features: int
     tile_rows: int
+    task_sizes: tuple[int, ...] = ()
+
+    def tasks(self) -> list[tuple[tuple[int, int], ...]]:
+        """The block pairs of each graph task, in order."""
+        sizes = self.task_sizes or (1,) * len(self.block_pairs)
+        bounds = np.cumsum((0,) + tuple(sizes))
+        return [self.block_pairs[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
     @property
     def n_samples(self) -> int:
@@ -88,8 +100,9 @@ class DesignPlan:
 class CompleteDesign:
     """Every pair ``i < j`` of the n records: the full U-statistic.
 
-    Blocks are the row chunks of the input (the result does not depend on them beyond
-    rounding); every block pair ``I <= J`` is one task.  ``|P| = n (n - 1) / 2`` and
+    Blocks are the row chunks of the input, or for an input without its own (numpy) the
+    blocks of :func:`block_rows` (the result does not depend on them beyond rounding);
+    every block pair ``I <= J`` is one task.  ``|P| = n (n - 1) / 2`` and
     every record is in ``n - 1`` pairs, so ``Delta_F = 2 sqrt(2) G^2 / n``.
     """
 
@@ -202,7 +215,8 @@ class RegularDesign:
         pairs = sorted([(i, i) for i in range(len(sizes))] + list(edges),
                        key=lambda pair: (max(step[pair[0]], step[pair[1]]), pair[0] != pair[1],
                                          min(step[pair[0]], step[pair[1]])))
-        return _plan(sizes, tuple(pairs), n_pairs, max(degree), n_features)
+        plan = _plan(sizes, tuple(pairs), n_pairs, max(degree), n_features)
+        return dataclasses.replace(plan, task_sizes=_walk_tasks(plan))
 
     def describe(self) -> dict:
         """Public parameters of the design."""
@@ -214,6 +228,31 @@ def _plan(sizes, pairs, n_pairs, max_degree, n_features) -> DesignPlan:
     d = int(n_features)
     return DesignPlan(sizes, pairs, n_pairs=n_pairs, max_degree=max_degree, n_features=d,
                       tile_rows=tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d))
+
+
+#: Work a graph task of a regular design aims at (flops, 4 d per pair: about 100 ms of a
+#: core).  Consecutive block pairs of the walk share blocks, so they are grouped into one
+#: task up to it: a Dask task costs about a millisecond of its own (scheduling,
+#: messages), which small blocks would otherwise pay per block pair.
+TASK_FLOPS = 4e9
+#: Most distinct blocks one task reads (what it holds in memory).
+MAX_TASK_BLOCKS = 6
+
+
+def _walk_tasks(plan: DesignPlan) -> tuple[int, ...]:
+    """Consecutive block pairs per task: until ``TASK_FLOPS`` of work or ``MAX_TASK_BLOCKS``."""
+    sizes, d = plan.block_sizes, plan.n_features
+    counts, blocks, work = [], set(), 0.0
+    for i, j in plan.block_pairs:
+        if counts and (work >= TASK_FLOPS or len(blocks | {i, j}) > MAX_TASK_BLOCKS):
+            counts.append(0)
+            blocks, work = set(), 0.0
+        if not counts:
+            counts.append(0)
+        counts[-1] += 1
+        blocks |= {i, j}
+        work += 4.0 * d * (sizes[i] * (sizes[i] - 1) / 2 if i == j else sizes[i] * sizes[j])
+    return tuple(counts)
 
 
 def _edge(i, j) -> tuple[int, int]:
@@ -256,26 +295,12 @@ def block_rows(n_samples: int, n_features: int, n_threads: int) -> int:
     return aligned if 2 * last >= aligned else rows
 
 
-def complete_blocks(n_samples: int, n_features: int, n_threads: int,
-                    chunks: tuple[int, ...] | None = None) -> tuple[int, ...]:
-    """Row blocks of the complete design: the rule's blocks, or whole input chunks.
-
-    Without ``chunks`` (an input with no row chunks of its own, e.g. numpy) the rows are
-    cut into blocks of :func:`block_rows`.  With them (Zarr, dask), consecutive chunks
-    are merged while the block stays within :func:`block_rows`, and never split, so
-    each chunk is still read once.
-    """
+def complete_blocks(n_samples: int, n_features: int, n_threads: int) -> tuple[int, ...]:
+    """Row blocks of the complete design for an input without row chunks of its own:
+    blocks of :func:`block_rows`, the last one shorter."""
     target = block_rows(n_samples, n_features, n_threads)
-    if chunks is None:
-        full, tail = divmod(int(n_samples), target)
-        return (target,) * full + ((tail,) if tail else ())
-    blocks = []
-    for size in (int(c) for c in chunks if int(c) > 0):
-        if blocks and blocks[-1] + size <= target:
-            blocks[-1] += size
-        else:
-            blocks.append(size)
-    return tuple(blocks)
+    full, tail = divmod(int(n_samples), target)
+    return (target,) * full + ((tail,) if tail else ())
 
 
 #: Pair work (flops, 4 d per pair) per worker thread under which "auto" keeps every pair:

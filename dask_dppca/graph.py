@@ -42,8 +42,8 @@ def plan_blocks(
     Public inputs only: the shape, the input's row chunks, the design parameter and
     the compute target's thread count.  ``rows_free``: the input imposes no row
     chunks (a numpy array, :func:`dask_dppca.io.imposes_row_chunks`), so the complete
-    design cuts its rows by :func:`dask_dppca.design.block_rows`; otherwise it keeps
-    whole input chunks (merging small ones), each read once.
+    design cuts its rows by :func:`dask_dppca.design.block_rows`; otherwise it keeps the
+    input's chunks as its blocks (each read once, and the same bits on any cluster).
 
     Returns
     -------
@@ -53,8 +53,8 @@ def plan_blocks(
     n, d = data.shape
     chosen = resolve_design(design, n, d, n_threads)
     chunks = data.chunks[0]
-    if isinstance(chosen, CompleteDesign):
-        chunks = complete_blocks(n, d, n_threads, None if rows_free else chunks)
+    if isinstance(chosen, CompleteDesign) and rows_free:
+        chunks = complete_blocks(n, d, n_threads)
     plan = chosen.plan(chunks, d)
     if tuple(data.chunks[0]) != plan.block_sizes:
         data = data.rechunk({0: plan.block_sizes})
@@ -86,32 +86,36 @@ def kernel_sum_graph(
         raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
     token = dask.base.tokenize(data.name, transform, plan)
     blocks = data.to_delayed()[:, 0]
-    pair_sum = dask.delayed(_pair_task, pure=True)
-    n_features = data.shape[1]
-    partials = [
-        pair_sum(blocks[i], None if i == j else blocks[j], transform, plan.tile_rows,
-                 (i, plan.block_sizes[i], j, plan.block_sizes[j], n_features),
-                 dask_key_name=f"dppca-pair-{i}-{j}-{token}")
-        for i, j in plan.block_pairs
-    ]
+    pairs_sum = dask.delayed(_pairs_task, pure=True)
+    partials = []
+    for number, group in enumerate(plan.tasks()):
+        needed = sorted({block for pair in group for block in pair})
+        declared = [(block, plan.block_sizes[block]) for block in needed]
+        local = [(needed.index(i), needed.index(j)) for i, j in group]
+        partials.append(pairs_sum(transform, plan.tile_rows, plan.n_features, declared, local,
+                                  *[blocks[block] for block in needed],
+                                  dask_key_name=f"dppca-pairs-{number}-{token}"))
     return tree_sum(partials, key_prefix=f"dppca-sum-{token}")
 
 
-def _pair_task(block_a, block_b, transform, tile_rows, declared):
-    """One block-pair task: the kernel, with BLAS pinned to one thread on Dask workers.
+def _pairs_task(transform, tile_rows, n_features, declared, pairs, *blocks):
+    """One task: the kernel over some block pairs, with BLAS pinned to one thread on Dask
+    workers; their sums added in a balanced tree.
 
     Always the plan's tiles: the release's rounding slack (``DesignPlan.rounding_error``)
-    is computed for exactly these.  ``declared`` is ``(I, rows of I, J, rows of J, d)``
-    from the plan.  n, |P| and the sensitivity come from the declared shape, while the
-    kernel sums whatever rows the blocks really hold, so a block that holds other rows
-    than declared fails the task, and with it the sum and any release that depends on it.
+    is computed for exactly these.  ``declared`` is ``(I, rows of I)`` of each block from
+    the plan.  n, |P| and the sensitivity come from the declared shape, while the kernel
+    sums whatever rows the blocks really hold, so a block that holds other rows than
+    declared fails the task, and with it the sum and any release that depends on it.
     """
-    index_a, rows_a, index_b, rows_b, n_features = declared
-    _check_block(block_a, index_a, rows_a, n_features)
-    if block_b is not None:
-        _check_block(block_b, index_b, rows_b, n_features)
+    for block, (index, rows) in zip(blocks, declared):
+        _check_block(block, index, rows, n_features)
     _pin_blas_on_workers()
-    return block_pair_sum(block_a, block_b, transform, tile_rows=tile_rows)
+    sums = [block_pair_sum(blocks[a], None if a == b else blocks[b], transform, tile_rows=tile_rows)
+            for a, b in pairs]
+    while len(sums) > 1:   # balanced: no deeper than the tree over tasks would have been
+        sums = [sums[k] + sums[k + 1] if k + 1 < len(sums) else sums[k] for k in range(0, len(sums), 2)]
+    return sums[0]
 
 
 def _check_block(block, index: int, rows: int, n_features: int) -> None:

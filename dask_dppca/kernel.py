@@ -85,8 +85,9 @@ _DIAGONAL_SPLIT_FLOPS = 1e6
 #: the exact path's two index lists.
 _TILE_ARRAYS = 3
 #: Roundings outside the tiles: weights and multiplicities (5), the halves of diagonal
-#: tiles (2 log2(512 / 32) = 8), forming diag(r/2) A - W B (2), symmetrising
-#: and the exact-path total (2), with room to spare (see rounding_error_bound).  The
+#: tiles (2 log2(512 / 32) = 8), forming diag(r/2) A - W B (2), symmetrising and the
+#: exact-path total (2), the graph's trees inside and across tasks beyond log2 of the
+#: block pairs (2), with room to spare (see rounding_error_bound).  The
 #: exact path's own sum, up to (B/T)^2 additions deep, is covered by its terms being
 #: at most G^2 against the fast path's 4 CONDITION_LIMIT G^2 = 1024 G^2.
 _FIXED_ROUNDINGS = 24

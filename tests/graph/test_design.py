@@ -20,6 +20,8 @@ from dask_dppca.design import (
     CompleteDesign,
     RegularDesign,
     auto_design,
+    MAX_TASK_BLOCKS,
+    TASK_FLOPS,
     block_rows,
     complete_blocks,
 )
@@ -161,16 +163,6 @@ def test_block_rule_examples(n, d, threads, want):
     assert complete_blocks(n, d, threads) == want
 
 
-def test_imposed_chunks_are_merged_never_split():
-    target = block_rows(10_000, 8, 2)
-    chunks = (1000,) * 9 + (400, 600)
-    merged = complete_blocks(10_000, 8, 2, chunks)
-    assert sum(merged) == 10_000 and all(b <= target for b in merged)
-    boundaries = set(np.cumsum(chunks))
-    assert set(np.cumsum(merged)) <= boundaries            # only at chunk boundaries
-    assert complete_blocks(10_000, 8, 2, (10_000,)) == (10_000,)   # a big chunk stays whole
-
-
 def test_auto_regular_blocks_are_whole_tiles():
     design = auto_design(10_000_000, 32, 2)
     tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 32)
@@ -213,3 +205,27 @@ def test_odd_k_degrees(k, n_blocks):
     assert np.sum(degree == k - 1) <= m                      # at most the end of the walk
     if n_blocks % (2 * m) == 0:
         assert np.all(degree == k)
+
+
+@pytest.mark.parametrize("k, block, n", [(1, 64, 6400), (3, 300, 30_000), (2, 3072, 10**6), (1, 16384, 10**7)])
+def test_regular_tasks_group_consecutive_pairs_within_their_limits(k, block, n):
+    """A task takes consecutive block pairs of the walk while under TASK_FLOPS of work and
+    MAX_TASK_BLOCKS blocks: public (the plan only), and every pair in exactly one task."""
+    plan = RegularDesign(k=k, block_size=block, seed=1).plan((n,), 32)
+    tasks = plan.tasks()
+    assert [pair for task in tasks for pair in task] == list(plan.block_pairs)
+    sizes = plan.block_sizes
+
+    def work(pair):
+        i, j = pair
+        return 4.0 * 32 * (sizes[i] * (sizes[i] - 1) / 2 if i == j else sizes[i] * sizes[j])
+
+    for task in tasks:
+        assert len({b for pair in task for b in pair}) <= MAX_TASK_BLOCKS
+        assert sum(work(p) for p in task[:-1]) < TASK_FLOPS      # full only with its last pair
+    if work(plan.block_pairs[1]) >= TASK_FLOPS:
+        assert len(tasks) == len(plan.block_pairs)               # big blocks: one pair a task
+    else:
+        assert len(tasks) < len(plan.block_pairs) / 1.5
+    assert CompleteDesign().plan((100, 100, 50), 3).tasks() == [(p,) for p in
+                                                                CompleteDesign().plan((100, 100, 50), 3).block_pairs]

@@ -15,7 +15,7 @@ import dask_dppca as dd
 from dask_dppca import graph as graph_module
 from dask_dppca import kendall_matrix
 from dask_dppca.privacy import runner as runner_module
-from dask_dppca.design import CompleteDesign, complete_blocks
+from dask_dppca.design import CompleteDesign, RegularDesign, complete_blocks
 from dask_dppca.graph import kernel_sum_graph, tree_sum
 from dask_dppca.kernel import block_pair_sum, rounding_error_bound
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
@@ -94,8 +94,8 @@ def test_building_reads_no_data_and_compute_reads_each_block_once():
     plan = CompleteDesign().plan(data.chunks[0], data.shape[1])
     graph = kernel_sum_graph(data, plan, sphere())
     assert calls == {}
-    pair_tasks = [k for k in dict(graph.__dask_graph__()) if str(k).startswith("dppca-pair-")]
-    assert len(pair_tasks) == 4 * 5 // 2
+    pair_tasks = [k for k in dict(graph.__dask_graph__()) if str(k).startswith("dppca-pairs-")]
+    assert len(pair_tasks) == len(plan.tasks()) == 4 * 5 // 2
 
     computes = []
     with Callback(start=lambda dsk: computes.append(len(dsk))):
@@ -206,18 +206,24 @@ def test_numpy_input_is_cut_by_the_block_rule_and_a_chunked_one_keeps_its_chunks
     assert plan.block_sizes == complete_blocks(8000, 6, 2) and len(plan.block_sizes) > 1
     assert data.chunks[0] == plan.block_sizes
     chunked = da.from_array(x, chunks=(500, -1))
-    data, _, plan = graph_module.plan_blocks(chunked, "complete", n_threads=2)
-    assert plan.block_sizes == complete_blocks(8000, 6, 2, chunked.chunks[0])
-    assert set(np.cumsum(plan.block_sizes)) <= set(np.cumsum(chunked.chunks[0]))
+    for threads in (1, 2, 64):      # the input's chunks: the same blocks (and bits) anywhere
+        data, _, plan = graph_module.plan_blocks(chunked, "complete", n_threads=threads)
+        assert plan.block_sizes == chunked.chunks[0] and data.name == chunked.name
 
 
-def test_merged_chunks_are_each_read_once():
+def test_a_regular_design_in_grouped_tasks_reads_each_block_once_and_matches():
     x = _data(1200)
     bounds = list(range(0, 1201, 100))
     calls = collections.Counter()
-    got = kendall_matrix(_counting_array(x, bounds, calls), scheduler="threads")
+    design = RegularDesign(k=3, block_size=100, seed=2)
+    plan = design.plan((1200,), 4)
+    assert len(plan.tasks()) < len(plan.block_pairs)          # small blocks: grouped
+    got = kendall_matrix(_counting_array(x, bounds, calls), scheduler="threads", design=design)
     assert calls == {i: 1 for i in range(12)}
-    assert relative_error(got, kendall_matrix(x, scheduler="synchronous")) <= 1e-12
+    edges = np.cumsum((0,) + plan.block_sizes)
+    want = sum(block_pair_sum(x[edges[i]:edges[i + 1]], None if i == j else x[edges[j]:edges[j + 1]],
+                              sphere()) for i, j in plan.block_pairs) / plan.n_pairs
+    assert relative_error(got, want) <= 1e-12
 
 
 def test_rounding_slack_follows_the_blocks_and_tiles_the_kernel_really_ran(monkeypatch):
