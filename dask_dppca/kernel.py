@@ -49,6 +49,7 @@ whatever the block sizes.
 from __future__ import annotations
 
 import math
+import threading
 
 import numba
 import numpy as np
@@ -268,9 +269,7 @@ class _TileSummer:
         self.radius2x2 = 2.0 * (transform.radius or 0.0) ** 2
         self.d = d
         self.tile = tile
-        self.weights = np.empty(tile * tile)
-        self.product = np.empty(tile * (d + 1))
-        self.slots = [_TileSlot(tile, d) for _ in range(_BAND_TILES + 1)]
+        self.weights, self.product, self.slots = _scratch(tile, d)
         self.diagonal_rows = max(32, int(math.sqrt(_DIAGONAL_SPLIT_FLOPS / d)))
 
     def run(self, side_a: _Side, side_b: _Side, within: bool, centre: np.ndarray,
@@ -372,6 +371,21 @@ class _TileSummer:
                 part[kept] = xi * xi / s2
             part *= count_a[r0:r0 + strip, None] * count_b[None, :]
         colsum += weights.sum(axis=0)
+
+
+_thread_scratch = threading.local()
+
+
+def _scratch(tile: int, d: int):
+    """The tile loop's buffers (weights, product, tile slots), kept by each thread from one
+    call to the next: allocating and first touching a few MiB per block pair costs about
+    a millisecond, as much as a small block's pairs.  Within the memory budget either way."""
+    kept = getattr(_thread_scratch, "buffers", None)
+    if kept is None or kept[0] != (tile, d):
+        kept = ((tile, d), np.empty(tile * tile), np.empty(tile * (d + 1)),
+                [_TileSlot(tile, d) for _ in range(_BAND_TILES + 1)])
+        _thread_scratch.buffers = kept
+    return kept[1:]
 
 
 def _as_float_rows(block: np.ndarray) -> np.ndarray:
