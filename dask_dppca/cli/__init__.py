@@ -1,4 +1,4 @@
-"""Command line: ``dask-dppca demo``, ``dask-dppca fit STORE`` (one module per command).
+"""Command line: ``dask-dppca demo``, ``fit STORE``, ``budget create|show LEDGER`` (one module per command).
 
 Every user error ends with one line on stderr and a non-zero exit code, never a
 traceback: 2 for a bad parameter or input, 3 when the cluster cannot be reached or a
@@ -14,7 +14,7 @@ import argparse
 import sys
 import warnings
 
-from . import demo, fit
+from . import budget, demo, fit
 
 __all__ = ["EXIT_USAGE", "EXIT_CLUSTER", "EXIT_UNEXPECTED", "build_parser", "main"]
 
@@ -23,7 +23,7 @@ EXIT_CLUSTER = 3
 EXIT_UNEXPECTED = 1
 
 #: The sub-command modules, each with ``add_parser(commands)`` setting ``run``.
-COMMANDS = (demo, fit)
+COMMANDS = (demo, fit, budget)
 
 
 class _OneLineParser(argparse.ArgumentParser):

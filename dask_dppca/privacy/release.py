@@ -29,6 +29,7 @@ __all__ = [
     "private_release",
     "release_placement",
     "placement_available",
+    "release_started",
     "TRUSTED_RESOURCE",
     "RELEASE_METADATA_KEY",
 ]
@@ -40,6 +41,9 @@ RELEASE_METADATA_KEY = ("dask-dppca", "releases")
 
 _local_tickets: set[str] = set()
 _local_tickets_lock = threading.Lock()
+# Fit ids whose release began in this process (before any noise is drawn), for
+# the budget: a failed local fit whose release never began may cancel its reservation.
+_started_here: set[str] = set()
 
 
 class ReleaseAlreadyDrawnError(RuntimeError):
@@ -160,6 +164,7 @@ def private_release(
     ReleaseAlreadyDrawnError
         If a release for ``fit_id`` already ran.
     """
+    _started_here.add(fit_id)
     worker = claim_release_ticket(fit_id)
     if isinstance(kernel_sum, TrustedSum):
         kernel_sum = kernel_sum.value
@@ -174,6 +179,12 @@ def private_release(
     components *= np.sign(components[np.arange(len(peaks)), peaks])[:, None]
     return PrivateRelease(eigenvalues=eigenvalues, components=components,
                           released_on=worker.address if worker is not None else "this process")
+
+
+def release_started(fit_id: str) -> bool:
+    """Whether :func:`private_release` of ``fit_id`` began in this process (it may have
+    drawn noise); False means no release of that fit ever ran here."""
+    return fit_id in _started_here
 
 
 def claim_release_ticket(fit_id: str):
