@@ -717,8 +717,10 @@ class BudgetCarrier:
         return self.__dict__.get("_carried_budgets", ())
 
     def __getstate__(self) -> dict:
-        state = super().__getstate__()  # type: ignore[misc]
-        state["_carried_budgets"] = _unique([*self.carried_budgets, *active_budgets()])
+        state = dict(super().__getstate__())  # type: ignore[misc]  # a copy: never the live __dict__
+        carried = _unique([*self.carried_budgets, *active_budgets()])
+        if carried:
+            state["_carried_budgets"] = carried
         return state
 
     def __sklearn_clone__(self):
