@@ -209,8 +209,9 @@ class DPPCA(BudgetCarrier, TransformerMixin, BaseEstimator, auto_wrap_output_key
             fit_id = uuid.uuid4().hex
             # Every active budget reserves the release before any data is read and
             # commits it after the draw (docs/privacy.md, "Budget").
-            with reserve_release(mechanism.sensitivity, mechanism.sigma, excess=mechanism.sampler_excess,
-                                 fit_id=fit_id, epsilon=params["epsilon"], delta=params["delta"],
+            with reserve_release(mechanism.sensitivity, mechanism.sigma,
+                                 excess=mechanism.sampler_excess, fit_id=fit_id,
+                                 epsilon=params["epsilon"], delta=params["delta"],
                                  dataset=dataset_id(X, component, data.shape),
                                  carried=self.carried_budgets, local_release=isinstance(target, str)):
                 graph = kernel_sum_graph(data, plan, g)
