@@ -213,7 +213,7 @@ class DPPCA(BudgetCarrier, TransformerMixin, BaseEstimator, auto_wrap_output_key
                                  excess=mechanism.sampler_excess, fit_id=fit_id,
                                  epsilon=params["epsilon"], delta=params["delta"],
                                  dataset=dataset_id(X, component, data.shape),
-                                 carried=self.carried_budgets, local_release=isinstance(target, str)):
+                                 carried=self.carried_budgets):
                 graph = kernel_sum_graph(data, plan, g)
                 release, placement = run_release(
                     mechanism, graph, target, n_components, fit_id,

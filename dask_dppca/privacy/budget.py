@@ -647,7 +647,6 @@ def reserve_release(
     epsilon: float | None = None,
     delta: float | None = None,
     carried: Iterable[PrivacyBudget] = (),
-    local_release: bool = False,
 ) -> Iterator[tuple[Reservation, ...]]:
     """Reserve one release in every budget that must pay for it; commit when the block ends.
 
@@ -655,10 +654,10 @@ def reserve_release(
     :class:`BudgetCarrier`).  Each is reserved in turn; if one refuses, those already
     reserved are cancelled (nothing was drawn) and the refusal propagates.  Draw the
     noise inside the block.  When the block returns, every reservation is committed.
-    When it raises, the reservations stay counted, except when ``local_release`` is
-    true (the release runs in this thread: a local scheduler) and the release of
-    ``fit_id`` never started in this process: then no noise was drawn and they are
-    cancelled.
+    When it raises, the reservations stay counted, unless the release of ``fit_id`` was
+    never dispatched from this process (neither called here nor submitted to a cluster,
+    :func:`~dask_dppca.privacy.release.release_dispatched`): then no noise can have been
+    drawn for it and they are cancelled.
 
     Yields
     ------
@@ -678,16 +677,16 @@ def reserve_release(
     try:
         yield tuple(reservations)
     except BaseException:
-        if local_release and not _release_started(fit_id):
+        if not _release_dispatched(fit_id):
             _settle(reservations, "cancel")
         raise
     _settle(reservations, "commit")
 
 
-def _release_started(fit_id: str) -> bool:
-    from .release import release_started  # imports distributed: only on a failed fit
+def _release_dispatched(fit_id: str) -> bool:
+    from .release import release_dispatched  # imports distributed: only on a failed fit
 
-    return release_started(fit_id)
+    return release_dispatched(fit_id)
 
 
 def _settle(reservations: Sequence[Reservation], action: str) -> None:
@@ -703,10 +702,10 @@ def _settle(reservations: Sequence[Reservation], action: str) -> None:
 class BudgetCarrier:
     """Mixin for estimators: copies keep charging the budgets active where they were made.
 
-    A copy made by pickling (how joblib/loky hands an estimator to a worker process),
-    ``copy.deepcopy`` or scikit-learn's ``clone`` carries every budget active at that
-    moment (and those the original already carried); a fit of the copy charges them,
-    in whichever process it runs.  A ledger budget is reopened by path there; an
+    A copy made by pickling (how joblib/loky hands an estimator to a worker process) or
+    ``copy.deepcopy`` carries every budget active at that moment and those the original
+    already carried; scikit-learn's ``clone`` keeps the ones the original carries.  A fit
+    of the copy charges them, in whichever process it runs.  A ledger budget is reopened by path there; an
     in-memory budget cannot be charged from another process, so such a fit is refused
     (``LedgerError``) instead of going uncharged.
     """

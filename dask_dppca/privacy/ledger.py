@@ -255,15 +255,24 @@ class SQLiteLedger:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with _connect(path, create=True) as db:
             db.execute("BEGIN IMMEDIATE")
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "budget" not in tables:  # someone else's database: leave it alone
+                db.execute("ROLLBACK")
+                raise LedgerError(f"ledger {path}: not a dask-dppca ledger (a SQLite file with "
+                                  f"other tables: {sorted(tables)})")
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 db.execute(statement)
-            found = db.execute("SELECT epsilon, delta, format FROM budget").fetchall()
-            if not found:
+            if db.execute("SELECT COUNT(*) FROM budget").fetchone()[0] == 0:
                 db.execute("INSERT INTO budget VALUES (?, ?, ?, ?)",
                            (epsilon, delta, time.time(), _FORMAT))
             db.execute("COMMIT")
-        if found:
-            cls._check_totals(path, found, (epsilon, delta))
+            found = _read_totals(db, path)
+        if found != (epsilon, delta):
+            raise ValueError(
+                f"ledger: {path} holds a budget of (epsilon={found[0]!r}, delta={found[1]!r}), "
+                f"not (epsilon={epsilon!r}, delta={delta!r}); open it with "
+                "PrivacyBudget.open(path) or use another file"
+            )
         return cls(path, epsilon, delta)
 
     @classmethod
@@ -278,18 +287,6 @@ class SQLiteLedger:
         with _connect(path) as db:
             totals = _read_totals(db, path)
         return cls(path, *totals)
-
-    @staticmethod
-    def _check_totals(path: str, found: list, expected: tuple[float, float]) -> None:
-        epsilon, delta, layout = found[0]
-        if layout != _FORMAT:
-            raise LedgerError(f"ledger {path}: file format {layout}, this version reads {_FORMAT}")
-        if (epsilon, delta) != expected:
-            raise ValueError(
-                f"ledger: {path} holds a budget of (epsilon={epsilon!r}, delta={delta!r}), "
-                f"not (epsilon={expected[0]!r}, delta={expected[1]!r}); open it with "
-                "PrivacyBudget.open(path) or use another file"
-            )
 
     # -- operations ---------------------------------------------------------------------
 

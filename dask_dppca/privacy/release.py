@@ -29,7 +29,8 @@ __all__ = [
     "private_release",
     "release_placement",
     "placement_available",
-    "release_started",
+    "mark_release_dispatched",
+    "release_dispatched",
     "TRUSTED_RESOURCE",
     "RELEASE_METADATA_KEY",
 ]
@@ -41,9 +42,10 @@ RELEASE_METADATA_KEY = ("dask-dppca", "releases")
 
 _local_tickets: set[str] = set()
 _local_tickets_lock = threading.Lock()
-# Fit ids whose release began in this process (before any noise is drawn), for
-# the budget: a failed local fit whose release never began may cancel its reservation.
-_started_here: set[str] = set()
+# Fit ids whose release was dispatched from this process: called here, or submitted as a
+# task (runner).  For the budget: a failed fit whose release never left may give its
+# reservation back, since no noise can have been drawn for it.
+_dispatched: set[str] = set()
 
 
 class ReleaseAlreadyDrawnError(RuntimeError):
@@ -164,7 +166,7 @@ def private_release(
     ReleaseAlreadyDrawnError
         If a release for ``fit_id`` already ran.
     """
-    _started_here.add(fit_id)
+    mark_release_dispatched(fit_id)
     worker = claim_release_ticket(fit_id)
     if isinstance(kernel_sum, TrustedSum):
         kernel_sum = kernel_sum.value
@@ -181,10 +183,15 @@ def private_release(
                           released_on=worker.address if worker is not None else "this process")
 
 
-def release_started(fit_id: str) -> bool:
-    """Whether :func:`private_release` of ``fit_id`` began in this process (it may have
-    drawn noise); False means no release of that fit ever ran here."""
-    return fit_id in _started_here
+def mark_release_dispatched(fit_id: str) -> None:
+    """Record, before it can draw, that the release of ``fit_id`` is called or submitted here."""
+    _dispatched.add(fit_id)
+
+
+def release_dispatched(fit_id: str) -> bool:
+    """Whether a release of ``fit_id`` was called or submitted from this process.  False
+    proves that no noise was ever drawn for that fit by this process's doing."""
+    return fit_id in _dispatched
 
 
 def claim_release_ticket(fit_id: str):

@@ -112,6 +112,13 @@ def test_missing_and_foreign_files_are_refused(tmp_path):
         PrivacyBudget.open(foreign)
     with pytest.raises(ValueError, match="ledger: only local files"):
         PrivacyBudget(1.0, 1e-6, ledger="s3://bucket/study.ledger")
+    other = tmp_path / "app.sqlite"  # someone else's database is left untouched
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE users (name TEXT)")
+    with pytest.raises(LedgerError, match="other tables"):
+        PrivacyBudget(1.0, 1e-6, ledger=other)
+    with sqlite3.connect(other) as db:
+        assert db.execute("SELECT name FROM sqlite_master").fetchall() == [("users",)]
 
 
 def test_a_ledger_replaced_under_a_budget_is_refused(ledger):
