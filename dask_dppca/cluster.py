@@ -22,7 +22,7 @@ from typing import Any
 import dask
 import distributed
 
-__all__ = ["LOCAL_SCHEDULERS", "STALL_TIMEOUT_KEY", "ClusterStalledError", "await_result",
+__all__ = ["LOCAL_SCHEDULERS", "STALL_TIMEOUT_KEY", "TRUSTED_RESOURCE", "ClusterStalledError", "await_result",
            "check_scheduler", "compute_target", "thread_count", "embedded_client",
            "close_embedded_cluster"]
 
@@ -32,6 +32,8 @@ LOCAL_SCHEDULERS = {"synchronous": "synchronous", "sync": "synchronous",
                     "threading": "threads", "processes": "processes"}
 #: Seconds to wait for a scheduler address to answer before giving up.
 CONNECT_TIMEOUT = 10
+#: Worker resource that marks the trusted node (``dask worker --resources "dppca-trusted=1"``).
+TRUSTED_RESOURCE = "dppca-trusted"
 #: Port of ``dask scheduler`` when none is given (the deploy/ recipes use it).
 DEFAULT_SCHEDULER_PORT = 8786
 #: Dask configuration keys holding the client's TLS material (environment variables
@@ -205,8 +207,6 @@ def embedded_client() -> distributed.Client:
     machine the client process holds the exact K_hat anyway (docs/privacy.md, threat
     model).  No dashboard is started, so none is advertised.
     """
-    from .privacy.release import TRUSTED_RESOURCE
-
     with _embedded_lock:
         client = _embedded.get("client")
         if client is None or client.status != "running":

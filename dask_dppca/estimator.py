@@ -8,6 +8,7 @@ attributes.
 
 from __future__ import annotations
 
+import os
 import types
 import uuid
 from collections.abc import Callable
@@ -15,8 +16,8 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import cluster
 from .design import check_design
@@ -65,18 +66,24 @@ class _TransformParameterAndMethod:
     Assigning the parameter stores the value; reading the attribute gives the bound
     scoring method, so ``est.transform(X)`` and Pipelines work, while
     ``get_params``/``set_params``/``clone`` see the parameter value.
+
+    ``scores`` is the scoring function as scikit-learn's ``set_output`` wrapped it
+    (pandas/polars containers with ``get_feature_names_out`` columns).
     """
+
+    def __init__(self, scores: Callable) -> None:
+        self.scores = scores
 
     def __set__(self, estimator, value) -> None:
         estimator.__dict__["_transform_parameter"] = value
 
     def __get__(self, estimator, owner=None):
         if estimator is None:
-            return owner._scores
-        return types.MethodType(owner._scores, estimator)
+            return self.scores
+        return types.MethodType(self.scores, estimator)
 
 
-class DPPCA(BudgetCarrier, TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
+class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Robust, differentially private PCA (g-DPPCA, Kim & Jung 2025).
 
     Releases the leading eigenvectors (and all eigenvalues) of
@@ -142,6 +149,8 @@ class DPPCA(BudgetCarrier, TransformerMixin, BaseEstimator, auto_wrap_output_key
         its parts, sigma, calibration, design counts, tiles), the fit id and where the
         noise was drawn (:meth:`ReleaseMechanism.describe`).
     n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Column names of a DataFrame input (only then); ``transform`` checks them.
     n_samples_ : int
     """
 
@@ -174,7 +183,8 @@ class DPPCA(BudgetCarrier, TransformerMixin, BaseEstimator, auto_wrap_output_key
         self.random_state = random_state
         self.progress = progress
 
-    transform = _TransformParameterAndMethod()
+    def transform(self, X: Any) -> Any:  # replaced below by the parameter-and-method descriptor
+        return self._scores(X)
 
     def get_params(self, deep: bool = True) -> dict:
         """Parameters of this estimator (``transform`` is the spatial sign's value)."""
@@ -200,6 +210,8 @@ class DPPCA(BudgetCarrier, TransformerMixin, BaseEstimator, auto_wrap_output_key
         """
         params, g = self._validated_parameters()
         data = as_dask_array(X, component)
+        if not isinstance(X, (str, os.PathLike)):  # metadata only: column names and width
+            validate_data(self, X, reset=True, skip_check_array=True)
         n_components = _check_n_components(params["n_components"], data.shape[1])
         with cluster.compute_target(params["scheduler"]) as target:
             data, design, plan = plan_blocks(data, params["design"], cluster.thread_count(target))
@@ -260,15 +272,33 @@ class DPPCA(BudgetCarrier, TransformerMixin, BaseEstimator, auto_wrap_output_key
             A dask array for dask or Zarr input, else numpy.
         """
         check_is_fitted(self, "components_")
-        if isinstance(X, (da.Array, str)) or hasattr(X, "chunks") and not isinstance(X, np.ndarray):
+        if isinstance(X, (da.Array, str, os.PathLike)) or hasattr(X, "chunks") and not isinstance(X, np.ndarray):
             data = as_dask_array(X)
             _check_width(data.shape[1], self.n_features_in_)
             return data.astype(np.float64) @ self.components_.T
-        data = np.asarray(X, dtype=np.float64)
-        if data.ndim != 2:
-            raise ValueError(f"X: expected a 2-D array, got {data.ndim} dimension(s)")
-        _check_width(data.shape[1], self.n_features_in_)
+        # In memory: scikit-learn's checks (width, column names) and wording.  NaN and
+        # inf pass through: their scores are NaN/inf, as the input's.
+        data = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=False)
         return data @ self.components_.T
+
+    @property
+    def _n_features_out(self) -> int:
+        """Output columns (``get_feature_names_out``: ``dppca0``, ``dppca1``, ...)."""
+        return self.components_.shape[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # NaN/inf records are accepted by design: such a row contributes 0 to K_hat and
+        # still counts in n (docs/robustness.md), so the sensitivity is unchanged.
+        tags.input_tags.allow_nan = True
+        tags.transformer_tags.preserves_dtype = ["float64"]
+        return tags
+
+
+# The scoring method keeps the name ``transform`` for scikit-learn while the parameter of
+# that name is the spatial sign: install the descriptor over the method that
+# TransformerMixin's set_output support wrapped when the class was created.
+DPPCA.transform = _TransformParameterAndMethod(DPPCA.__dict__["transform"])
 
 
 def _noise_sampler(n_features: int, random_state: int | None):

@@ -19,12 +19,14 @@ Its :meth:`~ReleaseMechanism.describe` is what becomes ``DPPCA.privacy_``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..design import CompleteDesign, DesignPlan, RegularDesign
-from ..transforms import Transform
 from .calibration import CALIBRATIONS, calibrate_sigma, validate_privacy_parameters
 from .noise import NoiseSampler
+
+if TYPE_CHECKING:  # the plan and the transform are passed in; nothing else is used
+    from ..design import CompleteDesign, DesignPlan, RegularDesign
+    from ..transforms import Transform
 
 __all__ = ["ReleaseMechanism"]
 

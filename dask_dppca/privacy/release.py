@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ..cluster import TRUSTED_RESOURCE
 from .noise import NoiseSampler, add_symmetric_noise
 
 __all__ = [
@@ -35,8 +36,6 @@ __all__ = [
     "RELEASE_METADATA_KEY",
 ]
 
-#: Worker resource that marks the trusted node (``dask worker --resources "dppca-trusted=1"``).
-TRUSTED_RESOURCE = "dppca-trusted"
 #: Scheduler metadata prefix under which release tickets are recorded, one per fit id.
 RELEASE_METADATA_KEY = ("dask-dppca", "releases")
 
