@@ -1,4 +1,5 @@
-"""Command line: ``dask-dppca demo``, ``fit STORE``, ``budget create|show LEDGER`` (one module per command).
+"""Command line: ``dask-dppca demo``, ``fit STORE``, ``budget create|show LEDGER``
+(one module per command).
 
 Every user error ends with one line on stderr and a non-zero exit code, never a
 traceback: 2 for a bad parameter or input, 3 when the cluster cannot be reached or a

@@ -38,7 +38,8 @@ def run_create(args: argparse.Namespace) -> int:
     from ..privacy.budget import PrivacyBudget
 
     if os.path.exists(args.ledger):
-        raise ValueError(f"ledger: {args.ledger} already exists (see: dask-dppca budget show {args.ledger})")
+        raise ValueError(f"ledger: {args.ledger} already exists "
+                         f"(see: dask-dppca budget show {args.ledger})")
     budget = PrivacyBudget(args.epsilon, args.delta, ledger=args.ledger)
     print(budget.describe())
     return 0

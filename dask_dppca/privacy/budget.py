@@ -137,12 +137,14 @@ class PrivacyBudget:
         Without it the releases are kept in this process only.
     """
 
-    def __init__(self, epsilon: float, delta: float, ledger: str | os.PathLike | None = None) -> None:
+    def __init__(self, epsilon: float, delta: float,
+                 ledger: str | os.PathLike | None = None) -> None:
         epsilon, delta = validate_privacy_parameters(epsilon, delta)
         if ledger is None:
             self._setup(epsilon, delta, MemoryLedger(), token=uuid.uuid4().hex)
         else:
-            self._setup(epsilon, delta, SQLiteLedger.open_or_create(ledger_path(ledger), epsilon, delta))
+            store = SQLiteLedger.open_or_create(ledger_path(ledger), epsilon, delta)
+            self._setup(epsilon, delta, store)
 
     @classmethod
     def open(cls, ledger: str | os.PathLike) -> PrivacyBudget:
@@ -157,7 +159,8 @@ class PrivacyBudget:
         return cls._from(*store.totals, store)
 
     @classmethod
-    def _from(cls, epsilon: float, delta: float, store: Any, token: str | None = None) -> PrivacyBudget:
+    def _from(cls, epsilon: float, delta: float, store: Any,
+              token: str | None = None) -> PrivacyBudget:
         budget = cls.__new__(cls)
         budget._setup(epsilon, delta, store, token)
         return budget
@@ -204,7 +207,8 @@ class PrivacyBudget:
         return [row for row in self._ledger.rows() if row.counted]
 
     @staticmethod
-    def _composed(rows: Sequence[Release], extra: Sequence[tuple[float, float]] = ()) -> tuple[float, float]:
+    def _composed(rows: Sequence[Release],
+                  extra: Sequence[tuple[float, float]] = ()) -> tuple[float, float]:
         """(mu, excess) of ``rows`` plus extra (mu, excess) pairs, mu rounded up."""
         squares = [r.mu**2 for r in rows] + [mu**2 for mu, _ in extra]
         excess = [r.excess for r in rows] + [exc for _, exc in extra]
@@ -306,7 +310,8 @@ class PrivacyBudget:
         """
         self._record("committed", sensitivity, sigma, excess, label, "", "", None, None)
 
-    def _record(self, state, sensitivity, sigma, excess, label, fit_id, dataset, epsilon, delta) -> Release:
+    def _record(self, state, sensitivity, sigma, excess, label, fit_id, dataset, epsilon,
+                delta) -> Release:
         sens, sig, exc = _check_release(sensitivity, sigma, excess)
         release = Release(sens, sig, str(label), exc, str(fit_id), str(dataset),
                           None if epsilon is None else float(epsilon),
@@ -342,7 +347,8 @@ class PrivacyBudget:
             room = gaussian_dp_mu(*target) ** 2 - spent_mu**2
         if not room > 0.0:
             raise BudgetExceededError(
-                f"the budget (epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}) has no room left"
+                f"the budget (epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}) "
+                "has no room left"
             )
         sigma = sens / math.sqrt(room)
         for _ in range(10_000):  # raise sigma until the exact check accepts it
@@ -436,7 +442,8 @@ class PrivacyBudget:
     def _summary(self) -> tuple[list[Release], list[tuple[str, str]]]:
         rows = self._ledger.rows()
         counted = [r for r in rows if r.counted]
-        states = {s: sum(r.state == s for r in rows) for s in ("committed", "reserved", "cancelled")}
+        states = {state: sum(r.state == state for r in rows)
+                  for state in ("committed", "reserved", "cancelled")}
         plans = ", or ".join(f"{k} of {self.remaining(k):.4g} each" for k in (2, 4))
         facts = [
             ("budget", f"epsilon={self.epsilon:g}, delta={self.delta:g}"),
@@ -470,17 +477,20 @@ class PrivacyBudget:
             table = [self._COLUMNS] + [self._cells(r) for r in rows]
             widths = [max(len(line[i]) for line in table) for i in range(len(self._COLUMNS))]
             lines.append("")
-            lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table]
+            lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip()
+                      for line in table]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         rows, facts = self._summary()
         out = ["<div><table>"]
-        out += [f"<tr><th style='text-align:left'>{html.escape(name)}</th><td style='text-align:left'>"
-                f"{html.escape(value)}</td></tr>" for name, value in facts]
+        out += [f"<tr><th style='text-align:left'>{html.escape(name)}</th>"
+                f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
+                for name, value in facts]
         out.append("</table>")
         if rows:
-            out.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in self._COLUMNS) + "</tr>")
+            header = "".join(f"<th>{html.escape(c)}</th>" for c in self._COLUMNS)
+            out.append(f"<table><tr>{header}</tr>")
             out += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>"
                     for r in rows]
             out.append("</table>")
@@ -705,9 +715,9 @@ class BudgetCarrier:
     A copy made by pickling (how joblib/loky hands an estimator to a worker process) or
     ``copy.deepcopy`` carries every budget active at that moment and those the original
     already carried; scikit-learn's ``clone`` keeps the ones the original carries.  A fit
-    of the copy charges them, in whichever process it runs.  A ledger budget is reopened by path there; an
-    in-memory budget cannot be charged from another process, so such a fit is refused
-    (``LedgerError``) instead of going uncharged.
+    of the copy charges them, in whichever process it runs: a ledger budget is reopened
+    by path there; an in-memory budget cannot be charged from another process, so such a
+    fit is refused (``LedgerError``) instead of going uncharged.
     """
 
     @property
@@ -716,7 +726,8 @@ class BudgetCarrier:
         return self.__dict__.get("_carried_budgets", ())
 
     def __getstate__(self) -> dict:
-        state = dict(super().__getstate__())  # type: ignore[misc]  # a copy: never the live __dict__
+        # A copy: object.__getstate__ returns the live __dict__.
+        state = dict(super().__getstate__())  # type: ignore[misc]
         carried = _unique([*self.carried_budgets, *active_budgets()])
         if carried:
             state["_carried_budgets"] = carried

@@ -157,7 +157,8 @@ def ledger_path(ledger: str | os.PathLike) -> str:
     if "://" in text:
         scheme, _, rest = text.partition("://")
         if scheme != "file":
-            raise ValueError(f"ledger: only local files (a path or file:// URL) are supported, got {text!r}")
+            raise ValueError(f"ledger: only local files (a path or file:// URL) are supported, "
+                             f"got {text!r}")
         text = rest
     return os.path.abspath(os.path.expanduser(text))
 
@@ -255,7 +256,8 @@ class SQLiteLedger:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with _connect(path, create=True) as db:
             db.execute("BEGIN IMMEDIATE")
-            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            tables = {name for (name,) in
+                      db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if tables and "budget" not in tables:  # someone else's database: leave it alone
                 db.execute("ROLLBACK")
                 raise LedgerError(f"ledger {path}: not a dask-dppca ledger (a SQLite file with "
@@ -323,7 +325,8 @@ class SQLiteLedger:
     def settle(self, release_id: int, state: str) -> None:
         """Mark a reserved row committed or cancelled."""
         with self._transaction(write=True) as db:
-            (current,) = db.execute("SELECT state FROM releases WHERE id = ?", (release_id,)).fetchone()
+            (current,) = db.execute("SELECT state FROM releases WHERE id = ?",
+                                    (release_id,)).fetchone()
             _check_settle(current, state, release_id)
             db.execute("UPDATE releases SET state = ?, settled_at = ? WHERE id = ?",
                        (state, time.time(), release_id))
@@ -338,7 +341,8 @@ def _check_settle(current: str, state: str, release_id: int) -> None:
     if state not in ("committed", "cancelled"):
         raise ValueError(f"state: must be 'committed' or 'cancelled', got {state!r}")
     if current != "reserved":
-        raise LedgerError(f"release {release_id} is {current}, not reserved: it cannot become {state}")
+        raise LedgerError(f"release {release_id} is {current}, not reserved: "
+                          f"it cannot become {state}")
 
 
 @contextmanager
@@ -354,7 +358,8 @@ def _connect(path: str, create: bool = False) -> Iterator[sqlite3.Connection]:
         db = sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT, isolation_level=None)
     except sqlite3.OperationalError as error:
         raise LedgerError(f"ledger {path}: cannot open it ({error}); create it first with "
-                          "`dask-dppca budget create` or PrivacyBudget(epsilon, delta, ledger=...)") from None
+                          "`dask-dppca budget create` or PrivacyBudget(epsilon, delta, "
+                          "ledger=...)") from None
     try:
         db.execute("PRAGMA synchronous = FULL")
         yield db
