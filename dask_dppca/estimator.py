@@ -225,7 +225,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                                  excess=mechanism.sampler_excess, fit_id=fit_id,
                                  epsilon=params["epsilon"], delta=params["delta"],
                                  dataset=dataset_id(X, component, data.shape),
-                                 carried=self.carried_budgets):
+                                 carried=self.carried_budgets, target=target):
                 graph = kernel_sum_graph(data, plan, g)
                 release, placement = run_release(
                     mechanism, graph, target, n_components, fit_id,

@@ -657,6 +657,7 @@ def reserve_release(
     epsilon: float | None = None,
     delta: float | None = None,
     carried: Iterable[PrivacyBudget] = (),
+    target: Any = None,
 ) -> Iterator[tuple[Reservation, ...]]:
     """Reserve one release in every budget that must pay for it; commit when the block ends.
 
@@ -664,10 +665,10 @@ def reserve_release(
     :class:`BudgetCarrier`).  Each is reserved in turn; if one refuses, those already
     reserved are cancelled (nothing was drawn) and the refusal propagates.  Draw the
     noise inside the block.  When the block returns, every reservation is committed.
-    When it raises, the reservations stay counted, unless the release of ``fit_id`` was
-    never dispatched from this process (neither called here nor submitted to a cluster,
-    :func:`~dask_dppca.privacy.release.release_dispatched`): then no noise can have been
-    drawn for it and they are cancelled.
+    When it raises, the reservations stay counted unless it is proven that the release of
+    ``fit_id`` never drew and never will (:func:`~dask_dppca.privacy.release.abandon_release`
+    on ``target``, the local scheduler name or client the release runs on): then they are
+    cancelled.
 
     Yields
     ------
@@ -687,16 +688,16 @@ def reserve_release(
     try:
         yield tuple(reservations)
     except BaseException:
-        if not _release_dispatched(fit_id):
+        if reservations and _abandon_release(fit_id, target):
             _settle(reservations, "cancel")
         raise
     _settle(reservations, "commit")
 
 
-def _release_dispatched(fit_id: str) -> bool:
-    from .release import release_dispatched  # imports distributed: only on a failed fit
+def _abandon_release(fit_id: str, target: Any) -> bool:
+    from .release import abandon_release  # imports distributed: only on a failed fit
 
-    return release_dispatched(fit_id)
+    return abandon_release(fit_id, target)
 
 
 def _settle(reservations: Sequence[Reservation], action: str) -> None:

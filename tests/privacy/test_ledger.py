@@ -258,6 +258,32 @@ def test_a_fit_that_fails_after_its_release_began_stays_charged(default_ledger, 
     assert row.state == "reserved"
 
 
+@pytest.mark.cluster
+def test_a_submitted_release_that_never_started_is_abandoned_and_can_never_draw(cluster_client):
+    """On a cluster a failed fit proves "never drew" by taking the release's ticket first:
+    a release task that starts afterwards refuses; a ticket already taken proves nothing."""
+    from uuid import uuid4
+
+    from dask_dppca.privacy import release
+    from dask_dppca.privacy.noise import default_sampler
+
+    never_sent = uuid4().hex
+    assert release.abandon_release(never_sent, cluster_client)  # nothing was ever dispatched
+    late = uuid4().hex
+    release.mark_release_dispatched(late)
+    assert release.abandon_release(late, cluster_client)
+    task = cluster_client.submit(release.private_release, np.eye(3), 1, 1.0, 3, default_sampler(6),
+                                 late, pure=False)
+    with pytest.raises(release.ReleaseAlreadyDrawnError, match="abandoned"):
+        task.result(timeout=SUBPROCESS_TIMEOUT)
+    drawn = uuid4().hex
+    release.mark_release_dispatched(drawn)
+    cluster_client.submit(release.private_release, np.eye(3), 1, 1.0, 3, default_sampler(6),
+                          drawn, pure=False).result(timeout=SUBPROCESS_TIMEOUT)
+    assert not release.abandon_release(drawn, cluster_client)
+    assert not release.abandon_release(drawn, "threads")  # local: dispatched means drawn
+
+
 # -- concurrency: processes and threads --------------------------------------------------------
 
 _RACER = """
