@@ -82,7 +82,9 @@ def test_store_four_times_larger_than_memory_completes(tmp_path):
     baseline = _warm_baseline_rss(path)
     pause_fraction = dask.config.get("distributed.worker.memory.pause")
     memory_limit = int((baseline + BLOCK_BUDGET) / pause_fraction)
-    rows = math.ceil(STORE_OVER_LIMIT * memory_limit / (8 * FEATURES * BLOCK)) * BLOCK
+    n_blocks = math.ceil(STORE_OVER_LIMIT * memory_limit / (8 * FEATURES * BLOCK))
+    n_blocks += n_blocks % 2      # a 1-regular block graph (k = 1) needs an even count
+    rows = n_blocks * BLOCK
     _write_store(path, rows)
     assert rows * FEATURES * 8 >= STORE_OVER_LIMIT * memory_limit
     design = dd.RegularDesign(k=1, block_size=BLOCK, seed=0)
@@ -109,7 +111,6 @@ def test_store_four_times_larger_than_memory_completes(tmp_path):
     counts = collections.Counter()
     for per_worker in reads.values():
         counts.update(per_worker)
-    n_blocks = rows // BLOCK
     assert len(counts) == n_blocks
     assert max(counts.values()) == 1          # every block read exactly once
     # Bounded: the fit held at most BLOCK_BUDGET above the worker's own baseline, below
