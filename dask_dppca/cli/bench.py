@@ -35,8 +35,8 @@ def add_parser(commands) -> None:
     )
     bench.add_argument("--block-rows", type=int, default=2048,
                        help="rows of the kernel's block (default 2048)")
-    bench.add_argument("--n-samples", type=int, default=10_000,
-                       help="records of the fitted data (default 10000)")
+    bench.add_argument("--n-samples", type=int, default=20_000,
+                       help="records of the fitted data (default 20000)")
     bench.add_argument("--n-features", type=int, default=30,
                        help="features, for the kernel and the fit (default 30)")
     bench.add_argument("--repeats", type=int, default=3,

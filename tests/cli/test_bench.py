@@ -1,19 +1,20 @@
-"""``dask-dppca bench`` with its default flags prints positive, parseable figures."""
+"""``dask-dppca bench``, as typed (README), prints positive, parseable figures."""
 
 from __future__ import annotations
 
 import re
 import subprocess
-import sys
 
 import pytest
+
+from tests.cli import CONSOLE_SCRIPT
 
 FIGURE = re.compile(r"^\s+(?P<label>.+?)\s{2,}(?P<value>[0-9.]+)(?: s)?\b")
 
 
 @pytest.mark.cluster
 def test_bench_prints_the_kernel_against_gemm_and_the_default_path_against_threads():
-    done = subprocess.run([sys.executable, "-m", "dask_dppca.cli", "bench"],
+    done = subprocess.run([str(CONSOLE_SCRIPT), "bench"],
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = {}

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from importlib.metadata import version
-from pathlib import Path
 
 import pytest
 
-#: The console script pip installs beside this interpreter (the command as typed).
-CONSOLE_SCRIPT = Path(sys.executable).with_name("dask-dppca")
+from tests.cli import CONSOLE_SCRIPT
 #: Imported by a fit, never by the parser (they cost seconds together).
 HEAVY = {"numpy", "scipy", "dask", "distributed", "numba", "zarr", "sklearn", "opendp",
          "dp_accounting", "pandas"}
