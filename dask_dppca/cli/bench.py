@@ -51,9 +51,8 @@ def run(args: argparse.Namespace) -> int:
 
     from .. import __version__
 
-    for name in ("block_rows", "n_samples", "n_features", "repeats"):
-        if getattr(args, name) < (2 if name != "repeats" else 1):
-            raise ValueError(f"--{name.replace('_', '-')} is too small: {getattr(args, name)}")
+    if min(args.block_rows, args.n_samples, args.n_features) < 2 or args.repeats < 1:
+        raise ValueError("--block-rows, --n-samples and --n-features must be >= 2, --repeats >= 1")
     print(f"dask-dppca {__version__} on {platform.node() or 'this machine'}: "
           f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, "
           f"numba {numba.__version__}")
