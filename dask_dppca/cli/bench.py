@@ -25,7 +25,7 @@ def add_parser(commands) -> None:
     """Register ``bench`` on the ``dask-dppca`` sub-command parser."""
     bench = commands.add_parser(
         "bench",
-        help="measure the kernel against GEMM and a small fit on this machine (a few seconds)",
+        help="measure the kernel against GEMM and a small fit on this machine (seconds)",
         description=(
             "Measures, on this machine, the kernel's rate against a single-threaded numpy "
             "GEMM of the same shape, and the time of a small fit on the default path (the "
