@@ -10,6 +10,7 @@ from K_tilde.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -87,7 +88,7 @@ class TrustedSum:
         self.value = value
 
     def __reduce__(self):
-        return (_unseal_on_worker, (self.value,))
+        return (_unseal_on_worker, (self.value, _PROCESS_TOKEN))
 
 
 class ExactSumLeakError(RuntimeError):
@@ -98,10 +99,14 @@ class ExactSumLeakError(RuntimeError):
 # by the worker's communication code, outside any task, so "inside a task" cannot be
 # the test: "in a process that hosts a worker" is.
 _WORKER_PROCESS = {"sealing": False}
+# A random name of this process, written into every sealed pickle made here: bytes that
+# never left the process (an in-process worker spilling to disk and reading back) may be
+# reopened here, bytes from anywhere else only in a worker process.
+_PROCESS_TOKEN = secrets.token_hex(16)
 
 
-def _unseal_on_worker(value: np.ndarray) -> TrustedSum:
-    if not _WORKER_PROCESS["sealing"]:
+def _unseal_on_worker(value: np.ndarray, origin: str | None = None) -> TrustedSum:
+    if not (_WORKER_PROCESS["sealing"] or origin == _PROCESS_TOKEN):
         raise ExactSumLeakError(
             "the exact K_hat sum may only be deserialised on a Dask worker, never on a client"
         )
@@ -128,13 +133,16 @@ def register_sealing(client: Any, attempts: int = 5) -> None:
 class SealingPlugin(WorkerPlugin):
     """Worker plugin marking worker processes as allowed to open the sealed sum.
 
-    A LocalCluster with ``processes=False`` runs its workers inside the client's own
-    process: there the mark covers the client too (there is no process boundary to
-    protect in that set-up).
+    Workers inside the client's own process (``inproc://`` addresses: the embedded
+    cluster, ``LocalCluster(processes=False)``) do not mark it: they exchange objects
+    without pickling, and what they spill carries this process's token.  So a process
+    that once ran the embedded cluster still refuses a sealed sum sent by a remote
+    cluster.
     """
 
     def setup(self, worker) -> None:  # noqa: D102 - distributed.WorkerPlugin protocol
-        _WORKER_PROCESS["sealing"] = True
+        if not str(worker.address).startswith("inproc://"):
+            _WORKER_PROCESS["sealing"] = True
 
 
 def private_release(
