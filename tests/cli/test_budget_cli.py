@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -25,8 +26,6 @@ def _store(path: Path, n: int = 300, d: int = 4) -> str:
 
 
 def _clean_env() -> dict:
-    import os
-
     return {name: value for name, value in os.environ.items() if name != BUDGET_ENV}
 
 

@@ -31,7 +31,6 @@ from dask_dppca.privacy.budget import (
     BudgetExceededError,
     LedgerError,
     PrivacyBudget,
-    Release,
     active_budgets,
     set_default_budget,
 )
