@@ -1,0 +1,119 @@
+"""Live runs of the deploy recipes without their engines (tests/system/test_live_recipes.py).
+
+A recipe's processes run with their exact command lines in a loopback-only network
+namespace (tests/deploy/namespace.py): no Docker engine, Kubernetes API server or SLURM
+controller is needed, only root and ``unshare``.  On CI (``CI`` set) a missing
+namespace is a failure, elsewhere a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.deploy.recipes import DEPLOY, ROOT, image_config
+
+NAMESPACE = Path(__file__).with_name("namespace.py")
+CLIENT = Path(__file__).with_name("client.py")
+STANDINS = Path(__file__).with_name("standins")
+SLURM_DRIVER = Path(__file__).with_name("slurm_driver.py")
+PYTHON_BIN = str(Path(sys.executable).parent)
+#: This machine's OpenBLAS settings (set on some processors: older OpenBLAS builds pick a
+#: wrong kernel there).  Passed into the containers as a node's environment would be;
+#: they also pick the kernel, hence the last bits the local fit must match.
+MACHINE_ENV = {k: v for k, v in os.environ.items() if k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+
+
+def require_namespaces() -> None:
+    """Skip (fail on CI) unless this process may make network and mount namespaces."""
+    reason = None
+    if os.geteuid() != 0:
+        reason = "needs root for unshare -n -m"
+    else:
+        done = subprocess.run(["unshare", "-n", "-m", "-u", "--", "true"], capture_output=True,
+                              text=True, timeout=30)
+        if done.returncode != 0:
+            reason = f"unshare -n -m -u failed: {done.stderr.strip()}"
+    if reason and os.environ.get("CI"):
+        pytest.fail(f"the live recipe runs cannot run on CI: {reason}")
+    if reason:
+        pytest.skip(reason)
+
+
+def image_paths() -> list[str]:
+    """What an image holds that lives under /root or /tmp here: the interpreter, the
+    environment and the project (bound into each container at the same path)."""
+    paths = {sys.prefix, sys.base_prefix, str(ROOT), os.path.realpath(sys.executable)}
+    return sorted({os.path.dirname(p) if os.path.isfile(p) else p for p in paths})
+
+
+def run_plan(folder: Path, services: list[dict], client: dict, hosts: list[str],
+             timeout: float, hostname: str = "dppca-host") -> dict:
+    """Run ``services`` and then ``client`` in a new namespace; returns the summary."""
+    plan = {"folder": str(folder), "services": services, "client": client, "hosts": hosts,
+            "hostname": hostname, "timeout": timeout}
+    (folder / "plan.json").write_text(json.dumps(plan, indent=1))
+    done = subprocess.run(["unshare", "-n", "-m", "-u", "--", sys.executable, str(NAMESPACE),
+                           str(folder / "plan.json")], capture_output=True, text=True,
+                          timeout=timeout + 60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((folder / "summary.json").read_text())
+    logs = {p.name: p.read_text(errors="replace")[-2500:] for p in folder.glob("*.log")}
+    summary["logs"] = logs
+    return summary
+
+
+def compose_services(compose_file: Path, project: Path, data: Path, client_argv: list[str],
+                     results: Path) -> tuple[list[dict], dict, list[str]]:
+    """The services of a compose file as containers of the image of deploy/docker: each
+    replica with its command, the image's ENV, USER and WORKDIR plus its environment, and
+    its volumes (bind sources relative to ``project``, the named volume on ``data``).
+    The notebook service becomes the client: ``client_argv`` with its environment and
+    volumes (and ``results`` at /results)."""
+    compose = yaml.safe_load(compose_file.read_text())
+    image = image_config()
+    path = ":".join([PYTHON_BIN, str(DEPLOY / "docker" / "bin"), "/usr/local/bin", "/usr/bin", "/bin"])
+    hosts = sorted({*compose["services"], *(s.get("hostname", n) for n, s in compose["services"].items())})
+    services, client = [], None
+    for name, service in compose["services"].items():
+        mounts = []
+        for volume in service.get("volumes", []):
+            source, target, *mode = volume.split(":")
+            host = project / source if source.startswith(".") else data
+            assert source.startswith(".") or source in compose.get("volumes", {}), volume
+            mounts.append([str(host), target, mode == ["ro"]])
+        spec = {"name": name, "container": True, "argv": service["command"],
+                "env": {**MACHINE_ENV, **image["env"], "PATH": path, "HOME": "/home/dask",
+                        **{k: str(v) for k, v in (service.get("environment") or {}).items()}},
+                "user": list(image["user"]), "workdir": image["workdir"], "mounts": mounts,
+                "hostname": service.get("hostname", name), "hosts": hosts,
+                "image_paths": image_paths()}
+        if name == "notebook":
+            client = {**spec, "argv": client_argv, "mounts": mounts + [[str(results), "/results", False]]}
+            continue
+        services += [{**spec, "name": f"{name}-{k}"}
+                     for k in range(service.get("deploy", {}).get("replicas", 1))]
+    return services, client, hosts
+
+
+def local_release(store: str, random_state: int) -> tuple[np.ndarray, np.ndarray]:
+    """The same fit in this process (synchronous scheduler, one BLAS thread as in the
+    workers): the release a cluster must reproduce bit for bit for the same
+    ``random_state`` (a TEST-ONLY fixed noise seed)."""
+    import warnings
+
+    from threadpoolctl import threadpool_limits
+
+    import dask_dppca as dd
+
+    with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = dd.DPPCA(n_components=2, random_state=random_state, scheduler="synchronous").fit(store)
+    return est.components_, est.eigenvalues_
