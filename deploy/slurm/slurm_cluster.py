@@ -38,12 +38,18 @@ def tls_security(tls_dir: str | os.PathLike) -> Security:
                     require_encryption=True)
 
 
+def load_config() -> None:
+    """jobqueue.yaml as defaults, after jobqueue's own: a value you set yourself wins."""
+    import dask_jobqueue  # noqa: F401 - loads jobqueue's defaults first
+
+    dask.config.update_defaults(yaml.safe_load(CONFIG.read_text()))
+
+
 def slurm_cluster(tls_dir: str | os.PathLike, **kwargs):
     """``dask_jobqueue.SLURMCluster`` with TLS and the settings of jobqueue.yaml."""
     from dask_jobqueue import SLURMCluster
 
-    # After jobqueue's own defaults (loaded with it): a value you set yourself wins.
-    dask.config.update_defaults(yaml.safe_load(CONFIG.read_text()))
+    load_config()
     return SLURMCluster(security=tls_security(tls_dir), **kwargs)
 
 

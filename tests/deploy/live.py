@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.deploy.recipes import DEPLOY, ROOT, image_config
+from tests.deploy.recipes import COMMANDS, DEPLOY, ROOT, image_config
 
 NAMESPACE = Path(__file__).with_name("namespace.py")
 CLIENT = Path(__file__).with_name("client.py")
@@ -54,6 +54,14 @@ def image_paths() -> list[str]:
     return sorted({os.path.dirname(p) if os.path.isfile(p) else p for p in paths})
 
 
+def image_environment() -> dict:
+    """A container's environment from the image: this machine's OpenBLAS settings, the
+    Dockerfile's ENV, PATH (the interpreter's folder stands for the image's
+    /usr/local/bin, with the files the Dockerfile copies there) and HOME."""
+    path = ":".join([PYTHON_BIN, str(DEPLOY / "docker" / "bin"), "/usr/local/bin", "/usr/bin", "/bin"])
+    return {**MACHINE_ENV, **image_config()["env"], "PATH": path, "HOME": "/home/dask"}
+
+
 def run_plan(folder: Path, services: list[dict], client: dict, hosts: list[str],
              timeout: float, hostname: str = "dppca-host") -> dict:
     """Run ``services`` and then ``client`` in a new namespace; returns the summary."""
@@ -79,7 +87,6 @@ def compose_services(compose_file: Path, project: Path, data: Path, client_argv:
     volumes (and ``results`` at /results)."""
     compose = yaml.safe_load(compose_file.read_text())
     image = image_config()
-    path = ":".join([PYTHON_BIN, str(DEPLOY / "docker" / "bin"), "/usr/local/bin", "/usr/bin", "/bin"])
     hosts = sorted({*compose["services"], *(s.get("hostname", n) for n, s in compose["services"].items())})
     services, client = [], None
     for name, service in compose["services"].items():
@@ -90,7 +97,7 @@ def compose_services(compose_file: Path, project: Path, data: Path, client_argv:
             assert source.startswith(".") or source in compose.get("volumes", {}), volume
             mounts.append([str(host), target, mode == ["ro"]])
         spec = {"name": name, "container": True, "argv": service["command"],
-                "env": {**MACHINE_ENV, **image["env"], "PATH": path, "HOME": "/home/dask",
+                "env": {**image_environment(),
                         **{k: str(v) for k, v in (service.get("environment") or {}).items()}},
                 "user": list(image["user"]), "workdir": image["workdir"], "mounts": mounts,
                 "hostname": service.get("hostname", name), "hosts": hosts,
@@ -117,3 +124,56 @@ def local_release(store: str, random_state: int) -> tuple[np.ndarray, np.ndarray
         warnings.simplefilter("ignore")
         est = dd.DPPCA(n_components=2, random_state=random_state, scheduler="synchronous").fit(store)
     return est.components_, est.eigenvalues_
+
+
+def _expand(text: str, env: dict) -> str:
+    """Kubernetes' $(VAR) expansion in a container's command and args."""
+    for name, value in env.items():
+        text = text.replace(f"$({name})", value)
+    return text
+
+
+def kubernetes_services(objects: list[dict], tls: Path, data: Path) -> tuple[list[dict], list[str]]:
+    """The Deployments of ``objects`` as containers, as a kubelet would run their pods:
+    the image's entry command (tini, which only execs) given the container's args, the
+    image's ENV and the container's env (``secretKeyRef`` read from the role folders of
+    ``tls``, a secret made with ``--from-file=tls/ROLE/``), secret volumes mounted from
+    those folders, the image's user.  Service names (short and in-cluster) resolve to
+    127.0.0.1.  ``data`` is mounted at /data in every pod: it stands for the storage a
+    deployment gives its workers (an object store URL, a ReadWriteMany volume), which
+    the recipes leave to the user (deploy/README.md).  Returns the services and the
+    host names."""
+    image = image_config()
+    hosts = []
+    for obj in objects:
+        if obj["kind"] == "Service":
+            name, namespace = obj["metadata"]["name"], obj["metadata"].get("namespace", "default")
+            hosts += [name, f"{name}.{namespace}.svc.cluster.local"]
+    services = []
+    for obj in [o for o in objects if o["kind"] == "Deployment"]:
+        pod = obj["spec"]["template"]["spec"]
+        secret_folders = {v["name"]: tls / v["secret"]["secretName"].removeprefix("dppca-tls-")
+                          for v in pod.get("volumes", []) if "secret" in v}
+        (container,) = pod["containers"]
+        env = image_environment()
+        for item in container.get("env", []):
+            ref = item.get("valueFrom", {}).get("secretKeyRef")
+            folder = tls / ref["name"].removeprefix("dppca-tls-") if ref else None
+            env[item["name"]] = (folder / ref["key"]).read_text() if ref else _expand(item["value"], env)
+        mounts = [[str(secret_folders[m["name"]]), m["mountPath"], bool(m.get("readOnly"))]
+                  for m in container.get("volumeMounts", [])] + [[str(data), "/data", False]]
+        argv = [_expand(arg, env) for arg in container.get("command", []) + container["args"]]
+        for k in range(obj["spec"].get("replicas", 1)):
+            name = f"{obj['metadata']['name']}-{k}"
+            services.append({"name": name, "container": True, "argv": argv, "env": env,
+                             "user": list(image["user"]), "workdir": image["workdir"],
+                             "mounts": mounts, "hostname": name[:63], "hosts": hosts,
+                             "image_paths": image_paths()})
+    return services, hosts
+
+
+def client_tls_env(folder: Path) -> dict:
+    """commands.json's client environment with the client folder of make-certs.sh."""
+    return {name: value.format(ca=folder / "ca.pem", cert=folder / "client.pem",
+                               key=folder / "client.key")
+            for name, value in COMMANDS["client_env"].items()}

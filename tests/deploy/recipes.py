@@ -29,6 +29,10 @@ BLAS_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREAD
 TRUSTED_EXTRA = COMMANDS["trusted_worker_extra"]
 #: What each role's folder made by deploy/tls/make-certs.sh holds: nothing else.
 ROLE_FILES = {role: {"ca.pem", f"{role}.pem", f"{role}.key"} for role in COMMANDS["roles"]}
+OPERATOR_MANIFEST = DEPLOY / "kubernetes" / "daskcluster.yaml"
+HELM_VALUES = DEPLOY / "kubernetes" / "helm-values.yaml"
+CHART = ARTEFACTS / "dask-helm-chart"
+NAMESPACE = "dask-dppca"
 
 
 def make_certs(folder: Path, *hosts: str) -> Path:
@@ -141,6 +145,46 @@ def helm(helm_path: Path, *args: str) -> str:
                           env={"PATH": os.environ.get("PATH", ""), "HOME": str(helm_path.parent)})
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def render_helm_chart(helm_path: Path) -> list[dict]:
+    """``helm template dppca CHART -n dask-dppca -f deploy/kubernetes/helm-values.yaml``."""
+    out = helm(helm_path, "template", "dppca", str(CHART), "--namespace", NAMESPACE,
+               "-f", str(HELM_VALUES))
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+# -- the dask-kubernetes operator ----------------------------------------------------------
+
+
+def operator_documents() -> dict[str, dict]:
+    return {doc["kind"]: doc for doc in yaml.safe_load_all(OPERATOR_MANIFEST.read_text())}
+
+
+def operator_built_objects(one_per_replica: bool = False) -> list[dict]:
+    """What the operator creates from deploy/kubernetes/daskcluster.yaml: its own
+    build_*_spec functions (dask_kubernetes.operator.controller) applied as its handlers
+    apply them (with ``one_per_replica``, one worker Deployment per replica, each with
+    its own name, as the operator scales a group)."""
+    from dask_kubernetes.operator.controller import controller
+
+    documents = operator_documents()
+    cluster, group = documents["DaskCluster"], documents["DaskWorkerGroup"]
+    name = cluster["metadata"]["name"]
+    default_group = controller.build_default_worker_group_spec(name, cluster["spec"]["worker"], {}, {})
+    objects = [
+        controller.build_scheduler_deployment_spec(name, cluster["spec"]["scheduler"]["spec"], {}, {}),
+        controller.build_scheduler_service_spec(name, cluster["spec"]["scheduler"]["service"], {}, {}),
+    ]
+    for worker_group in (default_group, group):
+        replicas = worker_group["spec"]["worker"]["replicas"] if one_per_replica else 1
+        for k in range(replicas):
+            objects.append(controller.build_worker_deployment_spec(
+                worker_group["metadata"]["name"], NAMESPACE, worker_group["spec"]["cluster"],
+                f"{k:010d}", worker_group["spec"]["worker"]["spec"], {}, {}))
+    for obj in objects:
+        obj["metadata"]["namespace"] = NAMESPACE
+    return json.loads(json.dumps(objects))
 
 
 def kubernetes_validate(documents: list[dict], version: str = "1.33.0") -> None:

@@ -15,10 +15,12 @@ import pytest
 import yaml
 
 from tests.deploy.recipes import (
-    ARTEFACTS,
     BLAS_ENV,
+    CHART,
     COMMANDS,
     DEPLOY,
+    HELM_VALUES,
+    NAMESPACE,
     ROLE_FILES,
     check_tls_command,
     helm,
@@ -26,16 +28,15 @@ from tests.deploy.recipes import (
     image_config,
     kubernetes_validate,
     make_certs,
+    operator_built_objects,
+    operator_documents,
     parse_dask_command,
+    render_helm_chart,
     strict_schema,
 )
 
-OPERATOR_MANIFEST = DEPLOY / "kubernetes" / "daskcluster.yaml"
-HELM_VALUES = DEPLOY / "kubernetes" / "helm-values.yaml"
-CHART = ARTEFACTS / "dask-helm-chart"
 CRDS = (Path(dask_kubernetes.__file__).parent / "operator" / "deployment" / "helm"
         / "dask-kubernetes-operator" / "crds")
-NAMESPACE = "dask-dppca"
 IMAGE = "dask-dppca:0.1.0"
 TLS_ENV = {"ca": "DASK_DISTRIBUTED__COMM__TLS__CA_FILE",
            "cert": "DASK_DISTRIBUTED__COMM__TLS__{ROLE}__CERT",
@@ -74,10 +75,6 @@ def pod_role(pod: dict) -> str:
 # -- the operator ------------------------------------------------------------------------
 
 
-def operator_documents() -> dict[str, dict]:
-    return {doc["kind"]: doc for doc in yaml.safe_load_all(OPERATOR_MANIFEST.read_text())}
-
-
 def crd_validator(kind: str, api_version: str) -> jsonschema.Draft7Validator:
     crd = yaml.safe_load((CRDS / f"{kind.lower()}.yaml").read_text())
     group, version = api_version.split("/")
@@ -102,25 +99,7 @@ def test_operator_manifests_are_valid_under_the_operators_crds():
 
 @pytest.fixture(scope="module")
 def operator_objects() -> list[dict]:
-    """What the operator creates from the manifests: its own build_*_spec functions
-    (dask_kubernetes.operator.controller) applied as its handlers apply them."""
-    from dask_kubernetes.operator.controller import controller
-
-    documents = operator_documents()
-    cluster, group = documents["DaskCluster"], documents["DaskWorkerGroup"]
-    name = cluster["metadata"]["name"]
-    default_group = controller.build_default_worker_group_spec(name, cluster["spec"]["worker"], {}, {})
-    objects = [
-        controller.build_scheduler_deployment_spec(name, cluster["spec"]["scheduler"]["spec"], {}, {}),
-        controller.build_scheduler_service_spec(name, cluster["spec"]["scheduler"]["service"], {}, {}),
-    ]
-    for worker_group in (default_group, group):
-        objects.append(controller.build_worker_deployment_spec(
-            worker_group["metadata"]["name"], NAMESPACE, worker_group["spec"]["cluster"],
-            "0123456789", worker_group["spec"]["worker"]["spec"], {}, {}))
-    for obj in objects:
-        obj["metadata"]["namespace"] = NAMESPACE
-    return json.loads(json.dumps(objects))
+    return operator_built_objects()
 
 
 def test_operator_objects_are_valid_kubernetes(operator_objects):
@@ -187,9 +166,7 @@ def helm_path(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def rendered(helm_path) -> list[dict]:
-    out = helm(helm_path, "template", "dppca", str(CHART), "--namespace", NAMESPACE,
-               "-f", str(HELM_VALUES))
-    return [doc for doc in yaml.safe_load_all(out) if doc]
+    return render_helm_chart(helm_path)
 
 
 def unknown_keys(ours: dict, chart: dict, templates: str, path: str = "") -> list[str]:

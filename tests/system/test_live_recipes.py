@@ -29,12 +29,23 @@ from tests.deploy.live import (
     PYTHON_BIN,
     SLURM_DRIVER,
     STANDINS,
+    client_tls_env,
     compose_services,
+    image_environment,
+    kubernetes_services,
     local_release,
     require_namespaces,
     run_plan,
 )
-from tests.deploy.recipes import COMMANDS, DEPLOY, ROOT, make_certs
+from tests.deploy.recipes import (
+    COMMANDS,
+    DEPLOY,
+    ROOT,
+    helm_binary,
+    make_certs,
+    operator_built_objects,
+    render_helm_chart,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -114,3 +125,36 @@ def test_slurm_launch_script_and_jobqueue_run_and_fit_like_a_local_fit(tmp_path)
     assert runs["launch"]["trusted_flags"] == ["--job-name=dppca-trusted", "--cpus-per-task=2",
                                                "--mem=16G", "--time=08:00:00", "--nodelist=secure01"]
     print(f"SLURM runs: {summary['seconds']:.1f} s")
+
+
+@pytest.mark.parametrize("recipe", ["helm", "operator"])
+def test_kubernetes_pods_run_and_fit_like_a_local_fit(recipe, tmp_path):
+    """The pods of deploy/kubernetes as the dask chart renders them (helm template) or as
+    the dask-kubernetes operator builds them (its own build_*_spec), run as a kubelet
+    would run them, with the secrets made from make-certs.sh's folders; a client
+    connects as after `kubectl port-forward` (tls://localhost:8786)."""
+    require_namespaces()
+    tls = make_certs(tmp_path / "tls", "localhost", "127.0.0.1")
+    if recipe == "helm":
+        objects = render_helm_chart(helm_binary(tmp_path))
+    else:
+        objects = operator_built_objects(one_per_replica=True)
+    data, results = tmp_path / "data", tmp_path / "results"
+    for folder in (data, results):
+        folder.mkdir()
+        os.chown(folder, 1000, 1000)
+    services, hosts = kubernetes_services(objects, tls, data)
+    assert len(services) == 4  # scheduler, 2 workers, the trusted worker
+    # The client: a container of the same image with the client's folder and the data.
+    client = {**services[-1], "name": "client",
+              "argv": [sys.executable, str(CLIENT), "--scheduler", "tls://localhost:8786",
+                       "--workers", "3", "--results", "/results"],
+              "env": {**image_environment(), "DASK_DPPCA_DATA_DIR": "/data",
+                      **client_tls_env(Path("/tls"))},
+              "mounts": [[str(tls / "client"), "/tls", True], [str(data), "/data", False],
+                         [str(results), "/results", False]]}
+    summary = run_plan(tmp_path, services, client, hosts, TIMEOUT)
+    assert summary["client"] == 0 and not summary["exited_early"], summary
+    check_fit(json.loads((results / "result.json").read_text()),
+              lambda path: str(data / Path(path).relative_to("/data")), n_workers=3)
+    print(f"{recipe} pods: {summary['seconds']:.1f} s")
