@@ -540,6 +540,13 @@ def test_losing_the_trusted_worker_or_the_scheduler_fails_clearly(tmp_path, tls,
         cluster.close()
 
 
+def _failing_on_the_scheduler():
+    """Nested, so it is pickled by value and raises on the scheduler."""
+    def check(dask_scheduler=None):
+        raise ModuleNotFoundError("No module named 'dask_dppca'")
+    return check
+
+
 def test_an_impostor_claiming_the_trusted_resource_gets_no_release(tmp_path, tls, store, monkeypatch):
     """A worker started with the ordinary worker key and ``--resources dppca-trusted=1``
     (an impostor) never runs the release: the scheduler reads each worker's TLS
@@ -570,23 +577,29 @@ def test_an_impostor_claiming_the_trusted_resource_gets_no_release(tmp_path, tls
             # impostor the same cluster releases, on the trusted worker.
             cluster.kill(impostor)
             wait_for_workers(client, 1)
-            est = dd.DPPCA(n_components=2, scheduler=client).fit(store)
-            ticket = client.get_metadata([*RELEASE_METADATA_KEY, est.privacy_["fit_id"]])
-            assert ticket["worker"] == names[trusted]
+            genuine = dd.DPPCA(n_components=2, scheduler=client).fit(store).privacy_["fit_id"]
+            assert client.get_metadata([*RELEASE_METADATA_KEY, genuine])["worker"] == names[trusted]
 
             # The broken mechanism: no certificate check.  An impostor alone with the
             # resource then receives the release (and so the exact K_hat and the draw).
             cluster.kill(trusted)
             second = cluster.add_worker(trusted=True, role="worker")
-            workers = wait_for_workers(client, 1)
-            (second_address,) = workers
+            deadline = time.monotonic() + START_TIMEOUT
+            while {w["name"] for w in client.scheduler_info(n_workers=-1)["workers"].values()} != {second}:
+                assert time.monotonic() < deadline, "the second impostor did not replace the trusted worker"
+                time.sleep(0.1)
+            (second_address,) = client.scheduler_info(n_workers=-1)["workers"]
             monkeypatch.setattr(release_module, "verified_placement", lambda client, p, r: p)
-            est = dd.DPPCA(n_components=2, scheduler=client).fit(store)
-            ticket = client.get_metadata([*RELEASE_METADATA_KEY, est.privacy_["fit_id"]])
-            assert ticket["worker"] == second_address
+            broken = dd.DPPCA(n_components=2, scheduler=client).fit(store).privacy_["fit_id"]
+            assert client.get_metadata([*RELEASE_METADATA_KEY, broken])["worker"] == second_address
             monkeypatch.undo()
             with pytest.raises(trust.UntrustedWorkerError, match="dask-dppca worker"):
                 dd.DPPCA(n_components=2, scheduler=client).fit(store)
-            assert second in cluster.processes
+            # A scheduler that cannot run the check (here: it raises there, as one
+            # without dask-dppca would): the fit refuses rather than trust the claim.
+            monkeypatch.setattr(trust, "worker_identities", _failing_on_the_scheduler())
+            with pytest.raises(trust.UntrustedWorkerError, match="could not check"):
+                dd.DPPCA(n_components=2, scheduler=client).fit(store)
+            assert client.get_metadata(list(RELEASE_METADATA_KEY)).keys() == {genuine, broken}
     finally:
         cluster.close()
