@@ -33,19 +33,17 @@ class UntrustedWorkerError(RuntimeError):
     or the scheduler could not tell who its workers are."""
 
 
-def worker_identities(dask_scheduler=None) -> dict[str, dict[str, Any]] | None:
+def worker_identities(dask_scheduler=None) -> dict[str, dict[str, Any]]:
     """On the scheduler (``client.run_on_scheduler``): each worker's certificate and resources.
 
-    Returns ``{address: {"common_name": str or None, "resources": dict}}``, or None when
-    the scheduler does not listen with TLS (no certificates to read).  ``common_name``
-    is None while the worker's connection is still being set up.
+    Returns ``{address: {"common_name": str or None, "resources": dict}}``;
+    ``common_name`` is None while the worker's connection is still being set up, or
+    when it is not a TLS connection.
 
     Reads the peer certificate of the connection each worker registered over
     (``Scheduler.stream_comms[address].comm.extra_info["peercert"]``): the certificate
     that connection was verified with, not anything the worker says about itself.
     """
-    if not dask_scheduler.address.startswith("tls://"):
-        return None
     identities = {}
     for address, state in dask_scheduler.workers.items():
         stream = dask_scheduler.stream_comms.get(address)

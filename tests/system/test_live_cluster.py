@@ -350,8 +350,11 @@ def test_python_api_fit_over_tls_releases_on_the_trusted_worker_only(live, store
     assert opened == []
 
 
-def test_the_sealed_exact_sum_cannot_be_gathered_by_the_client(live, store):
+def test_the_sealed_exact_sum_cannot_be_gathered_by_the_client(live, store, monkeypatch):
     _, client = live
+    # This test process may have hosted the embedded in-process cluster earlier, whose
+    # workers mark the whole process (tests/privacy/test_release.py does the same).
+    monkeypatch.setitem(release_module._WORKER_PROCESS, "sealing", False)
     import dask
     from dask_dppca.design import resolve_design
     from dask_dppca.graph import kernel_sum_graph
