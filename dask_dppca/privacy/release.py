@@ -21,6 +21,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..cluster import TRUSTED_RESOURCE
 from .noise import NoiseSampler, add_symmetric_noise
+from .trust import verified_placement
 
 __all__ = [
     "PrivateRelease",
@@ -270,23 +271,24 @@ def claim_release_ticket(fit_id: str):
 def placement_available(placement: dict, workers: dict) -> bool:
     """Whether a worker in ``workers`` (the scheduler's worker info) can run a task
     placed by :func:`release_placement`'s ``placement``."""
+    if "workers" in placement:  # pinned (a named or a certificate-verified trusted worker)
+        workers = {address: workers[address] for address in placement["workers"] if address in workers}
     if "resources" in placement:
         return any(TRUSTED_RESOURCE in (info.get("resources") or {}) for info in workers.values())
-    if "workers" in placement:
-        return placement["workers"][0] in workers
     return bool(workers)
 
 
 def release_placement(client: Any, trusted_worker: str | None) -> dict:
     """``client.submit`` keywords that put the release on the trusted node.
 
-    A worker offering the ``dppca-trusted`` resource wins; otherwise the named
+    A worker offering the ``dppca-trusted`` resource wins (on a TLS cluster, only one
+    whose certificate names the trusted worker: :mod:`.trust`); otherwise the named
     ``trusted_worker``; otherwise any worker.
     """
     workers = client.scheduler_info(n_workers=-1)["workers"]
     trusted = {"resources": {TRUSTED_RESOURCE: 1}}
     if placement_available(trusted, workers):
-        return trusted
+        return verified_placement(client, trusted, TRUSTED_RESOURCE)
     if trusted_worker is not None:
         if trusted_worker not in workers:
             raise ValueError(

@@ -144,6 +144,8 @@ def _run_on_cluster(mechanism, graph, client, n_components, fit_id, trusted_work
 
 
 def _describe_placement(placement: dict) -> str:
+    if "resources" in placement and "workers" in placement:
+        return f"a worker offering {TRUSTED_RESOURCE!r} with the trusted worker's TLS certificate"
     if "resources" in placement:
         return f"a worker offering {TRUSTED_RESOURCE!r}"
     if "workers" in placement:
