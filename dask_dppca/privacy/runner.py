@@ -26,6 +26,7 @@ from .release import (
     TRUSTED_RESOURCE,
     PrivateRelease,
     TrustedSum,
+    mark_release_dispatched,
     placement_available,
     private_release,
     register_sealing,
@@ -112,6 +113,7 @@ def _run_on_cluster(mechanism, graph, client, n_components, fit_id, trusted_work
         )
     register_sealing(client)
     sum_future = client.compute(dask.delayed(TrustedSum, pure=True)(graph))
+    mark_release_dispatched(fit_id)  # before it can draw (abandon_release)
     release_future = client.submit(
         private_release, sum_future, mechanism.plan.n_pairs, mechanism.sigma, n_components,
         mechanism.sampler, fit_id,
