@@ -22,8 +22,8 @@ _PUBLIC = {
     "PrivacyBudget": "privacy.budget",
     "BudgetExceededError": "privacy.budget",
     "LedgerError": "privacy.budget",
-    "set_default_budget": "privacy.budget",
-    "active_budgets": "privacy.budget",
+    "set_default_budget": "privacy.charging",
+    "active_budgets": "privacy.charging",
     "CompleteDesign": "design",
     "RegularDesign": "design",
     "Transform": "transforms",
@@ -47,13 +47,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .estimator import DPPCA
     from .graph import kendall_matrix
     from .privacy.runner import UntrustedReleaseWarning
-    from .privacy.budget import (
-        BudgetExceededError,
-        LedgerError,
-        PrivacyBudget,
-        active_budgets,
-        set_default_budget,
-    )
+    from .privacy.budget import BudgetExceededError, LedgerError, PrivacyBudget
+    from .privacy.charging import active_budgets, set_default_budget
     from .theory import sin_theta
     from .transforms import Transform, custom, sphere, winsor
 

@@ -23,7 +23,7 @@ from . import cluster
 from .design import check_design
 from .graph import kernel_sum_graph, plan_blocks
 from .io import as_dask_array
-from .privacy.budget import BudgetCarrier, dataset_id, reserve_release
+from .privacy.charging import BudgetCarrier, dataset_id, reserve_release
 from .privacy.calibration import CALIBRATIONS, validate_privacy_parameters
 from .privacy.mechanism import ReleaseMechanism
 from .privacy.noise import SeededSampler, default_sampler

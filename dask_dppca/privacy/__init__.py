@@ -7,17 +7,8 @@ memory or a SQLite file).  docs/privacy.md holds the arguments; ``release`` (the
 trusted release task) builds on these.
 """
 
-from .budget import (
-    BudgetExceededError,
-    LedgerError,
-    PrivacyBudget,
-    Release,
-    Reservation,
-    active_budgets,
-    current_budget,
-    reserve_release,
-    set_default_budget,
-)
+from .budget import BudgetExceededError, LedgerError, PrivacyBudget, Release, Reservation
+from .charging import active_budgets, current_budget, reserve_release, set_default_budget
 from .calibration import (
     analytic_gaussian_sigma,
     calibrate_sigma,

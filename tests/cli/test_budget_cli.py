@@ -14,7 +14,8 @@ import pytest
 import zarr
 
 from dask_dppca.cli import EXIT_CLUSTER, EXIT_USAGE, main
-from dask_dppca.privacy.budget import BUDGET_ENV, PrivacyBudget
+from dask_dppca.privacy.budget import PrivacyBudget
+from dask_dppca.privacy.charging import BUDGET_ENV
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -11,7 +11,8 @@ from dp_accounting import dp_event
 from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.privacy_accountant import NeighboringRelation
 
-from dask_dppca.privacy.budget import BudgetExceededError, PrivacyBudget, Release, current_budget
+from dask_dppca.privacy.budget import BudgetExceededError, PrivacyBudget, Release
+from dask_dppca.privacy.charging import current_budget
 from dask_dppca.privacy.calibration import (
     analytic_gaussian_sigma,
     calibrate_sigma,

@@ -26,14 +26,8 @@ from sklearn.model_selection import cross_val_score
 from sklearn.pipeline import Pipeline
 
 import dask_dppca as dd
-from dask_dppca.privacy.budget import (
-    BUDGET_ENV,
-    BudgetExceededError,
-    LedgerError,
-    PrivacyBudget,
-    active_budgets,
-    set_default_budget,
-)
+from dask_dppca.privacy.budget import BudgetExceededError, LedgerError, PrivacyBudget
+from dask_dppca.privacy.charging import BUDGET_ENV, active_budgets, set_default_budget
 from dask_dppca.privacy.calibration import calibrate_sigma
 
 #: The issue's race: releases calibrated to epsilon = 0.5 (at DPPCA's default delta)
@@ -141,7 +135,7 @@ def test_a_new_process_sees_the_same_spent_and_remaining_and_the_env_default_cha
         """
         import numpy as np
         import dask_dppca as dd
-        from dask_dppca.privacy.budget import default_budget
+        from dask_dppca.privacy.charging import default_budget
         budget = default_budget()
         print(budget.releases, repr(budget.spent_epsilon), repr(budget.remaining()), repr(budget.remaining(3)))
         x = np.random.default_rng(0).standard_normal((40, 3))  # test data only
