@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..cluster import TRUSTED_RESOURCE
+from ..cluster import TRUSTED_RESOURCE, in_this_process
 from .noise import NoiseSampler, add_symmetric_noise
 from .trust import verified_placement
 
@@ -142,7 +142,7 @@ class SealingPlugin(WorkerPlugin):
     """
 
     def setup(self, worker) -> None:  # noqa: D102 - distributed.WorkerPlugin protocol
-        if not str(worker.address).startswith("inproc://"):
+        if not in_this_process(worker.address):
             _WORKER_PROCESS["sealing"] = True
 
 

@@ -19,7 +19,7 @@ import dask
 import distributed
 
 from .. import cluster
-from ..graph import compute_locally
+from ..graph import compute_locally, single_threaded_blas
 from ..progress import cluster_progress
 from .mechanism import ReleaseMechanism
 from .release import (
@@ -126,7 +126,8 @@ def _run_on_cluster(mechanism, graph, client, n_components, fit_id, trusted_work
         return f"the trusted worker ({described}) left the cluster and did not come back"
 
     try:
-        with cluster_progress(client, [sum_future, release_future], progress):
+        with cluster_progress(client, [sum_future, release_future], progress), \
+                single_threaded_blas(client):
             try:
                 release = cluster.await_result(client, release_future, f"release {fit_id}",
                                                needed=trusted_worker_present)
