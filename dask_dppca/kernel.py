@@ -51,9 +51,9 @@ from __future__ import annotations
 import math
 import threading
 
-import numba
 import numpy as np
 
+from .jit import njit
 from .transforms import Transform, sphere
 
 __all__ = ["block_pair_sum", "tile_rows_for_budget", "rounding_error_bound", "DEFAULT_MEMORY_BUDGET"]
@@ -431,7 +431,7 @@ def _distinct_finite_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return _group_rows(rows, finite, _row_hashes(rows, finite))
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _finite_rows(rows):  # pragma: no cover - compiled
     finite = np.empty(rows.shape[0], dtype=np.int64)
     n_finite = 0
@@ -447,7 +447,7 @@ def _finite_rows(rows):  # pragma: no cover - compiled
     return finite[:n_finite]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _row_hashes(rows, finite):  # pragma: no cover - compiled
     d = rows.shape[1]
     values = np.empty(_HASH_LANES, dtype=np.float64)
@@ -470,7 +470,7 @@ def _row_hashes(rows, finite):  # pragma: no cover - compiled
     return hashes
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _group_rows(rows, finite, hashes):  # pragma: no cover - compiled
     """Distinct rows among ``rows[finite]`` and their counts, given any hash of each row."""
     n_finite, d = finite.shape[0], rows.shape[1]
@@ -514,7 +514,7 @@ def _group_rows(rows, finite, hashes):  # pragma: no cover - compiled
     return index, counts
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _scale_classes(rows, index, centre, scaled):  # pragma: no cover - compiled
     """Scale class of each row: ``round(log2 max_k |x_k - c_k| / CLASS_BITS)`` (0 if not scaled).
 
@@ -534,7 +534,7 @@ def _scale_classes(rows, index, centre, scaled):  # pragma: no cover - compiled
     return classes
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _load_tile(rows, index, centre, scale, out_rows, out_cols, norm2):  # pragma: no cover
     """``out_rows = (rows[index] - centre) * scale`` (as ``x s - c s`` when s < 1, so
     nothing overflows), ``out_cols`` its transpose with a last row of ones, and the
@@ -557,7 +557,7 @@ def _load_tile(rows, index, centre, scale, out_rows, out_cols, norm2):  # pragma
     _squared_norms(out_rows, norm2)
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+@njit(nogil=True, fastmath={"reassoc"})
 def _squared_norms(rows, out):  # pragma: no cover - compiled
     # Sums of squares in any order (reassoc lets them vectorise): at most d roundings.
     for r in range(rows.shape[0]):
@@ -567,7 +567,7 @@ def _squared_norms(rows, out):  # pragma: no cover - compiled
         out[r] = total
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@njit(nogil=True, error_model="numpy")
 def _fast_path_weights(prod, norm2_a, norm2_b, count_a, count_b, diagonal,
                        kind, cap, radius2x2, colsum):  # pragma: no cover - compiled
     # One pass over the tile (the element-wise work would otherwise cost ~10 numpy
@@ -607,7 +607,7 @@ def _fast_path_weights(prod, norm2_a, norm2_b, count_a, count_b, diagonal,
     return n_exact
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@njit(nogil=True, error_model="numpy")
 def _exact_units(rows_a, index_a, rows_b, index_b, unit, norm_t):  # pragma: no cover - compiled
     """Unit vector of each pair's raw difference, and ``||t||``, overflow-safe.
 

@@ -10,6 +10,7 @@ from K_tilde.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -18,8 +19,9 @@ from typing import Any
 import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..cluster import TRUSTED_RESOURCE
+from ..cluster import TRUSTED_RESOURCE, in_this_process
 from .noise import NoiseSampler, add_symmetric_noise
+from .trust import verified_placement
 
 __all__ = [
     "PrivateRelease",
@@ -30,15 +32,23 @@ __all__ = [
     "private_release",
     "release_placement",
     "placement_available",
+    "mark_release_dispatched",
+    "abandon_release",
     "TRUSTED_RESOURCE",
     "RELEASE_METADATA_KEY",
+    "ABANDONED_METADATA_KEY",
 ]
 
 #: Scheduler metadata prefix under which release tickets are recorded, one per fit id.
 RELEASE_METADATA_KEY = ("dask-dppca", "releases")
+#: Scheduler metadata prefix of the releases a failed fit abandoned before they drew.
+ABANDONED_METADATA_KEY = ("dask-dppca", "abandoned")
 
 _local_tickets: set[str] = set()
 _local_tickets_lock = threading.Lock()
+# Fit ids whose release was dispatched from this process: called here, or submitted as a
+# task (runner).  For the budget: see abandon_release.
+_dispatched: set[str] = set()
 
 
 class ReleaseAlreadyDrawnError(RuntimeError):
@@ -79,7 +89,7 @@ class TrustedSum:
         self.value = value
 
     def __reduce__(self):
-        return (_unseal_on_worker, (self.value,))
+        return (_unseal_on_worker, (self.value, _PROCESS_TOKEN))
 
 
 class ExactSumLeakError(RuntimeError):
@@ -90,10 +100,14 @@ class ExactSumLeakError(RuntimeError):
 # by the worker's communication code, outside any task, so "inside a task" cannot be
 # the test: "in a process that hosts a worker" is.
 _WORKER_PROCESS = {"sealing": False}
+# A random name of this process, written into every sealed pickle made here: bytes that
+# never left the process (an in-process worker spilling to disk and reading back) may be
+# reopened here, bytes from anywhere else only in a worker process.
+_PROCESS_TOKEN = secrets.token_hex(16)
 
 
-def _unseal_on_worker(value: np.ndarray) -> TrustedSum:
-    if not _WORKER_PROCESS["sealing"]:
+def _unseal_on_worker(value: np.ndarray, origin: str | None = None) -> TrustedSum:
+    if not (_WORKER_PROCESS["sealing"] or origin == _PROCESS_TOKEN):
         raise ExactSumLeakError(
             "the exact K_hat sum may only be deserialised on a Dask worker, never on a client"
         )
@@ -120,13 +134,16 @@ def register_sealing(client: Any, attempts: int = 5) -> None:
 class SealingPlugin(WorkerPlugin):
     """Worker plugin marking worker processes as allowed to open the sealed sum.
 
-    A LocalCluster with ``processes=False`` runs its workers inside the client's own
-    process: there the mark covers the client too (there is no process boundary to
-    protect in that set-up).
+    Workers inside the client's own process (``inproc://`` addresses: the embedded
+    cluster, ``LocalCluster(processes=False)``) do not mark it: they exchange objects
+    without pickling, and what they spill carries this process's token.  So a process
+    that once ran the embedded cluster still refuses a sealed sum sent by a remote
+    cluster.
     """
 
     def setup(self, worker) -> None:  # noqa: D102 - distributed.WorkerPlugin protocol
-        _WORKER_PROCESS["sealing"] = True
+        if not in_this_process(worker.address):
+            _WORKER_PROCESS["sealing"] = True
 
 
 def private_release(
@@ -159,6 +176,7 @@ def private_release(
     ReleaseAlreadyDrawnError
         If a release for ``fit_id`` already ran.
     """
+    mark_release_dispatched(fit_id)
     worker = claim_release_ticket(fit_id)
     if isinstance(kernel_sum, TrustedSum):
         kernel_sum = kernel_sum.value
@@ -173,6 +191,49 @@ def private_release(
     components *= np.sign(components[np.arange(len(peaks)), peaks])[:, None]
     return PrivateRelease(eigenvalues=eigenvalues, components=components,
                           released_on=worker.address if worker is not None else "this process")
+
+
+def mark_release_dispatched(fit_id: str) -> None:
+    """Record, before it can draw, that the release of ``fit_id`` is called or submitted here."""
+    _dispatched.add(fit_id)
+
+
+#: Seconds :func:`abandon_release` waits for the ticket's lock before proving nothing.
+ABANDON_TIMEOUT = 10.0
+
+
+def abandon_release(fit_id: str, target: Any) -> bool:
+    """For a failed fit: make sure its release can never draw; True if it never did.
+
+    A release never called or submitted from this process (:func:`mark_release_dispatched`)
+    cannot have drawn.  On a local scheduler (``target`` a name) one that was called drew
+    or was about to, in this thread.  On a cluster (``target`` a client) a submitted
+    release may not have started: if its ticket is free, the release is marked abandoned
+    (under the lock :func:`claim_release_ticket` takes, which refuses an abandoned
+    release), so a release task that starts late refuses to draw; a ticket already taken
+    means it drew.  A scheduler that cannot be reached
+    proves nothing (False).
+    """
+    if fit_id not in _dispatched:
+        return True
+    if target is None or isinstance(target, str):
+        return False
+    import distributed
+
+    lock = distributed.Lock(f"dask-dppca-release-{fit_id}", scheduler_rpc=target.scheduler,
+                            loop=target.loop)
+    try:
+        if not lock.acquire(timeout=ABANDON_TIMEOUT):
+            return False
+        try:
+            if target.get_metadata([*RELEASE_METADATA_KEY, fit_id], default=None) is not None:
+                return False
+            target.set_metadata([*ABANDONED_METADATA_KEY, fit_id], {"time": time.time()})
+            return True
+        finally:
+            lock.release()
+    except (OSError, TimeoutError, RuntimeError):
+        return False
 
 
 def claim_release_ticket(fit_id: str):
@@ -194,9 +255,13 @@ def claim_release_ticket(fit_id: str):
     client = distributed.get_client()
     key = [*RELEASE_METADATA_KEY, fit_id]
     with distributed.Lock(f"dask-dppca-release-{fit_id}"):
-        if client.get_metadata(key, default=None) is not None:
+        if client.get_metadata([*ABANDONED_METADATA_KEY, fit_id], default=None) is not None:
+            raise ReleaseAlreadyDrawnError(f"release {fit_id} was abandoned by its failed fit; "
+                                           "refusing to draw")
+        ticket = client.get_metadata(key, default=None)
+        if ticket is not None:
             raise ReleaseAlreadyDrawnError(
-                f"release {fit_id} already drew its noise (on {client.get_metadata(key)['worker']}); "
+                f"release {fit_id} already drew its noise (on {ticket['worker']}); "
                 "refusing to draw again"
             )
         client.set_metadata(key, {"worker": worker.address, "time": time.time()})
@@ -206,23 +271,24 @@ def claim_release_ticket(fit_id: str):
 def placement_available(placement: dict, workers: dict) -> bool:
     """Whether a worker in ``workers`` (the scheduler's worker info) can run a task
     placed by :func:`release_placement`'s ``placement``."""
+    if "workers" in placement:  # pinned (a named or a certificate-verified trusted worker)
+        workers = {address: workers[address] for address in placement["workers"] if address in workers}
     if "resources" in placement:
         return any(TRUSTED_RESOURCE in (info.get("resources") or {}) for info in workers.values())
-    if "workers" in placement:
-        return placement["workers"][0] in workers
     return bool(workers)
 
 
 def release_placement(client: Any, trusted_worker: str | None) -> dict:
     """``client.submit`` keywords that put the release on the trusted node.
 
-    A worker offering the ``dppca-trusted`` resource wins; otherwise the named
+    A worker offering the ``dppca-trusted`` resource wins (on a TLS cluster, only one
+    whose certificate names the trusted worker: :mod:`.trust`); otherwise the named
     ``trusted_worker``; otherwise any worker.
     """
     workers = client.scheduler_info(n_workers=-1)["workers"]
     trusted = {"resources": {TRUSTED_RESOURCE: 1}}
     if placement_available(trusted, workers):
-        return trusted
+        return verified_placement(client, trusted, TRUSTED_RESOURCE)
     if trusted_worker is not None:
         if trusted_worker not in workers:
             raise ValueError(

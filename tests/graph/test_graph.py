@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import collections
 import warnings
 
@@ -246,3 +250,24 @@ def test_rounding_slack_follows_the_blocks_and_tiles_the_kernel_really_ran(monke
     assert len(calls) == est.privacy_["n_block_pairs"] > 1 and tiles == {est.privacy_["tile_rows"]}
     want = 2.0 * rounding_error_bound(5, max(rows for rows, _ in calls), len(calls), tiles.pop())
     assert est.privacy_["rounding_slack"] == want
+
+
+@pytest.mark.cluster
+def test_the_embedded_cluster_leaves_this_process_blas_as_it_was():
+    """Its worker runs in this process: BLAS is limited to one thread during the fit
+    only, never pinned for good (the user's own numpy would stay single-threaded).
+    In a fresh interpreter with two BLAS threads, as a user's session starts."""
+    script = (
+        "import numpy as np, dask_dppca as dd\n"
+        "from threadpoolctl import threadpool_info\n"
+        "def threads(): return {l['filepath']: l['num_threads'] for l in threadpool_info()}\n"
+        "before = threads()\n"
+        "dd.DPPCA(2).fit(np.random.default_rng(0).standard_normal((400, 4)))  # test data\n"
+        "after = threads()\n"
+        "print(set(before.values()), {path: after[path] for path in before} == before)\n"
+    )
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["{2}", "True"], done.stdout
