@@ -242,13 +242,11 @@ MAX_TASK_BLOCKS = 6
 def _walk_tasks(plan: DesignPlan) -> tuple[int, ...]:
     """Consecutive block pairs per task: until ``TASK_FLOPS`` of work or ``MAX_TASK_BLOCKS``."""
     sizes, d = plan.block_sizes, plan.n_features
-    counts, blocks, work = [], set(), 0.0
+    counts, blocks, work = [0], set(), 0.0
     for i, j in plan.block_pairs:
-        if counts and (work >= TASK_FLOPS or len(blocks | {i, j}) > MAX_TASK_BLOCKS):
+        if counts[-1] and (work >= TASK_FLOPS or len(blocks | {i, j}) > MAX_TASK_BLOCKS):
             counts.append(0)
             blocks, work = set(), 0.0
-        if not counts:
-            counts.append(0)
         counts[-1] += 1
         blocks |= {i, j}
         work += 4.0 * d * (sizes[i] * (sizes[i] - 1) / 2 if i == j else sizes[i] * sizes[j])
