@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import cluster
 from .design import resolve_design
 from .graph import kernel_sum_graph, single_threaded_blas
-from .io import as_dask_array
+from .io import as_dask_array, is_lazy_input
 from .kernel import rounding_error_bound
 from .privacy.budget import current_budget
 from .privacy.calibration import calibrate_sigma, validate_privacy_parameters
@@ -192,17 +192,26 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         params["transform"] = self.__dict__.get("_transform_parameter", "sphere")
         return params
 
-    def fit(self, X: Any, y: None = None, *, component: str | None = None) -> DPPCA:
+    def fit(self, X: Any, y: None = None, *, component: str | None = None,
+            storage_options: dict | None = None, allow_fill_values: bool = False) -> DPPCA:
         """Compute the private principal directions of ``X``.
 
         Parameters
         ----------
-        X : ndarray, dask.array.Array, zarr.Array, str or os.PathLike
-            Records as rows; a string or path names a Zarr store.
+        X : ndarray, dask.array.Array, Zarr (path, URL, Array, Group), xarray or dask DataFrame
+            Records as rows; a string or path names a Zarr store (local or fsspec URL).
+            Lazy inputs stay lazy (see :func:`dask_dppca.io.as_dask_array`).
         y : None
             Ignored.
         component : str, optional
-            Array name inside a Zarr group.
+            Array inside a Zarr group (nested paths too), or an xarray Dataset variable.
+        storage_options : dict, optional
+            fsspec options for a URL (credentials, endpoint); they reach the workers
+            inside the task graph and are never printed.
+        allow_fill_values : bool, default=False
+            Read chunks missing from a Zarr store as its fill value (a store written
+            sparsely on purpose).  By default a missing chunk stops the fit before any
+            release, naming the store and the worker.
 
         Returns
         -------
@@ -215,7 +224,8 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
                 "use dask_dppca.kendall_matrix for a non-private reference"
             )
         validate_privacy_parameters(self.epsilon, self.delta)
-        data = as_dask_array(X, component)
+        data = as_dask_array(X, component, storage_options=storage_options,
+                             allow_fill_values=allow_fill_values, scheduler=self.scheduler)
         n, d = data.shape
         m = _check_n_components(self.n_components, d)
         with cluster.compute_target(self.scheduler) as target:
@@ -271,13 +281,15 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         }
         return self
 
-    def _scores(self, X: Any) -> Any:
+    def _scores(self, X: Any, *, component: str | None = None,
+                storage_options: dict | None = None, allow_fill_values: bool = False) -> Any:
         """Scores ``X @ components_.T`` (not centred); called as ``est.transform(X)``.
 
         The estimator holds no location estimate (releasing one would need its own
         privacy budget), so scores are not centred: subtract a public or separately
         privatised centre from ``X`` first if centred scores are needed.  The scores
         depend only on the ``X`` given here and the private components.
+        ``component``, ``storage_options`` and ``allow_fill_values`` are as in :meth:`fit`.
 
         Returns
         -------
@@ -285,8 +297,9 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
             A dask array for dask or Zarr input, else numpy.
         """
         check_is_fitted(self, "components_")
-        if isinstance(X, (da.Array, str)) or hasattr(X, "chunks") and not isinstance(X, np.ndarray):
-            data = as_dask_array(X)
+        if is_lazy_input(X):
+            data = as_dask_array(X, component, storage_options=storage_options,
+                                 allow_fill_values=allow_fill_values, scheduler=self.scheduler)
             _check_width(data.shape[1], self.n_features_in_)
             return data.astype(np.float64) @ self.components_.T
         data = np.asarray(X, dtype=np.float64)
@@ -386,6 +399,8 @@ def kendall_matrix(
     scheduler: Any = "threads",
     component: str | None = None,
     design: Any = "complete",
+    storage_options: dict | None = None,
+    allow_fill_values: bool = False,
 ) -> np.ndarray:
     """The exact, NON-PRIVATE ``K_hat = mean over pairs i<j of g(t_ij) g(t_ij)^T``.
 
@@ -403,16 +418,21 @@ def kendall_matrix(
     scheduler : str or distributed.Client, default="threads"
         Where to compute (see :class:`DPPCA`).
     component : str, optional
-        Array name inside a Zarr group.
+        Array inside a Zarr group, or an xarray Dataset variable.
     design : {"complete", "auto"} or RegularDesign, default="complete"
         Which pairs are averaged.
+    storage_options : dict, optional
+        fsspec options for a URL (see :meth:`DPPCA.fit`).
+    allow_fill_values : bool, default=False
+        Read missing Zarr chunks as the fill value (see :meth:`DPPCA.fit`).
 
     Returns
     -------
     ndarray, shape (d, d)
     """
     g = resolve_transform(transform, radius)
-    data = as_dask_array(X, component)
+    data = as_dask_array(X, component, storage_options=storage_options,
+                         allow_fill_values=allow_fill_values, scheduler=scheduler)
     with cluster.compute_target(scheduler) as target:
         data, plan, _ = _plan_blocks(data, design, target)
         graph = kernel_sum_graph(data, plan, g)
