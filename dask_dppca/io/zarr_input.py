@@ -30,6 +30,7 @@ import dask.array as da
 import numpy as np
 from zarr.storage import WrapperStore
 
+from .sessions import close_at_worker_shutdown
 from .storage import describe_error, display_location, filesystem, is_url
 
 __all__ = ["ChunkCheckingStore", "MissingChunkError", "ZarrBlocks", "is_zarr_input",
@@ -94,7 +95,7 @@ class ZarrBlocks:
 
     def __getitem__(self, selection):
         try:
-            return self.array[selection]
+            block = self.array[selection]
         except _ChunkAbsent as absent:
             raise MissingChunkError(
                 f"X: chunk {absent.key!r} of {self.label} is missing where {_reader()} reads "
@@ -102,11 +103,18 @@ class ZarrBlocks:
                 "before any release. If the array was written sparsely on purpose (Zarr skips "
                 "chunks equal to the fill value), pass allow_fill_values=True "
                 f"(--allow-fill-values) to read missing chunks as the fill value "
-                f"{self.array.fill_value!r}"
+                f"{_plain(self.array.fill_value)!r}"
             ) from None
+        close_at_worker_shutdown(self.array.store)
+        return block
 
     def __repr__(self) -> str:
         return f"ZarrBlocks({self.label}, shape={self.shape}, dtype={self.dtype})"
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python number it holds (for messages)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _reader() -> str:
