@@ -97,7 +97,7 @@ def test_dockerfile_builds_from_the_repository_files():
         for source in sources:  # build context: the repository root
             assert (ROOT / source).exists(), f"COPY source {source} is not in the repository"
     runs = " ".join(args for op, args in instructions if op == "RUN")
-    assert "pip install ." in runs
+    assert 'pip install ".[s3]"' in runs  # the package and s3fs, for s3:// data
     env = " ".join(args for op, args in instructions if op == "ENV")
     for name, value in BLAS_ENV.items():
         assert f"{name}={value}" in env
