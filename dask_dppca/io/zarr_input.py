@@ -144,20 +144,35 @@ def open_zarr_input(data: Any, component: str | None, storage_options: dict | No
     import zarr
 
     if isinstance(data, (zarr.Array, zarr.Group)):
-        store, path, label = data.store, data.path, _store_label(data.store, data.path)
+        node, label = data, _store_label(data.store, data.path)
     else:
-        store, path, label = _open_store(data, storage_options), "", _location_label(data)
-    if not allow_fill_values:
-        store = ChunkCheckingStore(store)
-    try:
-        node = zarr.open(store=store, path=path or None, mode="r")
-    except Exception as error:  # noqa: BLE001 - zarr raises several types for a non-store
-        raise ValueError(f"X: cannot open {label} as a Zarr store "
-                         f"({describe_error(error, storage_options)})") from None
+        node, label = _open_node(data, storage_options), _location_label(data)
     array, name = _select_array(node, component, label)
     if name:
         label = f"{label} (array {name!r})"
+    if not allow_fill_values:
+        array = _with_store(array, ChunkCheckingStore(array.store))
     return _read_tasks(array, label, allow_fill_values)
+
+
+def _with_store(array, store):
+    """``array`` read through ``store``, from the metadata already read (no request)."""
+    import zarr
+    from zarr.storage import StorePath
+
+    return zarr.Array(zarr.AsyncArray(metadata=array.metadata, config=array.config,
+                                      store_path=StorePath(store, array.path)))
+
+
+def _open_node(data: Any, storage_options: dict | None):
+    import zarr
+
+    store = _open_store(data, storage_options)
+    try:
+        return zarr.open(store=store, mode="r")
+    except Exception as error:  # noqa: BLE001 - zarr raises several types for a non-store
+        raise ValueError(f"X: cannot open {_location_label(data)} as a Zarr store "
+                         f"({describe_error(error, storage_options)})") from None
 
 
 def _open_store(data: Any, storage_options: dict | None):
