@@ -18,7 +18,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .storage import check_storage_options, describe_error, display_location, filesystem, is_url
+from .storage import (
+    check_storage_options,
+    describe_error,
+    display_location,
+    filesystem,
+    is_url,
+    remote_error,
+)
 
 __all__ = ["check_writable", "write_json"]
 
@@ -52,7 +59,7 @@ def check_writable(location: str | os.PathLike, storage_options: dict | None = N
             pass
     except Exception as error:  # noqa: BLE001 - credentials, bucket, endpoint: one line
         raise ValueError(f"{name}: cannot write {display_location(location)!r} "
-                         f"({describe_error(error, options)})") from None
+                         f"({remote_error(error, options)})") from None
 
 
 def write_json(location: str | os.PathLike, payload: Any,
@@ -69,7 +76,7 @@ def write_json(location: str | os.PathLike, payload: Any,
         fs.pipe_file(path, data)
     except Exception as error:  # noqa: BLE001 - one line, no secret
         raise ValueError(f"{name}: cannot write {display_location(location)!r} "
-                         f"({describe_error(error, options)})") from None
+                         f"({remote_error(error, options)})") from None
 
 
 def _local_path(location: str | os.PathLike) -> Path | None:

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 __all__ = ["BACKEND_EXTRAS", "check_storage_options", "describe_error", "display_location",
-           "filesystem", "is_url"]
+           "filesystem", "is_url", "remote_error"]
 
 #: URL scheme -> the dask-dppca extra that installs its fsspec backend.
 BACKEND_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure",
@@ -73,7 +73,7 @@ def filesystem(location: str, storage_options: dict | None, name: str = "X"):
         raise ValueError(_missing_backend(location, name, error)) from None
     except Exception as error:  # noqa: BLE001 - any backend failure is one line for the user
         raise ValueError(f"{name}: cannot use {display_location(location)!r} "
-                         f"({describe_error(error, storage_options)})") from None
+                         f"({remote_error(error, storage_options)})") from None
 
 
 def describe_error(error: BaseException, storage_options: Mapping | None = None) -> str:
@@ -83,6 +83,14 @@ def describe_error(error: BaseException, storage_options: Mapping | None = None)
     for secret in _secrets(storage_options or {}):
         text = text.replace(secret, "***")
     return text if len(text) <= _MESSAGE_LIMIT else text[:_MESSAGE_LIMIT] + "..."
+
+
+def remote_error(error: BaseException, storage_options: Mapping | None) -> str:
+    """:func:`describe_error` for a store's answer, with a hint when access was refused."""
+    text = describe_error(error, storage_options)
+    if isinstance(error, PermissionError):
+        text += "; check the credentials in the storage options"
+    return text
 
 
 def _secrets(options: Mapping) -> list[str]:

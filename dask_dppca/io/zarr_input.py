@@ -31,7 +31,7 @@ import numpy as np
 from zarr.storage import WrapperStore
 
 from .sessions import close_at_worker_shutdown
-from .storage import describe_error, display_location, filesystem, is_url
+from .storage import describe_error, display_location, filesystem, is_url, remote_error
 
 __all__ = ["ChunkCheckingStore", "MissingChunkError", "ZarrBlocks", "is_zarr_input",
            "open_zarr_input"]
@@ -209,7 +209,7 @@ def _check_reachable(location: str, storage_options: dict | None) -> None:
         raise ValueError(f"X: Zarr store {display_location(location)!r} does not exist") from None
     except Exception as error:  # noqa: BLE001 - credentials, endpoint, network: one line
         raise ValueError(f"X: cannot read {display_location(location)!r} "
-                         f"({describe_error(error, storage_options)})") from None
+                         f"({remote_error(error, storage_options)})") from None
 
 
 def _select_array(node, component: str | None, label: str):
