@@ -190,11 +190,18 @@ def _open_store(data: Any, storage_options: dict | None):
         if not path.exists():
             raise ValueError(f"X: Zarr store {location!r} does not exist")
         return LocalStore(path, read_only=True)
-    _check_reachable(location, storage_options)
+    fs, path = _check_reachable(location, storage_options)
+    if "::" in location:
+        # A chain (simplecache::s3://...) is a synchronous filesystem over the backend;
+        # zarr's from_url would make the backend asynchronous under it, which breaks.
+        from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+
+        return FsspecStore(AsyncFileSystemWrapper(fs, asynchronous=True), path=path,
+                           read_only=True)
     return FsspecStore.from_url(location, storage_options=storage_options, read_only=True)
 
 
-def _check_reachable(location: str, storage_options: dict | None) -> None:
+def _check_reachable(location: str, storage_options: dict | None):
     """One request to the store's root before Zarr's concurrent metadata reads.
 
     Zarr opens a store with several reads at once; when the first fails (no such
@@ -205,6 +212,7 @@ def _check_reachable(location: str, storage_options: dict | None) -> None:
     fs, path = filesystem(location, storage_options)
     try:
         fs.info(path)
+        return fs, path
     except FileNotFoundError:
         raise ValueError(f"X: Zarr store {display_location(location)!r} does not exist") from None
     except Exception as error:  # noqa: BLE001 - credentials, endpoint, network: one line
