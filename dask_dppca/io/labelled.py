@@ -3,7 +3,9 @@
 Each becomes a row-chunked dask array from its own public API (``DataArray.chunk``,
 ``.data``, ``DataFrame.to_dask_array``), so nothing is computed or gathered on the
 client.  A DataFrame's partition lengths (n is public, like a Zarr array's shape) are
-counted where the fit computes, by one small task per partition.
+counted where the fit computes, by one small task per partition: the noise is calibrated
+from n before the fit, so a DataFrame that is not persisted is read once for the
+lengths and once for the fit.
 
 The modules are looked up in ``sys.modules``: an object can only be an xarray or dask
 DataFrame object if its library is already imported, and the fit does not pay for

@@ -28,7 +28,9 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
-from zarr.storage import WrapperStore
+import zarr
+from zarr.abc.store import Store
+from zarr.storage import FsspecStore, LocalStore, StorePath, WrapperStore
 
 from .sessions import close_at_worker_shutdown
 from .storage import describe_error, display_location, filesystem, is_url, remote_error
@@ -83,7 +85,7 @@ class ZarrBlocks:
 
     Holds the opened ``zarr.Array`` (its store, and so the storage options, travel to
     the workers with it) and a label for messages.  Its repr shows no storage option:
-    Dask's worker logs print it when a task fails.
+    dashboards, logs and error reports may print it.
     """
 
     def __init__(self, array, label: str) -> None:
@@ -130,9 +132,6 @@ def is_zarr_input(data: Any) -> bool:
     """A path or URL, or a zarr Array, Group or store object (fsspec mappers included)."""
     if isinstance(data, (str, os.PathLike)):
         return True
-    import zarr
-    from zarr.abc.store import Store
-
     if isinstance(data, (zarr.Array, zarr.Group, Store)):
         return True
     return type(data).__name__ == "FSMap" and type(data).__module__.startswith("fsspec")
@@ -141,8 +140,6 @@ def is_zarr_input(data: Any) -> bool:
 def open_zarr_input(data: Any, component: str | None, storage_options: dict | None,
                     allow_fill_values: bool) -> da.Array:
     """A Zarr input as a dask array whose read tasks check that every chunk exists."""
-    import zarr
-
     if isinstance(data, (zarr.Array, zarr.Group)):
         node, label = data, _store_label(data.store, data.path)
     else:
@@ -157,16 +154,11 @@ def open_zarr_input(data: Any, component: str | None, storage_options: dict | No
 
 def _with_store(array, store):
     """``array`` read through ``store``, from the metadata already read (no request)."""
-    import zarr
-    from zarr.storage import StorePath
-
     return zarr.Array(zarr.AsyncArray(metadata=array.metadata, config=array.config,
                                       store_path=StorePath(store, array.path)))
 
 
 def _open_node(data: Any, storage_options: dict | None):
-    import zarr
-
     store = _open_store(data, storage_options)
     try:
         return zarr.open(store=store, mode="r")
@@ -176,9 +168,6 @@ def _open_node(data: Any, storage_options: dict | None):
 
 
 def _open_store(data: Any, storage_options: dict | None):
-    from zarr.abc.store import Store
-    from zarr.storage import FsspecStore, LocalStore
-
     if isinstance(data, Store):
         return data
     if not isinstance(data, (str, os.PathLike)):  # an fsspec mapper
@@ -190,7 +179,7 @@ def _open_store(data: Any, storage_options: dict | None):
         if not path.exists():
             raise ValueError(f"X: Zarr store {location!r} does not exist")
         return LocalStore(path, read_only=True)
-    fs, path = _check_reachable(location, storage_options)
+    fs, path = _reachable_filesystem(location, storage_options)
     if "::" in location:
         # A chain (simplecache::s3://...) is a synchronous filesystem over the backend;
         # zarr's from_url would make the backend asynchronous under it, which breaks.
@@ -201,8 +190,8 @@ def _open_store(data: Any, storage_options: dict | None):
     return FsspecStore.from_url(location, storage_options=storage_options, read_only=True)
 
 
-def _check_reachable(location: str, storage_options: dict | None):
-    """One request to the store's root before Zarr's concurrent metadata reads.
+def _reachable_filesystem(location: str, storage_options: dict | None):
+    """``(fs, path)`` of a URL, after one request to the store's root.
 
     Zarr opens a store with several reads at once; when the first fails (no such
     endpoint, refused credentials) the others are abandoned mid-request and print
@@ -222,8 +211,6 @@ def _check_reachable(location: str, storage_options: dict | None):
 
 def _select_array(node, component: str | None, label: str):
     """(array, its path in the group or '') for the node and ``component``."""
-    import zarr
-
     if isinstance(node, zarr.Array):
         if component is not None:
             raise ValueError(f"component: {label} holds a single array, not a group")

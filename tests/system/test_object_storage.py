@@ -339,32 +339,48 @@ def test_cli_result_on_s3_equals_the_local_one_bitwise(s3, stores, cluster, tmp_
     _assert_no_secret(s3["secret"], *capsys.readouterr())
 
 
-@pytest.mark.parametrize("case", ["wrong-secret", "wrong-secret-output", "no-bucket",
-                                  "dead-endpoint"])
-def test_bad_credentials_and_endpoints_fail_cleanly(s3, stores, tmp_path, case):
-    """One line, exit 2, nothing written, no teardown noise, no secret: as a user types it."""
-    options = json.loads(json.dumps(s3["options"]))
-    wrong = options["secret"][:-4] + "XXXX"
-    source, out = stores["v3"][0], str(tmp_path / "result.json")
-    if case.startswith("wrong-secret"):
-        options["secret"] = wrong
-    if case == "wrong-secret-output":
-        source, out = stores["local"], f"s3://{BUCKET}/results/wrong/result.json"
-    if case == "no-bucket":
-        source = "s3://no-such-bucket/x.zarr"
-    if case == "dead-endpoint":
-        options["client_kwargs"]["endpoint_url"] = f"http://127.0.0.1:{_free_port()}"
-    done = _cli(source, *_option_flags(options), "--output", out, cwd=tmp_path)
-    assert done.returncode == EXIT_USAGE, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    shown = out if case == "wrong-secret-output" else source
-    assert lines[0].startswith("dask-dppca: error: ") and repr(shown) in lines[0]
-    assert not any(noise in done.stderr + done.stdout for noise in NOISE)
-    assert not list(tmp_path.iterdir())
+BAD_CASES = ("wrong-secret", "wrong-secret-output", "no-bucket", "dead-endpoint")
+
+
+def test_bad_credentials_and_endpoints_fail_cleanly(s3, stores, tmp_path):
+    """One line, exit 2, nothing written, no teardown noise, no secret: as a user types it.
+
+    The four command lines run at the same time (each waits on the network, the dead
+    endpoint on botocore's retries)."""
+    wrong = s3["secret"][:-4] + "XXXX"
+    runs = {}
+    for case in BAD_CASES:
+        options = json.loads(json.dumps(s3["options"]))
+        folder = tmp_path / case
+        folder.mkdir()
+        source, out = stores["v3"][0], str(folder / "result.json")
+        if case.startswith("wrong-secret"):
+            options["secret"] = wrong
+        if case == "wrong-secret-output":
+            source, out = stores["local"], f"s3://{BUCKET}/results/wrong/result.json"
+        if case == "no-bucket":
+            source = "s3://no-such-bucket/x.zarr"
+        if case == "dead-endpoint":
+            options["client_kwargs"]["endpoint_url"] = f"http://127.0.0.1:{_free_port()}"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dask_dppca.cli", "fit", source, *_option_flags(options),
+             "--output", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=folder)
+        runs[case] = (process, out if case == "wrong-secret-output" else source, folder)
+    for case, (process, shown, folder) in runs.items():
+        try:
+            stdout, stderr = process.communicate(timeout=RUN_TIMEOUT)
+        finally:
+            process.kill()
+        assert process.returncode == EXIT_USAGE, (case, stderr)
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1, (case, stderr)
+        assert lines[0].startswith("dask-dppca: error: ") and repr(shown) in lines[0], lines[0]
+        assert not any(noise in stderr + stdout for noise in NOISE), (case, stderr)
+        assert not list(folder.iterdir()), case
+        _assert_no_secret(s3["secret"], stdout, stderr)
+        _assert_no_secret(wrong, stdout, stderr)
     assert not s3["fs"].exists(f"{BUCKET}/results/wrong")
-    _assert_no_secret(s3["secret"], done.stdout, done.stderr)
-    _assert_no_secret(wrong, done.stdout, done.stderr)
 
 
 def test_simplecache_serves_a_repeated_fit_from_local_disk(s3, stores, cluster, tmp_path):
