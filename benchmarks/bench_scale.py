@@ -45,7 +45,7 @@ from dask_dppca.kernel import block_pair_sum
 
 def model(n: int, d: int, design, n_threads: int, pair_rate: float) -> dict:
     """Pairs, flops, bytes and predicted seconds of one fit (pair_rate: pairs/s per core)."""
-    plan = design.plan((n,)) if not isinstance(design, CompleteDesign) else None
+    plan = design.plan((n,), d) if not isinstance(design, CompleteDesign) else None
     if plan is None:
         n_pairs = n * (n - 1) // 2
         n_block_pairs = 1

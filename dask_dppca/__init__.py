@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 #: Public name -> module that defines it.
 _PUBLIC = {
     "DPPCA": "estimator",
-    "kendall_matrix": "estimator",
+    "kendall_matrix": "graph",
     "sin_theta": "theory",
     "PrivacyBudget": "privacy.budget",
     "BudgetExceededError": "privacy.budget",
@@ -27,6 +27,8 @@ _PUBLIC = {
     "sphere": "transforms",
     "winsor": "transforms",
     "custom": "transforms",
+    "UntrustedReleaseWarning": "privacy.runner",
+    "ClusterStalledError": "cluster",
 }
 
 __all__ = list(_PUBLIC)
@@ -38,7 +40,10 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .design import CompleteDesign, RegularDesign
-    from .estimator import DPPCA, kendall_matrix
+    from .cluster import ClusterStalledError
+    from .estimator import DPPCA
+    from .graph import kendall_matrix
+    from .privacy.runner import UntrustedReleaseWarning
     from .privacy.budget import BudgetExceededError, PrivacyBudget
     from .theory import sin_theta
     from .transforms import Transform, custom, sphere, winsor

@@ -1,5 +1,10 @@
-"""Where a fit runs: a Dask local scheduler, an existing client, an address, or the
-embedded LocalCluster (the default when no distributed client is active).
+"""Where a fit runs, and how long it may wait there.
+
+A compute target is a Dask local scheduler, an existing client, an address, or the
+embedded LocalCluster (the default when no distributed client is active).  Every wait
+on a cluster is bounded: :func:`await_result` fails with :class:`ClusterStalledError`
+when the cluster cannot make progress (no running worker, every worker paused, a
+needed worker gone) for longer than the configured stall timeout.
 """
 
 from __future__ import annotations
@@ -8,14 +13,17 @@ import asyncio
 import atexit
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
+import dask
 import distributed
 
-__all__ = ["LOCAL_SCHEDULERS", "compute_target", "thread_count", "embedded_client",
+__all__ = ["LOCAL_SCHEDULERS", "STALL_TIMEOUT_KEY", "TRUSTED_RESOURCE", "ClusterStalledError", "await_result",
+           "check_scheduler", "compute_target", "thread_count", "embedded_client",
            "close_embedded_cluster"]
 
 #: Dask's in-process schedulers, accepted by name.
@@ -24,6 +32,8 @@ LOCAL_SCHEDULERS = {"synchronous": "synchronous", "sync": "synchronous",
                     "threading": "threads", "processes": "processes"}
 #: Seconds to wait for a scheduler address to answer before giving up.
 CONNECT_TIMEOUT = 10
+#: Worker resource that marks the trusted node (``dask worker --resources "dppca-trusted=1"``).
+TRUSTED_RESOURCE = "dppca-trusted"
 #: Port of ``dask scheduler`` when none is given (the deploy/ recipes use it).
 DEFAULT_SCHEDULER_PORT = 8786
 #: Dask configuration keys holding the client's TLS material (environment variables
@@ -33,6 +43,13 @@ TLS_CONFIG_KEYS = {
     "cert": "distributed.comm.tls.client.cert",
     "key": "distributed.comm.tls.client.key",
 }
+
+#: Dask configuration key: seconds a fit waits on a cluster that cannot make progress
+#: (environment variable ``DASK_DASK_DPPCA__STALL_TIMEOUT``).
+STALL_TIMEOUT_KEY = "dask-dppca.stall-timeout"
+DEFAULT_STALL_TIMEOUT = 30.0
+#: Seconds between two looks at the cluster while waiting for a result.
+_POLL = 0.5
 
 _embedded: dict[str, Any] = {}
 _embedded_lock = threading.Lock()
@@ -60,6 +77,7 @@ def compute_target(scheduler: Any = None) -> Iterator[distributed.Client | str]:
         certificates in the Dask configuration, or an address that does not answer
         (or refuses the handshake) within ``CONNECT_TIMEOUT`` seconds.
     """
+    check_scheduler(scheduler)
     if isinstance(scheduler, distributed.Client):
         yield scheduler
         return
@@ -72,18 +90,31 @@ def compute_target(scheduler: Any = None) -> Iterator[distributed.Client | str]:
     if isinstance(scheduler, str) and scheduler in LOCAL_SCHEDULERS:
         yield LOCAL_SCHEDULERS[scheduler]
         return
-    if isinstance(scheduler, str) and ("://" in scheduler or ":" in scheduler):
-        client = _connect(scheduler)
-        try:
-            yield client
-        finally:
-            client.close()
+    client = _connect(scheduler)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def check_scheduler(scheduler: Any) -> None:
+    """Raise ValueError unless ``scheduler`` is a value :func:`compute_target` takes.
+
+    Checks the value only: nothing is started and no address is contacted.
+    """
+    if scheduler is None or isinstance(scheduler, distributed.Client):
+        return
+    if isinstance(scheduler, str) and (scheduler in LOCAL_SCHEDULERS or _is_address(scheduler)):
         return
     raise ValueError(
         f"scheduler: unknown value {scheduler!r}; expected None (embedded LocalCluster), "
         f"one of {sorted(set(LOCAL_SCHEDULERS))}, an address such as 'tcp://host:8786', "
         "or a distributed.Client"
     )
+
+
+def _is_address(value: str) -> bool:
+    return "://" in value or ":" in value
 
 
 def thread_count(target: distributed.Client | str) -> int:
@@ -163,19 +194,113 @@ def tls_config(ca_file: str | None = None, cert: str | None = None,
 
 
 def embedded_client() -> distributed.Client:
-    """The embedded LocalCluster's client: one worker process per core, one thread each."""
+    """The embedded LocalCluster's client: one in-process worker, one thread per core.
+
+    In-process (``processes=False``) rather than spawned worker processes: the kernel
+    spends its time in numba and BLAS, which release the GIL, so threads keep every core
+    busy; nothing is spawned, so a script without an ``if __name__ == "__main__":``
+    guard works and the first fit does not pay for starting and importing in new
+    interpreters (measurements in the closing note of issue 11 and in
+    benchmarks/README.md).  One worker, so Dask's memory limit (80% pause threshold)
+    applies to this one process as a whole, as it should.  The worker offers the
+    ``dppca-trusted`` resource: the release is placed like on any cluster, and on this
+    machine the client process holds the exact K_hat anyway (docs/privacy.md, threat
+    model).  No dashboard is started, so none is advertised.
+    """
     with _embedded_lock:
         client = _embedded.get("client")
         if client is None or client.status != "running":
             cluster = distributed.LocalCluster(
-                n_workers=max(1, min(os.cpu_count() or 1, 8)),
-                threads_per_worker=1,
-                processes=True,
+                n_workers=1,
+                threads_per_worker=max(1, os.cpu_count() or 1),
+                processes=False,
                 dashboard_address=None,
+                # No dashboard; the scheduler's small HTTP server (health, metrics) on a
+                # free port, so a busy 8787 never prints a warning.
+                scheduler_kwargs={"dashboard": False, "dashboard_address": ":0"},
+                resources={TRUSTED_RESOURCE: 1},
             )
             client = distributed.Client(cluster, set_as_default=False)
             _embedded.update(cluster=cluster, client=client)
         return client
+
+
+class ClusterStalledError(RuntimeError):
+    """The cluster could not make progress within the stall timeout; the work was cancelled."""
+
+
+def stall_timeout() -> float:
+    """Seconds to wait on a cluster that cannot make progress (:data:`STALL_TIMEOUT_KEY`)."""
+    value = dask.config.get(STALL_TIMEOUT_KEY, DEFAULT_STALL_TIMEOUT)
+    seconds = float(dask.utils.parse_timedelta(value, default="s"))
+    if not seconds > 0:
+        raise ValueError(f"{STALL_TIMEOUT_KEY}: must be a positive duration, got {value!r}")
+    return seconds
+
+
+def await_result(
+    client: distributed.Client,
+    future: distributed.Future,
+    label: str,
+    needed: Callable[[dict], str | None] | None = None,
+) -> Any:
+    """``future.result()``, bounded: fail when the cluster cannot make progress.
+
+    Every ``_POLL`` seconds without a result the scheduler's worker list is read.  The
+    cluster is stalled when no worker is running (none left, or every one paused by
+    its memory monitor) while none is executing a task, or when ``needed(workers)``
+    names a missing requirement (e.g. the trusted worker left).  Stalled for longer
+    than :func:`stall_timeout` seconds in a row: the future is cancelled and
+    :class:`ClusterStalledError` says why.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    future : distributed.Future
+    label : str
+        What is waited for, at the start of the error message.
+    needed : callable, optional
+        ``needed(workers) -> reason or None`` over the scheduler's worker information.
+    """
+    limit = stall_timeout()
+    stalled_since = None
+    while True:
+        try:
+            return future.result(timeout=_POLL)
+        except TimeoutError:
+            pass
+        try:
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+        except (OSError, TimeoutError) as error:
+            raise ClusterStalledError(f"{label}: lost the scheduler ({error})") from None
+        reason = _stall_reason(workers) or (needed(workers) if needed else None)
+        if reason is None:
+            stalled_since = None
+            continue
+        stalled_since = stalled_since or time.monotonic()
+        if time.monotonic() - stalled_since > limit:
+            future.cancel()
+            raise ClusterStalledError(
+                f"{label}: {reason} for {limit:g} s, so the work was stopped "
+                f"(the wait is the Dask configuration key {STALL_TIMEOUT_KEY!r})"
+            )
+
+
+def _stall_reason(workers: dict) -> str | None:
+    """Why no task can run on these workers, or None when some can."""
+    if not workers:
+        return "the cluster has no workers"
+    if any(info.get("status") == "running" for info in workers.values()):
+        return None
+    if any(_executing(info) for info in workers.values()):
+        return None
+    states = sorted({str(info.get("status")) for info in workers.values()})
+    return (f"no worker can run tasks (worker status: {', '.join(states)}; a paused worker "
+            "is over its memory pause threshold)")
+
+
+def _executing(info: dict) -> int:
+    return int((info.get("metrics") or {}).get("task_counts", {}).get("executing", 0))
 
 
 def close_embedded_cluster() -> None:

@@ -15,12 +15,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["CompleteDesign", "RegularDesign", "DesignPlan", "auto_design", "resolve_design"]
+from .kernel import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_budget
+
+__all__ = ["CompleteDesign", "RegularDesign", "DesignPlan", "auto_design", "check_design",
+           "resolve_design"]
 
 
 @dataclass(frozen=True)
 class DesignPlan:
-    """A concrete set of block pairs over given row blocks.
+    """A concrete set of block pairs over given row blocks, and the kernel's tiles.
+
+    Every number the sensitivity proof uses lives here: ``|P|``, the largest degree,
+    and the block and tile sizes that bound the kernel's rounding error.  The graph
+    runs the kernel with exactly ``tile_rows``, and the privacy layer computes the
+    rounding slack from the same value (:meth:`rounding_error`).
 
     Attributes
     ----------
@@ -32,12 +40,28 @@ class DesignPlan:
         ``|P|``, the number of record pairs averaged.
     max_degree : int
         The largest number of pairs that contain one record.
+    n_features : int
+        d, the width of every block.
+    tile_rows : int
+        Rows per kernel tile (from the kernel's default scratch budget and d).
     """
 
     block_sizes: tuple[int, ...]
     block_pairs: tuple[tuple[int, int], ...]
     n_pairs: int
     max_degree: int
+    n_features: int
+    tile_rows: int
+
+    @property
+    def n_samples(self) -> int:
+        """n, the number of records."""
+        return sum(self.block_sizes)
+
+    def rounding_error(self) -> float:
+        """Worst-case ``||K_hat_computed - K_hat_exact||_F / G^2`` for these blocks and tiles."""
+        return rounding_error_bound(self.n_features, max(self.block_sizes),
+                                    len(self.block_pairs), self.tile_rows)
 
     def sensitivity(self, bound: float) -> float:
         """Frobenius sensitivity ``sqrt(2) G^2 max_degree / |P|`` of the averaged K_hat."""
@@ -54,6 +78,7 @@ class DesignPlan:
             "n_block_pairs": len(self.block_pairs),
             "n_pairs": self.n_pairs,
             "max_degree": self.max_degree,
+            "tile_rows": self.tile_rows,
         }
 
 
@@ -68,14 +93,14 @@ class CompleteDesign:
 
     name = "complete"
 
-    def plan(self, block_sizes: tuple[int, ...]) -> DesignPlan:
-        """Block pairs over the given row blocks."""
+    def plan(self, block_sizes: tuple[int, ...], n_features: int) -> DesignPlan:
+        """Block pairs over the given row blocks of ``n_features`` columns."""
         sizes = tuple(int(s) for s in block_sizes if int(s) > 0)
         n = sum(sizes)
         if n < 2:
             raise ValueError(f"X: needs at least 2 rows for a pair, got n = {n}")
         pairs = tuple((i, j) for i in range(len(sizes)) for j in range(i, len(sizes)))
-        return DesignPlan(sizes, pairs, n_pairs=n * (n - 1) // 2, max_degree=n - 1)
+        return _plan(sizes, pairs, n * (n - 1) // 2, n - 1, n_features)
 
     def describe(self) -> dict:
         """Public parameters of the design."""
@@ -143,7 +168,7 @@ class RegularDesign:
                 edges.add(_edge(label[i], label[i + half]))
         return tuple(sorted(edges))
 
-    def plan(self, row_chunks: tuple[int, ...]) -> DesignPlan:
+    def plan(self, row_chunks: tuple[int, ...], n_features: int) -> DesignPlan:
         """Block pairs for the records of ``row_chunks`` (only their total n matters)."""
         n = sum(int(c) for c in row_chunks)
         if n < 2:
@@ -157,12 +182,18 @@ class RegularDesign:
             degree[j] += sizes[i]
             n_pairs += sizes[i] * sizes[j]
         pairs = tuple(sorted([(i, i) for i in range(len(sizes))] + list(edges)))
-        return DesignPlan(sizes, pairs, n_pairs=n_pairs, max_degree=max(degree))
+        return _plan(sizes, pairs, n_pairs, max(degree), n_features)
 
     def describe(self) -> dict:
         """Public parameters of the design."""
         return {"design": self.name, "partners_k": self.k, "block_size": self.block_size,
                 "design_seed": self.seed}
+
+
+def _plan(sizes, pairs, n_pairs, max_degree, n_features) -> DesignPlan:
+    d = int(n_features)
+    return DesignPlan(sizes, pairs, n_pairs=n_pairs, max_degree=max_degree, n_features=d,
+                      tile_rows=tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d))
 
 
 def _edge(i, j) -> tuple[int, int]:
@@ -198,6 +229,18 @@ def auto_design(n_samples: int, n_features: int, n_threads: int) -> CompleteDesi
     return RegularDesign(k=max(1, min(k, n_blocks - 1)), block_size=block, seed=0)
 
 
+def check_design(design: object) -> str | CompleteDesign | RegularDesign:
+    """``design`` if it is a value :func:`resolve_design` takes, else a ValueError."""
+    if isinstance(design, (CompleteDesign, RegularDesign)):
+        return design
+    if isinstance(design, str) and design in ("auto", "complete"):
+        return design
+    raise ValueError(
+        f"design: unknown value {design!r}; expected 'auto', 'complete' or "
+        "dask_dppca.RegularDesign(k=..., block_size=..., seed=...)"
+    )
+
+
 def resolve_design(
     design: str | CompleteDesign | RegularDesign,
     n_samples: int = 0,
@@ -208,13 +251,9 @@ def resolve_design(
 
     ``"auto"`` applies :func:`auto_design` to the public n, d and thread count.
     """
-    if isinstance(design, (CompleteDesign, RegularDesign)):
-        return design
+    design = check_design(design)
     if design == "complete":
         return CompleteDesign()
     if design == "auto":
         return auto_design(n_samples, n_features, n_threads)
-    raise ValueError(
-        f"design: unknown value {design!r}; expected 'auto', 'complete' or "
-        "dask_dppca.RegularDesign(k=..., block_size=..., seed=...)"
-    )
+    return design

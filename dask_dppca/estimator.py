@@ -1,39 +1,58 @@
-"""DPPCA: the scikit-learn style estimator, a thin shell over kernel, graph and privacy."""
+"""DPPCA: the scikit-learn style estimator, a thin shell over graph and privacy.
+
+``fit`` reads top to bottom: validate every parameter (nothing started, nothing read),
+open the input (metadata only), plan the release from public inputs, check the budget,
+build the graph, run the release, charge the budget, set the fitted attributes.
+"""
 
 from __future__ import annotations
 
-import numbers
-import time
 import types
 import uuid
-from contextlib import nullcontext
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any
 
-import dask
-import dask.array as da
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import cluster
-from .design import resolve_design
-from .graph import kernel_sum_graph, single_threaded_blas
+from .design import check_design
+from .graph import kernel_sum_graph, plan_blocks
 from .io import as_dask_array, is_lazy_input
-from .kernel import rounding_error_bound
 from .privacy.budget import current_budget
-from .privacy.calibration import calibrate_sigma, validate_privacy_parameters
+from .privacy.calibration import CALIBRATIONS, validate_privacy_parameters
+from .privacy.mechanism import ReleaseMechanism
 from .privacy.noise import SeededSampler, default_sampler
-from .privacy.release import (
-    PrivateRelease,
-    TrustedSum,
-    placement_available,
-    private_release,
-    register_sealing,
-    release_placement,
-)
+from .privacy.runner import run_release
 from .transforms import Transform, resolve_transform
+from .validation import boolean, integer_at_least, one_of, optional_string
 
-__all__ = ["DPPCA", "kendall_matrix"]
+__all__ = ["DPPCA", "PARAMETER_CONSTRAINTS"]
+
+
+def _check_random_state(name: str, value: Any) -> int | None:
+    return None if value is None else integer_at_least(name, value, 0)
+
+
+def _check_scheduler(name: str, value: Any) -> Any:
+    cluster.check_scheduler(value)
+    return value
+
+
+#: Every parameter's constraint: ``check(name, value) -> value`` raises a ValueError that
+#: names the parameter.  Booleans are never taken as numbers.  Checked together with
+#: the privacy parameters and the transform before anything starts or is read.
+PARAMETER_CONSTRAINTS: dict[str, Callable[[str, Any], Any]] = {
+    "n_components": lambda name, value: integer_at_least(name, value, 1),
+    "calibration": lambda name, value: one_of(name, value, CALIBRATIONS),
+    "design": lambda name, value: check_design(value),
+    "scheduler": _check_scheduler,
+    "trusted_worker": optional_string,
+    "require_trusted": boolean,
+    "random_state": _check_random_state,
+    "progress": boolean,
+}
 
 
 class _TransformParameterAndMethod:
@@ -44,57 +63,24 @@ class _TransformParameterAndMethod:
     Assigning the parameter stores the value; reading the attribute gives the bound
     scoring method, so ``est.transform(X)`` and Pipelines work, while
     ``get_params``/``set_params``/``clone`` see the parameter value.
+
+    ``scores`` is the scoring function as scikit-learn's ``set_output`` wrapped it
+    (pandas/polars containers with ``get_feature_names_out`` columns).
     """
+
+    def __init__(self, scores: Callable) -> None:
+        self.scores = scores
 
     def __set__(self, estimator, value) -> None:
         estimator.__dict__["_transform_parameter"] = value
 
     def __get__(self, estimator, owner=None):
         if estimator is None:
-            return owner._scores
-        return types.MethodType(owner._scores, estimator)
+            return self.scores
+        return types.MethodType(self.scores, estimator)
 
 
-class ReleaseNoise(NamedTuple):
-    """The noise of one release, from public quantities only (see :func:`calibrate_release`)."""
-
-    sensitivity: float  # total: the design's, plus rounding and sampler slack
-    rounding_slack: float
-    sampler_slack: float
-    sampler_excess: float
-    sigma: float
-
-
-def calibrate_release(plan, g: Transform, d: int, epsilon: float, delta: float,
-                      calibration: str, sampler) -> ReleaseNoise:
-    """Sensitivity and sigma of a release of ``plan``'s K_hat, as ``DPPCA.fit`` uses them.
-
-    Public inputs only (the plan's block sizes and pairs, G, d, the budget, the sampler),
-    so ``theory.release_sigma`` calls this too and the two cannot drift apart.
-
-    * ``"analytic"``: the design's tight sensitivity plus room for floating point,
-      2 G^2 times the kernel's worst-case error (docs/privacy.md).
-    * ``"classical"``: the paper's sensitivity, already loose by sqrt(2), no rounding room.
-
-    The sampler's lattice step can double when sigma crosses a power of two, so its slack
-    and excess are taken at twice a first sigma: an upper bound for the final, barely
-    larger, sigma.
-    """
-    if calibration == "classical":
-        rounding, design_sensitivity = 0.0, plan.paper_sensitivity(g.bound)
-    else:
-        error = rounding_error_bound(d, max(plan.block_sizes), len(plan.block_pairs))
-        rounding, design_sensitivity = 2.0 * g.bound**2 * error, plan.sensitivity(g.bound)
-    sensitivity = design_sensitivity + rounding
-    n_entries = d * (d + 1) // 2
-    first_sigma = calibrate_sigma(sensitivity, epsilon, delta, calibration)
-    slack = sampler.sensitivity_slack(n_entries, 2.0 * first_sigma)
-    excess = sampler.privacy_excess(n_entries, 2.0 * first_sigma)
-    sigma = calibrate_sigma(sensitivity + slack, epsilon, delta, calibration, excess=excess)
-    return ReleaseNoise(sensitivity + slack, rounding, slack, excess, sigma)
-
-
-class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
+class DPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Robust, differentially private PCA (g-DPPCA, Kim & Jung 2025).
 
     Releases the leading eigenvectors (and all eigenvalues) of
@@ -128,17 +114,22 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         epsilon < 1 only.
     scheduler : None, str or distributed.Client, default=None
         Where to compute: ``None`` uses the active distributed client, else the
-        embedded LocalCluster; a local scheduler name (``"threads"``,
+        embedded in-process LocalCluster; a local scheduler name (``"threads"``,
         ``"synchronous"``, ``"processes"``); a scheduler address; or a client.
     trusted_worker : str, optional
         Address of the worker that adds the noise when no worker offers the
         ``dppca-trusted`` resource.
+    require_trusted : bool, default=False
+        Refuse to fit when neither a ``dppca-trusted`` worker nor ``trusted_worker``
+        exists.  By default such a fit warns
+        (:class:`~dask_dppca.privacy.runner.UntrustedReleaseWarning`) and
+        releases on any worker, recorded in ``privacy_["released_on"]``.
     random_state : int, optional
         NOT PRIVATE.  Seeds the noise for tests and reproducible examples only; a
         :class:`~dask_dppca.privacy.noise.NonPrivateRandomStateWarning` is issued.
         Leave it ``None`` for real releases (noise from OS entropy).
     progress : bool, default=False
-        Show a progress bar (the distributed progress widget in notebooks).
+        Show a progress bar: a text bar in a terminal, a widget in Jupyter.
 
     Attributes
     ----------
@@ -151,9 +142,12 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     explained_variance_ratio_ : ndarray, shape (n_components,)
         ``max(lambda_k, 0) / sum_j max(lambda_j, 0)`` from the private eigenvalues only.
     privacy_ : dict
-        Everything needed to re-derive sigma by hand: epsilon, delta, sensitivity,
-        sigma, calibration, n_samples, neighbours, transform bound, design counts.
+        Everything needed to re-derive sigma by hand (epsilon, delta, sensitivity and
+        its parts, sigma, calibration, design counts, tiles), the fit id and where the
+        noise was drawn (:meth:`ReleaseMechanism.describe`).
     n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Column names of a DataFrame input (only then); ``transform`` checks them.
     n_samples_ : int
     """
 
@@ -169,6 +163,7 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         calibration: str = "analytic",
         scheduler: Any = None,
         trusted_worker: str | None = None,
+        require_trusted: bool = False,
         random_state: int | None = None,
         progress: bool = False,
     ) -> None:
@@ -181,10 +176,12 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         self.calibration = calibration
         self.scheduler = scheduler
         self.trusted_worker = trusted_worker
+        self.require_trusted = require_trusted
         self.random_state = random_state
         self.progress = progress
 
-    transform = _TransformParameterAndMethod()
+    def transform(self, X: Any) -> Any:  # replaced below by the parameter-and-method descriptor
+        return self._scores(X)
 
     def get_params(self, deep: bool = True) -> dict:
         """Parameters of this estimator (``transform`` is the spatial sign's value)."""
@@ -217,69 +214,55 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         -------
         self
         """
-        g = resolve_transform(self.get_params(deep=False)["transform"], self.radius)
+        params, g = self._validated_parameters()
+        data = as_dask_array(X, component, storage_options=storage_options,
+                             allow_fill_values=allow_fill_values, scheduler=params["scheduler"])
+        if hasattr(X, "shape") or not is_lazy_input(X):  # metadata only: names and width
+            validate_data(self, X, reset=True, skip_check_array=True)
+        n_components = _check_n_components(params["n_components"], data.shape[1])
+        with cluster.compute_target(params["scheduler"]) as target:
+            data, design, plan = plan_blocks(data, params["design"], cluster.thread_count(target))
+            mechanism = ReleaseMechanism.plan_release(
+                design, plan, g, params["epsilon"], params["delta"], params["calibration"],
+                _noise_sampler(plan.n_features, params["random_state"]))
+            budget = current_budget()
+            if budget is not None:  # before any data is read
+                budget.check(mechanism.sensitivity, mechanism.sigma, excess=mechanism.sampler_excess)
+            graph = kernel_sum_graph(data, plan, g)
+            fit_id = uuid.uuid4().hex
+            release, placement = run_release(
+                mechanism, graph, target, n_components, fit_id,
+                trusted_worker=params["trusted_worker"],
+                require_trusted=params["require_trusted"], progress=params["progress"])
+        if budget is not None:
+            budget.spend(mechanism.sensitivity, mechanism.sigma, label=f"DPPCA fit {fit_id}",
+                         excess=mechanism.sampler_excess)
+
+        self.components_ = release.components
+        self.eigenvalues_ = release.eigenvalues
+        self.explained_variance_ = release.eigenvalues[:n_components].copy()
+        positive = np.clip(release.eigenvalues, 0.0, None)
+        total = positive.sum()
+        self.explained_variance_ratio_ = (positive[:n_components] / total if total > 0
+                                          else np.zeros(n_components))
+        self.n_features_in_ = plan.n_features
+        self.n_samples_ = plan.n_samples
+        self.privacy_ = {**mechanism.describe(), "fit_id": fit_id,
+                         "release_placement": placement, "released_on": release.released_on}
+        return self
+
+    def _validated_parameters(self) -> tuple[dict, Transform]:
+        """Every parameter checked (the constraint table), before anything starts."""
+        params = self.get_params(deep=False)
+        checked = {name: check(name, params[name]) for name, check in PARAMETER_CONSTRAINTS.items()}
+        checked["epsilon"], checked["delta"] = validate_privacy_parameters(params["epsilon"], params["delta"])
+        g = resolve_transform(params["transform"], params["radius"])
         if not g.is_bounded:
             raise ValueError(
                 f"transform: {g.name!r} is unbounded and has no finite sensitivity; "
                 "use dask_dppca.kendall_matrix for a non-private reference"
             )
-        validate_privacy_parameters(self.epsilon, self.delta)
-        data = as_dask_array(X, component, storage_options=storage_options,
-                             allow_fill_values=allow_fill_values, scheduler=self.scheduler)
-        n, d = data.shape
-        m = _check_n_components(self.n_components, d)
-        with cluster.compute_target(self.scheduler) as target:
-            data, plan, design = _plan_blocks(data, self.design, target)
-
-            sampler = self._sampler(d * (d + 1) // 2)
-            noise = calibrate_release(plan, g, d, self.epsilon, self.delta, self.calibration, sampler)
-            budget = current_budget()
-            if budget is not None:
-                budget.check(noise.sensitivity, noise.sigma, excess=noise.sampler_excess)  # before any data is read
-
-            fit_id = uuid.uuid4().hex
-            graph = kernel_sum_graph(data, plan, g)
-            release = self._run(target, graph, plan.n_pairs, noise.sigma, m, sampler, fit_id)
-        if budget is not None:
-            budget.spend(noise.sensitivity, noise.sigma, label=f"DPPCA fit {fit_id}",
-                         excess=noise.sampler_excess)
-
-        self.components_ = release.components
-        self.eigenvalues_ = release.eigenvalues
-        self.explained_variance_ = release.eigenvalues[:m].copy()
-        positive = np.clip(release.eigenvalues, 0.0, None)
-        total = positive.sum()
-        self.explained_variance_ratio_ = positive[:m] / total if total > 0 else np.zeros(m)
-        self.n_features_in_ = d
-        self.n_samples_ = n
-        self.privacy_ = {
-            "epsilon": float(self.epsilon),
-            "delta": float(self.delta),
-            "neighbours": "replace-one",
-            "n_samples": int(n),
-            "n_features": int(d),
-            "transform": g.name,
-            "bound_G": g.bound,
-            "radius": g.radius,
-            "calibration": self.calibration,
-            "sensitivity": noise.sensitivity,
-            "sensitivity_formula": (
-                "2 G^2 max_degree / n_pairs (paper: 4 G^2 / n)" if self.calibration == "classical"
-                else "sqrt(2) G^2 max_degree / n_pairs + rounding_slack + sampler_slack"
-            ),
-            "sigma_formula": "calibrate_sigma(sensitivity, epsilon, delta, calibration, excess=sampler_excess)",
-            "rounding_slack": noise.rounding_slack,
-            "sampler_slack": noise.sampler_slack,
-            "sampler_excess": noise.sampler_excess,
-            "sigma": noise.sigma,
-            "noise_law": "vecd: diagonal N(0, sigma^2), off-diagonal N(0, sigma^2/2), independent",
-            "sampler": type(sampler).__name__,
-            "private": self.random_state is None,
-            "fit_id": fit_id,
-            **design.describe(),
-            **plan.describe(),
-        }
-        return self
+        return checked, g
 
     def _scores(self, X: Any, *, component: str | None = None,
                 storage_options: dict | None = None, allow_fill_values: bool = False) -> Any:
@@ -302,175 +285,44 @@ class DPPCA(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
                                  allow_fill_values=allow_fill_values, scheduler=self.scheduler)
             _check_width(data.shape[1], self.n_features_in_)
             return data.astype(np.float64) @ self.components_.T
-        data = np.asarray(X, dtype=np.float64)
-        if data.ndim != 2:
-            raise ValueError(f"X: expected a 2-D array, got {data.ndim} dimension(s)")
-        _check_width(data.shape[1], self.n_features_in_)
+        # In memory: scikit-learn's checks (width, column names) and wording.  NaN and
+        # inf pass through: their scores are NaN/inf, as the input's.
+        data = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=False)
         return data @ self.components_.T
 
-    # -- helpers -------------------------------------------------------------------
+    @property
+    def _n_features_out(self) -> int:
+        """Output columns (``get_feature_names_out``: ``dppca0``, ``dppca1``, ...)."""
+        return self.components_.shape[0]
 
-    def _sampler(self, n_entries: int):
-        if self.random_state is None:
-            return default_sampler(n_entries)
-        return SeededSampler(self.random_state)
-
-    def _run(self, target, graph, n_pairs, sigma, m, sampler, fit_id) -> PrivateRelease:
-        if isinstance(target, str):
-            with _local_progress(self.progress), single_threaded_blas():
-                (kernel_sum,) = dask.compute(graph, scheduler=target)
-            return private_release(kernel_sum, n_pairs, sigma, m, sampler, fit_id)
-        return _run_distributed(target, graph, n_pairs, sigma, m, sampler, fit_id,
-                                self.trusted_worker, self.progress)
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # NaN/inf records are accepted by design: such a row contributes 0 to K_hat and
+        # still counts in n (docs/robustness.md), so the sensitivity is unchanged.
+        tags.input_tags.allow_nan = True
+        tags.transformer_tags.preserves_dtype = ["float64"]
+        return tags
 
 
-def _run_distributed(client, graph, n_pairs, sigma, m, sampler, fit_id, trusted_worker, progress):
-    """Exact sum stays on the cluster; one non-retried task releases; only it is gathered."""
-    placement = release_placement(client, trusted_worker)
-    register_sealing(client)
-    sum_future = client.compute(dask.delayed(TrustedSum, pure=True)(graph))
-    release_future = client.submit(
-        private_release, sum_future, n_pairs, sigma, m, sampler, fit_id,
-        key=f"dppca-release-{fit_id}", pure=False, retries=0, **placement,
-    )
-    try:
-        if progress:
-            import distributed
-
-            # On the sum, not the release: in a terminal this blocks, and the release
-            # must stay under _await_release's watch for a lost trusted worker.
-            distributed.progress(sum_future)
-        return _await_release(client, release_future, placement, fit_id)
-    finally:
-        release_future.release()
-        sum_future.release()
+# The scoring method keeps the name ``transform`` for scikit-learn while the parameter of
+# that name is the spatial sign: install the descriptor over the method that
+# TransformerMixin's set_output support wrapped when the class was created.
+DPPCA.transform = _TransformParameterAndMethod(DPPCA.__dict__["transform"])
 
 
-#: Seconds a fit waits for its trusted worker to come back before it gives up.
-TRUSTED_WORKER_GRACE = 20.0
-_RELEASE_POLL = 0.5
+def _noise_sampler(n_features: int, random_state: int | None):
+    """OS-entropy noise for real releases; a seeded, NOT private sampler for tests."""
+    if random_state is None:
+        return default_sampler(n_features * (n_features + 1) // 2)
+    return SeededSampler(random_state)
 
 
-def _await_release(client, future, placement, fit_id):
-    """``future.result()``, but a fit whose trusted worker left fails instead of hanging.
-
-    The release task can only run where ``placement`` allows; with that worker gone it
-    would wait forever in the scheduler's no-worker state.  After
-    ``TRUSTED_WORKER_GRACE`` seconds without it the release is cancelled (nothing was
-    drawn unless a ticket exists, nothing is released) and a RuntimeError says why.
-    """
-    import distributed
-
-    missing_since = None
-    while True:
-        try:
-            return future.result(timeout=_RELEASE_POLL)
-        except TimeoutError:
-            pass
-        except distributed.KilledWorker as error:
-            raise RuntimeError(
-                f"release {fit_id}: the trusted worker died while releasing ({error}); "
-                "nothing was released to this client"
-            ) from None
-        try:
-            workers = client.scheduler_info(n_workers=-1)["workers"]
-        except (OSError, TimeoutError) as error:
-            raise RuntimeError(
-                f"release {fit_id}: lost the scheduler ({error}); nothing was released"
-            ) from None
-        if placement_available(placement, workers):
-            missing_since = None
-            continue
-        missing_since = missing_since or time.monotonic()
-        if time.monotonic() - missing_since > TRUSTED_WORKER_GRACE:
-            future.cancel()
-            raise RuntimeError(
-                f"release {fit_id}: the trusted worker ({placement or 'any worker'}) left the "
-                f"cluster and did not come back within {TRUSTED_WORKER_GRACE:g} s; the fit was "
-                "stopped and nothing was released"
-            )
-
-
-def kendall_matrix(
-    X: Any,
-    transform: str | Transform = "sphere",
-    radius: float | None = None,
-    *,
-    scheduler: Any = "threads",
-    component: str | None = None,
-    design: Any = "complete",
-    storage_options: dict | None = None,
-    allow_fill_values: bool = False,
-) -> np.ndarray:
-    """The exact, NON-PRIVATE ``K_hat = mean over pairs i<j of g(t_ij) g(t_ij)^T``.
-
-    For research, tests and non-private references: its output is a deterministic
-    function of the data and must not be released.  The identity transform gives
-    the sample covariance.
-
-    Parameters
-    ----------
-    X : ndarray, dask.array.Array, zarr.Array, str or os.PathLike
-        Records as rows.
-    transform : {"sphere", "winsor", "identity"} or Transform, default="sphere"
-    radius : float, optional
-        Winsorization radius.
-    scheduler : str or distributed.Client, default="threads"
-        Where to compute (see :class:`DPPCA`).
-    component : str, optional
-        Array inside a Zarr group, or an xarray Dataset variable.
-    design : {"complete", "auto"} or RegularDesign, default="complete"
-        Which pairs are averaged.
-    storage_options : dict, optional
-        fsspec options for a URL (see :meth:`DPPCA.fit`).
-    allow_fill_values : bool, default=False
-        Read missing Zarr chunks as the fill value (see :meth:`DPPCA.fit`).
-
-    Returns
-    -------
-    ndarray, shape (d, d)
-    """
-    g = resolve_transform(transform, radius)
-    data = as_dask_array(X, component, storage_options=storage_options,
-                         allow_fill_values=allow_fill_values, scheduler=scheduler)
-    with cluster.compute_target(scheduler) as target:
-        data, plan, _ = _plan_blocks(data, design, target)
-        graph = kernel_sum_graph(data, plan, g)
-        if isinstance(target, str):
-            with single_threaded_blas():
-                (kernel_sum,) = dask.compute(graph, scheduler=target)
-        else:
-            kernel_sum = target.compute(graph).result()
-    return kernel_sum / plan.n_pairs
-
-
-def _plan_blocks(data, design, target):
-    """Resolve the design for this input and cluster; rechunk rows to its blocks."""
-    n, d = data.shape
-    chosen = resolve_design(design, n, d, cluster.thread_count(target))
-    plan = chosen.plan(data.chunks[0])
-    if tuple(data.chunks[0]) != plan.block_sizes:
-        data = data.rechunk({0: plan.block_sizes})
-    return data, plan, chosen
-
-
-def _check_n_components(n_components: Any, d: int) -> int:
-    if isinstance(n_components, bool) or not isinstance(n_components, numbers.Integral):
-        raise ValueError(f"n_components: must be an integer in 1..{d}, got {n_components!r}")
-    if not 1 <= n_components <= d:
+def _check_n_components(n_components: int, d: int) -> int:
+    if n_components > d:
         raise ValueError(f"n_components: must be in 1..{d} (d = {d}), got {n_components}")
-    return int(n_components)
+    return n_components
 
 
 def _check_width(width: int, expected: int) -> None:
     if width != expected:
         raise ValueError(f"X: has {width} features, the estimator was fitted on {expected}")
-
-
-def _local_progress(enabled: bool):
-    """dask.diagnostics.ProgressBar when asked for, else nothing."""
-    if not enabled:
-        return nullcontext()
-    from dask.diagnostics import ProgressBar
-
-    return ProgressBar()

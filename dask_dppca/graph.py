@@ -1,15 +1,18 @@
 """Layer 2, the graph: one Dask task per block pair and a deterministic tree reduction.
 
-No privacy here.  :func:`kernel_sum_graph` builds, lazily and without reading data, a
-``dask.delayed`` object whose value is the exact, unnormalised sum
-``sum_{(i,j) in P} g(t_ij) g(t_ij)^T``.  Each input block is one Dask key, read once and
-shared by the tasks that need it; the partial sums are added in a fixed binary tree,
-so the result is the same whatever the scheduler, worker count or completion order.
+No privacy here.  :func:`plan_blocks` resolves the pair design for an input and a
+compute target and cuts the rows into the design's blocks; :func:`kernel_sum_graph`
+builds, lazily and without reading data, a ``dask.delayed`` object whose value is the
+exact, unnormalised sum ``sum_{(i,j) in P} g(t_ij) g(t_ij)^T``.  Each input block is one
+Dask key, read once and shared by the tasks that need it; the partial sums are added in
+a fixed binary tree, so the result is the same whatever the scheduler, worker count or
+completion order.  :func:`kendall_matrix` is the non-private K_hat itself.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Any
 
 import dask
 import dask.array as da
@@ -18,11 +21,37 @@ import numpy as np
 from dask.delayed import Delayed
 from threadpoolctl import threadpool_limits
 
-from .design import DesignPlan
+from . import cluster
+from .design import CompleteDesign, DesignPlan, RegularDesign, resolve_design
+from .io import as_dask_array
 from .kernel import block_pair_sum
-from .transforms import Transform
+from .transforms import Transform, resolve_transform
 
-__all__ = ["kernel_sum_graph", "tree_sum", "single_threaded_blas"]
+__all__ = ["plan_blocks", "kernel_sum_graph", "compute_locally", "kendall_matrix", "tree_sum",
+           "single_threaded_blas"]
+
+
+def plan_blocks(
+    data: da.Array,
+    design: str | CompleteDesign | RegularDesign,
+    n_threads: int,
+) -> tuple[da.Array, CompleteDesign | RegularDesign, DesignPlan]:
+    """Resolve the design for this input and thread count; rechunk rows to its blocks.
+
+    Public inputs only: the shape, the input's row chunks, the design parameter and
+    the compute target's thread count.
+
+    Returns
+    -------
+    (dask.array.Array, design, DesignPlan)
+        The data with one chunk per block, the design object, and its plan.
+    """
+    n, d = data.shape
+    chosen = resolve_design(design, n, d, n_threads)
+    plan = chosen.plan(data.chunks[0], d)
+    if tuple(data.chunks[0]) != plan.block_sizes:
+        data = data.rechunk({0: plan.block_sizes})
+    return data, chosen, plan
 
 
 def kernel_sum_graph(
@@ -52,21 +81,21 @@ def kernel_sum_graph(
     blocks = data.to_delayed()[:, 0]
     pair_sum = dask.delayed(_pair_task, pure=True)
     partials = [
-        pair_sum(blocks[i], None if i == j else blocks[j], transform,
+        pair_sum(blocks[i], None if i == j else blocks[j], transform, plan.tile_rows,
                  dask_key_name=f"dppca-pair-{i}-{j}-{token}")
         for i, j in plan.block_pairs
     ]
     return tree_sum(partials, key_prefix=f"dppca-sum-{token}")
 
 
-def _pair_task(block_a, block_b, transform):
+def _pair_task(block_a, block_b, transform, tile_rows):
     """One block-pair task: the kernel, with BLAS pinned to one thread on Dask workers.
 
-    Always the kernel's default memory budget: fit's rounding slack
-    (``kernel.rounding_error_bound``) is computed for the tiles that budget gives.
+    Always the plan's tiles: the release's rounding slack (``DesignPlan.rounding_error``)
+    is computed for exactly these.
     """
     _pin_blas_on_workers()
-    return block_pair_sum(block_a, block_b, transform)
+    return block_pair_sum(block_a, block_b, transform, tile_rows=tile_rows)
 
 
 _pinned = {"done": False}
@@ -114,3 +143,69 @@ def tree_sum(parts: list[Delayed], key_prefix: str = "dppca-sum") -> Delayed:
         ]
         level += 1
     return parts[0]
+
+
+def compute_locally(graph: Delayed, scheduler: str, progress: bool = False) -> np.ndarray:
+    """Compute ``graph`` on a Dask local scheduler, BLAS on one thread for the whole compute."""
+    from .progress import local_progress
+
+    with local_progress(progress), single_threaded_blas():
+        (value,) = dask.compute(graph, scheduler=scheduler)
+    return value
+
+
+def kendall_matrix(
+    X: Any,
+    transform: str | Transform = "sphere",
+    radius: float | None = None,
+    *,
+    scheduler: Any = "threads",
+    component: str | None = None,
+    design: Any = "complete",
+    storage_options: dict | None = None,
+    allow_fill_values: bool = False,
+) -> np.ndarray:
+    """The exact, NON-PRIVATE ``K_hat = mean over pairs i<j of g(t_ij) g(t_ij)^T``.
+
+    For research, tests and non-private references: its output is a deterministic
+    function of the data and must not be released.  The identity transform gives
+    the sample covariance.
+
+    Parameters
+    ----------
+    X : ndarray, dask.array.Array, Zarr (path, URL, Array, Group), xarray or dask DataFrame
+        Records as rows (see :func:`dask_dppca.io.as_dask_array`).
+    transform : {"sphere", "winsor", "identity"} or Transform, default="sphere"
+    radius : float, optional
+        Winsorization radius.
+    scheduler : str or distributed.Client, default="threads"
+        Where to compute (see :class:`~dask_dppca.DPPCA`).
+    component : str, optional
+        Array inside a Zarr group, or an xarray Dataset variable.
+    design : {"complete", "auto"} or RegularDesign, default="complete"
+        Which pairs are averaged.
+    storage_options : dict, optional
+        fsspec options for a URL (see :meth:`~dask_dppca.DPPCA.fit`).
+    allow_fill_values : bool, default=False
+        Read missing Zarr chunks as the fill value (see :meth:`~dask_dppca.DPPCA.fit`).
+
+    Returns
+    -------
+    ndarray, shape (d, d)
+    """
+    g = resolve_transform(transform, radius)
+    cluster.check_scheduler(scheduler)
+    data = as_dask_array(X, component, storage_options=storage_options,
+                         allow_fill_values=allow_fill_values, scheduler=scheduler)
+    with cluster.compute_target(scheduler) as target:
+        data, _, plan = plan_blocks(data, design, cluster.thread_count(target))
+        graph = kernel_sum_graph(data, plan, g)
+        if isinstance(target, str):
+            kernel_sum = compute_locally(graph, target)
+        else:
+            future = target.compute(graph)
+            try:
+                kernel_sum = cluster.await_result(target, future, "kendall_matrix")
+            finally:
+                future.release()
+    return kernel_sum / plan.n_pairs

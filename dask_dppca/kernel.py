@@ -80,7 +80,7 @@ def rounding_error_bound(
     n_features: int,
     max_block_rows: int,
     n_block_pairs: int,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    tile_rows: int,
 ) -> float:
     """Worst-case ``||K_hat_computed - K_hat_exact||_F / G^2`` for any data set.
 
@@ -92,9 +92,10 @@ def rounding_error_bound(
     tiles, the d x d products, the tree reduction).  The standard bound for
     floating-point sums then gives this value; docs/privacy.md uses it to widen the
     sensitivity by ``2 G^2`` times it.  It is a worst case: observed errors are
-    orders of magnitude smaller.
+    orders of magnitude smaller.  ``tile_rows`` must be the tile size the kernel was
+    run with (``DesignPlan.tile_rows``).
     """
-    tile = tile_rows_for_budget(memory_budget, n_features)
+    tile = int(tile_rows)
     depth = tile + 2 * math.ceil(max_block_rows / tile) + n_features + math.log2(max(n_block_pairs, 1)) + 8
     return 4.0 * CONDITION_LIMIT * depth * float(np.finfo(np.float64).eps)
 

@@ -200,22 +200,23 @@ def release_sigma(n: int, d: int, epsilon: float, delta: float = 1e-6, *,
     """The noise scale ``sigma`` of ``DPPCA(design="complete")`` on an (n, d) numpy input.
 
     Builds the plan ``fit`` builds for a numpy input (default block rows, complete
-    design) and calls the estimator's own :func:`~dask_dppca.estimator.calibrate_release`
-    with the default sampler, so the planner and the experiments use the estimator's
-    sigma without computing K_hat.  ``tests/statistical/test_theory.py`` checks it against
+    design) and the same :class:`~dask_dppca.privacy.mechanism.ReleaseMechanism` with
+    the default sampler, so the planner and the experiments use the estimator's sigma
+    without computing K_hat.  ``tests/statistical/test_theory.py`` checks it against
     ``est.privacy_["sigma"]``, which catches a drift in how ``fit`` plans its blocks.
     """
     from .design import CompleteDesign
-    from .estimator import calibrate_release
     from .io import default_block_rows
+    from .privacy.mechanism import ReleaseMechanism
     from .privacy.noise import default_sampler
 
     g = resolve_transform(transform, radius)
     rows = default_block_rows(d)
     chunks = (rows,) * (n // rows) + ((n % rows,) if n % rows else ())
-    plan = CompleteDesign().plan(chunks)
+    design = CompleteDesign()
     sampler = default_sampler(d * (d + 1) // 2)
-    return calibrate_release(plan, g, d, epsilon, delta, calibration, sampler).sigma
+    return ReleaseMechanism.plan_release(design, design.plan(chunks, d), g, epsilon, delta,
+                                         calibration, sampler).sigma
 
 
 # -- utility: first-order perturbation model ------------------------------------------
@@ -410,7 +411,7 @@ def breakdown_bound(X, n_components: int, transform: str = "sphere", radius: flo
         ``fraction`` (``k / n``), ``gap``, ``G``, ``n``, ``limit`` (the n -> inf limit of
         the fraction, ``1 - sqrt(1 - gap / (2 G^2))``).
     """
-    from .estimator import kendall_matrix
+    from .graph import kendall_matrix
 
     g = resolve_transform(transform, radius)
     if not g.is_bounded:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
-__all__ = ["real_number", "positive_finite"]
+__all__ = ["real_number", "nonnegative_finite", "positive_finite", "integer_at_least", "boolean",
+           "one_of", "optional_string"]
 
 
 def real_number(name: str, value: object) -> float:
@@ -33,3 +35,31 @@ def positive_finite(name: str, value: object) -> float:
     if not (math.isfinite(number) and number > 0.0):
         raise ValueError(f"{name}: must be finite and > 0, got {number!r}")
     return number
+
+
+def integer_at_least(name: str, value: object, low: int) -> int:
+    """``value`` as an int >= ``low``; booleans and floats are refused."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def boolean(name: str, value: object) -> bool:
+    """``value`` if it is a bool (``0``/``1``/``"yes"`` are refused: say what you mean)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name}: must be True or False, got {value!r}")
+    return bool(value)
+
+
+def one_of(name: str, value: object, choices: tuple) -> object:
+    """``value`` if it is one of ``choices``."""
+    if isinstance(value, str) and value in choices:
+        return value
+    raise ValueError(f"{name}: unknown value {value!r}; expected one of {', '.join(map(repr, choices))}")
+
+
+def optional_string(name: str, value: object) -> str | None:
+    """``value`` if it is None or a non-empty string."""
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise ValueError(f"{name}: must be a non-empty string or None, got {value!r}")

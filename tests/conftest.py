@@ -26,3 +26,13 @@ def elliptical():
     x = make_elliptical(3000, spiked_spectrum(d, n_spikes=2, spike=8.0), directions,
                         df=1.0, seed=12)
     return x, directions[:, :2]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_the_embedded_cluster():
+    """Stop the embedded cluster (if a test started one) while pytest still owns the
+    output streams, rather than at interpreter exit."""
+    yield
+    from dask_dppca.cluster import close_embedded_cluster
+
+    close_embedded_cluster()

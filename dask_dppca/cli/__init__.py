@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from . import demo, fit
 
@@ -50,9 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings on the command line: one line each, no source location."""
+    return f"dask-dppca: warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dask-dppca`` console script."""
     args = build_parser().parse_args(argv)
+    warnings.formatwarning = _one_line_warning
     try:
         return args.run(args)
     except ValueError as error:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 
@@ -51,6 +52,10 @@ def add_parser(commands) -> None:
                      help="Dask scheduler address, e.g. tls://host:8786 (default: embedded LocalCluster)")
     fit.add_argument("--trusted-worker", help="worker address that adds the noise when none offers "
                      "the 'dppca-trusted' resource")
+    fit.add_argument("--require-trusted", action="store_true",
+                     help="refuse to release unless a worker offers 'dppca-trusted' (or "
+                     "--trusted-worker names one); by default such a fit warns and releases "
+                     "on any worker, recorded in the result's privacy.released_on")
     fit.add_argument("--tls-ca-file", help="CA certificate (PEM) for a tls:// scheduler "
                      "(default: the Dask configuration, distributed.comm.tls.ca-file)")
     fit.add_argument("--tls-cert", help="client certificate (PEM) for a tls:// scheduler "
@@ -60,7 +65,8 @@ def add_parser(commands) -> None:
     fit.add_argument("--output", default="result.json",
                      help="result file: local path or fsspec URL (default result.json); "
                      "checked before the fit, written atomically where the store allows")
-    fit.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    fit.add_argument("--no-progress", action="store_true",
+                     help="hide the progress bar (shown when the output is a terminal)")
     fit.set_defaults(run=run)
 
 
@@ -90,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         n_components=args.n_components, epsilon=args.epsilon, delta=args.delta,
         transform=args.transform, radius=args.radius, design=design,
         calibration=args.calibration, scheduler=args.scheduler,
-        trusted_worker=args.trusted_worker, progress=not args.no_progress,
+        trusted_worker=args.trusted_worker, require_trusted=args.require_trusted,
+        progress=not args.no_progress and sys.stdout.isatty(),
     )
     with tls_config(args.tls_ca_file, args.tls_cert, args.tls_key):
         est.fit(args.store, component=args.component, storage_options=input_options,

@@ -85,17 +85,21 @@ xarray.DataArray, xarray.Dataset, dask DataFrame or Series
     if array.ndim != 2:
         raise ValueError(
             f"X: expected a 2-D array (n records x d features), got {array.ndim} dimension(s) "
-            f"with shape {array.shape}"
+            f"with shape {array.shape}; Reshape your data, e.g. x.reshape(-1, 1) for one feature"
         )
     n, d = array.shape
+    # The wording after the first clause is scikit-learn's, so that its conformance
+    # checks (and users who know its messages) recognise the error.
     if d == 0:
-        raise ValueError("X: has no columns (d = 0)")
+        raise ValueError(f"X: has no columns (d = 0): 0 feature(s) (shape={array.shape}) while a "
+                         "minimum of 1 is required.")
     if n < 2:
-        raise ValueError(f"X: needs at least 2 records to form a pair, got n = {n}")
+        raise ValueError(f"X: needs at least 2 records to form a pair, got n = {n} (n_samples = {n})")
+    if np.issubdtype(array.dtype, np.complexfloating):
+        raise ValueError(f"X: needs a real numeric dtype, got {array.dtype} (Complex data not supported)")
     # timedelta64 passes np.number (it subclasses signedinteger) but is not a measurement
-    # on a real scale we may treat as coordinates; datetime64 and complex are refused too.
-    if (not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_)
-            or np.issubdtype(array.dtype, np.complexfloating) or array.dtype.kind in "mM"):
+    # on a real scale we may treat as coordinates; datetime64 is refused too.
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or array.dtype.kind in "mM":
         raise ValueError(f"X: needs a real numeric dtype, got {array.dtype}")
     if len(array.chunks[1]) != 1:
         array = array.rechunk({1: -1})
@@ -113,19 +117,29 @@ def _to_dask(data, component, storage_options, allow_fill_values, scheduler) -> 
         return from_dask_frame(data, scheduler)
     if _is_sparse(data):
         raise ValueError(
-            f"X: a sparse matrix ({type(data).__name__}) is not supported: g-DPPCA works on "
-            "dense rows; pass X.toarray() if it fits in memory, or store it densely in Zarr")
+            f"X: sparse input is not supported (got {type(data).__name__}); pass a dense array, "
+            "e.g. X.toarray(): every pairwise difference is dense anyway"
+        )
     try:
         array = np.asarray(data)
     except (TypeError, ValueError) as error:  # ragged nested lists, unconvertible objects
         raise ValueError(
             f"X: cannot be read as a 2-D numeric array ({type(data).__name__}: {error})"
         ) from None
+    if array.dtype == object:
+        # Numbers held as Python objects (a pandas frame of mixed ints and floats, say)
+        # are numbers; anything float() refuses is a type error, as in numpy.
+        try:
+            array = array.astype(np.float64)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"X: holds values that are not real numbers ({error})") from None
     if array.ndim == 2:
         return da.from_array(array, chunks=(default_block_rows(array.shape[1]), -1))
     return da.from_array(array)
 
 
 def _is_sparse(data: Any) -> bool:
-    module = type(data).__module__
-    return module.startswith("scipy.sparse") or module.split(".")[0] == "sparse"
+    """scipy.sparse matrices and arrays (checked without importing scipy.sparse first)."""
+    import scipy.sparse
+
+    return scipy.sparse.issparse(data)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ..cluster import TRUSTED_RESOURCE
 from .noise import NoiseSampler, add_symmetric_noise
 
 __all__ = [
@@ -33,8 +34,6 @@ __all__ = [
     "RELEASE_METADATA_KEY",
 ]
 
-#: Worker resource that marks the trusted node (``dask worker --resources "dppca-trusted=1"``).
-TRUSTED_RESOURCE = "dppca-trusted"
 #: Scheduler metadata prefix under which release tickets are recorded, one per fit id.
 RELEASE_METADATA_KEY = ("dask-dppca", "releases")
 
@@ -57,10 +56,13 @@ class PrivateRelease:
     components : ndarray, shape (n_components, d)
         Matching unit eigenvectors as rows, sign fixed so the largest-magnitude entry
         is positive (a deterministic post-processing).
+    released_on : str
+        Address of the worker that drew the noise, or ``"this process"``.
     """
 
     eigenvalues: np.ndarray
     components: np.ndarray
+    released_on: str = "this process"
 
 
 class TrustedSum:
@@ -157,7 +159,7 @@ def private_release(
     ReleaseAlreadyDrawnError
         If a release for ``fit_id`` already ran.
     """
-    claim_release_ticket(fit_id)
+    worker = claim_release_ticket(fit_id)
     if isinstance(kernel_sum, TrustedSum):
         kernel_sum = kernel_sum.value
     k_hat = np.asarray(kernel_sum, dtype=np.float64) / float(n_pairs)
@@ -169,15 +171,16 @@ def private_release(
     components = eigenvectors[:, order[:n_components]].T.copy()
     peaks = np.argmax(np.abs(components), axis=1)
     components *= np.sign(components[np.arange(len(peaks)), peaks])[:, None]
-    return PrivateRelease(eigenvalues=eigenvalues, components=components)
+    return PrivateRelease(eigenvalues=eigenvalues, components=components,
+                          released_on=worker.address if worker is not None else "this process")
 
 
-def claim_release_ticket(fit_id: str) -> None:
+def claim_release_ticket(fit_id: str):
     """Record that the release of ``fit_id`` is drawing its noise; refuse a second time.
 
     On a distributed worker the ticket lives in the scheduler's metadata, under a
     distributed lock, so it survives the loss of the worker that claimed it.
-    Elsewhere it lives in this process.
+    Elsewhere it lives in this process.  Returns the worker (None outside one).
     """
     worker = _current_worker()
     if worker is None:
@@ -185,7 +188,7 @@ def claim_release_ticket(fit_id: str) -> None:
             if fit_id in _local_tickets:
                 raise ReleaseAlreadyDrawnError(f"release {fit_id} already drew its noise")
             _local_tickets.add(fit_id)
-        return
+        return None
     import distributed
 
     client = distributed.get_client()
@@ -197,6 +200,7 @@ def claim_release_ticket(fit_id: str) -> None:
                 "refusing to draw again"
             )
         client.set_metadata(key, {"worker": worker.address, "time": time.time()})
+    return worker
 
 
 def placement_available(placement: dict, workers: dict) -> bool:

@@ -30,7 +30,7 @@ def _brute_force_pairs(plan):
     [(100, 2, 10), (103, 3, 10), (95, 1, 10), (50, 10, 10), (77, 4, 7), (99, 3, 11), (64, 5, 8)],
 )
 def test_regular_design_counts_match_brute_force(n, k, block):
-    plan = RegularDesign(k=k, block_size=block, seed=3).plan((n,))
+    plan = RegularDesign(k=k, block_size=block, seed=3).plan((n,), 4)
     pairs = _brute_force_pairs(plan)
     degree = np.zeros(n, dtype=int)
     for i, j in pairs:
@@ -45,7 +45,7 @@ def test_regular_design_counts_match_brute_force(n, k, block):
 
 @pytest.mark.parametrize("n, k, block", [(100, 2, 10), (120, 3, 10), (96, 1, 12)])
 def test_equal_blocks_give_the_complete_design_sensitivity(n, k, block):
-    plan = RegularDesign(k=k, block_size=block, seed=0).plan((n,))
+    plan = RegularDesign(k=k, block_size=block, seed=0).plan((n,), 4)
     assert math.isclose(plan.sensitivity(1.0), 2 * math.sqrt(2) / n, rel_tol=1e-12)
     assert plan.n_pairs < n * (n - 1) // 2
 
@@ -60,12 +60,12 @@ def test_block_graph_is_k_regular_and_seeded():
 
 
 def test_large_k_is_the_complete_design():
-    plan = RegularDesign(k=50, block_size=10, seed=0).plan((95,))
+    plan = RegularDesign(k=50, block_size=10, seed=0).plan((95,), 4)
     assert plan.n_pairs == 95 * 94 // 2 and plan.max_degree == 94
 
 
 def test_complete_design_counts():
-    plan = CompleteDesign().plan((3, 4, 5))
+    plan = CompleteDesign().plan((3, 4, 5), 4)
     assert plan.n_pairs == len(_brute_force_pairs(plan)) == 66
     assert plan.max_degree == 11
 
@@ -81,7 +81,7 @@ def test_regular_design_estimate_matches_the_pair_by_pair_reference():
     rng = np.random.default_rng(8)  # test data only
     x = rng.standard_normal((70, 3)) * [3.0, 1.0, 0.3]
     design = RegularDesign(k=2, block_size=9, seed=4)
-    plan = design.plan((70,))
+    plan = design.plan((70,), 3)
     edges = np.cumsum((0,) + plan.block_sizes)
     want = np.zeros((3, 3))
     for bi, bj in plan.block_pairs:

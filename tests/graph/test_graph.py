@@ -86,7 +86,7 @@ def test_building_reads_no_data_and_compute_reads_each_block_once():
     bounds = [0, 50, 100, 170, 240]
     calls = collections.Counter()
     data = _counting_array(x, bounds, calls)
-    plan = CompleteDesign().plan(data.chunks[0])
+    plan = CompleteDesign().plan(data.chunks[0], data.shape[1])
     graph = kernel_sum_graph(data, plan, sphere())
     assert calls == {}
     pair_tasks = [k for k in dict(graph.__dask_graph__()) if str(k).startswith("dppca-pair-")]
@@ -103,7 +103,7 @@ def test_building_reads_no_data_and_compute_reads_each_block_once():
 def test_block_pairs_cover_every_pair_once():
     x = _data(60)
     sizes = (10, 25, 25)
-    plan = CompleteDesign().plan(sizes)
+    plan = CompleteDesign().plan(sizes, x.shape[1])
     edges = np.cumsum((0,) + sizes)
     total = sum(
         block_pair_sum(x[edges[i]:edges[i + 1]],

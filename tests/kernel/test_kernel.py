@@ -459,7 +459,8 @@ def test_adversarial_blocks_match_reference(x, name, tile_rows, cross):
     assert relative_error(got, want) <= TOL
     # The documented worst case (per pair, in units of G^2) holds with a wide margin.
     bound, n_pairs = TRANSFORMS[name][2], (len(a) * len(b) if cross else len(a) * (len(a) - 1) // 2)
-    worst = rounding_error_bound(a.shape[1], len(x), 1) * bound**2 * max(n_pairs, 1)
+    tiles = tile_rows or tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, a.shape[1])
+    worst = rounding_error_bound(a.shape[1], len(x), 1, tiles) * bound**2 * max(n_pairs, 1)
     assert np.linalg.norm(got - want) <= worst
 
 

@@ -14,6 +14,7 @@ from distributed import Client, LocalCluster
 
 import dask_dppca as dd
 from dask_dppca.privacy.noise import SeededSampler
+from dask_dppca.privacy import release as release_module
 from dask_dppca.privacy.release import (
     RELEASE_METADATA_KEY,
     TRUSTED_RESOURCE,
@@ -36,13 +37,19 @@ def test_release_is_drawn_once_per_fit_id_locally():
 
 def test_release_returns_only_functions_of_the_noisy_matrix():
     release = private_release(np.diag([3.0, 2.0, 1.0]), 1, 1e-9, 2, SeededSampler(1), uuid.uuid4().hex)
-    assert set(vars(release)) == {"eigenvalues", "components"}
+    # Functions of K_tilde, and where the noise was drawn (public placement, no data).
+    assert set(vars(release)) == {"eigenvalues", "components", "released_on"}
+    assert release.released_on == "this process"
     assert np.allclose(release.eigenvalues, [3, 2, 1], atol=1e-6)
     assert np.allclose(np.abs(release.components), np.eye(3)[:2], atol=1e-6)
 
 
 @pytest.mark.cluster
-def test_sealed_exact_sum_cannot_reach_the_client(cluster_client):
+def test_sealed_exact_sum_cannot_reach_the_client(cluster_client, monkeypatch):
+    # A client process that hosts no worker.  (This test process may have hosted the
+    # embedded in-process cluster, whose workers mark the whole process: there is no
+    # process boundary to protect then, docs/privacy.md.)
+    monkeypatch.setitem(release_module._WORKER_PROCESS, "sealing", False)
     register_sealing(cluster_client)
     workers = sorted(cluster_client.scheduler_info(n_workers=-1)["workers"])
     sealed = cluster_client.submit(TrustedSum, np.eye(2), workers=workers[:1], pure=False)

@@ -78,7 +78,7 @@ def test_random_neighbours_stay_within_the_bound(base, replacement, index, trans
     radius = 1.3 if transform == "winsor" else None
     s_prime = base.copy()
     s_prime[index % n] = replacement
-    plan = CompleteDesign().plan((n,))
+    plan = CompleteDesign().plan((n,), base.shape[1])
     g2 = 1.0 if transform == "sphere" else radius**2
     bound = plan.sensitivity(math.sqrt(g2))
     gap = _distance(base, s_prime, transform=transform, radius=radius)

@@ -30,6 +30,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 import dask_dppca as dd
+from dask_dppca import estimator
 from dask_dppca.privacy.noise import OpenDPSampler, add_symmetric_noise
 from dask_dppca.privacy.release import (
     RELEASE_METADATA_KEY,
@@ -82,12 +83,12 @@ def draws(calls: list[dict], d: int) -> int:
     return len(sizes) // 2
 
 
-class CountingDPPCA(dd.DPPCA):
-    """DPPCA whose release uses a CountingSampler (kept as ``counting_sampler_``)."""
-
-    def _sampler(self, n_entries):
-        self.counting_sampler_ = CountingSampler()
-        return self.counting_sampler_
+@pytest.fixture
+def counting_sampler(monkeypatch):
+    """DPPCA fits in this test release with a CountingSampler (returned)."""
+    sampler = CountingSampler()
+    monkeypatch.setattr(estimator, "_noise_sampler", lambda n_features, random_state: sampler)
+    return sampler
 
 
 def _release_without_ticket(kernel_sum, n_pairs, sigma, n_components, sampler, fit_id):
@@ -173,13 +174,13 @@ def _killer(client, protected, pids, started, done, log, errors):
         errors.append(error)
 
 
-def test_fit_draws_once_while_workers_are_killed(client):
+def test_fit_draws_once_while_workers_are_killed(client, counting_sampler):
     trusted = _workers(client)[0]
     rng = np.random.default_rng(5)  # test data only
     x = da.from_array(rng.standard_normal((N_ROWS, D)), chunks=(CHUNK, D))
     tickets_before = set(client.get_metadata(list(RELEASE_METADATA_KEY), default={}))
-    est = CountingDPPCA(n_components=2, scheduler=client, trusted_worker=trusted,
-                        design="complete")
+    est = dd.DPPCA(n_components=2, scheduler=client, trusted_worker=trusted,
+                   design="complete")
     started, done, kills, errors = threading.Event(), threading.Event(), [], []
     thread = threading.Thread(target=_killer, daemon=True,
                               args=(client, trusted, _pids(client), started, done, kills, errors))
@@ -206,7 +207,7 @@ def test_fit_draws_once_while_workers_are_killed(client):
           f"release ticket at {ticket['time'] - t0:.1f} s")
     assert len(before_release) >= N_WORKERS - 1, (kills, ticket, t0, elapsed)
 
-    calls = noise_calls(client, est.counting_sampler_)
+    calls = noise_calls(client, counting_sampler)
     print(f"noise calls: {[c['size'] for c in calls]} -> {len(calls) // 2} draw(s)")
     assert draws(calls, D) == 1, calls
     assert {c["worker"] for c in calls} == {trusted}
@@ -256,7 +257,7 @@ def test_rerun_of_a_killed_release_without_ticket_draws_twice(client):
 # -- BUG: a worker that died just before the fit makes the fit fail ---------------------------
 
 
-def test_fit_survives_a_worker_that_died_just_before_it(client):
+def test_fit_survives_a_worker_that_died_just_before_it(client, counting_sampler):
     """FAILS (bug): ``register_sealing`` broadcasts the sealing plugin to every worker on each
     fit; a worker that died an instant earlier (SIGKILL, scheduler not yet told) makes the
     broadcast raise CommClosedError and the whole fit aborts, although the scheduler already
@@ -271,10 +272,10 @@ def test_fit_survives_a_worker_that_died_just_before_it(client):
     victim = [w for w in _workers(client) if w != trusted][0]
     rng = np.random.default_rng(6)  # test data only
     x = rng.standard_normal((300, 4))
-    est = CountingDPPCA(n_components=2, scheduler=client, trusted_worker=trusted)
+    est = dd.DPPCA(n_components=2, scheduler=client, trusted_worker=trusted)
     _kill(client, victim)
     try:
         est.fit(x)
     finally:
         _wait_for_full_cluster(client, victim)
-    assert draws(noise_calls(client, est.counting_sampler_), 4) == 1
+    assert draws(noise_calls(client, counting_sampler), 4) == 1

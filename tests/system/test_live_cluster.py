@@ -25,22 +25,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import distributed
 import numpy as np
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from distributed import Client, Security
+from threadpoolctl import threadpool_limits
 
-distributed = pytest.importorskip("distributed")
-x509 = pytest.importorskip("cryptography.x509")
-
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
-from distributed import Client, Security  # noqa: E402
-from threadpoolctl import threadpool_limits  # noqa: E402 - a scikit-learn dependency
-
-import dask_dppca as dd  # noqa: E402
-from dask_dppca import cluster as dd_cluster  # noqa: E402
-from dask_dppca.privacy import release as release_module  # noqa: E402
-from dask_dppca.privacy.release import (  # noqa: E402
+import dask_dppca as dd
+from dask_dppca import datasets
+from dask_dppca import cluster as dd_cluster
+from dask_dppca.privacy import release as release_module
+from dask_dppca.privacy.release import (
     RELEASE_METADATA_KEY,
     TRUSTED_RESOURCE,
     ExactSumLeakError,
@@ -267,9 +266,8 @@ def store(tmp_path_factory):
     """Test data in a Zarr store the workers read: 6000 x 6 t_1 records, 12 blocks."""
     path = str(tmp_path_factory.mktemp("data") / "x.zarr")
     d = 6
-    dd_datasets = pytest.importorskip("dask_dppca.datasets")
-    dd_datasets.write_elliptical_zarr(path, 6000, dd_datasets.spiked_spectrum(d, 2, 8.0),
-                                      dd_datasets.random_directions(d, seed=1), df=1.0,
+    datasets.write_elliptical_zarr(path, 6000, datasets.spiked_spectrum(d, 2, 8.0),
+                                   datasets.random_directions(d, seed=1), df=1.0,
                                       chunk_rows=500, seed=2)
     return path
 
@@ -357,7 +355,7 @@ def test_the_sealed_exact_sum_cannot_be_gathered_by_the_client(live, store):
     from dask_dppca.transforms import resolve_transform
 
     data = as_dask_array(store)
-    graph = kernel_sum_graph(data, resolve_design("complete").plan(data.chunks[0]),
+    graph = kernel_sum_graph(data, resolve_design("complete").plan(data.chunks[0], data.shape[1]),
                              resolve_transform("sphere", None))
     register_sealing(client)
     sealed = client.compute(dask.delayed(TrustedSum, pure=True)(graph))
@@ -465,7 +463,6 @@ def test_killing_ordinary_workers_mid_fit_changes_nothing(live, tmp_path_factory
         cluster.add_worker()
         wait_for_workers(client, len(client.scheduler_info(n_workers=-1)["workers"]) + 1)
     path = str(tmp_path_factory.mktemp("big") / "x.zarr")
-    datasets = pytest.importorskip("dask_dppca.datasets")
     n_blocks = 24
     datasets.write_elliptical_zarr(path, n_blocks * 300, datasets.spiked_spectrum(6, 2, 8.0),
                                    datasets.random_directions(6, seed=1), df=1.0,

@@ -33,6 +33,7 @@ import zarr
 from distributed import Client
 
 import dask_dppca as dd
+from dask_dppca import estimator
 from dask_dppca.cli import EXIT_USAGE, main
 from dask_dppca.io import MissingChunkError, as_dask_array
 from dask_dppca.privacy.noise import SeededSampler
@@ -323,7 +324,7 @@ def test_cli_reads_s3_and_writes_s3(s3, stores, cluster, tmp_path):
 def test_cli_result_on_s3_equals_the_local_one_bitwise(s3, stores, cluster, tmp_path,
                                                        monkeypatch, capsys):
     """The same command line on S3 and on a local copy; noise seeded (tests only)."""
-    monkeypatch.setattr(dd.DPPCA, "_sampler", lambda self, n: SeededSampler(0))
+    monkeypatch.setattr(estimator, "_noise_sampler", lambda d, random_state: SeededSampler(0))
     options_file = tmp_path / "options.json"
     options_file.write_text(json.dumps(s3["options"]))
     common = ["--scheduler", cluster["address"], "--no-progress", "-k", "3"]
@@ -440,9 +441,6 @@ def test_readme_python_example_runs_as_written(s3, readme_bucket):
     assert done.stdout.lstrip().startswith("[[")  # print(est.components_)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="issue 11: the CLI's default progress bar on the embedded cluster "
-                   "fails with 'No clients found' (passes with --no-progress)")
 def test_readme_command_line_runs_as_written(s3, readme_bucket):
     _, shell = _readme_blocks()
     _run_readme_block(["bash", "-c", shell], readme_bucket, s3["secret"])

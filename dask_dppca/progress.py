@@ -1,0 +1,78 @@
+"""Progress display for a compute: a text bar in a terminal, a widget in Jupyter.
+
+Works on every compute target without a default client: the distributed bars are
+given the target's scheduler address explicitly (``distributed.progress`` would look
+for a default client, which the embedded cluster and address clients do not set).
+The distributed bar listens on its own thread and event loop, so the caller keeps
+watching the cluster (bounded waits) while the bar updates, in a terminal and in a
+notebook whose kernel is busy with the fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+__all__ = ["local_progress", "cluster_progress", "in_notebook"]
+
+#: Seconds the bar's thread may take to draw its last state after the work ended.
+_FINAL_DRAW_WAIT = 2.0
+#: The scheduler sends the bar an update this often (seconds).
+_UPDATE_INTERVAL = 0.1
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter (IPython) kernel, where a widget can be displayed."""
+    if "IPython" not in sys.modules:
+        return False
+    from IPython import get_ipython
+
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
+def local_progress(enabled: bool):
+    """``dask.diagnostics.ProgressBar`` for a local-scheduler compute, when enabled."""
+    if not enabled:
+        return nullcontext()
+    from dask.diagnostics import ProgressBar
+
+    return ProgressBar()
+
+
+@contextmanager
+def cluster_progress(client: Any, futures: list, enabled: bool) -> Iterator[None]:
+    """Show the progress of ``futures`` (and everything they depend on) while the block runs.
+
+    A ``MultiProgressWidget`` displayed in the notebook, else a text bar on stdout.
+    """
+    if not enabled:
+        yield
+        return
+    from distributed.diagnostics.progressbar import MultiProgressWidget, TextProgressBar
+
+    address = client.scheduler.address
+    if in_notebook():
+        from IPython.display import display
+
+        bar = MultiProgressWidget(futures, scheduler=address, complete=True,
+                                  interval=_UPDATE_INTERVAL)
+        display(bar.widget)
+    else:
+        bar = TextProgressBar(futures, scheduler=address, complete=True, start=False,
+                              interval=_UPDATE_INTERVAL)
+    listener = threading.Thread(target=asyncio.run, args=(bar.listen(),),
+                                name="dask-dppca-progress", daemon=True)
+    listener.start()
+    try:
+        yield
+    finally:
+        listener.join(timeout=_FINAL_DRAW_WAIT)
+        # The scheduler's side of the bar's feed notices the closed connection at its
+        # next update; let it, so that a cluster closed right after (the CLI exits)
+        # does not cancel it mid-sleep and log a CancelledError traceback.
+        time.sleep(3 * _UPDATE_INTERVAL)

@@ -1,0 +1,80 @@
+"""scikit-learn's own estimator checks, all of them, plus the output API.
+
+No check is expected to fail.  NaN/inf input is accepted by design (a non-finite record
+contributes 0 and still counts in n: docs/robustness.md), declared with the
+``allow_nan`` tag, so scikit-learn skips its "must reject NaN" check rather than
+failing it.  The checks fit with ``random_state`` set (scikit-learn's set_random_state):
+seeded, NOT private noise, for testing only.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import dask_dppca as dd
+from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+
+pytestmark = pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning")
+
+
+@parametrize_with_checks([dd.DPPCA(scheduler="threads"), dd.DPPCA()], expected_failed_checks=lambda est: {})
+def test_scikit_learn_check(estimator, check):
+    check(estimator)
+
+
+def _frame(n=300, d=4):
+    x = np.random.default_rng(1).standard_t(2, size=(n, d))  # test data only
+    return pd.DataFrame(x, columns=[f"f{i}" for i in range(d)])
+
+
+def _fit(x, **params):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
+        return dd.DPPCA(2, scheduler="threads", random_state=0, **params).fit(x)
+
+
+def test_feature_names_in_and_out():
+    frame = _frame()
+    est = _fit(frame)
+    assert list(est.feature_names_in_) == list(frame.columns)
+    assert list(est.get_feature_names_out()) == ["dppca0", "dppca1"]
+    pipe = Pipeline([("scale", StandardScaler()), ("pca", dd.DPPCA(2, scheduler="threads"))]).fit(frame)
+    assert list(pipe.get_feature_names_out()) == ["dppca0", "dppca1"]
+
+
+def test_reordered_columns_are_refused():
+    frame = _frame()
+    est = _fit(frame)
+    with pytest.raises(ValueError, match="feature names"):
+        est.transform(frame[frame.columns[::-1]])
+
+
+def test_set_output_pandas_and_polars():
+    frame = _frame()
+    est = _fit(frame).set_output(transform="pandas")
+    scores = est.transform(frame)
+    assert isinstance(scores, pd.DataFrame) and list(scores.columns) == ["dppca0", "dppca1"]
+    assert np.array_equal(scores.to_numpy(), frame.to_numpy() @ est.components_.T)
+    import polars
+    scores = _fit(frame).set_output(transform="polars").transform(frame)
+    assert isinstance(scores, polars.DataFrame) and scores.columns == ["dppca0", "dppca1"]
+
+
+def test_transform_parameter_is_still_a_parameter():
+    est = dd.DPPCA(transform="winsor", radius=2.0)
+    assert est.get_params()["transform"] == "winsor"
+    assert callable(est.transform)
+
+
+def test_sparse_input_is_refused_clearly():
+    import scipy.sparse
+
+    with pytest.raises(ValueError, match="^X: sparse input is not supported"):
+        dd.DPPCA(2).fit(scipy.sparse.random(50, 4, density=0.5, format="csr"))

@@ -1,0 +1,70 @@
+"""No hang: a fit on a cluster that cannot make progress fails after the configured wait.
+
+Reproduces the 23-minute hang of the larger-than-memory test: a worker whose baseline
+(unmanaged) memory sits above Dask's pause threshold pauses for good; spilling frees
+nothing.  Nothing may be released and no budget charged.
+"""
+
+from __future__ import annotations
+
+import time
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from distributed.core import Status
+
+import dask_dppca as dd
+from dask_dppca.cluster import STALL_TIMEOUT_KEY
+from dask_dppca.privacy.release import RELEASE_METADATA_KEY
+
+pytestmark = pytest.mark.cluster
+STALL_SECONDS = 3.0
+X = np.random.default_rng(2).standard_t(1, size=(3000, 5))  # test data only
+
+
+def _fit_fails_clearly(client: Client) -> None:
+    budget = dd.PrivacyBudget(epsilon=5.0, delta=1e-5)
+    started = time.monotonic()
+    with dask.config.set({STALL_TIMEOUT_KEY: STALL_SECONDS}), budget:
+        with pytest.raises(dd.ClusterStalledError, match="nothing was released") as stalled:
+            dd.DPPCA(2, scheduler=client).fit(X)
+    elapsed = time.monotonic() - started
+    assert "paused" in str(stalled.value) and STALL_TIMEOUT_KEY in str(stalled.value)
+    assert STALL_SECONDS <= elapsed < STALL_SECONDS + 20
+    assert budget.releases == 0
+    assert not client.get_metadata(list(RELEASE_METADATA_KEY), default={})
+
+
+def test_fit_on_a_cluster_whose_only_worker_is_paused_fails_within_the_wait():
+    # The memory monitor would resume a worker paused by hand: switch pausing off there.
+    with dask.config.set({"distributed.worker.memory.pause": False}), \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                         resources={"dppca-trusted": 1}) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.run(lambda dask_worker: setattr(dask_worker, "status", Status.paused))
+        _fit_fails_clearly(client)
+        # Unpaused, the same cluster fits: the error was the pause, not the set-up.
+        client.run(lambda dask_worker: setattr(dask_worker, "status", Status.running))
+        est = dd.DPPCA(2, scheduler=client).fit(X)
+        assert est.components_.shape == (2, 5)
+
+
+def test_worker_whose_baseline_memory_is_over_the_pause_threshold_fails_the_fit():
+    """The real cause: memory limit below the worker process's own footprint."""
+    never_kill = {"distributed.worker.memory.terminate": False,
+                  "distributed.worker.memory.monitor-interval": "50ms"}
+    with dask.config.set(never_kill), \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                         memory_limit="64MiB", resources={"dppca-trusted": 1}) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        deadline = time.monotonic() + 30
+        while not _statuses(client) == {"paused"}:
+            assert time.monotonic() < deadline, f"the worker never paused: {_statuses(client)}"
+            time.sleep(0.2)
+        _fit_fails_clearly(client)
+
+
+def _statuses(client: Client) -> set[str]:
+    return {w["status"] for w in client.scheduler_info(n_workers=-1)["workers"].values()}

@@ -1,0 +1,60 @@
+"""The package's layers (README, "Layout"): no module imports from a layer above it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "dask_dppca"
+#: Lowest first.  A module may import its own layer and the ones before it.
+LAYERS = [
+    {"validation", "datasets"},
+    {"transforms", "kernel"},
+    {"cluster", "progress"},
+    {"design", "io", "graph"},
+    {"privacy"},
+    {"estimator", "theory", "cli", "__init__", "__main__"},
+]
+
+
+def layer(module: str) -> int:
+    top = module.split(".")[0]
+    (index,) = [i for i, names in enumerate(LAYERS) if top in names]
+    return index
+
+
+def imports(path: Path) -> set[str]:
+    """Package-relative names imported anywhere in ``path`` (function bodies included)."""
+    package = path.relative_to(PACKAGE).with_suffix("").parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = list(package[: len(package) - node.level + 1])
+            if node.module:
+                found.add(".".join(base + [node.module]))
+                continue
+            for alias in node.names:  # `from . import x`: a module x, or a name of the package
+                is_module = PACKAGE.joinpath(*base, alias.name).with_suffix(".py").exists() or \
+                    PACKAGE.joinpath(*base, alias.name).is_dir()
+                found.add(".".join(base + [alias.name]) if is_module else ".".join(base) or "__init__")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dask_dppca."):
+            found.add(node.module.removeprefix("dask_dppca."))
+    return found
+
+
+def test_every_module_belongs_to_a_layer_and_imports_only_downwards():
+    checked = 0
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        for imported in imports(path):
+            if imported in {"", "__init__"} or imported.startswith("__init__"):
+                continue
+            assert layer(imported) <= layer(module), f"{module} imports {imported} (a layer above)"
+            checked += 1
+    assert checked > 30
+
+
+def test_the_check_catches_an_upward_import(tmp_path):
+    assert layer("graph") > layer("kernel")
+    assert layer("privacy.runner") > layer("graph")
+    assert not layer("estimator") <= layer("privacy.mechanism")
