@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
+from .jit import njit
 from .transforms import Transform, sphere
 
 __all__ = ["block_pair_sum", "tile_rows_for_budget", "rounding_error_bound", "DEFAULT_MEMORY_BUDGET"]
@@ -275,7 +275,7 @@ _KIND_CODES = {"sphere": 0, "winsor": 1, "identity": 2}
 _KIND_SQUARED_NORM = 3
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _fused_weights(prod, norm2_a, norm2_b, valid_a, valid_b, upper_only,
                    inv_limit, min_squared, kind, radius2, rowsum, colsum):  # pragma: no cover
     # One pass over the tile (the element-wise work would otherwise cost ~10 numpy passes):

@@ -3,7 +3,8 @@
 Connects to the scheduler named by DASK_DPPCA_SCHEDULER (e.g. tls://scheduler:8786,
 TLS certificates from the Dask configuration: DASK_DISTRIBUTED__COMM__TLS__CA_FILE,
 ..._CLIENT__CERT, ..._CLIENT__KEY), or starts a LocalCluster.  Writes a small Zarr
-store, fits g-DPPCA with a privacy budget, saves the private scree and scores plot.
+store (in DASK_DPPCA_DATA_DIR, a folder the workers share, if set), fits g-DPPCA with a
+privacy budget, saves the private scree and scores plot.
 
     python examples/cluster.py [--n-samples 4000] [--store data.zarr] [--plot out.png]
 """
@@ -67,7 +68,10 @@ def main() -> None:
     parser.add_argument("--store", help="Zarr store to write (default: a temporary folder)")
     parser.add_argument("--plot", help="PNG file for the scree and scores plot")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="dask-dppca-example-") as scratch:
+    # The workers must read the store: DASK_DPPCA_DATA_DIR names a folder they share
+    # (/data in deploy/docker/compose.yaml); without it, a temporary folder here.
+    with tempfile.TemporaryDirectory(prefix="dask-dppca-example-",
+                                     dir=os.environ.get("DASK_DPPCA_DATA_DIR")) as scratch:
         run(args.n_samples, args.store or os.path.join(scratch, "data.zarr"), args.plot)
 
 

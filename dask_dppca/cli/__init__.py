@@ -1,4 +1,4 @@
-"""Command line: ``dask-dppca demo``, ``dask-dppca fit STORE`` (one module per command).
+"""Command line: ``dask-dppca demo``, ``fit STORE``, ``bench`` (one module per command).
 
 Every user error ends with one line on stderr and a non-zero exit code, never a
 traceback: 2 for a bad parameter or input, 3 when the cluster cannot be reached or a
@@ -14,7 +14,8 @@ import argparse
 import sys
 import warnings
 
-from . import demo, fit
+from .. import __version__
+from . import bench, demo, fit
 
 __all__ = ["EXIT_USAGE", "EXIT_CLUSTER", "EXIT_UNEXPECTED", "build_parser", "main"]
 
@@ -23,7 +24,7 @@ EXIT_CLUSTER = 3
 EXIT_UNEXPECTED = 1
 
 #: The sub-command modules, each with ``add_parser(commands)`` setting ``run``.
-COMMANDS = (demo, fit)
+COMMANDS = (demo, fit, bench)
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
             "to heavy tails and outliers."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND",
                                      parser_class=_OneLineParser)
     commands.required = True

@@ -10,6 +10,7 @@ from K_tilde.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..cluster import TRUSTED_RESOURCE
 from .noise import NoiseSampler, add_symmetric_noise
+from .trust import verified_placement
 
 __all__ = [
     "PrivateRelease",
@@ -79,7 +81,7 @@ class TrustedSum:
         self.value = value
 
     def __reduce__(self):
-        return (_unseal_on_worker, (self.value,))
+        return (_unseal_on_worker, (self.value, _PROCESS_TOKEN))
 
 
 class ExactSumLeakError(RuntimeError):
@@ -90,10 +92,14 @@ class ExactSumLeakError(RuntimeError):
 # by the worker's communication code, outside any task, so "inside a task" cannot be
 # the test: "in a process that hosts a worker" is.
 _WORKER_PROCESS = {"sealing": False}
+# A random name of this process, written into every sealed pickle made here: bytes that
+# never left the process (an in-process worker spilling to disk and reading back) may be
+# reopened here, bytes from anywhere else only in a worker process.
+_PROCESS_TOKEN = secrets.token_hex(16)
 
 
-def _unseal_on_worker(value: np.ndarray) -> TrustedSum:
-    if not _WORKER_PROCESS["sealing"]:
+def _unseal_on_worker(value: np.ndarray, origin: str | None = None) -> TrustedSum:
+    if not (_WORKER_PROCESS["sealing"] or origin == _PROCESS_TOKEN):
         raise ExactSumLeakError(
             "the exact K_hat sum may only be deserialised on a Dask worker, never on a client"
         )
@@ -120,13 +126,16 @@ def register_sealing(client: Any, attempts: int = 5) -> None:
 class SealingPlugin(WorkerPlugin):
     """Worker plugin marking worker processes as allowed to open the sealed sum.
 
-    A LocalCluster with ``processes=False`` runs its workers inside the client's own
-    process: there the mark covers the client too (there is no process boundary to
-    protect in that set-up).
+    Workers inside the client's own process (``inproc://`` addresses: the embedded
+    cluster, ``LocalCluster(processes=False)``) do not mark it: they exchange objects
+    without pickling, and what they spill carries this process's token.  So a process
+    that once ran the embedded cluster still refuses a sealed sum sent by a remote
+    cluster.
     """
 
     def setup(self, worker) -> None:  # noqa: D102 - distributed.WorkerPlugin protocol
-        _WORKER_PROCESS["sealing"] = True
+        if not str(worker.address).startswith("inproc://"):
+            _WORKER_PROCESS["sealing"] = True
 
 
 def private_release(
@@ -206,23 +215,24 @@ def claim_release_ticket(fit_id: str):
 def placement_available(placement: dict, workers: dict) -> bool:
     """Whether a worker in ``workers`` (the scheduler's worker info) can run a task
     placed by :func:`release_placement`'s ``placement``."""
+    if "workers" in placement:  # pinned (a named or a certificate-verified trusted worker)
+        workers = {address: workers[address] for address in placement["workers"] if address in workers}
     if "resources" in placement:
         return any(TRUSTED_RESOURCE in (info.get("resources") or {}) for info in workers.values())
-    if "workers" in placement:
-        return placement["workers"][0] in workers
     return bool(workers)
 
 
 def release_placement(client: Any, trusted_worker: str | None) -> dict:
     """``client.submit`` keywords that put the release on the trusted node.
 
-    A worker offering the ``dppca-trusted`` resource wins; otherwise the named
+    A worker offering the ``dppca-trusted`` resource wins (on a TLS cluster, only one
+    whose certificate names the trusted worker: :mod:`.trust`); otherwise the named
     ``trusted_worker``; otherwise any worker.
     """
     workers = client.scheduler_info(n_workers=-1)["workers"]
     trusted = {"resources": {TRUSTED_RESOURCE: 1}}
     if placement_available(trusted, workers):
-        return trusted
+        return verified_placement(client, trusted, TRUSTED_RESOURCE)
     if trusted_worker is not None:
         if trusted_worker not in workers:
             raise ValueError(

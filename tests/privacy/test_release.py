@@ -45,11 +45,11 @@ def test_release_returns_only_functions_of_the_noisy_matrix():
 
 
 @pytest.mark.cluster
-def test_sealed_exact_sum_cannot_reach_the_client(cluster_client, monkeypatch):
-    # A client process that hosts no worker.  (This test process may have hosted the
-    # embedded in-process cluster, whose workers mark the whole process: there is no
-    # process boundary to protect then, docs/privacy.md.)
-    monkeypatch.setitem(release_module._WORKER_PROCESS, "sealing", False)
+def test_sealed_exact_sum_cannot_reach_the_client(cluster_client):
+    # This process first runs the embedded in-process cluster (which also registers the
+    # sealing plugin, on a worker inside this process): that must not open the seal here.
+    dd.DPPCA(2).fit(np.random.default_rng(1).standard_normal((300, 3)))  # test data
+    assert not release_module._WORKER_PROCESS["sealing"]
     register_sealing(cluster_client)
     workers = sorted(cluster_client.scheduler_info(n_workers=-1)["workers"])
     sealed = cluster_client.submit(TrustedSum, np.eye(2), workers=workers[:1], pure=False)
@@ -108,3 +108,17 @@ def test_named_trusted_worker_is_used_and_unknown_one_refused(cluster_client):
     assert ticket["worker"] == workers[-1]
     with pytest.raises(ValueError, match="trusted_worker"):
         dd.DPPCA(scheduler=cluster_client, trusted_worker="tcp://127.0.0.1:9").fit(x)
+
+
+def test_sealed_bytes_made_here_reopen_here_and_foreign_ones_do_not(monkeypatch):
+    """An in-process worker's spill (pickled and read back in this process) reopens;
+    the same bytes made by another process (another token) are refused here."""
+    import pickle
+
+    here = pickle.dumps(TrustedSum(np.eye(2)))
+    assert np.array_equal(pickle.loads(here).value, np.eye(2))
+    monkeypatch.setattr(release_module, "_PROCESS_TOKEN", "another process")
+    foreign = pickle.dumps(TrustedSum(np.eye(2)))
+    monkeypatch.undo()
+    with pytest.raises(ExactSumLeakError):
+        pickle.loads(foreign)

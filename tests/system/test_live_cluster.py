@@ -2,8 +2,9 @@
 
 The processes are started from the argument lists in deploy/commands.json, the same
 ones the deploy/ recipes use (tests/deploy/test_deploy_recipes.py checks that), with
-certificates made here (a CA; scheduler, worker and client certificates; and a rogue CA
-for a client that must be refused).  One worker offers the ``dppca-trusted`` resource.
+certificates made here (a CA; scheduler, worker, trusted-worker and client certificates;
+and a rogue CA for a client that must be refused).  One worker, holding the trusted
+worker's certificate, offers the ``dppca-trusted`` resource.
 Every process is started in its own session and killed in a ``finally``; every wait is
 bounded.  Seeds generate TEST DATA, and ``random_state`` makes the noise reproducible
 so that two releases can be compared bit for bit (never private, hence the filter).
@@ -103,17 +104,18 @@ def _certificate(subject, issuer, public_key, signing_key, *, ca: bool):
 
 
 def make_tls_material(folder: Path) -> dict[str, dict[str, str]]:
-    """A CA and scheduler/worker/client certificates signed by it; a rogue CA and client.
+    """A CA and scheduler/worker/trusted-worker/client certificates signed by it (subject
+    ``CN=dask-dppca ROLE``, as deploy/tls/make-certs.sh makes them); a rogue CA and client.
 
     Returns ``{role: {"ca": ..., "cert": ..., "key": ...}}`` for the roles scheduler,
-    worker, client and rogue (a client whose certificate another CA signed).
+    worker, trusted-worker, client and rogue (a client whose certificate another CA signed).
     """
     folder.mkdir(parents=True, exist_ok=True)
     material = {}
     ca_key = _key()
     ca_cert = _certificate("dask-dppca test CA", "dask-dppca test CA", ca_key.public_key(), ca_key, ca=True)
     ca_path, _ = _write(folder / "ca", ca_key, ca_cert)
-    for role in ("scheduler", "worker", "client"):
+    for role in ("scheduler", "worker", "trusted-worker", "client"):
         key = _key()
         cert, key_path = _write(folder / role, key,
                                 _certificate(f"dask-dppca {role}", "dask-dppca test CA",
@@ -191,10 +193,12 @@ class LiveCluster:
             time.sleep(0.1)
         raise TimeoutError(f"scheduler did not start: {self.log('scheduler')}")
 
-    def add_worker(self, *, trusted: bool = False) -> str:
+    def add_worker(self, *, trusted: bool = False, role: str | None = None) -> str:
+        """Start a worker; ``trusted`` claims the resource, ``role`` picks its certificate
+        (default: the trusted worker's for a trusted worker, else the ordinary one)."""
         self._count += 1
         name = f"{'trusted' if trusted else 'worker'}-{self._count}"
-        tls = self.tls["worker"]
+        tls = self.tls[role or ("trusted-worker" if trusted else "worker")]
         argv = command("worker", scheduler=self.address, nthreads=1,
                        ca=tls["ca"], cert=tls["cert"], key=tls["key"])
         if trusted:
@@ -328,7 +332,7 @@ def test_python_api_fit_over_tls_releases_on_the_trusted_worker_only(live, store
     opened = []
     original = release_module._unseal_on_worker
     monkeypatch.setattr(release_module, "_unseal_on_worker",
-                        lambda value: opened.append(1) or original(value))
+                        lambda *args: opened.append(1) or original(*args))
     with threadpool_limits(limits=1, user_api="blas"):  # as in the workers: see local_exact
         local = dd.DPPCA(n_components=2, random_state=11, scheduler="synchronous").fit(store)
     remote = dd.DPPCA(n_components=2, random_state=11, scheduler=client).fit(store)
@@ -532,5 +536,70 @@ def test_losing_the_trusted_worker_or_the_scheduler_fails_clearly(tmp_path, tls,
             with pytest.raises(ValueError, match="no Dask scheduler answered"):
                 dd.DPPCA(scheduler=cluster.address).fit(store)
         assert time.monotonic() - started < FAILURE_BOUND
+    finally:
+        cluster.close()
+
+
+def _failing_on_the_scheduler():
+    """Nested, so it is pickled by value and raises on the scheduler."""
+    def check(dask_scheduler=None):
+        raise ModuleNotFoundError("No module named 'dask_dppca'")
+    return check
+
+
+def test_an_impostor_claiming_the_trusted_resource_gets_no_release(tmp_path, tls, store, monkeypatch):
+    """A worker started with the ordinary worker key and ``--resources dppca-trusted=1``
+    (an impostor) never runs the release: the scheduler reads each worker's TLS
+    certificate, and a claimant whose certificate is not the trusted worker's stops the
+    fit before anything is drawn.  With that check switched off, the same impostor
+    does get the release: the check is what stops it."""
+    from dask_dppca.privacy import trust
+
+    cluster = LiveCluster(tmp_path, tls)
+    try:
+        cluster.start_scheduler()
+        trusted = cluster.add_worker(trusted=True)                    # trusted-worker.pem
+        impostor = cluster.add_worker(trusted=True, role="worker")    # worker.pem + the resource
+        with Client(cluster.address, security=security(tls["client"]), timeout=START_TIMEOUT,
+                    set_as_default=False) as client:
+            workers = wait_for_workers(client, 2)
+            names = {info["name"]: address for address, info in workers.items()}
+            identities = client.run_on_scheduler(trust.worker_identities)
+            assert identities[names[trusted]]["common_name"] == trust.TRUSTED_WORKER_COMMON_NAME
+            assert identities[names[impostor]]["common_name"] == "dask-dppca worker"
+            assert all(TRUSTED_RESOURCE in i["resources"] for i in identities.values())
+
+            with pytest.raises(trust.UntrustedWorkerError, match=names[impostor].replace(".", r"\.")):
+                dd.DPPCA(n_components=2, scheduler=client).fit(store)
+            assert client.get_metadata(list(RELEASE_METADATA_KEY), default={}) == {}
+
+            # Only the trusted worker's certificate makes a worker eligible: without the
+            # impostor the same cluster releases, on the trusted worker.
+            cluster.kill(impostor)
+            wait_for_workers(client, 1)
+            genuine = dd.DPPCA(n_components=2, scheduler=client).fit(store).privacy_["fit_id"]
+            assert client.get_metadata([*RELEASE_METADATA_KEY, genuine])["worker"] == names[trusted]
+
+            # The broken mechanism: no certificate check.  An impostor alone with the
+            # resource then receives the release (and so the exact K_hat and the draw).
+            cluster.kill(trusted)
+            second = cluster.add_worker(trusted=True, role="worker")
+            deadline = time.monotonic() + START_TIMEOUT
+            while {w["name"] for w in client.scheduler_info(n_workers=-1)["workers"].values()} != {second}:
+                assert time.monotonic() < deadline, "the second impostor did not replace the trusted worker"
+                time.sleep(0.1)
+            (second_address,) = client.scheduler_info(n_workers=-1)["workers"]
+            monkeypatch.setattr(release_module, "verified_placement", lambda client, p, r: p)
+            broken = dd.DPPCA(n_components=2, scheduler=client).fit(store).privacy_["fit_id"]
+            assert client.get_metadata([*RELEASE_METADATA_KEY, broken])["worker"] == second_address
+            monkeypatch.undo()
+            with pytest.raises(trust.UntrustedWorkerError, match="dask-dppca worker"):
+                dd.DPPCA(n_components=2, scheduler=client).fit(store)
+            # A scheduler that cannot run the check (here: it raises there, as one
+            # without dask-dppca would): the fit refuses rather than trust the claim.
+            monkeypatch.setattr(trust, "worker_identities", _failing_on_the_scheduler())
+            with pytest.raises(trust.UntrustedWorkerError, match="could not check"):
+                dd.DPPCA(n_components=2, scheduler=client).fit(store)
+            assert client.get_metadata(list(RELEASE_METADATA_KEY)).keys() == {genuine, broken}
     finally:
         cluster.close()

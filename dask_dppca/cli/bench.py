@@ -1,0 +1,114 @@
+"""``dask-dppca bench``: a quick check of this machine (figures, not pass/fail).
+
+Prints two comparisons, each measured in the same run so that the ratio means something
+on a busy machine too:
+
+1. the kernel against GEMM: a within-block sum of n rows (n^2 / 2 pairs, about 4 d flops
+   each, so 2 n^2 d flops, method.md section 7) against the numpy product of the same
+   shape, (n x d) @ (d x n), also 2 n^2 d flops, both on one thread;
+2. an end-to-end fit of an in-memory array on the default path (the active client or
+   the embedded cluster; the first fit starts it) against ``scheduler="threads"``.
+
+benchmarks/bench_kernel.py and benchmarks/bench_scale.py measure the same things in depth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from collections.abc import Callable
+
+
+def add_parser(commands) -> None:
+    """Register ``bench`` on the ``dask-dppca`` sub-command parser."""
+    bench = commands.add_parser(
+        "bench",
+        help="measure the kernel against GEMM and a small fit on this machine (seconds)",
+        description=(
+            "Measures, on this machine, the kernel's rate against a single-threaded numpy "
+            "GEMM of the same shape, and the time of a small fit on the default path (the "
+            "embedded cluster, or the active client) against scheduler='threads'. Prints "
+            "figures; nothing passes or fails."
+        ),
+    )
+    bench.add_argument("--block-rows", type=int, default=2048,
+                       help="rows of the kernel's block (default 2048)")
+    bench.add_argument("--n-samples", type=int, default=20_000,
+                       help="records of the fitted data (default 20000)")
+    bench.add_argument("--n-features", type=int, default=30,
+                       help="features, for the kernel and the fit (default 30)")
+    bench.add_argument("--repeats", type=int, default=3,
+                       help="timed repeats of the kernel and GEMM; the best is shown (default 3)")
+    bench.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the kernel-versus-GEMM and default-versus-threads figures."""
+    import numba
+    import numpy as np
+
+    from .. import __version__
+
+    if min(args.block_rows, args.n_samples, args.n_features) < 2 or args.repeats < 1:
+        raise ValueError("--block-rows, --n-samples and --n-features must be >= 2, --repeats >= 1")
+    print(f"dask-dppca {__version__} on {platform.node() or 'this machine'}: "
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, "
+          f"numba {numba.__version__}")
+    _kernel_against_gemm(args.block_rows, args.n_features, args.repeats)
+    _default_path_against_threads(args.n_samples, args.n_features)
+    return 0
+
+
+def _kernel_against_gemm(n: int, d: int, repeats: int) -> None:
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    from ..kernel import block_pair_sum
+
+    rng = np.random.default_rng(0)  # benchmark data only
+    rows = rng.standard_normal((n, d))
+    other = rng.standard_normal((n, d))
+    product = np.empty((n, n))
+    block_pair_sum(rows[:64])  # compiles the numba pass, or loads it from the cache
+    with threadpool_limits(1):
+        kernel = _best_time(lambda: block_pair_sum(rows), repeats)
+        gemm = _best_time(lambda: np.matmul(rows, other.T, out=product), repeats)
+    flops = 2.0 * n * n * d
+    print(f"\nkernel: within-block sum of {n} rows x {d} features (sphere), 1 thread, "
+          f"2 n^2 d flops")
+    print(f"  kernel                          {kernel:8.4f} s  {flops / kernel / 1e9:7.2f} GFLOP/s"
+          f"  {n * (n - 1) / 2 / kernel / 1e6:8.1f} Mpairs/s")
+    print(f"  GEMM ({n} x {d}) @ ({d} x {n})  {gemm:8.4f} s  {flops / gemm / 1e9:7.2f} GFLOP/s")
+    print(f"  kernel rate / GEMM rate         {gemm / kernel:8.3f}")
+
+
+def _default_path_against_threads(n: int, d: int) -> None:
+    from .. import DPPCA
+    from ..datasets import make_elliptical, random_directions, spiked_spectrum
+
+    data = make_elliptical(n, spiked_spectrum(d, n_spikes=2), random_directions(d, seed=0),
+                           df=1.0, seed=1)  # benchmark data only; the noise is private
+
+    def fit(scheduler=None, rows=data):
+        DPPCA(n_components=2, scheduler=scheduler, progress=False).fit(rows)
+
+    print(f"\nfit: {n} records x {d} features in memory, 2 components, default design")
+    fit("threads", data[:500])  # this process's one-time costs (imports, first calls)
+    threads = _best_time(lambda: fit("threads"), 1)
+    first = _best_time(fit, 1)
+    later = _best_time(fit, 1)
+    print(f"  scheduler='threads'             {threads:8.3f} s")
+    print(f"  default path, first fit         {first:8.3f} s  {first / threads:6.2f} x threads"
+          "  (starts the embedded cluster unless a client is active)")
+    print(f"  default path, second fit        {later:8.3f} s  {later / threads:6.2f} x threads")
+
+
+def _best_time(call: Callable[[], object], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - started)
+    return best

@@ -1,0 +1,70 @@
+"""numba compilation with the on-disk cache kept out of the installed package.
+
+numba's ``cache=True`` writes its index and machine code beside the module, in
+``dask_dppca/__pycache__``.  In site-packages those files are not in pip's record of the
+install, so replacing the install (``pip install -e .`` over ``pip install .``, or
+``pip uninstall``) leaves that folder behind, and Python then imports the leftover
+folder as an empty namespace package: ``cannot import name 'DPPCA' from 'dask_dppca'
+(unknown location)``.  The cache therefore lives in the user's cache directory,
+``$XDG_CACHE_HOME/dask-dppca/numba`` (default ``~/.cache/dask-dppca/numba``), or in the
+directory the user gave numba with ``NUMBA_CACHE_DIR``.
+
+numba picks a function's cache directory once, when the function is decorated, from
+``numba.config.CACHE_DIR``; :func:`njit` sets that value only while decorating, so it
+works whether or not numba was imported (and configured) before, and it leaves the
+user's own numba functions alone.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numba
+
+__all__ = ["cache_directory", "njit"]
+
+
+def cache_directory() -> str:
+    """Where the compiled kernel is cached: ``NUMBA_CACHE_DIR`` if set, else a user cache.
+
+    The user cache is ``$XDG_CACHE_HOME/dask-dppca/numba`` (``~/.cache/...`` by
+    default); when that cannot be created (a read-only home), a per-user folder in the
+    temporary directory.
+    """
+    if numba.config.CACHE_DIR:
+        return numba.config.CACHE_DIR
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    candidates = [
+        os.path.join(base, "dask-dppca", "numba"),
+        os.path.join(tempfile.gettempdir(), f"dask-dppca-numba-{_user_id()}"),
+    ]
+    for path in candidates:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(path, os.W_OK):
+            return path
+    # Neither is writable: numba then falls back to its own locations (or no cache).
+    return candidates[0]
+
+
+def njit(**options: Any) -> Callable:
+    """``numba.njit(cache=True, **options)`` caching in :func:`cache_directory`."""
+
+    def decorate(function: Callable) -> Callable:
+        users_choice = numba.config.CACHE_DIR
+        numba.config.CACHE_DIR = cache_directory()
+        try:
+            return numba.njit(cache=True, **options)(function)
+        finally:
+            numba.config.CACHE_DIR = users_choice
+
+    return decorate
+
+
+def _user_id() -> str:
+    return str(os.getuid()) if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")

@@ -1,0 +1,65 @@
+"""numba's cache stays out of the package, works when numba was imported first, and a
+second process loads the kernel from it instead of compiling again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dask_dppca
+
+PACKAGE = Path(dask_dppca.__file__).parent
+
+# numba imported (and configured) before dask_dppca, as in a user's session.
+_RUN_KERNEL = """
+import json, numba, numpy as np
+from dask_dppca import kernel
+kernel.block_pair_sum(np.arange(60.0).reshape(20, 3) ** 1.5)
+stats = kernel._fused_weights.stats
+print(json.dumps({"path": stats.cache_path, "hits": sum(stats.cache_hits.values()),
+                  "misses": sum(stats.cache_misses.values())}))
+"""
+
+
+def _run_kernel(env_changes):
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
+    done = subprocess.run([sys.executable, "-c", _RUN_KERNEL], capture_output=True, text=True,
+                          env={**env, **env_changes}, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _numba_files_beside_the_package(since):
+    return [p for p in PACKAGE.rglob("*") if p.suffix in (".nbi", ".nbc") and p.stat().st_mtime >= since]
+
+
+def test_the_cache_lives_in_the_user_cache_and_a_second_process_loads_it(tmp_path):
+    started = time.time() - 1
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    first = _run_kernel(env)
+    second = _run_kernel(env)
+    expected = tmp_path / "cache" / "dask-dppca" / "numba"
+    assert Path(first["path"]).is_relative_to(expected)
+    assert list(expected.rglob("*.nbi")) and list(expected.rglob("*.nbc"))
+    assert first["misses"] >= 1 and first["hits"] == 0      # compiled and saved
+    assert second["hits"] >= 1 and second["misses"] == 0    # loaded, not compiled
+    assert not _numba_files_beside_the_package(started)
+
+
+def test_numba_cache_dir_of_the_user_is_honoured(tmp_path):
+    chosen = tmp_path / "numba-cache"
+    result = _run_kernel({"NUMBA_CACHE_DIR": str(chosen), "XDG_CACHE_HOME": str(tmp_path / "unused")})
+    assert Path(result["path"]).is_relative_to(chosen)
+    assert not (tmp_path / "unused").exists()
+
+
+def test_the_users_own_numba_functions_keep_numbas_default():
+    import numba
+
+    from dask_dppca import kernel  # noqa: F401  (decorates the kernel's functions)
+
+    assert numba.config.CACHE_DIR == os.environ.get("NUMBA_CACHE_DIR", "")
