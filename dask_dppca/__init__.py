@@ -21,6 +21,9 @@ _PUBLIC = {
     "sin_theta": "theory",
     "PrivacyBudget": "privacy.budget",
     "BudgetExceededError": "privacy.budget",
+    "LedgerError": "privacy.budget",
+    "set_default_budget": "privacy.charging",
+    "active_budgets": "privacy.charging",
     "CompleteDesign": "design",
     "RegularDesign": "design",
     "Transform": "transforms",
@@ -44,7 +47,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .estimator import DPPCA
     from .graph import kendall_matrix
     from .privacy.runner import UntrustedReleaseWarning
-    from .privacy.budget import BudgetExceededError, PrivacyBudget
+    from .privacy.budget import BudgetExceededError, LedgerError, PrivacyBudget
+    from .privacy.charging import active_budgets, set_default_budget
     from .theory import sin_theta
     from .transforms import Transform, custom, sphere, winsor
 

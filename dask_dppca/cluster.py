@@ -23,7 +23,8 @@ import dask
 import distributed
 
 __all__ = ["LOCAL_SCHEDULERS", "STALL_TIMEOUT_KEY", "TRUSTED_RESOURCE", "ClusterStalledError", "await_result",
-           "check_scheduler", "compute_target", "thread_count", "embedded_client",
+           "check_scheduler", "compute_target", "thread_count", "embedded_client", "in_this_process",
+           "workers_in_this_process",
            "close_embedded_cluster"]
 
 #: Dask's in-process schedulers, accepted by name.
@@ -223,6 +224,18 @@ def embedded_client() -> distributed.Client:
             client = distributed.Client(cluster, set_as_default=False)
             _embedded.update(cluster=cluster, client=client)
         return client
+
+
+def in_this_process(address: str) -> bool:
+    """Whether a worker at ``address`` runs inside this process (an ``inproc://`` worker)."""
+    return str(address).startswith("inproc://")
+
+
+def workers_in_this_process(client: distributed.Client) -> bool:
+    """Whether the client's workers all run inside this process (the embedded cluster,
+    ``LocalCluster(processes=False)``)."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    return bool(workers) and all(in_this_process(address) for address in workers)
 
 
 class ClusterStalledError(RuntimeError):

@@ -1,8 +1,9 @@
 """DPPCA: the scikit-learn style estimator, a thin shell over graph and privacy.
 
 ``fit`` reads top to bottom: validate every parameter (nothing started, nothing read),
-open the input (metadata only), plan the release from public inputs, check the budget,
-build the graph, run the release, charge the budget, set the fitted attributes.
+open the input (metadata only), plan the release from public inputs, reserve it in every
+active budget, build the graph, run the release, commit the reservation, set the fitted
+attributes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from . import cluster
 from .design import check_design
 from .graph import kernel_sum_graph, plan_blocks
 from .io import as_dask_array, is_lazy_input
-from .privacy.budget import current_budget
+from .privacy.charging import BudgetCarrier, dataset_id, reserve_release
 from .privacy.calibration import CALIBRATIONS, validate_privacy_parameters
 from .privacy.mechanism import ReleaseMechanism
 from .privacy.noise import SeededSampler, default_sampler
@@ -80,7 +81,7 @@ class _TransformParameterAndMethod:
         return types.MethodType(self.scores, estimator)
 
 
-class DPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Robust, differentially private PCA (g-DPPCA, Kim & Jung 2025).
 
     Releases the leading eigenvectors (and all eigenvalues) of
@@ -225,18 +226,19 @@ class DPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             mechanism = ReleaseMechanism.plan_release(
                 design, plan, g, params["epsilon"], params["delta"], params["calibration"],
                 _noise_sampler(plan.n_features, params["random_state"]))
-            budget = current_budget()
-            if budget is not None:  # before any data is read
-                budget.check(mechanism.sensitivity, mechanism.sigma, excess=mechanism.sampler_excess)
-            graph = kernel_sum_graph(data, plan, g)
             fit_id = uuid.uuid4().hex
-            release, placement = run_release(
-                mechanism, graph, target, n_components, fit_id,
-                trusted_worker=params["trusted_worker"],
-                require_trusted=params["require_trusted"], progress=params["progress"])
-        if budget is not None:
-            budget.spend(mechanism.sensitivity, mechanism.sigma, label=f"DPPCA fit {fit_id}",
-                         excess=mechanism.sampler_excess)
+            # Every active budget reserves the release before any data is read and
+            # commits it after the draw (docs/privacy.md, "Budget").
+            with reserve_release(mechanism.sensitivity, mechanism.sigma,
+                                 excess=mechanism.sampler_excess, fit_id=fit_id,
+                                 epsilon=params["epsilon"], delta=params["delta"],
+                                 dataset=dataset_id(X, component, data.shape),
+                                 carried=self.carried_budgets, target=target):
+                graph = kernel_sum_graph(data, plan, g)
+                release, placement = run_release(
+                    mechanism, graph, target, n_components, fit_id,
+                    trusted_worker=params["trusted_worker"],
+                    require_trusted=params["require_trusted"], progress=params["progress"])
 
         self.components_ = release.components
         self.eigenvalues_ = release.eigenvalues

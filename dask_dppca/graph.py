@@ -109,23 +109,35 @@ def _pin_blas_on_workers() -> None:
     the exact sum bitwise identical on any number of workers.  Dask's nanny already
     sets ``OPENBLAS_NUM_THREADS=1``; this covers workers started without it.  It is
     permanent on purpose: toggling the limit per task leaves OpenBLAS's idle threads
-    spinning on the core the next task needs.  In-process schedulers are covered by
-    :func:`single_threaded_blas` around the whole compute instead.
+    spinning on the core the next task needs.  Computes in this process (local
+    schedulers, in-process clusters such as the embedded one) are covered by
+    :func:`single_threaded_blas` around the whole compute instead: pinning for good there
+    would leave the user's own numpy single-threaded.
     """
     if _pinned["done"]:
         return
     try:
-        distributed.get_worker()
+        worker = distributed.get_worker()
     except ValueError:
+        return
+    if cluster.in_this_process(worker.address):
         return
     threadpool_limits(limits=1)
     _pinned["done"] = True
 
 
 @contextmanager
-def single_threaded_blas():
-    """BLAS and OpenMP on one thread for one compute in this process, then restored."""
-    with threadpool_limits(limits=1):
+def single_threaded_blas(target: object):
+    """BLAS and OpenMP on one thread while computing on ``target`` in this process.
+
+    For a local scheduler name or a client whose workers live in this process, the
+    limit holds for the block and is then restored; for a cluster of other processes
+    (pinned by :func:`_pin_blas_on_workers`) nothing changes here.
+    """
+    if isinstance(target, str) or cluster.workers_in_this_process(target):
+        with threadpool_limits(limits=1):
+            yield
+    else:
         yield
 
 
@@ -149,7 +161,7 @@ def compute_locally(graph: Delayed, scheduler: str, progress: bool = False) -> n
     """Compute ``graph`` on a Dask local scheduler, BLAS on one thread for the whole compute."""
     from .progress import local_progress
 
-    with local_progress(progress), single_threaded_blas():
+    with local_progress(progress), single_threaded_blas(scheduler):
         (value,) = dask.compute(graph, scheduler=scheduler)
     return value
 
@@ -205,7 +217,8 @@ def kendall_matrix(
         else:
             future = target.compute(graph)
             try:
-                kernel_sum = cluster.await_result(target, future, "kendall_matrix")
+                with single_threaded_blas(target):
+                    kernel_sum = cluster.await_result(target, future, "kendall_matrix")
             finally:
                 future.release()
     return kernel_sum / plan.n_pairs

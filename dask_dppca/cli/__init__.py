@@ -1,4 +1,5 @@
-"""Command line: ``dask-dppca demo``, ``fit STORE``, ``bench`` (one module per command).
+"""Command line: ``dask-dppca demo``, ``fit STORE``, ``bench``, ``budget create|show LEDGER``
+(one module per command).
 
 Every user error ends with one line on stderr and a non-zero exit code, never a
 traceback: 2 for a bad parameter or input, 3 when the cluster cannot be reached or a
@@ -15,7 +16,7 @@ import sys
 import warnings
 
 from .. import __version__
-from . import bench, demo, fit
+from . import bench, budget, demo, fit
 
 __all__ = ["EXIT_USAGE", "EXIT_CLUSTER", "EXIT_UNEXPECTED", "build_parser", "main"]
 
@@ -24,7 +25,7 @@ EXIT_CLUSTER = 3
 EXIT_UNEXPECTED = 1
 
 #: The sub-command modules, each with ``add_parser(commands)`` setting ``run``.
-COMMANDS = (demo, fit, bench)
+COMMANDS = (demo, fit, bench, budget)
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -62,6 +62,8 @@ def add_parser(commands) -> None:
                      "(default: distributed.comm.tls.client.cert)")
     fit.add_argument("--tls-key", help="client private key (PEM) for a tls:// scheduler "
                      "(default: distributed.comm.tls.client.key)")
+    fit.add_argument("--budget", metavar="LEDGER", help="privacy budget ledger to charge (made "
+                     "with 'dask-dppca budget create'); the fit is refused if it does not fit")
     fit.add_argument("--output", default="result.json",
                      help="result file: local path or fsspec URL (default result.json); "
                      "checked before the fit, written atomically where the store allows")
@@ -72,10 +74,13 @@ def add_parser(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fit on a store and write the private result atomically."""
+    from contextlib import nullcontext
+
     from .. import DPPCA, RegularDesign
     from ..cluster import tls_config
     from ..io import check_writable, write_json
     from ..io.storage import display_location, is_url
+    from .budget import open_ledger
 
     options = storage_options(args.storage_options_json, args.storage_option)
     if options and not (is_url(args.store) or is_url(args.output)):
@@ -99,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         trusted_worker=args.trusted_worker, require_trusted=args.require_trusted,
         progress=not args.no_progress and sys.stdout.isatty(),
     )
-    with tls_config(args.tls_ca_file, args.tls_cert, args.tls_key):
+    budget = open_ledger(args.budget) if args.budget else nullcontext()
+    with budget, tls_config(args.tls_ca_file, args.tls_cert, args.tls_key):
         est.fit(args.store, component=args.component, storage_options=input_options,
                 allow_fill_values=args.allow_fill_values)
     result = {
@@ -112,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {display_location(args.output)}: {args.n_components} private components of "
           f"{est.n_features_in_} features from {est.n_samples_} records "
           f"(epsilon={args.epsilon:g}, delta={args.delta:g}, sigma={est.privacy_['sigma']:.3g})")
+    if args.budget:
+        print(f"budget {args.budget}: epsilon {budget.remaining():.6g} left for one more "
+              f"release at delta={budget.delta:g}")
     return 0
 
 

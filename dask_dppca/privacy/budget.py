@@ -1,12 +1,13 @@
-"""A privacy budget that composes Gaussian releases tightly.
+"""A privacy budget that composes Gaussian releases tightly, and that no fit escapes.
 
 Accounting.  Every release of this package is a Gaussian mechanism: l2 sensitivity
 ``Delta_i``, noise ``sigma_i``, i.e. ``mu_i``-Gaussian DP with ``mu_i = Delta_i /
 sigma_i``.  Gaussian DP composes *exactly* (Dong, Roth & Su 2022, Corollary 3.3; also
 under adaptive choice of the releases): k releases together are ``mu``-GDP with
 ``mu = sqrt(sum mu_i^2)``, which is (epsilon, delta)-DP exactly when the Balle-Wang
-profile ``delta(epsilon; mu)`` is at most delta.  So the budget keeps ``sum mu_i^2``
-and evaluates that closed form (:func:`~dask_dppca.privacy.calibration.gaussian_dp_delta`).
+profile ``delta(epsilon; mu)`` is at most delta.  So the budget keeps the releases
+and evaluates that closed form over them
+(:func:`~dask_dppca.privacy.calibration.gaussian_dp_delta`).
 
 Why not dp_accounting's PLD accountant for the bookkeeping: for Gaussian events it is
 the same curve computed through a pessimistic discretisation of the privacy-loss
@@ -19,14 +20,28 @@ A sampler whose law is within ``e^(+-A)`` of the ideal one
 (:meth:`~dask_dppca.privacy.noise.NoiseSampler.privacy_excess`) is recorded with its
 ``excess``; excesses add under composition and are charged as in
 :func:`~dask_dppca.privacy.calibration.calibrate_sigma`.
+
+Storage.  The releases live in a :mod:`~dask_dppca.privacy.ledger`: a list in this
+process, or, with ``ledger=PATH``, a SQLite file that every thread and process shares
+and that survives restarts.  A fit *reserves* its release (checked and recorded in one
+transaction) before the noise is drawn and *commits* it after; a reservation counts as
+spent, so a crash in between never under-counts.
+
+Which budgets a fit charges (the default, open ``with`` blocks, carried ones) is
+:mod:`~dask_dppca.privacy.charging`'s job.
 """
 
 from __future__ import annotations
 
+import html
 import math
+import os
 import threading
-from contextvars import ContextVar, Token
-from dataclasses import dataclass
+import time
+import uuid
+import weakref
+from collections.abc import Sequence
+from typing import Any
 
 from .calibration import (
     DELTA_RELATIVE_ERROR,
@@ -36,55 +51,32 @@ from .calibration import (
     gaussian_dp_mu,
     validate_privacy_parameters,
 )
+from .ledger import LedgerError, MemoryLedger, Release, SQLiteLedger, UnreachableLedger, ledger_path
 from ..validation import nonnegative_finite, positive_finite
 
-__all__ = ["BudgetExceededError", "PrivacyBudget", "Release", "current_budget"]
-
-# The stack of budgets entered with ``with``; a context variable so that asyncio tasks
-# and threads see their own (a new thread starts with no active budget).
-_ACTIVE: ContextVar[tuple[PrivacyBudget, ...]] = ContextVar("dask_dppca_active_budgets", default=())
+__all__ = [
+    "BudgetExceededError",
+    "LedgerError",
+    "PrivacyBudget",
+    "Release",
+    "Reservation",
+    "open_budgets",
+]
 
 # sqrt(sum mu_i^2) is rounded up by this factor so that float rounding never
 # under-reports the composition; calibration allows for twice as much
 # (calibration.MU_ROUND_UP), so a sigma calibrated to the whole budget fits.
 _ROUND_UP = 1.0 + 8.0 * 2.0**-53
 
+# Process-wide state: the budgets whose ``with`` block is open (key -> [budget, depth], in
+# entry order), and the in-memory budgets by pickling token.
+_STATE_LOCK = threading.RLock()
+_OPEN: dict[tuple, list] = {}
+_IN_MEMORY: weakref.WeakValueDictionary[str, PrivacyBudget] = weakref.WeakValueDictionary()
+
 
 class BudgetExceededError(RuntimeError):
-    """A release would exceed the (epsilon, delta) of the active privacy budget."""
-
-
-@dataclass(frozen=True)
-class Release:
-    """One recorded Gaussian release.
-
-    Attributes
-    ----------
-    sensitivity : float
-        l2 sensitivity (including any sampler slack).
-    sigma : float
-        Noise standard deviation.
-    label : str
-        Free text, e.g. ``"DPPCA fit <id>"``.
-    excess : float
-        The sampler's privacy excess (0 for an exact sampler).
-    """
-
-    sensitivity: float
-    sigma: float
-    label: str = ""
-    excess: float = 0.0
-
-    @property
-    def mu(self) -> float:
-        """``sensitivity / sigma``: the release's Gaussian-DP parameter."""
-        return self.sensitivity / self.sigma
-
-
-def current_budget() -> PrivacyBudget | None:
-    """The innermost budget entered with ``with PrivacyBudget(...)``, or None."""
-    active = _ACTIVE.get()
-    return active[-1] if active else None
+    """A release would exceed the (epsilon, delta) of a privacy budget."""
 
 
 def _check_release(sensitivity: float, sigma: float, excess: float) -> tuple[float, float, float]:
@@ -92,16 +84,24 @@ def _check_release(sensitivity: float, sigma: float, excess: float) -> tuple[flo
             nonnegative_finite("excess", excess))
 
 
+def _positive_count(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k: must be a positive integer, got {k!r}")
+    return k
+
+
 class PrivacyBudget:
     """An (epsilon, delta) budget over a sequence of Gaussian releases.
 
-    Use as a context manager so that :class:`~dask_dppca.DPPCA` fits inside the block
-    check and record their release automatically, or call :meth:`check` and
-    :meth:`spend` directly::
+    Make it the default (:func:`set_default_budget`) or enter it with ``with`` so that
+    every :class:`~dask_dppca.DPPCA` fit reserves its release from it before drawing
+    noise; or call :meth:`check`, :meth:`spend` and :meth:`reserve` directly::
 
-        with PrivacyBudget(epsilon=2.0, delta=1e-5) as budget:
+        budget = PrivacyBudget(epsilon=2.0, delta=1e-5, ledger="study.ledger")
+        with budget:
             DPPCA(epsilon=1.0, delta=1e-6).fit(X)
-            print(budget.remaining_epsilon)
+        budget.remaining()        # epsilon of one more release at delta=1e-5
+        print(budget.describe())
 
     Composition is exact Gaussian-DP composition (module docstring): four releases at
     (1, 1e-6) each fit in (2.5, 1e-5), where summing epsilons would claim 4.
@@ -112,32 +112,88 @@ class PrivacyBudget:
         > 0.
     delta : float
         In (0, 1).
+    ledger : str or os.PathLike, optional
+        A ledger file (path or ``file://`` URL) holding the totals and every release,
+        shared by every process that opens it and kept across restarts; created if it
+        does not exist.  Opening one that holds other totals raises ``ValueError``.
+        Without it the releases are kept in this process only.
     """
 
-    def __init__(self, epsilon: float, delta: float) -> None:
-        self.epsilon, self.delta = validate_privacy_parameters(epsilon, delta)
-        self._records: list[Release] = []
-        self._lock = threading.Lock()
-        self._tokens: list[Token] = []
+    def __init__(self, epsilon: float, delta: float,
+                 ledger: str | os.PathLike | None = None) -> None:
+        epsilon, delta = validate_privacy_parameters(epsilon, delta)
+        if ledger is None:
+            self._setup(epsilon, delta, MemoryLedger(), token=uuid.uuid4().hex)
+        else:
+            store = SQLiteLedger.open_or_create(ledger_path(ledger), epsilon, delta)
+            self._setup(epsilon, delta, store)
 
-    # -- context manager --------------------------------------------------------------
+    @classmethod
+    def open(cls, ledger: str | os.PathLike) -> PrivacyBudget:
+        """The budget of an existing ledger file, with the totals it holds.
+
+        Raises
+        ------
+        LedgerError
+            If there is no ledger at ``ledger``.
+        """
+        store = SQLiteLedger.open(ledger_path(ledger))
+        return cls._from(*store.totals, store)
+
+    @classmethod
+    def _from(cls, epsilon: float, delta: float, store: Any,
+              token: str | None = None) -> PrivacyBudget:
+        budget = cls.__new__(cls)
+        budget._setup(epsilon, delta, store, token)
+        return budget
+
+    def _setup(self, epsilon: float, delta: float, store: Any, token: str | None = None) -> None:
+        self.epsilon, self.delta = epsilon, delta
+        self._ledger = store
+        if store.location is not None:
+            self._key: tuple = ("file", store.location)
+        else:
+            self._key = ("memory", token)
+            if isinstance(store, MemoryLedger):
+                _IN_MEMORY[token] = self
+
+    @property
+    def ledger(self) -> str | None:
+        """Absolute path of the ledger file, or None for a budget kept in memory."""
+        return self._ledger.location
+
+    # -- pickling: a ledger budget reopens its file; an in-memory one cannot leave ----------
+
+    def __reduce__(self):
+        if self.ledger is not None:
+            return (_reopen, (self.ledger, self.epsilon, self.delta))
+        return (_find_in_memory, (self._key[1], os.getpid(), self.epsilon, self.delta))
+
+    # -- the context manager: open in every thread of the process ----------------------------
 
     def __enter__(self) -> PrivacyBudget:
-        self._tokens.append(_ACTIVE.set(_ACTIVE.get() + (self,)))
+        with _STATE_LOCK:
+            _OPEN.setdefault(self._key, [self, 0])[1] += 1
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        _ACTIVE.reset(self._tokens.pop())
+        with _STATE_LOCK:
+            entry = _OPEN[self._key]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _OPEN[self._key]
 
     # -- accounting -----------------------------------------------------------------------
 
-    def _composed(self, extra: tuple[float, float] | None = None) -> tuple[float, float]:
-        """(mu, excess) of the recorded releases plus an optional extra (mu, excess)."""
-        squares = [r.mu**2 for r in self._records]
-        excess = [r.excess for r in self._records]
-        if extra is not None:
-            squares.append(extra[0] ** 2)
-            excess.append(extra[1])
+    def _counted(self) -> list[Release]:
+        return [row for row in self._ledger.rows() if row.counted]
+
+    @staticmethod
+    def _composed(rows: Sequence[Release],
+                  extra: Sequence[tuple[float, float]] = ()) -> tuple[float, float]:
+        """(mu, excess) of ``rows`` plus extra (mu, excess) pairs, mu rounded up."""
+        squares = [r.mu**2 for r in rows] + [mu**2 for mu, _ in extra]
+        excess = [r.excess for r in rows] + [exc for _, exc in extra]
         return math.sqrt(math.fsum(squares)) * _ROUND_UP, math.fsum(excess)
 
     def _target(self, excess: float) -> tuple[float, float] | None:
@@ -154,8 +210,25 @@ class PrivacyBudget:
         eps, dlt = target
         return _log_delta(eps, mu) <= math.log(dlt * (1.0 - DELTA_RELATIVE_ERROR))
 
+    def _admit(self, sens: float, sig: float, exc: float, rows: Sequence[Release]) -> None:
+        """Raise BudgetExceededError unless one more release fits after ``rows``."""
+        mu, total_excess = self._composed(rows, [(sens / sig, exc)])
+        if not self._fits(mu, total_excess):
+            needed = gaussian_dp_epsilon(mu, self.delta) + 2.0 * total_excess
+            raise BudgetExceededError(
+                f"release (sensitivity={sens:.6g}, sigma={sig:.6g}) would exceed the budget "
+                f"(epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}): with the "
+                f"{len(rows)} release(s) so far it needs epsilon={needed:.6g} at this delta"
+            )
+
+    def _where(self) -> str:
+        return f", ledger {self.ledger}" if self.ledger else ""
+
     def check(self, sensitivity: float, sigma: float, excess: float = 0.0) -> None:
-        """Raise if one more Gaussian release would exceed the budget.
+        """Raise if one more Gaussian release would exceed the budget now.
+
+        Another thread or process may spend in between: :meth:`reserve` checks and
+        records in one step.
 
         Parameters
         ----------
@@ -171,21 +244,39 @@ class PrivacyBudget:
         BudgetExceededError
             If the composition with this release is not (epsilon, delta)-DP.
         """
-        self._check(*_check_release(sensitivity, sigma, excess))
+        self._admit(*_check_release(sensitivity, sigma, excess), self._counted())
 
-    def _check(self, sens: float, sig: float, exc: float) -> None:
-        """:meth:`check` on values already validated."""
-        mu, total_excess = self._composed((sens / sig, exc))
-        if not self._fits(mu, total_excess):
-            needed = gaussian_dp_epsilon(mu, self.delta) + 2.0 * total_excess
-            raise BudgetExceededError(
-                f"release (sensitivity={sens:.6g}, sigma={sig:.6g}) would exceed the budget "
-                f"(epsilon={self.epsilon:g}, delta={self.delta:g}): with the {len(self._records)} "
-                f"release(s) so far it needs epsilon={needed:.6g} at this delta"
-            )
+    def reserve(self, sensitivity: float, sigma: float, *, excess: float = 0.0, label: str = "",
+                fit_id: str = "", dataset: str = "", epsilon: float | None = None,
+                delta: float | None = None) -> Reservation:
+        """Check and record one release as *reserved*, atomically; it counts as spent.
+
+        Call it before the noise is drawn, then :meth:`Reservation.commit` after (or
+        :meth:`Reservation.cancel` if the noise was provably never drawn).
+
+        Parameters
+        ----------
+        sensitivity, sigma, excess
+            As in :meth:`check`.
+        label, fit_id, dataset : str
+            Stored with the record.
+        epsilon, delta : float, optional
+            The release's own calibration target, stored for the record.
+
+        Returns
+        -------
+        Reservation
+
+        Raises
+        ------
+        BudgetExceededError
+            Nothing is recorded then.
+        """
+        return Reservation(self, self._record("reserved", sensitivity, sigma, excess, label,
+                                              fit_id, dataset, epsilon, delta))
 
     def spend(self, sensitivity: float, sigma: float, label: str = "", excess: float = 0.0) -> None:
-        """Check, then record one Gaussian release.
+        """Check, then record one Gaussian release as committed, atomically.
 
         Parameters
         ----------
@@ -199,10 +290,15 @@ class PrivacyBudget:
         BudgetExceededError
             Nothing is recorded then.
         """
-        with self._lock:  # check and record atomically
-            sens, sig, exc = _check_release(sensitivity, sigma, excess)
-            self._check(sens, sig, exc)
-            self._records.append(Release(sens, sig, str(label), exc))
+        self._record("committed", sensitivity, sigma, excess, label, "", "", None, None)
+
+    def _record(self, state, sensitivity, sigma, excess, label, fit_id, dataset, epsilon,
+                delta) -> Release:
+        sens, sig, exc = _check_release(sensitivity, sigma, excess)
+        release = Release(sens, sig, str(label), exc, str(fit_id), str(dataset),
+                          None if epsilon is None else float(epsilon),
+                          None if delta is None else float(delta), state, time.time())
+        return self._ledger.record(release, lambda rows: self._admit(sens, sig, exc, rows))
 
     def min_sigma(self, sensitivity: float, excess: float = 0.0) -> float:
         """Smallest sigma that :meth:`check` accepts now for this sensitivity.
@@ -225,62 +321,215 @@ class PrivacyBudget:
         sens, _, exc = _check_release(sensitivity, 1.0, excess)
         if not sens > 0.0:
             raise ValueError(f"sensitivity: must be > 0, got {sens!r}")
-        spent_mu, spent_excess = self._composed()
+        rows = self._counted()
+        spent_mu, spent_excess = self._composed(rows)
         target = self._target(spent_excess + exc)
         room = 0.0
         if target is not None:
             room = gaussian_dp_mu(*target) ** 2 - spent_mu**2
         if not room > 0.0:
             raise BudgetExceededError(
-                f"the budget (epsilon={self.epsilon:g}, delta={self.delta:g}) has no room left"
+                f"the budget (epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}) "
+                "has no room left"
             )
         sigma = sens / math.sqrt(room)
         for _ in range(10_000):  # raise sigma until the exact check accepts it
-            mu, total = self._composed((sens / sigma, exc))
+            mu, total = self._composed(rows, [(sens / sigma, exc)])
             if self._fits(mu, total):
                 return sigma
             sigma *= 1.0 + 2.0**-40
         raise BudgetExceededError("min_sigma: no sigma found within the budget")  # pragma: no cover
 
+    def remaining(self, k: int = 1) -> float:
+        """The largest epsilon each of ``k`` more releases at the budget's delta may have.
+
+        Exact for the composition: ``k`` releases calibrated to ``(remaining(k),
+        delta)`` (analytic calibration, exact sampler) fit, and any larger epsilon does
+        not.  Releases from a sampler with a privacy excess (the lattice sampler, d > 154)
+        need a margin of about ``2 k`` times that excess.
+
+        Parameters
+        ----------
+        k : int, default 1
+
+        Returns
+        -------
+        float
+            0.0 when the budget has no room left.
+        """
+        k = _positive_count(k)
+        rows = self._counted()
+        spent_mu, spent_excess = self._composed(rows)
+        target = self._target(spent_excess)
+        if target is None:
+            return 0.0
+        room = (gaussian_dp_mu(*target) / _ROUND_UP) ** 2 - spent_mu**2
+        if not room > 0.0:
+            return 0.0
+        # The epsilon at which a Gaussian of the room left per release meets delta, then
+        # lowered until k such releases (the largest mu an (eps, delta) Gaussian may
+        # have, gaussian_dp_mu) pass the same check a reservation makes.
+        eps = gaussian_dp_epsilon(math.sqrt(room / k), self.delta)
+        for _ in range(200):
+            if not eps > 0.0:
+                return 0.0
+            mu, excess = self._composed(rows, [(gaussian_dp_mu(eps, self.delta), 0.0)] * k)
+            if self._fits(mu, excess):
+                return eps
+            eps *= 1.0 - 2.0**-42
+        return 0.0  # pragma: no cover - the first candidate is within a few ulps
+
     # -- reporting -------------------------------------------------------------------------
 
     @property
     def spent(self) -> list[Release]:
-        """The recorded releases, oldest first (a copy)."""
-        return list(self._records)
+        """The releases that count as spent (reserved or committed), oldest first."""
+        return self._counted()
 
     @property
     def releases(self) -> int:
-        """Number of recorded releases."""
-        return len(self._records)
+        """Number of releases that count as spent."""
+        return len(self._counted())
 
     @property
     def spent_mu(self) -> float:
         """Gaussian-DP parameter of the composition so far, ``sqrt(sum mu_i^2)``."""
-        return self._composed()[0] if self._records else 0.0
+        rows = self._counted()
+        return self._composed(rows)[0] if rows else 0.0
 
-    @property
-    def spent_epsilon(self) -> float:
-        """Smallest epsilon the composition so far satisfies at the budget's delta."""
-        if not self._records:
+    def _spent_epsilon(self, rows: Sequence[Release]) -> float:
+        if not rows:
             return 0.0
-        mu, excess = self._composed()
+        mu, excess = self._composed(rows)
         target = self._target(excess)
         if target is None:
             return math.inf
         return gaussian_dp_epsilon(mu, target[1]) + 2.0 * excess
 
     @property
+    def spent_epsilon(self) -> float:
+        """Smallest epsilon the composition so far satisfies at the budget's delta."""
+        return self._spent_epsilon(self._counted())
+
+    @property
     def remaining_epsilon(self) -> float:
         """``epsilon - spent_epsilon`` (>= 0), reported at the budget's delta.
 
-        For information only: under tight composition budgets do not subtract, so use
-        :meth:`check` or :meth:`min_sigma` to decide whether a release fits.
+        For information only: under tight composition budgets do not subtract, so
+        plan with :meth:`remaining`, and use :meth:`check` or :meth:`min_sigma` to
+        decide whether a given release fits.
         """
         return max(0.0, self.epsilon - self.spent_epsilon)
 
+    def _summary(self) -> tuple[list[Release], list[tuple[str, str]]]:
+        rows = self._ledger.rows()
+        counted = [r for r in rows if r.counted]
+        states = {state: sum(r.state == state for r in rows)
+                  for state in ("committed", "reserved", "cancelled")}
+        plans = ", or ".join(f"{k} of {self.remaining(k):.4g} each" for k in (2, 4))
+        facts = [
+            ("budget", f"epsilon={self.epsilon:g}, delta={self.delta:g}"),
+            ("ledger", self.ledger or "(in memory, this process only)"),
+            ("releases", f"{len(counted)} counted ({states['committed']} committed, "
+                         f"{states['reserved']} reserved), {states['cancelled']} cancelled"),
+            ("spent", f"epsilon={self._spent_epsilon(counted):.6g} at delta={self.delta:g} "
+                      f"(mu={self._composed(counted)[0] if counted else 0.0:.6g})"),
+            ("remaining", f"one more release of epsilon <= {self.remaining():.6g} at delta="
+                          f"{self.delta:g}, or {plans}"),
+        ]
+        return rows, facts
+
+    _COLUMNS = ("id", "state", "reserved (UTC)", "epsilon", "delta", "sensitivity", "sigma",
+                "dataset", "label")
+
+    @staticmethod
+    def _cells(row: Release) -> tuple[str, ...]:
+        def number(value: float | None) -> str:
+            return "-" if value is None else f"{value:.4g}"
+
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row.reserved_at))
+        return (str(row.id), row.state, when, number(row.epsilon), number(row.delta),
+                f"{row.sensitivity:.4g}", f"{row.sigma:.4g}", row.dataset, row.label)
+
+    def describe(self) -> str:
+        """A plain-text report: totals, spent, remaining, and a table of every release."""
+        rows, facts = self._summary()
+        lines = [f"{name + ':':<11}{value}" for name, value in facts]
+        if rows:
+            table = [self._COLUMNS] + [self._cells(r) for r in rows]
+            widths = [max(len(line[i]) for line in table) for i in range(len(self._COLUMNS))]
+            lines.append("")
+            lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip()
+                      for line in table]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        rows, facts = self._summary()
+        out = ["<div><table>"]
+        out += [f"<tr><th style='text-align:left'>{html.escape(name)}</th>"
+                f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
+                for name, value in facts]
+        out.append("</table>")
+        if rows:
+            header = "".join(f"<th>{html.escape(c)}</th>" for c in self._COLUMNS)
+            out.append(f"<table><tr>{header}</tr>")
+            out += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>"
+                    for r in rows]
+            out.append("</table>")
+        return "".join(out) + "</div>"
+
     def __repr__(self) -> str:
-        return (
-            f"PrivacyBudget(epsilon={self.epsilon!r}, delta={self.delta!r}, "
-            f"releases={self.releases}, spent_epsilon={self.spent_epsilon:.6g})"
-        )
+        where = f", ledger={self.ledger!r}" if self.ledger else ""
+        try:
+            state = f"releases={self.releases}, spent_epsilon={self.spent_epsilon:.6g}"
+        except LedgerError as error:
+            state = f"unreachable: {error}"
+        return f"PrivacyBudget(epsilon={self.epsilon!r}, delta={self.delta!r}{where}, {state})"
+
+
+def _reopen(path: str, epsilon: float, delta: float) -> PrivacyBudget:
+    """Unpickle a ledger budget: the same file (checked on each use, never created here)."""
+    return PrivacyBudget._from(epsilon, delta, SQLiteLedger(path, epsilon, delta))
+
+
+def _find_in_memory(token: str, pid: int, epsilon: float, delta: float) -> PrivacyBudget:
+    """Unpickle an in-memory budget: itself in its own process, else one that refuses use."""
+    found = _IN_MEMORY.get(token) if pid == os.getpid() else None
+    if found is not None:
+        return found
+    reason = (f"PrivacyBudget(epsilon={epsilon:g}, delta={delta:g}) has no ledger file: it lives "
+              f"in process {pid} only and cannot be charged from process {os.getpid()}; create it "
+              "with ledger=PATH so that other processes can charge it")
+    return PrivacyBudget._from(epsilon, delta, UnreachableLedger(reason), token)
+
+
+class Reservation:
+    """A release reserved in a budget: it counts as spent until cancelled.
+
+    Attributes
+    ----------
+    budget : PrivacyBudget
+    release : Release
+        The recorded row (``release.id`` is its ledger row).
+    """
+
+    def __init__(self, budget: PrivacyBudget, release: Release) -> None:
+        self.budget = budget
+        self.release = release
+
+    def commit(self) -> None:
+        """Mark the release committed: its noise was drawn and released."""
+        self.budget._ledger.settle(self.release.id, "committed")
+
+    def cancel(self) -> None:
+        """Give the reservation back.  Only when the noise was provably never drawn."""
+        self.budget._ledger.settle(self.release.id, "cancelled")
+
+    def __repr__(self) -> str:
+        return f"Reservation(release {self.release.id} in {self.budget!r})"
+
+
+def open_budgets() -> list[PrivacyBudget]:
+    """The budgets whose ``with`` block is open in any thread of this process, in entry order."""
+    with _STATE_LOCK:
+        return [budget for budget, _ in _OPEN.values()]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..cluster import TRUSTED_RESOURCE
+from ..cluster import TRUSTED_RESOURCE, in_this_process
 from .noise import NoiseSampler, add_symmetric_noise
 from .trust import verified_placement
 
@@ -32,15 +32,23 @@ __all__ = [
     "private_release",
     "release_placement",
     "placement_available",
+    "mark_release_dispatched",
+    "abandon_release",
     "TRUSTED_RESOURCE",
     "RELEASE_METADATA_KEY",
+    "ABANDONED_METADATA_KEY",
 ]
 
 #: Scheduler metadata prefix under which release tickets are recorded, one per fit id.
 RELEASE_METADATA_KEY = ("dask-dppca", "releases")
+#: Scheduler metadata prefix of the releases a failed fit abandoned before they drew.
+ABANDONED_METADATA_KEY = ("dask-dppca", "abandoned")
 
 _local_tickets: set[str] = set()
 _local_tickets_lock = threading.Lock()
+# Fit ids whose release was dispatched from this process: called here, or submitted as a
+# task (runner).  For the budget: see abandon_release.
+_dispatched: set[str] = set()
 
 
 class ReleaseAlreadyDrawnError(RuntimeError):
@@ -134,7 +142,7 @@ class SealingPlugin(WorkerPlugin):
     """
 
     def setup(self, worker) -> None:  # noqa: D102 - distributed.WorkerPlugin protocol
-        if not str(worker.address).startswith("inproc://"):
+        if not in_this_process(worker.address):
             _WORKER_PROCESS["sealing"] = True
 
 
@@ -168,6 +176,7 @@ def private_release(
     ReleaseAlreadyDrawnError
         If a release for ``fit_id`` already ran.
     """
+    mark_release_dispatched(fit_id)
     worker = claim_release_ticket(fit_id)
     if isinstance(kernel_sum, TrustedSum):
         kernel_sum = kernel_sum.value
@@ -182,6 +191,49 @@ def private_release(
     components *= np.sign(components[np.arange(len(peaks)), peaks])[:, None]
     return PrivateRelease(eigenvalues=eigenvalues, components=components,
                           released_on=worker.address if worker is not None else "this process")
+
+
+def mark_release_dispatched(fit_id: str) -> None:
+    """Record, before it can draw, that the release of ``fit_id`` is called or submitted here."""
+    _dispatched.add(fit_id)
+
+
+#: Seconds :func:`abandon_release` waits for the ticket's lock before proving nothing.
+ABANDON_TIMEOUT = 10.0
+
+
+def abandon_release(fit_id: str, target: Any) -> bool:
+    """For a failed fit: make sure its release can never draw; True if it never did.
+
+    A release never called or submitted from this process (:func:`mark_release_dispatched`)
+    cannot have drawn.  On a local scheduler (``target`` a name) one that was called drew
+    or was about to, in this thread.  On a cluster (``target`` a client) a submitted
+    release may not have started: if its ticket is free, the release is marked abandoned
+    (under the lock :func:`claim_release_ticket` takes, which refuses an abandoned
+    release), so a release task that starts late refuses to draw; a ticket already taken
+    means it drew.  A scheduler that cannot be reached
+    proves nothing (False).
+    """
+    if fit_id not in _dispatched:
+        return True
+    if target is None or isinstance(target, str):
+        return False
+    import distributed
+
+    lock = distributed.Lock(f"dask-dppca-release-{fit_id}", scheduler_rpc=target.scheduler,
+                            loop=target.loop)
+    try:
+        if not lock.acquire(timeout=ABANDON_TIMEOUT):
+            return False
+        try:
+            if target.get_metadata([*RELEASE_METADATA_KEY, fit_id], default=None) is not None:
+                return False
+            target.set_metadata([*ABANDONED_METADATA_KEY, fit_id], {"time": time.time()})
+            return True
+        finally:
+            lock.release()
+    except (OSError, TimeoutError, RuntimeError):
+        return False
 
 
 def claim_release_ticket(fit_id: str):
@@ -203,9 +255,13 @@ def claim_release_ticket(fit_id: str):
     client = distributed.get_client()
     key = [*RELEASE_METADATA_KEY, fit_id]
     with distributed.Lock(f"dask-dppca-release-{fit_id}"):
-        if client.get_metadata(key, default=None) is not None:
+        if client.get_metadata([*ABANDONED_METADATA_KEY, fit_id], default=None) is not None:
+            raise ReleaseAlreadyDrawnError(f"release {fit_id} was abandoned by its failed fit; "
+                                           "refusing to draw")
+        ticket = client.get_metadata(key, default=None)
+        if ticket is not None:
             raise ReleaseAlreadyDrawnError(
-                f"release {fit_id} already drew its noise (on {client.get_metadata(key)['worker']}); "
+                f"release {fit_id} already drew its noise (on {ticket['worker']}); "
                 "refusing to draw again"
             )
         client.set_metadata(key, {"worker": worker.address, "time": time.time()})

@@ -19,13 +19,14 @@ import dask
 import distributed
 
 from .. import cluster
-from ..graph import compute_locally
+from ..graph import compute_locally, single_threaded_blas
 from ..progress import cluster_progress
 from .mechanism import ReleaseMechanism
 from .release import (
     TRUSTED_RESOURCE,
     PrivateRelease,
     TrustedSum,
+    mark_release_dispatched,
     placement_available,
     private_release,
     register_sealing,
@@ -112,6 +113,7 @@ def _run_on_cluster(mechanism, graph, client, n_components, fit_id, trusted_work
         )
     register_sealing(client)
     sum_future = client.compute(dask.delayed(TrustedSum, pure=True)(graph))
+    mark_release_dispatched(fit_id)  # before it can draw (abandon_release)
     release_future = client.submit(
         private_release, sum_future, mechanism.plan.n_pairs, mechanism.sigma, n_components,
         mechanism.sampler, fit_id,
@@ -124,7 +126,8 @@ def _run_on_cluster(mechanism, graph, client, n_components, fit_id, trusted_work
         return f"the trusted worker ({described}) left the cluster and did not come back"
 
     try:
-        with cluster_progress(client, [sum_future, release_future], progress):
+        with cluster_progress(client, [sum_future, release_future], progress), \
+                single_threaded_blas(client):
             try:
                 release = cluster.await_result(client, release_future, f"release {fit_id}",
                                                needed=trusted_worker_present)
@@ -142,6 +145,8 @@ def _run_on_cluster(mechanism, graph, client, n_components, fit_id, trusted_work
 
 
 def _describe_placement(placement: dict) -> str:
+    if "resources" in placement and "workers" in placement:
+        return f"a worker offering {TRUSTED_RESOURCE!r} with the trusted worker's TLS certificate"
     if "resources" in placement:
         return f"a worker offering {TRUSTED_RESOURCE!r}"
     if "workers" in placement:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import collections
 
 import dask
@@ -133,3 +137,24 @@ def test_custom_and_winsor_transforms_go_through_the_graph():
     got = kendall_matrix(da.from_array(x, chunks=(30, 4)), winsor(2.0), scheduler="threads")
     want = reference_pair_sum(x, xi=lambda s: min(s, 2.0)) / (80 * 79 / 2)
     assert relative_error(got, want) <= 1e-10
+
+
+@pytest.mark.cluster
+def test_the_embedded_cluster_leaves_this_process_blas_as_it_was():
+    """Its worker runs in this process: BLAS is limited to one thread during the fit
+    only, never pinned for good (the user's own numpy would stay single-threaded).
+    In a fresh interpreter with two BLAS threads, as a user's session starts."""
+    script = (
+        "import numpy as np, dask_dppca as dd\n"
+        "from threadpoolctl import threadpool_info\n"
+        "def threads(): return {l['filepath']: l['num_threads'] for l in threadpool_info()}\n"
+        "before = threads()\n"
+        "dd.DPPCA(2).fit(np.random.default_rng(0).standard_normal((400, 4)))  # test data\n"
+        "after = threads()\n"
+        "print(set(before.values()), {path: after[path] for path in before} == before)\n"
+    )
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["{2}", "True"], done.stdout

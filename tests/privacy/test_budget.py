@@ -11,7 +11,8 @@ from dp_accounting import dp_event
 from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.privacy_accountant import NeighboringRelation
 
-from dask_dppca.privacy.budget import BudgetExceededError, PrivacyBudget, Release, current_budget
+from dask_dppca.privacy.budget import BudgetExceededError, PrivacyBudget, Release
+from dask_dppca.privacy.charging import current_budget
 from dask_dppca.privacy.calibration import (
     analytic_gaussian_sigma,
     calibrate_sigma,
@@ -65,14 +66,17 @@ def test_budget_works_as_a_plain_object_and_is_reentrant():
     assert budget.releases == 1
 
 
-def test_active_budget_does_not_leak_into_other_contexts():
+def test_an_open_budget_covers_every_thread_and_context_of_the_process():
+    """A fit in a thread started inside the block (a ThreadPoolExecutor, joblib's threading
+    backend) must not escape the budget: the block is open process-wide, not per context."""
     seen = []
-    with PrivacyBudget(1.0, 1e-6):
+    with PrivacyBudget(1.0, 1e-6) as budget:
         thread = threading.Thread(target=lambda: seen.append(current_budget()))
         thread.start()
         thread.join()
         seen.append(contextvars.Context().run(current_budget))
-    assert seen == [None, None]
+    assert seen == [budget, budget]
+    assert current_budget() is None
 
 
 @pytest.mark.parametrize(
@@ -106,7 +110,9 @@ def test_a_release_calibrated_to_the_whole_budget_fits_exactly_once():
     sigma = calibrate_sigma(0.3, 1.0, 1e-6)
     budget.spend(0.3, sigma, label="fit 1")
     assert budget.releases == 1
-    assert budget.spent == [Release(0.3, sigma, "fit 1", 0.0)]
+    (release,) = budget.spent
+    assert (release.sensitivity, release.sigma, release.label, release.excess) == (0.3, sigma, "fit 1", 0.0)
+    assert release.state == "committed" and isinstance(release, Release)
     assert budget.spent_epsilon == pytest.approx(1.0, rel=1e-6)
     with pytest.raises(BudgetExceededError, match="exceed the budget"):
         budget.spend(0.3, sigma * 100)  # even a tiny further release overspends

@@ -254,18 +254,16 @@ def test_rerun_of_a_killed_release_without_ticket_draws_twice(client):
     _wait_for_full_cluster(client, drawer["worker"])
 
 
-# -- BUG: a worker that died just before the fit makes the fit fail ---------------------------
+# -- a worker that died just before the fit (a fixed bug) -----------------------------------
 
 
 def test_fit_survives_a_worker_that_died_just_before_it(client, counting_sampler):
-    """FAILS (bug): ``register_sealing`` broadcasts the sealing plugin to every worker on each
-    fit; a worker that died an instant earlier (SIGKILL, scheduler not yet told) makes the
-    broadcast raise CommClosedError and the whole fit aborts, although the scheduler already
-    stored the plugin and the dead worker needs nothing.  Reproduced 4/4 with
-    ``register_sealing`` right after the kill.  No privacy harm (nothing was drawn), but the
-    fit must survive a lost worker at any point.  Fix: in ``register_sealing`` catch
-    ``OSError`` (``CommClosedError`` is one) and re-register once the scheduler has dropped
-    the dead worker (``register_plugin`` is idempotent by name), or register once per cluster.
+    """A worker that died an instant earlier (SIGKILL, scheduler not yet told) made the
+    sealing plugin's broadcast raise CommClosedError and the whole fit abort (reproduced
+    4/4 before the fix), although the scheduler already stored the plugin and the dead
+    worker needs nothing.  Fixed: ``register_sealing`` catches ``OSError``
+    (``CommClosedError`` is one) and registers again once the scheduler has dropped the
+    dead worker (``register_plugin`` is idempotent by name).
     """
     trusted = _workers(client)[0]
     _wait_for_full_cluster(client, gone="", timeout=60)

@@ -340,7 +340,9 @@ def test_python_api_fit_over_tls_releases_on_the_trusted_worker_only(live, store
     assert np.array_equal(remote.eigenvalues_, local.eigenvalues_)
     assert np.array_equal(remote.components_, local.components_)
     ticket = client.get_metadata([*RELEASE_METADATA_KEY, remote.privacy_["fit_id"]])
-    assert ticket["worker"] == trusted_address(client)
+    assert ticket["worker"] == trusted_address(client) == remote.privacy_["released_on"]
+    assert remote.privacy_["release_placement"] == (
+        "a worker offering 'dppca-trusted' with the trusted worker's TLS certificate")
     assert opened == []
 
     # A TLS address string, certificates from the Dask configuration.

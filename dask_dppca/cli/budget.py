@@ -1,0 +1,61 @@
+"""``dask-dppca budget create|show LEDGER``: a durable privacy budget shared by every fit."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_parser(commands) -> None:
+    """Register ``budget`` (with ``create`` and ``show``) on the sub-command parser."""
+    budget = commands.add_parser(
+        "budget",
+        help="create or show a privacy budget ledger (pass it to fit with --budget)",
+        description=(
+            "A ledger file holds a privacy budget's (epsilon, delta) and every release charged "
+            "to it. 'dask-dppca fit ... --budget LEDGER' reserves each release there before "
+            "drawing noise and refuses a fit that would exceed the budget (exact Gaussian-DP "
+            "composition). Set DASK_DPPCA_BUDGET=LEDGER to charge every fit of a process."
+        ),
+    )
+    actions = budget.add_subparsers(dest="action", metavar="ACTION", parser_class=type(budget))
+    actions.required = True
+    create = actions.add_parser("create", help="create a new ledger with its totals",
+                                description="Create a new ledger file holding the budget's totals.")
+    create.add_argument("ledger", help="ledger file to create (a local path)")
+    create.add_argument("--epsilon", type=float, required=True, help="total epsilon > 0")
+    create.add_argument("--delta", type=float, required=True, help="total delta in (0, 1)")
+    create.set_defaults(run=run_create)
+    show = actions.add_parser("show", help="print the releases and what remains",
+                              description="Print a ledger's totals, spent and remaining epsilon, "
+                              "and a table of every release.")
+    show.add_argument("ledger", help="ledger file")
+    show.set_defaults(run=run_show)
+
+
+def run_create(args: argparse.Namespace) -> int:
+    """Create the ledger; an existing file is left alone."""
+    from ..privacy.budget import PrivacyBudget
+
+    if os.path.exists(args.ledger):
+        raise ValueError(f"ledger: {args.ledger} already exists "
+                         f"(see: dask-dppca budget show {args.ledger})")
+    budget = PrivacyBudget(args.epsilon, args.delta, ledger=args.ledger)
+    print(budget.describe())
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Print the ledger's report."""
+    print(open_ledger(args.ledger).describe())
+    return 0
+
+
+def open_ledger(path: str):
+    """The budget of an existing ledger; a missing file is a usage error naming the option."""
+    from ..privacy.budget import PrivacyBudget
+
+    if not os.path.isfile(path):
+        raise ValueError(f"ledger: {path} does not exist; create it with "
+                         f"'dask-dppca budget create {path} --epsilon E --delta D'")
+    return PrivacyBudget.open(path)

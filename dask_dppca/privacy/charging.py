@@ -1,0 +1,232 @@
+"""Which budgets a fit charges, and the reservation that charges them.
+
+A fit charges (:func:`reserve_release`), all of them or none if any refuses:
+
+* the default budget (:func:`set_default_budget`, or the ledger named by the environment
+  variable ``DASK_DPPCA_BUDGET``, which child processes inherit);
+* every budget whose ``with`` block is open in any thread of the process (nested blocks
+  charge every enclosing budget);
+* the budgets an estimator carries because it was pickled, copied or cloned while they
+  were active (:class:`BudgetCarrier`: how a fit in a joblib/loky worker of
+  scikit-learn charges the parent's budgets).
+
+Each budget is charged once per fit however many of these name it (one per ledger).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from .budget import PrivacyBudget, Reservation, open_budgets
+from .ledger import LedgerError, ledger_path
+
+__all__ = [
+    "BUDGET_ENV",
+    "BudgetCarrier",
+    "active_budgets",
+    "current_budget",
+    "dataset_id",
+    "default_budget",
+    "reserve_release",
+    "set_default_budget",
+]
+
+#: Environment variable naming the ledger of the default budget (inherited by child processes).
+BUDGET_ENV = "DASK_DPPCA_BUDGET"
+
+_DEFAULT_LOCK = threading.RLock()
+_DEFAULT: dict[str, PrivacyBudget] = {}  # ledger path -> the default budget opened on it
+
+
+def set_default_budget(budget: PrivacyBudget | str | os.PathLike | None) -> PrivacyBudget | None:
+    """Make ``budget`` the default: every fit in this process, its threads and the child
+    processes started from now on charge it.
+
+    The default must have a ledger file (the only way other processes can charge it);
+    its path goes into the environment variable ``DASK_DPPCA_BUDGET``, which child
+    processes (joblib/loky workers, ``subprocess``) inherit.  Setting that variable
+    before Python starts has the same effect.
+
+    Parameters
+    ----------
+    budget : PrivacyBudget, str, os.PathLike or None
+        A budget with a ledger, or the path of an existing ledger; None removes the
+        default (and the environment variable).
+
+    Returns
+    -------
+    PrivacyBudget or None
+        The default budget now in force.
+    """
+    with _DEFAULT_LOCK:
+        if budget is None:
+            os.environ.pop(BUDGET_ENV, None)
+            _DEFAULT.clear()
+            return None
+        if not isinstance(budget, PrivacyBudget):
+            budget = PrivacyBudget.open(budget)
+        if budget.ledger is None:
+            raise ValueError(
+                "budget: a default budget must have a ledger file so that every process can "
+                "charge it; use PrivacyBudget(epsilon, delta, ledger=PATH)"
+            )
+        _DEFAULT.clear()
+        _DEFAULT[budget.ledger] = budget
+        os.environ[BUDGET_ENV] = budget.ledger
+        return budget
+
+
+def default_budget() -> PrivacyBudget | None:
+    """The default budget: the ledger named by ``DASK_DPPCA_BUDGET``, or None.
+
+    Raises
+    ------
+    LedgerError
+        If the variable names no ledger (fits then refuse rather than go uncharged).
+    """
+    named = os.environ.get(BUDGET_ENV)
+    if not named:
+        return None
+    path = ledger_path(named)
+    with _DEFAULT_LOCK:
+        if path not in _DEFAULT:
+            try:
+                opened = PrivacyBudget.open(path)
+            except LedgerError as error:
+                raise LedgerError(f"{BUDGET_ENV}={named!r}: {error}") from None
+            _DEFAULT.clear()
+            _DEFAULT[path] = opened
+        return _DEFAULT[path]
+
+
+def _unique(budgets: Iterable[PrivacyBudget]) -> tuple[PrivacyBudget, ...]:
+    """One budget per ledger file (or in-memory budget), first occurrence kept."""
+    seen: dict[tuple, PrivacyBudget] = {}
+    for budget in budgets:
+        seen.setdefault(budget._key, budget)
+    return tuple(seen.values())
+
+
+def active_budgets() -> tuple[PrivacyBudget, ...]:
+    """The budgets a fit in this process charges now: the default, then every open ``with``
+    block (in any thread), outermost first; one entry per ledger."""
+    default = default_budget()
+    return _unique(([default] if default is not None else []) + open_budgets())
+
+
+def current_budget() -> PrivacyBudget | None:
+    """The most recently entered budget still open (in any thread), else the default, else None."""
+    opened = open_budgets()
+    return opened[-1] if opened else default_budget()
+
+
+def dataset_id(data: Any, component: str | None, shape: tuple[int, ...]) -> str:
+    """What a ledger records as the dataset: a store's path (and array name), or the
+    input's type and (public) shape.  Never anything computed from the values."""
+    if isinstance(data, (str, os.PathLike)):
+        from ..io.storage import display_location  # a URL's user and password masked
+
+        name = display_location(data)
+        return f"{name}#{component}" if component else name
+    return f"{type(data).__name__} {' x '.join(map(str, shape))}"
+
+
+@contextmanager
+def reserve_release(
+    sensitivity: float,
+    sigma: float,
+    *,
+    excess: float = 0.0,
+    fit_id: str = "",
+    label: str = "",
+    dataset: str = "",
+    epsilon: float | None = None,
+    delta: float | None = None,
+    carried: Iterable[PrivacyBudget] = (),
+    target: Any = None,
+) -> Iterator[tuple[Reservation, ...]]:
+    """Reserve one release in every budget that must pay for it; commit when the block ends.
+
+    The budgets are :func:`active_budgets` plus ``carried`` (those an estimator carries,
+    :class:`BudgetCarrier`).  Each is reserved in turn; if one refuses, those already
+    reserved are cancelled (nothing was drawn) and the refusal propagates.  Draw the
+    noise inside the block.  When the block returns, every reservation is committed.
+    When it raises, the reservations stay counted unless it is proven that the release of
+    ``fit_id`` never drew and never will (:func:`~dask_dppca.privacy.release.abandon_release`
+    on ``target``, the local scheduler name or client the release runs on): then they are
+    cancelled.
+
+    Yields
+    ------
+    tuple of Reservation
+        Empty when no budget is active.
+    """
+    budgets = _unique([*active_budgets(), *carried])
+    reservations: list[Reservation] = []
+    try:
+        for budget in budgets:
+            reservations.append(budget.reserve(
+                sensitivity, sigma, excess=excess, label=label or f"DPPCA fit {fit_id}",
+                fit_id=fit_id, dataset=dataset, epsilon=epsilon, delta=delta))
+    except BaseException:
+        _settle(reservations, "cancel")
+        raise
+    try:
+        yield tuple(reservations)
+    except BaseException:
+        if reservations and _abandon_release(fit_id, target):
+            _settle(reservations, "cancel")
+        raise
+    _settle(reservations, "commit")
+
+
+def _abandon_release(fit_id: str, target: Any) -> bool:
+    from .release import abandon_release  # imports distributed: only on a failed fit
+
+    return abandon_release(fit_id, target)
+
+
+def _settle(reservations: Sequence[Reservation], action: str) -> None:
+    """Commit or cancel each; a failure leaves that one reserved (counted) and warns."""
+    for reservation in reservations:
+        try:
+            getattr(reservation, action)()
+        except (LedgerError, TimeoutError) as error:
+            warnings.warn(f"could not {action} {reservation!r} ({error}); it stays reserved "
+                          "and counts as spent", RuntimeWarning, stacklevel=3)
+
+
+class BudgetCarrier:
+    """Mixin for estimators: copies keep charging the budgets active where they were made.
+
+    A copy made by pickling (how joblib/loky hands an estimator to a worker process) or
+    ``copy.deepcopy`` carries every budget active at that moment and those the original
+    already carried; scikit-learn's ``clone`` keeps the ones the original carries.  A fit
+    of the copy charges them, in whichever process it runs: a ledger budget is reopened
+    by path there; an in-memory budget cannot be charged from another process, so such a
+    fit is refused (``LedgerError``) instead of going uncharged.
+    """
+
+    @property
+    def carried_budgets(self) -> tuple[PrivacyBudget, ...]:
+        """The budgets this estimator charges in addition to the active ones."""
+        return self.__dict__.get("_carried_budgets", ())
+
+    def __getstate__(self) -> dict:
+        # A copy: object.__getstate__ returns the live __dict__.
+        state = dict(super().__getstate__())  # type: ignore[misc]
+        carried = _unique([*self.carried_budgets, *active_budgets()])
+        if carried:
+            state["_carried_budgets"] = carried
+        return state
+
+    def __sklearn_clone__(self):
+        clone = super().__sklearn_clone__()  # type: ignore[misc]
+        if self.carried_budgets:
+            clone.__dict__["_carried_budgets"] = self.carried_budgets
+        return clone

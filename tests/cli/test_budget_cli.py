@@ -1,0 +1,98 @@
+"""``dask-dppca budget create|show`` and ``fit --budget``, and the README's budget lines as written."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from dask_dppca.cli import EXIT_CLUSTER, EXIT_USAGE, main
+from dask_dppca.privacy.budget import PrivacyBudget
+from dask_dppca.privacy.charging import BUDGET_ENV
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _store(path: Path, n: int = 300, d: int = 4) -> str:
+    z = zarr.open_array(str(path), mode="w", shape=(n, d), chunks=(100, d), dtype="f8")
+    z[:] = np.random.default_rng(0).standard_normal((n, d))  # test data only
+    return str(path)
+
+
+def _clean_env() -> dict:
+    return {name: value for name, value in os.environ.items() if name != BUDGET_ENV}
+
+
+def test_create_show_and_fit_until_the_budget_refuses(tmp_path, capsys):
+    ledger, store = str(tmp_path / "study.ledger"), _store(tmp_path / "x.zarr")
+    assert main(["budget", "create", ledger, "--epsilon", "2", "--delta", "1e-5"]) == 0
+    assert "remaining: one more release of epsilon <= 2 " in capsys.readouterr().out
+    fit = ["fit", store, "--epsilon", "1", "--scheduler", "threads", "--no-progress",
+           "--output", str(tmp_path / "r.json"), "--budget", ledger]
+    # Exact composition: four (1, 1e-6) fits fit in (2, 1e-5), the fifth does not.
+    for _ in range(4):
+        assert main(fit) == 0
+        assert "left for one more release at delta=1e-05" in capsys.readouterr().out
+    assert main(fit) == EXIT_CLUSTER
+    assert "would exceed the budget" in capsys.readouterr().err
+    assert main(["budget", "show", ledger]) == 0
+    shown = capsys.readouterr().out
+    assert "4 counted (4 committed, 0 reserved), 0 cancelled" in shown
+    assert shown.count(store) == 4 and PrivacyBudget.open(ledger).releases == 4
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["budget", "show", "LEDGER.missing"], "does not exist"),
+        (["budget", "create", "LEDGER", "--epsilon", "2", "--delta", "1e-5"], "already exists"),
+        (["budget", "create", "LEDGER.new", "--epsilon", "0", "--delta", "1e-5"], "epsilon"),
+        (["budget", "create", "LEDGER.new", "--epsilon", "1", "--delta", "2"], "delta"),
+        (["fit", "STORE", "--budget", "LEDGER.missing", "--scheduler", "threads"], "does not exist"),
+    ],
+)
+def test_budget_errors_are_one_line_with_exit_2(tmp_path, args, needle):
+    ledger = tmp_path / "l.ledger"
+    PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    store = _store(tmp_path / "x.zarr")
+    args = [a.replace("LEDGER", str(ledger)).replace("STORE", store) for a in args]
+    done = subprocess.run([sys.executable, "-m", "dask_dppca.cli", *args], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path, env=_clean_env())
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
+    assert not (tmp_path / "l.ledger.new").exists()
+
+
+def _readme_block(language: str, marker: str) -> str:
+    blocks = re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
+    (block,) = [b for b in blocks if marker in b]
+    return block
+
+
+@pytest.mark.cluster
+def test_the_readme_budget_lines_run_as_written(tmp_path):
+    """The README's three commands, then its Python lines, in one folder with data.zarr
+    (fits on the default embedded cluster, as a user's would)."""
+    _store(tmp_path / "data.zarr")
+    for line in _readme_block("bash", "budget create").strip().splitlines():
+        done = subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=240,
+                              cwd=tmp_path, env=_clean_env())
+        assert done.returncode == 0, (line, done.stderr)
+    assert "1 counted (1 committed" in done.stdout and "data.zarr" in done.stdout
+    code = ("import numpy as np\nimport dask_dppca as dd\n"
+            "X = np.random.default_rng(1).standard_normal((300, 4))  # test data only\n"
+            + _readme_block("python", "set_default_budget"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=240, cwd=tmp_path, env=_clean_env())
+    assert done.returncode == 0, done.stderr
+    budget = PrivacyBudget.open(tmp_path / "study.ledger")
+    assert budget.releases == 2 and done.stdout.startswith(repr(budget.remaining()))
+    assert "2 counted (2 committed" in done.stdout
