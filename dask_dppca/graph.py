@@ -174,6 +174,8 @@ def kendall_matrix(
     scheduler: Any = "threads",
     component: str | None = None,
     design: Any = "complete",
+    storage_options: dict | None = None,
+    allow_fill_values: bool = False,
 ) -> np.ndarray:
     """The exact, NON-PRIVATE ``K_hat = mean over pairs i<j of g(t_ij) g(t_ij)^T``.
 
@@ -183,17 +185,21 @@ def kendall_matrix(
 
     Parameters
     ----------
-    X : ndarray, dask.array.Array, zarr.Array, str or os.PathLike
-        Records as rows.
+    X : ndarray, dask.array.Array, Zarr (path, URL, Array, Group), xarray or dask DataFrame
+        Records as rows (see :func:`dask_dppca.io.as_dask_array`).
     transform : {"sphere", "winsor", "identity"} or Transform, default="sphere"
     radius : float, optional
         Winsorization radius.
     scheduler : str or distributed.Client, default="threads"
         Where to compute (see :class:`~dask_dppca.DPPCA`).
     component : str, optional
-        Array name inside a Zarr group.
+        Array inside a Zarr group, or an xarray Dataset variable.
     design : {"complete", "auto"} or RegularDesign, default="complete"
         Which pairs are averaged.
+    storage_options : dict, optional
+        fsspec options for a URL (see :meth:`~dask_dppca.DPPCA.fit`).
+    allow_fill_values : bool, default=False
+        Read missing Zarr chunks as the fill value (see :meth:`~dask_dppca.DPPCA.fit`).
 
     Returns
     -------
@@ -201,7 +207,8 @@ def kendall_matrix(
     """
     g = resolve_transform(transform, radius)
     cluster.check_scheduler(scheduler)
-    data = as_dask_array(X, component)
+    data = as_dask_array(X, component, storage_options=storage_options,
+                         allow_fill_values=allow_fill_values, scheduler=scheduler)
     with cluster.compute_target(scheduler) as target:
         data, _, plan = plan_blocks(data, design, cluster.thread_count(target))
         graph = kernel_sum_graph(data, plan, g)
