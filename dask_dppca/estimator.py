@@ -8,13 +8,11 @@ attributes.
 
 from __future__ import annotations
 
-import os
 import types
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -22,7 +20,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from . import cluster
 from .design import check_design
 from .graph import kernel_sum_graph, plan_blocks
-from .io import as_dask_array, imposes_row_chunks
+from .io import as_dask_array, is_lazy_input
 from .privacy.charging import BudgetCarrier, dataset_id, reserve_release
 from .privacy.calibration import CALIBRATIONS, validate_privacy_parameters
 from .privacy.mechanism import ReleaseMechanism
@@ -192,30 +190,40 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         params["transform"] = self.__dict__.get("_transform_parameter", "sphere")
         return params
 
-    def fit(self, X: Any, y: None = None, *, component: str | None = None) -> DPPCA:
+    def fit(self, X: Any, y: None = None, *, component: str | None = None,
+            storage_options: dict | None = None, allow_fill_values: bool = False) -> DPPCA:
         """Compute the private principal directions of ``X``.
 
         Parameters
         ----------
-        X : ndarray, dask.array.Array, zarr.Array, str or os.PathLike
-            Records as rows; a string or path names a Zarr store.
+        X : ndarray, dask.array.Array, Zarr (path, URL, Array, Group), xarray or dask DataFrame
+            Records as rows; a string or path names a Zarr store (local or fsspec URL).
+            Lazy inputs stay lazy (see :func:`dask_dppca.io.as_dask_array`).
         y : None
             Ignored.
         component : str, optional
-            Array name inside a Zarr group.
+            Array inside a Zarr group (nested paths too), or an xarray Dataset variable.
+        storage_options : dict, optional
+            fsspec options for a URL (credentials, endpoint); they reach the workers
+            inside the task graph and are never printed.
+        allow_fill_values : bool, default=False
+            Read chunks missing from a Zarr store as its fill value (a store written
+            sparsely on purpose).  By default a missing chunk stops the fit before any
+            release, naming the store and the worker.
 
         Returns
         -------
         self
         """
         params, g = self._validated_parameters()
-        data = as_dask_array(X, component)
-        if not isinstance(X, (str, os.PathLike)):  # metadata only: column names and width
+        data = as_dask_array(X, component, storage_options=storage_options,
+                             allow_fill_values=allow_fill_values, scheduler=params["scheduler"])
+        if hasattr(X, "shape") or not is_lazy_input(X):  # metadata only: names and width
             validate_data(self, X, reset=True, skip_check_array=True)
         n_components = _check_n_components(params["n_components"], data.shape[1])
         with cluster.compute_target(params["scheduler"]) as target:
             data, design, plan = plan_blocks(data, params["design"], cluster.thread_count(target),
-                                             rows_free=not imposes_row_chunks(X))
+                                             rows_free=not is_lazy_input(X))
             mechanism = ReleaseMechanism.plan_release(
                 design, plan, g, params["epsilon"], params["delta"], params["calibration"],
                 _noise_sampler(plan.n_features, params["random_state"]))
@@ -259,13 +267,15 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
             )
         return checked, g
 
-    def _scores(self, X: Any) -> Any:
+    def _scores(self, X: Any, *, component: str | None = None,
+                storage_options: dict | None = None, allow_fill_values: bool = False) -> Any:
         """Scores ``X @ components_.T`` (not centred); called as ``est.transform(X)``.
 
         The estimator holds no location estimate (releasing one would need its own
         privacy budget), so scores are not centred: subtract a public or separately
         privatised centre from ``X`` first if centred scores are needed.  The scores
         depend only on the ``X`` given here and the private components.
+        ``component``, ``storage_options`` and ``allow_fill_values`` are as in :meth:`fit`.
 
         Returns
         -------
@@ -273,8 +283,9 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
             A dask array for dask or Zarr input, else numpy.
         """
         check_is_fitted(self, "components_")
-        if isinstance(X, (da.Array, str, os.PathLike)) or hasattr(X, "chunks") and not isinstance(X, np.ndarray):
-            data = as_dask_array(X)
+        if is_lazy_input(X):
+            data = as_dask_array(X, component, storage_options=storage_options,
+                                 allow_fill_values=allow_fill_values, scheduler=self.scheduler)
             _check_width(data.shape[1], self.n_features_in_)
             return data.astype(np.float64) @ self.components_.T
         # In memory: scikit-learn's checks (width, column names) and wording.  NaN and

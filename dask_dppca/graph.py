@@ -23,7 +23,7 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from . import cluster
 from .design import CompleteDesign, DesignPlan, RegularDesign, complete_blocks, resolve_design
-from .io import as_dask_array, imposes_row_chunks
+from .io import as_dask_array, is_lazy_input
 from .kernel import block_pair_sum
 from .transforms import Transform, resolve_transform
 
@@ -41,7 +41,7 @@ def plan_blocks(
 
     Public inputs only: the shape, the input's row chunks, the design parameter and
     the compute target's thread count.  ``rows_free``: the input imposes no row
-    chunks (a numpy array, :func:`dask_dppca.io.imposes_row_chunks`), so the complete
+    chunks (a numpy array, :func:`dask_dppca.io.is_lazy_input`), so the complete
     design cuts its rows by :func:`dask_dppca.design.block_rows`; otherwise it keeps the
     input's chunks as its blocks (each read once, and the same bits on any cluster).
 
@@ -211,6 +211,8 @@ def kendall_matrix(
     scheduler: Any = "threads",
     component: str | None = None,
     design: Any = "complete",
+    storage_options: dict | None = None,
+    allow_fill_values: bool = False,
 ) -> np.ndarray:
     """The exact, NON-PRIVATE ``K_hat = mean over pairs i<j of g(t_ij) g(t_ij)^T``.
 
@@ -220,17 +222,21 @@ def kendall_matrix(
 
     Parameters
     ----------
-    X : ndarray, dask.array.Array, zarr.Array, str or os.PathLike
-        Records as rows.
+    X : ndarray, dask.array.Array, Zarr (path, URL, Array, Group), xarray or dask DataFrame
+        Records as rows (see :func:`dask_dppca.io.as_dask_array`).
     transform : {"sphere", "winsor", "identity"} or Transform, default="sphere"
     radius : float, optional
         Winsorization radius.
     scheduler : str or distributed.Client, default="threads"
         Where to compute (see :class:`~dask_dppca.DPPCA`).
     component : str, optional
-        Array name inside a Zarr group.
+        Array inside a Zarr group, or an xarray Dataset variable.
     design : {"complete", "auto"} or RegularDesign, default="complete"
         Which pairs are averaged.
+    storage_options : dict, optional
+        fsspec options for a URL (see :meth:`~dask_dppca.DPPCA.fit`).
+    allow_fill_values : bool, default=False
+        Read missing Zarr chunks as the fill value (see :meth:`~dask_dppca.DPPCA.fit`).
 
     Returns
     -------
@@ -238,10 +244,11 @@ def kendall_matrix(
     """
     g = resolve_transform(transform, radius)
     cluster.check_scheduler(scheduler)
-    data = as_dask_array(X, component)
+    data = as_dask_array(X, component, storage_options=storage_options,
+                         allow_fill_values=allow_fill_values, scheduler=scheduler)
     with cluster.compute_target(scheduler) as target:
         data, _, plan = plan_blocks(data, design, cluster.thread_count(target),
-                                    rows_free=not imposes_row_chunks(X))
+                                    rows_free=not is_lazy_input(X))
         graph = kernel_sum_graph(data, plan, g)
         if isinstance(target, str):
             kernel_sum = compute_locally(graph, target)

@@ -62,7 +62,15 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dask-dppca`` console script."""
     args = build_parser().parse_args(argv)
-    warnings.formatwarning = _one_line_warning
+    shown_as, warnings.formatwarning = warnings.formatwarning, _one_line_warning
+    try:
+        return _run(args)
+    finally:  # main() may be called in a process that goes on (tests, notebooks)
+        warnings.formatwarning = shown_as
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command; every error becomes one line and an exit code."""
     try:
         return args.run(args)
     except ValueError as error:

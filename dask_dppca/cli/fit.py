@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 
@@ -18,9 +15,19 @@ def add_parser(commands) -> None:
         help="fit g-DPPCA on a Zarr store and write the private result",
         description="Fit g-DPPCA on the records (rows) of a Zarr array and release the result.",
     )
-    fit.add_argument("store", help="Zarr store (local path or fsspec URL reachable by the "
-                     "workers) holding an n x d array, one record per row")
-    fit.add_argument("--component", help="array name inside a Zarr group")
+    fit.add_argument("store", help="Zarr store (local path or fsspec URL such as "
+                     "s3://bucket/data.zarr) holding an n x d array, one record per row")
+    fit.add_argument("--component", help="array inside a Zarr group (nested paths: sub/X)")
+    fit.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="fsspec option for URLs (input and --output), repeatable; nested "
+                     "keys with dots (client_kwargs.endpoint_url=http://host:9000); VALUE is "
+                     "read as JSON when it parses (true, 3), else as text. Secrets are better "
+                     "kept in --storage-options-json or the backend's own configuration")
+    fit.add_argument("--storage-options-json", metavar="FILE",
+                     help="JSON object of fsspec options (--storage-option entries override it)")
+    fit.add_argument("--allow-fill-values", action="store_true",
+                     help="read chunks missing from the store as its fill value (a store "
+                     "written sparsely on purpose); by default a missing chunk stops the fit")
     fit.add_argument("-k", "--n-components", type=int, default=2,
                      help="number of private principal directions (default 2)")
     fit.add_argument("--epsilon", type=float, default=1.0, help="privacy epsilon > 0 (default 1)")
@@ -57,7 +64,9 @@ def add_parser(commands) -> None:
                      "(default: distributed.comm.tls.client.key)")
     fit.add_argument("--budget", metavar="LEDGER", help="privacy budget ledger to charge (made "
                      "with 'dask-dppca budget create'); the fit is refused if it does not fit")
-    fit.add_argument("--output", default="result.json", help="result file (default result.json)")
+    fit.add_argument("--output", default="result.json",
+                     help="result file: local path or fsspec URL (default result.json); "
+                     "checked before the fit, written atomically where the store allows")
     fit.add_argument("--no-progress", action="store_true",
                      help="hide the progress bar (shown when the output is a terminal)")
     fit.set_defaults(run=run)
@@ -69,7 +78,17 @@ def run(args: argparse.Namespace) -> int:
 
     from .. import DPPCA, RegularDesign
     from ..cluster import tls_config
+    from ..io import check_writable, write_json
+    from ..io.storage import display_location, is_url
     from .budget import open_ledger
+
+    options = storage_options(args.storage_options_json, args.storage_option)
+    if options and not (is_url(args.store) or is_url(args.output)):
+        raise ValueError("--storage-option: fsspec options apply to URLs (s3://, gs://, ...); "
+                         "neither STORE nor --output is one")
+    input_options = options if is_url(args.store) else None
+    output_options = options if is_url(args.output) else None
+    check_writable(args.output, output_options, name="--output")  # before data or cluster
 
     design = args.design
     if design == "regular":
@@ -87,15 +106,16 @@ def run(args: argparse.Namespace) -> int:
     )
     budget = open_ledger(args.budget) if args.budget else nullcontext()
     with budget, tls_config(args.tls_ca_file, args.tls_cert, args.tls_key):
-        est.fit(args.store, component=args.component)
+        est.fit(args.store, component=args.component, storage_options=input_options,
+                allow_fill_values=args.allow_fill_values)
     result = {
         "components": est.components_.tolist(),
         "eigenvalues": est.eigenvalues_.tolist(),
         "explained_variance_ratio": est.explained_variance_ratio_.tolist(),
         "privacy": est.privacy_,
     }
-    write_json_atomically(args.output, result)
-    print(f"wrote {args.output}: {args.n_components} private components of "
+    write_json(args.output, result, output_options, name="--output")
+    print(f"wrote {display_location(args.output)}: {args.n_components} private components of "
           f"{est.n_features_in_} features from {est.n_samples_} records "
           f"(epsilon={args.epsilon:g}, delta={args.delta:g}, sigma={est.privacy_['sigma']:.3g})")
     if args.budget:
@@ -104,26 +124,41 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_json_atomically(path: str, payload: Any) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it into place."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+def storage_options(json_file: str | None, entries: list[str]) -> dict:
+    """fsspec options from ``--storage-options-json FILE`` and ``--storage-option K=V``.
+
+    ``a.b=v`` sets ``{"a": {"b": v}}``; entries override the file's values.  Values are
+    never echoed in errors (they may be secrets).
+    """
+    options: dict = {}
+    if json_file is not None:
+        try:
+            with open(json_file) as stream:
+                options = json.load(stream)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"--storage-options-json: cannot read {json_file!r} "
+                             f"({type(error).__name__}: {error})") from None
+        if not isinstance(options, dict):
+            raise ValueError(f"--storage-options-json: {json_file!r} must hold a JSON object, "
+                             f"got {type(options).__name__}")
+    for entry in entries:
+        key, sep, text = entry.partition("=")
+        names = key.strip().split(".")
+        if not sep or not all(names):
+            raise ValueError("--storage-option: expected KEY=VALUE with a non-empty KEY "
+                             "(nested: client_kwargs.endpoint_url=URL)")
+        level = options
+        for depth, name in enumerate(names[:-1]):
+            level = level.setdefault(name, {})
+            if not isinstance(level, dict):
+                raise ValueError(f"--storage-option: {'.'.join(names[:depth + 1])!r} is "
+                                 "already set to a value, not a group of options")
+        level[names[-1]] = _option_value(text)
+    return options
+
+
+def _option_value(text: str) -> Any:
     try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(payload, stream, indent=2, default=_json_default)
-            stream.write("\n")
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def _json_default(value: Any) -> Any:
-    import numpy as np
-
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+        return json.loads(text)
+    except ValueError:
+        return text

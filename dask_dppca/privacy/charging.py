@@ -129,7 +129,9 @@ def dataset_id(data: Any, component: str | None, shape: tuple[int, ...]) -> str:
     """What a ledger records as the dataset: a store's path (and array name), or the
     input's type and (public) shape.  Never anything computed from the values."""
     if isinstance(data, (str, os.PathLike)):
-        name = os.fspath(data)
+        from ..io.storage import display_location  # a URL's user and password masked
+
+        name = display_location(data)
         return f"{name}#{component}" if component else name
     return f"{type(data).__name__} {' x '.join(map(str, shape))}"
 

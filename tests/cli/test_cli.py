@@ -74,3 +74,12 @@ def test_help_explains_every_option():
     for option in ["--component", "--epsilon", "--delta", "--transform", "--radius",
                    "--design", "--scheduler", "--output"]:
         assert option in done.stdout
+
+
+def test_main_restores_the_warning_format(tmp_path):
+    """main() shows warnings as one line, then leaves the caller's format as it was."""
+    import warnings
+
+    before = warnings.formatwarning
+    main(["fit", str(tmp_path / "missing.zarr"), "--output", str(tmp_path / "r.json")])
+    assert warnings.formatwarning is before

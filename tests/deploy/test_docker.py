@@ -72,7 +72,7 @@ def test_image_runs_as_uid_1000_with_one_blas_thread_and_the_chart_commands():
         assert image["env"][name] == value
     assert image["bin"] == {"dask-scheduler", "dask-worker"}
     runs = " ".join(args for op, args in dockerfile_instructions() if op == "RUN")
-    assert "pip install ." in runs
+    assert 'pip install "./[s3]"' in runs  # the package and s3fs, for s3:// data
     assert "chown 1000:1000 /data" in runs  # a new named volume "data" takes this owner
 
 

@@ -21,9 +21,11 @@ import warnings
 from pathlib import Path
 
 import dask.array as da
+import dask.dataframe as ddf
 import numpy as np
 import scipy.sparse
 import pytest
+import xarray as xr
 import zarr
 
 import dask_dppca as dd
@@ -43,7 +45,10 @@ PENDING: dict[str, set[str]] = {"api": set(), "cli": set()}
 MAY_HANG = {"scheduler-silent"}
 CLI_FLAGS = {"epsilon": "--epsilon", "delta": "--delta", "n_components": "-k",
              "transform": "--transform", "radius": "--radius", "calibration": "--calibration",
-             "design": "--design", "scheduler": "--scheduler", "component": "--component"}
+             "design": "--design", "scheduler": "--scheduler", "component": "--component",
+             "allow_fill_values": "--allow-fill-values"}
+#: Keyword arguments of ``fit`` (the others go to ``DPPCA(...)``).
+FIT_KEYWORDS = ("component", "storage_options", "allow_fill_values")
 
 
 def parse_table(text: str = None) -> list[dict]:
@@ -106,6 +111,11 @@ def _data_files(root: Path, x: np.ndarray) -> None:
     group = zarr.open_group(str(root / "group.zarr"), mode="w")
     group.create_array("records", shape=x.shape, chunks=(30, 4), dtype="f8")[:] = x
     group.create_array("other", shape=(3,), dtype="f8")[:] = 1.0
+    group.create_group("sub").create_array("records", shape=x.shape, chunks=(30, 4),
+                                           dtype="f8")[:] = x
+    holes = zarr.open_array(str(root / "holes.zarr"), mode="w", shape=x.shape, chunks=(20, 4),
+                            dtype="f8")
+    holes[:40] = x[:40]  # the last chunk was never written
     (root / "not-zarr.txt").write_text("not a store\n")
 
 
@@ -117,6 +127,7 @@ def evaluate_input(source: str, root: Path) -> dict:
     """The row's ``input`` cell as keyword arguments (may raise: custom() validates)."""
     namespace = {
         "np": np, "da": da, "sparse": scipy.sparse, "nan": math.nan, "inf": math.inf, "custom": custom, "x": _x(),
+        "xr": xr, "frame": lambda a: ddf.from_array(a, chunksize=20),
         "path": lambda name: str(root / name), "silent_address": _silent_address,
     }
     # Only a call of dict(...) with keyword arguments is accepted from the document.
@@ -128,12 +139,12 @@ def evaluate_input(source: str, root: Path) -> dict:
 def _fit(kwargs: dict):
     kwargs = dict(kwargs)
     data = kwargs.pop("X", _x())
-    component = kwargs.pop("component", None)
+    fit_kwargs = {name: kwargs.pop(name) for name in FIT_KEYWORDS if name in kwargs}
     kwargs.setdefault("scheduler", "synchronous")
     kwargs.setdefault("random_state", 0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
-        return dd.DPPCA(**kwargs).fit(data, component=component)
+        return dd.DPPCA(**kwargs).fit(data, **fit_kwargs)
 
 
 def run_api(row: dict, root: Path) -> tuple[str, str]:
@@ -161,7 +172,7 @@ def cli_args(row: dict, root: Path) -> list[str]:
     kwargs = evaluate_input(row["input"], root)
     args = ["fit", _store_for(kwargs.pop("X", _x()), root, row["case"])]
     for name, value in kwargs.items():
-        args += [CLI_FLAGS[name], str(value)]
+        args += [CLI_FLAGS[name]] if value is True else [CLI_FLAGS[name], str(value)]
     if "scheduler" not in kwargs:
         args += ["--scheduler", "synchronous"]
     return args + ["--no-progress", "--output", str(root / "result.json")]
@@ -232,7 +243,7 @@ def test_table_is_well_formed():
     assert len(ROWS) >= 40
     assert len(BY_CASE) == len(ROWS), "duplicate case names"
     for row in ROWS:
-        assert row["outcome"] in {"ValueError", "TypeError", "fits"}, row
+        assert row["outcome"] in {"ValueError", "TypeError", "MissingChunkError", "fits"}, row
         assert row["CLI"] in {"-", "0", "2", "3"}, row
         assert (row["outcome"] == "fits") == (row["CLI"] in {"0", "-"} and not _needles(row)), row
         if row["outcome"] != "fits":

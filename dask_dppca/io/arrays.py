@@ -1,20 +1,24 @@
-"""Inputs: numpy arrays, dask arrays, ``zarr.Array`` objects and Zarr stores (path or URL).
+"""Every supported input as a row-chunked 2-D dask array, checked on public metadata only.
 
-Everything becomes a 2-D dask array with all columns in one chunk.  Only public
-metadata (shape, dtype, chunking) is inspected here: data values are never read, so a
-bad value can never raise (the kernel treats it, see kernel.py).
+Inputs: numpy arrays (and array-likes), dask arrays, Zarr (a path or fsspec URL, a
+``zarr.Array``, ``zarr.Group`` or store object), xarray DataArray / Dataset, dask
+DataFrame / Series.  Only public metadata (shape, dtype, chunking, names) is inspected
+here: data values are never read, so a bad value can never raise (the kernel treats it,
+see kernel.py), and lazy inputs stay lazy (nothing is computed on the client).
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import dask.array as da
 import numpy as np
 
-__all__ = ["as_dask_array", "default_block_rows", "imposes_row_chunks"]
+from .labelled import from_dask_frame, from_xarray, is_dask_frame, is_xarray
+from .storage import check_storage_options
+from .zarr_input import is_zarr_input, open_zarr_input
+
+__all__ = ["as_dask_array", "default_block_rows", "is_lazy_input"]
 
 #: Bytes aimed at per row block when the input does not choose its own chunks.
 _TARGET_BLOCK_BYTES = 32 * 2**20
@@ -28,25 +32,41 @@ def default_block_rows(n_features: int) -> int:
     return int(min(_MAX_BLOCK_ROWS, max(_MIN_BLOCK_ROWS, rows)))
 
 
-def imposes_row_chunks(data: Any) -> bool:
-    """Whether ``data`` brings its own row chunks: a dask array, a ``zarr.Array`` or a Zarr
-    store.  Other inputs (numpy arrays, array-likes) are cut by the design's block rule."""
-    zarr_array = _zarr_array_type()
-    return isinstance(data, (da.Array, str, os.PathLike)) or (
-        zarr_array is not None and isinstance(data, zarr_array))
+def is_lazy_input(data: Any) -> bool:
+    """Whether ``data`` is read lazily (dask, Zarr, xarray, dask DataFrame), not in memory."""
+    return (isinstance(data, da.Array) or is_zarr_input(data) or is_xarray(data)
+            or is_dask_frame(data))
 
 
-def as_dask_array(data: Any, component: str | None = None) -> da.Array:
+def as_dask_array(
+    data: Any,
+    component: str | None = None,
+    *,
+    storage_options: dict | None = None,
+    allow_fill_values: bool = False,
+    scheduler: Any = None,
+) -> da.Array:
     """Wrap any supported input as a row-chunked 2-D dask array.
 
     Parameters
     ----------
-    data : ndarray, dask.array.Array, zarr.Array, str or os.PathLike
-        The records, one per row.  A string or path names a Zarr store (local path or
-        an fsspec URL the workers can reach); a store holding a group needs
-        ``component``.
+    data : ndarray, dask.array.Array, zarr.Array, zarr.Group, str, os.PathLike, \
+xarray.DataArray, xarray.Dataset, dask DataFrame or Series
+        The records, one per row.  A string or path names a Zarr store: a local path or
+        an fsspec URL (``s3://``, ``gs://``, ``az://``, chained ``simplecache::s3://``).
+        A Zarr store object or an fsspec mapper is opened like a path.
     component : str, optional
-        Name of the array inside a Zarr group.
+        The array inside a Zarr group (a nested path such as ``"sub/X"`` too), or the
+        variable of an xarray Dataset.
+    storage_options : dict, optional
+        fsspec options for a URL (credentials, ``client_kwargs``); they travel to the
+        workers inside the task graph and are never printed.
+    allow_fill_values : bool, default=False
+        Read chunks missing from a Zarr store as the array's fill value.  By default a
+        missing chunk stops the fit on the worker that reads it (:class:`MissingChunkError`):
+        Zarr would otherwise return fill values where the workers cannot see the store.
+    scheduler : optional
+        Where a dask DataFrame's partition lengths are counted (see ``DPPCA``).
 
     Returns
     -------
@@ -56,10 +76,12 @@ def as_dask_array(data: Any, component: str | None = None) -> da.Array:
     Raises
     ------
     ValueError
-        If the input is not 2-D, has no columns, fewer than two rows, or a
-        non-numeric dtype; if a Zarr path does not exist or lacks ``component``.
+        If the input is not 2-D, has no columns, fewer than two rows, or a non-numeric
+        dtype; if a store does not exist, cannot be read, or lacks ``component``; for
+        unsupported inputs (scipy sparse matrices) and misplaced ``storage_options``.
     """
-    array = _to_dask(data, component)
+    storage_options = check_storage_options(storage_options, data)
+    array = _to_dask(data, component, storage_options, allow_fill_values, scheduler)
     if array.ndim != 2:
         raise ValueError(
             f"X: expected a 2-D array (n records x d features), got {array.ndim} dimension(s) "
@@ -84,14 +106,15 @@ def as_dask_array(data: Any, component: str | None = None) -> da.Array:
     return array
 
 
-def _to_dask(data: Any, component: str | None) -> da.Array:
+def _to_dask(data, component, storage_options, allow_fill_values, scheduler) -> da.Array:
     if isinstance(data, da.Array):
         return data
-    if isinstance(data, (str, os.PathLike)):
-        return _open_zarr(os.fspath(data), component)
-    zarr_array = _zarr_array_type()
-    if zarr_array is not None and isinstance(data, zarr_array):
-        return da.from_zarr(data)
+    if is_zarr_input(data):
+        return open_zarr_input(data, component, storage_options, allow_fill_values)
+    if is_xarray(data):
+        return from_xarray(data, component, default_block_rows)
+    if is_dask_frame(data):
+        return from_dask_frame(data, scheduler)
     if _is_sparse(data):
         raise ValueError(
             f"X: sparse input is not supported (got {type(data).__name__}); pass a dense array, "
@@ -120,37 +143,3 @@ def _is_sparse(data: Any) -> bool:
     import scipy.sparse
 
     return scipy.sparse.issparse(data)
-
-
-def _open_zarr(location: str, component: str | None) -> da.Array:
-    import zarr
-
-    is_url = "://" in location
-    if not is_url and not Path(location).exists():
-        raise ValueError(f"X: Zarr store {location!r} does not exist")
-    try:
-        node = zarr.open(location, mode="r")
-    except Exception as error:  # zarr raises several types for an unreadable store
-        raise ValueError(f"X: cannot open {location!r} as a Zarr store ({error})") from None
-    if isinstance(node, zarr.Array):
-        if component is not None:
-            raise ValueError(f"component: {location!r} holds a single array, not a group")
-        return da.from_zarr(node)
-    names = sorted(name for name, _ in node.arrays())
-    if component is None:
-        if len(names) == 1:
-            return da.from_zarr(node[names[0]])
-        raise ValueError(
-            f"component: {location!r} is a Zarr group; name one of its arrays {names}"
-        )
-    if component not in names:
-        raise ValueError(f"component: no array {component!r} in {location!r}; it holds {names}")
-    return da.from_zarr(node[component])
-
-
-def _zarr_array_type():
-    try:
-        import zarr
-    except ImportError:  # pragma: no cover - zarr is a dependency
-        return None
-    return zarr.Array

@@ -1,0 +1,103 @@
+"""Labelled inputs: xarray DataArray / Dataset and dask DataFrame / Series, kept lazy.
+
+Each becomes a row-chunked dask array from its own public API (``DataArray.chunk``,
+``.data``, ``DataFrame.to_dask_array``), so nothing is computed or gathered on the
+client.  A DataFrame's partition lengths (n is public, like a Zarr array's shape) are
+counted where the fit computes, by one small task per partition: the noise is calibrated
+from n before the fit, so a DataFrame that is not persisted is read once for the
+lengths and once for the fit.
+
+The modules are looked up in ``sys.modules``: an object can only be an xarray or dask
+DataFrame object if its library is already imported, and the fit does not pay for
+importing them otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+
+__all__ = ["is_dask_frame", "is_xarray", "from_dask_frame", "from_xarray"]
+
+
+def is_xarray(data: Any) -> bool:
+    """An xarray DataArray or Dataset."""
+    xr = sys.modules.get("xarray")
+    return xr is not None and isinstance(data, (xr.DataArray, xr.Dataset))
+
+
+def is_dask_frame(data: Any) -> bool:
+    """A dask DataFrame or Series."""
+    dd = sys.modules.get("dask.dataframe")
+    return dd is not None and isinstance(data, (dd.DataFrame, dd.Series))
+
+
+def from_xarray(data: Any, component: str | None, block_rows) -> da.Array:
+    """A DataArray (records x features), or the Dataset variable ``component`` names.
+
+    ``block_rows(d)`` gives the rows per block for a DataArray not yet chunked by Dask.
+    """
+    import xarray as xr
+
+    if isinstance(data, xr.Dataset):
+        names = [str(name) for name in data.data_vars]
+        if component is None:
+            if len(names) != 1:
+                raise ValueError("component: the xarray Dataset holds several variables; "
+                                 f"name the records with component=, one of {names}")
+            component = names[0]
+        if component not in data.data_vars:
+            raise ValueError(f"component: no variable {component!r} in the xarray Dataset; "
+                             f"it holds {names}")
+        data = data[component]
+    elif component is not None:
+        raise ValueError(f"component: {component!r} names a variable of a Dataset; "
+                         "X is a DataArray")
+    if data.ndim != 2:
+        raise ValueError(
+            f"X: expected a 2-D DataArray (records x features), got dims {data.dims} with "
+            f"shape {data.shape}")
+    if data.chunks is None:  # in memory or a lazy backend array: wrapped, not loaded
+        records, features = data.dims
+        data = data.chunk({records: block_rows(data.shape[1]), features: -1})
+    return data.data
+
+
+def from_dask_frame(frame: Any, scheduler: Any) -> da.Array:
+    """Rows of a dask DataFrame (or one column, a Series) with counted partition lengths."""
+    import dask.dataframe as dd
+
+    is_series = isinstance(frame, dd.Series)
+    dtypes = {frame.name: frame.dtype} if is_series else dict(frame.dtypes.items())
+    bad = {str(name): str(dtype) for name, dtype in dtypes.items() if not _is_real(dtype)}
+    if bad:
+        raise ValueError(f"X: the DataFrame's columns must be numeric; not numeric: {bad}")
+    lengths = _partition_lengths(frame, scheduler)
+    array = frame.to_dask_array(lengths=lengths)
+    return array[:, None] if is_series else array
+
+
+def _is_real(dtype: Any) -> bool:
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:  # pandas extension dtypes: strings, categories, nullable integers
+        return False
+    return dtype == np.bool_ or (np.issubdtype(dtype, np.number)
+                                 and not np.issubdtype(dtype, np.complexfloating))
+
+
+def _partition_lengths(frame: Any, scheduler: Any) -> list[int]:
+    """len() of every partition, computed where the fit computes (never on the client)."""
+    from ..cluster import compute_target
+
+    counts = [dask.delayed(len, pure=True)(part) for part in frame.to_delayed()]
+    with compute_target(scheduler) as target:
+        if isinstance(target, str):
+            lengths = dask.compute(*counts, scheduler=target)
+        else:
+            lengths = target.gather(target.compute(counts))
+    return [int(length) for length in lengths]

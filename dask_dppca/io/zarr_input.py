@@ -1,0 +1,255 @@
+"""Zarr inputs: open the store, find the array, read it in checked blocks on the workers.
+
+Zarr answers a read of a chunk that is not in the store with the array's fill value.
+Where the workers cannot see the store the client opened (a path mounted only on the
+client, a notebook's own /tmp, chunks deleted or not yet written), that turns into a
+confident, wrong release.  So every Zarr input is read through
+:class:`ChunkCheckingStore`: in the read task, on the worker, a chunk the store does not
+have raises :class:`MissingChunkError` (naming the store and the worker) instead.
+Whether a chunk exists is store metadata (a listing shows it), never a data value;
+nothing is released and no budget is charged when a read fails, because the release
+depends on every read.
+
+A store written sparsely on purpose (Zarr skips chunks equal to the fill value unless
+``write_empty_chunks=True``) is read with ``allow_fill_values=True``: the fill value is
+then data, as if it had been written.
+
+Each read task covers whole chunks (or shards) along the rows and all columns, so each
+chunk is read once per fit; the design's blocks are cut from these by a rechunk.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import zarr
+from zarr.abc.store import Store
+from zarr.storage import FsspecStore, LocalStore, StorePath, WrapperStore
+
+from .sessions import close_at_worker_shutdown
+from .storage import describe_error, display_location, filesystem, is_url, remote_error
+
+__all__ = ["ChunkCheckingStore", "MissingChunkError", "ZarrBlocks", "is_zarr_input",
+           "open_zarr_input"]
+
+#: Keys holding Zarr metadata: a missing one is how Zarr tells v2 from v3, not an error.
+METADATA_KEYS = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
+
+
+class MissingChunkError(ValueError):
+    """A chunk of a Zarr input is missing where a worker reads it.
+
+    Raised in the read task instead of letting Zarr substitute the fill value; the fit
+    fails before anything is released and nothing is charged to a privacy budget.
+    """
+
+
+class _ChunkAbsent(Exception):
+    """Raised inside Zarr's read for a chunk key the store does not have."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+class ChunkCheckingStore(WrapperStore):
+    """A Zarr store wrapper for which a missing chunk is an error, never a fill value."""
+
+    async def get(self, key, prototype, byte_range=None):
+        value = await self._store.get(key, prototype, byte_range)
+        if value is None and not _is_metadata(key):
+            raise _ChunkAbsent(key)
+        return value
+
+    async def get_partial_values(self, prototype, key_ranges):
+        key_ranges = list(key_ranges)
+        values = await self._store.get_partial_values(prototype, key_ranges)
+        for (key, _), value in zip(key_ranges, values):
+            if value is None and not _is_metadata(key):
+                raise _ChunkAbsent(key)
+        return values
+
+
+def _is_metadata(key: str) -> bool:
+    return key.rsplit("/", 1)[-1] in METADATA_KEYS
+
+
+class ZarrBlocks:
+    """The array-like behind the read tasks (``dask.array.from_array`` slices it).
+
+    Holds the opened ``zarr.Array`` (its store, and so the storage options, travel to
+    the workers with it) and a label for messages.  Its repr shows no storage option:
+    dashboards, logs and error reports may print it.
+    """
+
+    def __init__(self, array, label: str) -> None:
+        self.array = array
+        self.label = label
+        self.shape = tuple(array.shape)
+        self.dtype = np.dtype(array.dtype)
+        self.ndim = len(self.shape)
+
+    def __getitem__(self, selection):
+        try:
+            block = self.array[selection]
+        except _ChunkAbsent as absent:
+            raise MissingChunkError(
+                f"X: chunk {absent.key!r} of {self.label} is missing where {_reader()} reads "
+                "it (store not visible there, chunk deleted, or not written); the fit stopped "
+                "before any release. If the array was written sparsely on purpose (Zarr skips "
+                "chunks equal to the fill value), pass allow_fill_values=True "
+                f"(--allow-fill-values) to read missing chunks as the fill value "
+                f"{_plain(self.array.fill_value)!r}"
+            ) from None
+        close_at_worker_shutdown(self.array.store)
+        return block
+
+    def __repr__(self) -> str:
+        return f"ZarrBlocks({self.label}, shape={self.shape}, dtype={self.dtype})"
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python number it holds (for messages)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _reader() -> str:
+    import distributed
+
+    try:
+        return f"worker {distributed.get_worker().address}"
+    except ValueError:  # a local scheduler: the client's own process
+        return f"process {os.getpid()} on {socket.gethostname()} (local scheduler)"
+
+
+def is_zarr_input(data: Any) -> bool:
+    """A path or URL, or a zarr Array, Group or store object (fsspec mappers included)."""
+    if isinstance(data, (str, os.PathLike)):
+        return True
+    if isinstance(data, (zarr.Array, zarr.Group, Store)):
+        return True
+    return type(data).__name__ == "FSMap" and type(data).__module__.startswith("fsspec")
+
+
+def open_zarr_input(data: Any, component: str | None, storage_options: dict | None,
+                    allow_fill_values: bool) -> da.Array:
+    """A Zarr input as a dask array whose read tasks check that every chunk exists."""
+    if isinstance(data, (zarr.Array, zarr.Group)):
+        node, label = data, _store_label(data.store, data.path)
+    else:
+        node, label = _open_node(data, storage_options), _location_label(data)
+    array, name = _select_array(node, component, label)
+    if name:
+        label = f"{label} (array {name!r})"
+    if not allow_fill_values:
+        array = _with_store(array, ChunkCheckingStore(array.store))
+    return _read_tasks(array, label, allow_fill_values)
+
+
+def _with_store(array, store):
+    """``array`` read through ``store``, from the metadata already read (no request)."""
+    return zarr.Array(zarr.AsyncArray(metadata=array.metadata, config=array.config,
+                                      store_path=StorePath(store, array.path)))
+
+
+def _open_node(data: Any, storage_options: dict | None):
+    store = _open_store(data, storage_options)
+    try:
+        return zarr.open(store=store, mode="r")
+    except Exception as error:  # noqa: BLE001 - zarr raises several types for a non-store
+        raise ValueError(f"X: cannot open {_location_label(data)} as a Zarr store "
+                         f"({describe_error(error, storage_options)})") from None
+
+
+def _open_store(data: Any, storage_options: dict | None):
+    if isinstance(data, Store):
+        return data
+    if not isinstance(data, (str, os.PathLike)):  # an fsspec mapper
+        return FsspecStore.from_mapper(data, read_only=True)
+    location = os.fspath(data)
+    if not is_url(location):
+        # Resolved here: the workers must not read a relative path against their own cwd.
+        path = Path(location).resolve()
+        if not path.exists():
+            raise ValueError(f"X: Zarr store {location!r} does not exist")
+        return LocalStore(path, read_only=True)
+    fs, path = _reachable_filesystem(location, storage_options)
+    if "::" in location:
+        # A chain (simplecache::s3://...) is a synchronous filesystem over the backend;
+        # zarr's from_url would make the backend asynchronous under it, which breaks.
+        from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+
+        return FsspecStore(AsyncFileSystemWrapper(fs, asynchronous=True), path=path,
+                           read_only=True)
+    return FsspecStore.from_url(location, storage_options=storage_options, read_only=True)
+
+
+def _reachable_filesystem(location: str, storage_options: dict | None):
+    """``(fs, path)`` of a URL, after one request to the store's root.
+
+    Zarr opens a store with several reads at once; when the first fails (no such
+    endpoint, refused credentials) the others are abandoned mid-request and print
+    "Exception ignored" tracebacks as they are collected.  One plain request first turns
+    those cases into a single clean error.
+    """
+    fs, path = filesystem(location, storage_options)
+    try:
+        fs.info(path)
+        return fs, path
+    except FileNotFoundError:
+        raise ValueError(f"X: Zarr store {display_location(location)!r} does not exist") from None
+    except Exception as error:  # noqa: BLE001 - credentials, endpoint, network: one line
+        raise ValueError(f"X: cannot read {display_location(location)!r} "
+                         f"({remote_error(error, storage_options)})") from None
+
+
+def _select_array(node, component: str | None, label: str):
+    """(array, its path in the group or '') for the node and ``component``."""
+    if isinstance(node, zarr.Array):
+        if component is not None:
+            raise ValueError(f"component: {label} holds a single array, not a group")
+        return node, ""
+    arrays = sorted(name for name, member in node.members(max_depth=None)
+                    if isinstance(member, zarr.Array))
+    if component is None:
+        if len(arrays) == 1:
+            return node[arrays[0]], arrays[0]
+        raise ValueError(f"component: {label} is a Zarr group; name one of its arrays {arrays}")
+    name = component.strip("/")
+    try:
+        member = node[name]
+    except KeyError:
+        raise ValueError(f"component: no array {component!r} in {label}; it holds {arrays}") from None
+    if not isinstance(member, zarr.Array):
+        inside = [a for a in arrays if a.startswith(name + "/")]
+        raise ValueError(f"component: {component!r} in {label} is a group, not an array; "
+                         f"name one of its arrays {inside}")
+    return member, name
+
+
+def _read_tasks(array, label: str, allow_fill_values: bool) -> da.Array:
+    blocks = ZarrBlocks(array, label)
+    shape = blocks.shape
+    chunk_shape = tuple(array.shards or array.chunks)
+    chunks = (chunk_shape[0], *shape[1:]) if shape else ()
+    token = dask.base.tokenize(label, shape, str(blocks.dtype), chunk_shape, allow_fill_values)
+    return da.from_array(blocks, chunks=chunks, name=f"dppca-read-{token}",
+                         meta=np.empty((0,) * len(shape), dtype=blocks.dtype),
+                         inline_array=False)
+
+
+def _location_label(data: Any) -> str:
+    if isinstance(data, (str, os.PathLike)):
+        return repr(display_location(data))
+    return _store_label(data, "")
+
+
+def _store_label(store, path: str) -> str:
+    text = str(store)  # zarr stores print their location, never their options
+    return repr(f"{text}/{path}" if path else text)

@@ -1,0 +1,153 @@
+"""Storage options, missing backends, and result files on any fsspec URL.
+
+The S3 end-to-end tests (a real server, worker processes without credentials) are in
+tests/system/test_object_storage.py; these cover the pieces on the client.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import fsspec
+import numpy as np
+import pytest
+import zarr
+
+from dask_dppca import cluster
+from dask_dppca.cli import EXIT_USAGE, main
+from dask_dppca.cli.fit import storage_options
+from dask_dppca.io import as_dask_array, check_writable, write_json
+from dask_dppca.io.storage import describe_error, display_location
+
+SECRET = "s3cr3t-VALUE-never-shown"
+
+
+def test_storage_option_entries_nest_and_override_the_json_file(tmp_path):
+    options_file = tmp_path / "options.json"
+    options_file.write_text(json.dumps({"key": "id", "secret": "old",
+                                        "client_kwargs": {"region_name": "eu-west-1"}}))
+    options = storage_options(str(options_file), [
+        f"secret={SECRET}", "client_kwargs.endpoint_url=http://127.0.0.1:9000",
+        "anon=false", "config_kwargs.retries.max_attempts=2", 'token="123"'])
+    assert options == {
+        "key": "id", "secret": SECRET, "anon": False, "token": "123",
+        "client_kwargs": {"region_name": "eu-west-1", "endpoint_url": "http://127.0.0.1:9000"},
+        "config_kwargs": {"retries": {"max_attempts": 2}},
+    }
+
+
+@pytest.mark.parametrize("entries, file_text, needle", [
+    ([SECRET], None, "KEY=VALUE"),
+    ([f"={SECRET}"], None, "non-empty KEY"),
+    ([f"a..b={SECRET}"], None, "non-empty KEY"),
+    ([f"key={SECRET}", f"key.inner={SECRET}"], None, "'key' is already set"),
+    ([], f'["{SECRET}"]', "JSON object"),
+    ([], f'{{"secret": "{SECRET}"', "cannot read"),
+])
+def test_bad_storage_options_are_named_without_their_values(tmp_path, entries, file_text, needle):
+    json_file = None
+    if file_text is not None:
+        json_file = tmp_path / "options.json"
+        json_file.write_text(file_text)
+    with pytest.raises(ValueError) as error:
+        storage_options(json_file and str(json_file), entries)
+    assert needle in str(error.value) and SECRET not in str(error.value)
+
+
+def test_messages_mask_secrets_and_url_passwords():
+    error = PermissionError(f"denied for secret {SECRET}\nsecond line")
+    text = describe_error(error, {"client_kwargs": {"aws_secret_access_key": SECRET}})
+    assert text == "PermissionError: denied for secret ***"
+    assert display_location("s3://user:pw@bucket/x.zarr") == "s3://***@bucket/x.zarr"
+    assert display_location("simplecache::s3://bucket/x") == "simplecache::s3://bucket/x"
+
+
+def test_storage_options_only_go_with_urls(tmp_path):
+    z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=(4, 2), dtype="f8")
+    z[:] = 1.0
+    with pytest.raises(ValueError, match="storage_options: apply to fsspec URLs"):
+        as_dask_array(str(tmp_path / "x.zarr"), storage_options={"anon": True})
+    with pytest.raises(ValueError, match="storage_options: must be a dict"):
+        as_dask_array("s3://bucket/x.zarr", storage_options=["anon"])
+
+
+@pytest.mark.parametrize("url, extra", [("s3://bucket/x.zarr", "s3"),
+                                        ("simplecache::s3://bucket/x.zarr", "s3")])
+def test_a_missing_backend_names_the_extra(url, extra, tmp_path):
+    """s3fs hidden from a fresh interpreter: the API and the CLI name dask-dppca[s3]."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["s3fs"] = None          # as if s3fs were not installed
+        from dask_dppca.cli import main
+        from dask_dppca.io import as_dask_array
+        try:
+            as_dask_array({url!r})
+        except ValueError as error:
+            print("API:", error)
+        sys.exit(main(["fit", {url!r}, "--scheduler", "synchronous",
+                       "--output", {str(tmp_path / "r.json")!r}]))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    install = f"pip install 'dask-dppca[{extra}]'"
+    assert install in done.stdout
+    assert done.stderr.count("\n") == 1 and install in done.stderr, done.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_results_to_an_fsspec_url():
+    url = "memory://results/run-1/result.json"
+    check_writable(url)
+    assert not fsspec.filesystem("memory").find("/results")  # the probe is gone
+    write_json(url, {"sigma": np.float64(0.5), "components": np.eye(2)})
+    with fsspec.open(url, "r") as stream:
+        assert json.load(stream) == {"sigma": 0.5, "components": [[1.0, 0.0], [0.0, 1.0]]}
+
+
+def test_local_results_are_replaced_whole(tmp_path):
+    target = tmp_path / "new" / "result.json"
+    check_writable(target)
+    assert not (tmp_path / "new").exists()  # the check creates nothing
+    write_json(target, {"a": 1})
+    write_json(f"file://{target}", {"a": 2})
+    assert json.loads(target.read_text()) == {"a": 2}
+    assert [p.name for p in target.parent.iterdir()] == ["result.json"]
+
+
+@pytest.mark.parametrize("where, needle", [("folder", "a folder is in the way"),
+                                           ("under-a-file", "is not a folder")])
+def test_unwritable_local_results_are_refused(tmp_path, where, needle):
+    (tmp_path / "file.txt").write_text("x")
+    target = tmp_path if where == "folder" else tmp_path / "file.txt" / "result.json"
+    with pytest.raises(ValueError) as error:
+        check_writable(target, name="--output")
+    assert str(error.value).startswith(f"--output: cannot write {str(target)!r}")
+    assert needle in str(error.value)
+
+
+def test_cli_refuses_the_output_before_reading_data_or_starting_a_cluster(tmp_path, capsys):
+    """A store whose chunks are gone would fail when read: the output error comes first,
+    and the default compute target (the embedded cluster) is never started."""
+    z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=(300, 3), chunks=(100, 3),
+                        dtype="f8")  # metadata only: reading any chunk would fail
+    (tmp_path / "file.txt").write_text("x")
+    cluster.close_embedded_cluster()
+    code = main(["fit", str(tmp_path / "x.zarr"), "--no-progress",
+                 "--output", str(tmp_path / "file.txt" / "result.json")])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE
+    assert err.startswith("dask-dppca: error: --output: cannot write") and err.count("\n") == 1
+    assert str(tmp_path / "file.txt" / "result.json") in err
+    assert "client" not in cluster._embedded
+    assert z.nchunks_initialized == 0
+
+
+def test_cli_storage_options_need_a_url(tmp_path, capsys):
+    code = main(["fit", str(tmp_path / "x.zarr"), "--storage-option", f"secret={SECRET}",
+                 "--output", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE and "neither STORE nor --output is one" in err and SECRET not in err
