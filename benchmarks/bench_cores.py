@@ -154,7 +154,7 @@ def main(argv=None):
     sizes = [(600, 16), (900, 8)] if args.smoke else [(8000, 256), (16000, 32)]
     repeats = args.repeats or (1 if args.smoke else 3)
     section_cores(sizes, repeats)
-    section_r(*((200, 5) if args.smoke else (2000, 20)), max(repeats, 5), args.dppca_source)
+    section_r(*((200, 5) if args.smoke else (2000, 20)), max(repeats, 21), args.dppca_source)
 
 
 if __name__ == "__main__":
