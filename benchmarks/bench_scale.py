@@ -2,8 +2,10 @@
 
 A script, not a test:
 
-    python benchmarks/bench_scale.py            # full run (n = 10^5 exact, 10^7 regular)
-    python benchmarks/bench_scale.py --quick    # small sizes, about a minute
+    python benchmarks/bench_scale.py              # full run (n = 10^5 exact, 10^7 regular)
+    python benchmarks/bench_scale.py --quick      # small sizes, a minute or two
+    python benchmarks/bench_scale.py --smoke      # tiny sizes, seconds (the test suite runs it)
+    python benchmarks/bench_scale.py --sections 3,7   # only some sections
 
 It prints, in one run,
 
@@ -11,61 +13,74 @@ It prints, in one run,
  2. exact (complete design) n x d from a Zarr store on a LocalCluster of single-threaded
     workers: wall time, peak memory per worker, pairs per second, and the cost model's
     prediction of the wall time;
- 3. a regular design at large n from a Zarr store with workers' memory_limit 1 GB;
+ 3. the design ``"auto"`` picks at large n (a regular design) from a Zarr store written
+    in its blocks, workers' memory_limit 1 GB: wall time against the model;
  4. strong scaling: the same job on 2 single-threaded workers against 1;
  5. accuracy at equal privacy: regular design with >= 10x fewer pairs against the
     complete design on t_1 data (median sin theta over repetitions);
- 6. the cost model's prediction for a 100-node cluster at n = 10^9.
+ 6. the cost model's prediction for a 100-node cluster at n = 10^9;
+ 7. the working set: on one worker (two threads), the most input blocks and the most
+    partial sums held at once in the worker's memory, for growing n (a regular design
+    with blocks of 1024 rows, k = 1 and k = 3): it should not grow with n.
 
-Cost model (method.md sections 7-8): a design with |P| pairs costs 4 d |P| flops of
-pair work plus 6 d^2 per block pair of d x d products; every block is read once
-(blocks are shared Dask keys), so bytes read are 8 n d.
+Cost model (method.md sections 7-8): a design with |P| pairs costs its pairs at the
+kernel's single-core rate, spread over the threads; every block is read once (blocks
+are shared Dask keys), so bytes read are 8 n d.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import math
 import os
 import tempfile
 import threading
 import time
+import warnings
 
 import numpy as np
 import psutil
 import zarr
 from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
 from threadpoolctl import threadpool_limits
 
 import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, random_directions, spiked_spectrum
-from dask_dppca.design import CompleteDesign, auto_design
+from dask_dppca.design import CompleteDesign, RegularDesign, auto_design
+from dask_dppca.io import as_dask_array
 from dask_dppca.kernel import block_pair_sum
+
+
+def plan_of(design, n: int, d: int):
+    try:
+        return design.plan((n,), d)
+    except TypeError:   # dask_dppca before the plan took d (to measure the before figures)
+        return design.plan((n,))
 
 
 def model(n: int, d: int, design, n_threads: int, pair_rate: float) -> dict:
     """Pairs, flops, bytes and predicted seconds of one fit (pair_rate: pairs/s per core)."""
-    plan = design.plan((n,), d) if not isinstance(design, CompleteDesign) else None
-    if plan is None:
+    if isinstance(design, CompleteDesign):
         n_pairs = n * (n - 1) // 2
-        n_block_pairs = 1
     else:
-        n_pairs, n_block_pairs = plan.n_pairs, len(plan.block_pairs)
-    flops = 4.0 * d * n_pairs + 6.0 * d * d * n_block_pairs
-    return {"pairs": n_pairs, "flops": flops, "bytes_read": 8.0 * n * d,
+        n_pairs = plan_of(design, n, d).n_pairs
+    return {"pairs": n_pairs, "flops": 4.0 * d * n_pairs, "bytes_read": 8.0 * n * d,
             "seconds": n_pairs / (pair_rate * n_threads)}
 
 
 def kernel_pair_rate(d: int, rows: int = 4096) -> float:
-    """Pairs per second of one core on a within-block sum."""
+    """Pairs per second of one core on a within-block sum (timed in thread CPU time, so
+    that other load on the machine does not slow the model down)."""
     x = np.random.default_rng(0).standard_normal((rows, d))  # benchmark data only
     with threadpool_limits(1):
         block_pair_sum(x[:256])
         best = math.inf
         for _ in range(3):
-            start = time.perf_counter()
+            start = time.thread_time()
             block_pair_sum(x)
-            best = min(best, time.perf_counter() - start)
+            best = min(best, time.thread_time() - start)
     return rows * (rows - 1) / 2 / best
 
 
@@ -94,20 +109,71 @@ def timed_fit(path: str, n_workers: int, memory_limit, design) -> dict:
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
+        cpu_before = sum(client.run(_cpu_seconds).values())
         start = time.perf_counter()
         est = dd.DPPCA(n_components=2, design=design, scheduler=client).fit(path)
         wall = time.perf_counter() - start
+        cpu = sum(client.run(_cpu_seconds).values()) - cpu_before
         done.set()
         watcher.join()
-    return {"wall": wall, "peak_mib": max(peak.values()) / 2**20, "pairs": est.privacy_["n_pairs"],
-            "design": est.privacy_}
+    return {"wall": wall, "cpu": cpu, "peak_mib": max(peak.values()) / 2**20,
+            "pairs": est.privacy_["n_pairs"]}
 
 
-def accuracy_at_equal_privacy(n: int, d: int, repeats: int) -> None:
+def _cpu_seconds() -> float:
+    """User and system CPU seconds of this (worker) process so far."""
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
+
+
+def report(result, predicted, n_threads) -> str:
+    """Wall time and the workers' CPU time, each against the model (CPU: the model's pair
+    work on one core; this ratio holds on a machine busy with other work too)."""
+    return (f"wall {result['wall']:.1f} s, model {predicted['seconds']:.1f} s (measured/model "
+            f"{result['wall'] / predicted['seconds']:.2f}); workers' CPU {result['cpu']:.1f} s, model "
+            f"{predicted['seconds'] * n_threads:.1f} s (measured/model "
+            f"{result['cpu'] / (predicted['seconds'] * n_threads):.2f})")
+
+
+def section_exact(scratch, n, d, rates):
+    print(f"\n2. exact, n = {n}, d = {d}, Zarr, 2 single-threaded workers")
+    path = os.path.join(scratch, "exact.zarr")
+    write_store(path, n, d, chunk_rows=8192)
+    result = timed_fit(path, 2, "auto", "complete")
+    predicted = model(n, d, CompleteDesign(), 2, rates[d])
+    print(f"  peak {result['peak_mib']:.0f} MiB per worker, {result['pairs'] / result['wall'] / 1e6:.1f}"
+          f" M pairs/s; {report(result, predicted, 2)}")
+
+
+def section_regular(scratch, n, d, rates):
+    design = auto_design(n, d, 2)
+    print(f"\n3. design 'auto' at n = {n}, d = {d}: {design}; Zarr, 2 workers, memory_limit 1 GB")
+    path = os.path.join(scratch, "big.zarr")
+    start = time.perf_counter()
+    chunk_rows = design.block_size if isinstance(design, RegularDesign) else 8192
+    write_store(path, n, d, chunk_rows=chunk_rows)
+    print(f"  store {n * d * 8 / 2**30:.2f} GiB written in {time.perf_counter() - start:.0f} s"
+          f" (chunks of {chunk_rows} rows)")
+    result = timed_fit(path, 2, "1GB", design)
+    predicted = model(n, d, design, 2, rates[d])
+    print(f"  peak {result['peak_mib']:.0f} MiB per worker, {result['pairs'] / result['wall'] / 1e6:.1f}"
+          f" M pairs/s, {result['pairs']:.3g} pairs; {report(result, predicted, 2)}")
+
+
+def section_scaling(scratch, n, d):
+    print(f"\n4. strong scaling, complete design, n = {n}, d = {d}")
+    path = os.path.join(scratch, "scaling.zarr")
+    write_store(path, n, d, chunk_rows=4096)
+    one = timed_fit(path, 1, "auto", "complete")["wall"]
+    two = timed_fit(path, 2, "auto", "complete")["wall"]
+    print(f"  1 worker {one:.1f} s, 2 workers {two:.1f} s: speed-up {one / two:.2f}x (goal >= 1.7x)")
+
+
+def section_accuracy(n: int, d: int, repeats: int) -> None:
+    print("\n5. accuracy at equal privacy: regular vs complete")
     spectrum = spiked_spectrum(d, n_spikes=2, spike=3.0)
     truth = random_directions(d, seed=1)[:, :2]
-    block = 2500
-    regular = dd.RegularDesign(k=1, block_size=block, seed=0)
+    regular = dd.RegularDesign(k=1, block_size=min(2500, max(2, n // 4)), seed=0)
     errors = {"complete": [], "regular": []}
     pairs = {}
     for rep in range(repeats):
@@ -127,60 +193,98 @@ def accuracy_at_equal_privacy(n: int, d: int, repeats: int) -> None:
           f" (goal >= 10x)")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes")
-    args = parser.parse_args()
-    exact_n, exact_d = (20_000, 64) if args.quick else (100_000, 64)
-    big_n, big_d = (200_000, 32) if args.quick else (10_000_000, 32)
-    scaling_n = 20_000 if args.quick else 50_000
-    acc_n, acc_reps = (10_000, 3) if args.quick else (50_000, 10)
-
-    print("1. kernel single-core rate")
-    rates = {d: kernel_pair_rate(d) for d in (exact_d, big_d)}
-    for d, rate in rates.items():
-        print(f"  d = {d}: {rate / 1e6:.1f} M pairs/s per core ({4 * d * rate / 1e9:.1f} GF/s effective)")
-
-    with tempfile.TemporaryDirectory(prefix="dppca-bench-") as scratch:
-        print(f"\n2. exact, n = {exact_n}, d = {exact_d}, Zarr, 2 single-threaded workers")
-        path = os.path.join(scratch, "exact.zarr")
-        write_store(path, exact_n, exact_d, chunk_rows=8192)
-        result = timed_fit(path, 2, "auto", "complete")
-        predicted = model(exact_n, exact_d, CompleteDesign(), 2, rates[exact_d])
-        print(f"  wall {result['wall']:.1f} s, peak {result['peak_mib']:.0f} MiB per worker, "
-              f"{result['pairs'] / result['wall'] / 1e6:.1f} M pairs/s; model predicts "
-              f"{predicted['seconds']:.1f} s (ratio measured/model "
-              f"{result['wall'] / predicted['seconds']:.2f})")
-
-        print(f"\n3. regular design (auto), n = {big_n}, d = {big_d}, Zarr, 2 workers, memory_limit 1 GB")
-        path = os.path.join(scratch, "big.zarr")
-        design = auto_design(big_n, big_d, 2)
-        start = time.perf_counter()
-        write_store(path, big_n, big_d, chunk_rows=design.block_size)
-        print(f"  store {big_n * big_d * 8 / 2**30:.2f} GiB written in {time.perf_counter() - start:.0f} s;"
-              f" design {design}")
-        result = timed_fit(path, 2, "1GB", design)
-        predicted = model(big_n, big_d, design, 2, rates[big_d])
-        print(f"  wall {result['wall']:.1f} s, peak {result['peak_mib']:.0f} MiB per worker, "
-              f"{result['pairs'] / result['wall'] / 1e6:.1f} M pairs/s, {result['pairs']:.3g} pairs; "
-              f"model {predicted['seconds']:.1f} s (ratio {result['wall'] / predicted['seconds']:.2f})")
-
-        print(f"\n4. strong scaling, complete design, n = {scaling_n}, d = {exact_d}")
-        path = os.path.join(scratch, "scaling.zarr")
-        write_store(path, scaling_n, exact_d, chunk_rows=4096)
-        one = timed_fit(path, 1, "auto", "complete")["wall"]
-        two = timed_fit(path, 2, "auto", "complete")["wall"]
-        print(f"  1 worker {one:.1f} s, 2 workers {two:.1f} s: speed-up {one / two:.2f}x (goal >= 1.7x)")
-
-    print("\n5. accuracy at equal privacy: regular vs complete")
-    accuracy_at_equal_privacy(acc_n, 20, acc_reps)
-
+def section_model(rates):
     print("\n6. model: 100 nodes x 32 cores, n = 10^9, d = 32, design='auto'")
     design = auto_design(10**9, 32, 3200)
     predicted = model(10**9, 32, design, 3200, rates[32])
     print(f"  design {design}: {predicted['pairs']:.3g} pairs, {predicted['flops']:.3g} flops, "
           f"{predicted['bytes_read'] / 2**40:.2f} TiB read once, about {predicted['seconds'] / 60:.0f} min "
           f"at this machine's per-core rate (network and I/O not modelled)")
+
+
+class HeldKeys(WorkerPlugin):
+    """The most keys of each kind in a worker's memory at once (input blocks, partial sums)."""
+
+    def __init__(self, block_prefix):
+        self.block_prefix = block_prefix
+
+    def setup(self, worker):
+        self.held = collections.Counter()
+        worker.dppca_peak_held = self.peak = collections.Counter()
+
+    def _kind(self, key):
+        name = str(key[0] if isinstance(key, tuple) else key)
+        if name.startswith(self.block_prefix):
+            return "blocks"
+        return "partials" if name.startswith(("dppca-pairs-", "dppca-sum-")) else None
+
+    def transition(self, key, start, finish, **kwargs):
+        kind = self._kind(key)
+        if kind is None:
+            return
+        if finish == "memory":
+            self.held[kind] += 1
+            self.peak[kind] = max(self.peak[kind], self.held[kind])
+        elif start == "memory":
+            self.held[kind] -= 1
+
+
+def held_on_one_worker(path, design) -> dict:
+    with LocalCluster(n_workers=1, threads_per_worker=2, memory_limit="2GB",
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        client.register_plugin(HeldKeys(as_dask_array(path).name), name="held-keys")
+        dd.DPPCA(n_components=2, design=design, scheduler=client).fit(path)
+        (peak,) = client.run(lambda dask_worker: dict(dask_worker.dppca_peak_held)).values()
+    return peak
+
+
+def section_working_set(scratch, ladder, d, block, partners):
+    print(f"\n7. working set on one worker (2 threads): most keys held at once, blocks of {block} rows")
+    print(f"{'k':>3} {'n':>9} {'blocks':>7} {'held blocks':>12} {'held partial sums':>18}")
+    for k in partners:
+        for n in ladder:
+            path = os.path.join(scratch, f"held-{n}.zarr")
+            if not os.path.exists(path):
+                write_store(path, n, d, chunk_rows=block)
+            peak = held_on_one_worker(path, RegularDesign(k=k, block_size=block, seed=0))
+            print(f"{k:>3} {n:>9} {-(-n // block):>7} {peak.get('blocks', 0):>12} {peak.get('partials', 0):>18}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
+    parser.add_argument("--sections", default="1,2,3,4,5,6,7", help="comma list of sections to run")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore", UserWarning)   # e.g. "no dppca-trusted worker": a benchmark cluster
+    sections = {int(s) for s in args.sections.split(",") if s}
+    size = "smoke" if args.smoke else "quick" if args.quick else "full"
+    exact_n, exact_d = {"smoke": (1500, 16), "quick": (20_000, 64), "full": (100_000, 64)}[size]
+    big_n, big_d = {"smoke": (30_000, 32), "quick": (500_000, 32), "full": (10_000_000, 32)}[size]
+    scaling_n = {"smoke": 1500, "quick": 20_000, "full": 50_000}[size]
+    acc_n, acc_reps = {"smoke": (400, 1), "quick": (10_000, 3), "full": (50_000, 10)}[size]
+    ladder, held_d, held_block = {"smoke": ((2048,), 8, 512), "quick": ((16384, 65536), 16, 1024),
+                                  "full": ((16384, 65536, 262144), 16, 1024)}[size]
+
+    rates = {}
+    if sections & {1, 2, 3, 6}:
+        print("1. kernel single-core rate")
+        rates = {d: kernel_pair_rate(d) for d in sorted({exact_d, big_d, 32})}
+        for d, rate in rates.items():
+            print(f"  d = {d}: {rate / 1e6:.1f} M pairs/s per core ({4 * d * rate / 1e9:.1f} GF/s effective)")
+    with tempfile.TemporaryDirectory(prefix="dppca-bench-") as scratch:
+        if 2 in sections:
+            section_exact(scratch, exact_n, exact_d, rates)
+        if 3 in sections:
+            section_regular(scratch, big_n, big_d, rates)
+        if 4 in sections:
+            section_scaling(scratch, scaling_n, exact_d)
+        if 5 in sections:
+            section_accuracy(acc_n, 20, acc_reps)
+        if 6 in sections:
+            section_model(rates)
+        if 7 in sections:
+            section_working_set(scratch, ladder, held_d, held_block, (1,) if args.smoke else (1, 3))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Regenerate the experiments of docs/results.md (figures in docs/figures/).
 
     python benchmarks/experiments.py --quick          # a few minutes: 5 data sets, n <= 3000
+    python benchmarks/experiments.py --smoke          # seconds: one model and data set, to a temp dir
     python benchmarks/experiments.py --datasets 20 --n-max 100000   # the full grid in one process (long)
 
 The committed docs/results.json was produced by several partial runs (--models, --n-list,
@@ -34,6 +35,7 @@ import math
 import multiprocessing as mp
 import os
 import sys
+import tempfile
 import time
 import types
 import uuid
@@ -275,7 +277,15 @@ def main(argv=None):
                     help="only the Analyze Gauss rows (no kernels): adds the baselines to an earlier run")
     ap.add_argument("--merge", default=None,
                     help="comma list of run directories (each with results.json and rows.json) to merge into --out")
+    ap.add_argument("--smoke", action="store_true",
+                    help="one model, n = 300, one data set, no peers (seconds); writes to a temporary "
+                         "directory unless --out is given")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.datasets, args.n_list, args.n_ref, args.models = 1, "300", 300, "t1_d20_m2"
+        args.radii, args.skip = "4", "contam,peers,wall,planner"
+        if args.out == ap.get_default("out"):
+            args.out = tempfile.mkdtemp(prefix="dppca-experiments-smoke-")
     global RADII
     RADII = tuple(float(r) for r in args.radii.split(",") if r)
     if args.quick:

@@ -12,13 +12,16 @@ data.  Then
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .kernel import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_budget
 
-__all__ = ["CompleteDesign", "RegularDesign", "DesignPlan", "auto_design", "check_design",
-           "resolve_design"]
+__all__ = ["CompleteDesign", "RegularDesign", "DesignPlan", "auto_design", "block_rows",
+           "check_design", "complete_blocks", "resolve_design"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,10 @@ class DesignPlan:
         d, the width of every block.
     tile_rows : int
         Rows per kernel tile (from the kernel's default scratch budget and d).
+    task_sizes : tuple of int
+        How many consecutive block pairs each graph task computes (empty: one each).
+        Their sums are added in a balanced tree inside the task, so the rounding depth
+        is that of one tree over all the block pairs, give or take one level.
     """
 
     block_sizes: tuple[int, ...]
@@ -52,6 +59,13 @@ class DesignPlan:
     max_degree: int
     n_features: int
     tile_rows: int
+    task_sizes: tuple[int, ...] = ()
+
+    def tasks(self) -> list[tuple[tuple[int, int], ...]]:
+        """The block pairs of each graph task, in order."""
+        sizes = self.task_sizes or (1,) * len(self.block_pairs)
+        bounds = np.cumsum((0,) + tuple(sizes))
+        return [self.block_pairs[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
     @property
     def n_samples(self) -> int:
@@ -86,8 +100,9 @@ class DesignPlan:
 class CompleteDesign:
     """Every pair ``i < j`` of the n records: the full U-statistic.
 
-    Blocks are the row chunks of the input (the result does not depend on them beyond
-    rounding); every block pair ``I <= J`` is one task.  ``|P| = n (n - 1) / 2`` and
+    Blocks are the row chunks of the input, or for an input without its own (numpy) the
+    blocks of :func:`block_rows` (the result does not depend on them beyond rounding);
+    every block pair ``I <= J`` is one task.  ``|P| = n (n - 1) / 2`` and
     every record is in ``n - 1`` pairs, so ``Delta_F = 2 sqrt(2) G^2 / n``.
     """
 
@@ -114,11 +129,13 @@ class RegularDesign:
     The rows are cut into blocks of ``block_size`` (the last one may be shorter).
     Every pair inside a block is kept, and all the pairs between each block and its
     ``k`` partner blocks in a random k-regular graph on the blocks (a circulant
-    graph under a random relabelling drawn from the public ``seed``).  With equal
+    graph along a random walk of the blocks drawn from the public ``seed``; the block
+    pairs are listed in walk order, so partners share their blocks while they are in
+    memory).  With equal
     blocks every record sits in ``(block_size - 1) + k block_size`` pairs, so
     ``Delta_F = 2 sqrt(2) G^2 / n`` exactly as for the complete design, for about
     ``n (k + 1) block_size / 2`` pairs instead of ``n^2 / 2`` (method.md section 8).
-    A ragged tail (or an odd ``k`` with an odd number of blocks) breaks regularity
+    A ragged tail (or, for an odd ``k``, the end of the walk) breaks regularity
     slightly; the sensitivity is then computed from the actual degrees.
 
     Parameters
@@ -150,22 +167,33 @@ class RegularDesign:
         full, tail = divmod(n, self.block_size)
         return (self.block_size,) * full + ((tail,) if tail else ())
 
+    def walk(self, n_blocks: int) -> np.ndarray:
+        """The blocks in walk order: a random relabelling drawn from the public ``seed``.
+
+        The block graph is a circulant graph along this walk, so a block's partners are
+        near it in the walk (within ``k // 2 + 1`` steps, but for the circle's wrap).
+        """
+        return np.random.default_rng(self.seed).permutation(n_blocks)
+
     def partner_edges(self, n_blocks: int) -> tuple[tuple[int, int], ...]:
         """Edges ``(I, J)``, ``I < J``, of the block graph (data-independent)."""
         if self.k >= n_blocks - 1:
             return tuple((i, j) for i in range(n_blocks) for j in range(i + 1, n_blocks))
-        import numpy as np
-
-        label = np.random.default_rng(self.seed).permutation(n_blocks)
+        label = self.walk(n_blocks)
         edges = set()
         for offset in range(1, self.k // 2 + 1):
             for i in range(n_blocks):
                 edges.add(_edge(label[i], label[(i + offset) % n_blocks]))
         if self.k % 2:
-            # Odd k: add the "diameter" matching; with an odd block count one block is left out.
-            half = n_blocks // 2
-            for i in range(half):
-                edges.add(_edge(label[i], label[i + half]))
+            # Odd k: one more partner each, at the next offset m: runs of m steps along the
+            # walk alternately reach forward and are reached (a matching).  Blocks in a last
+            # forward run with no one m steps ahead keep k - 1 partners: the degrees, hence
+            # the sensitivity, are counted exactly in plan().  Partners stay near in the
+            # walk, so a worker's blocks in memory stay bounded (graph.py).
+            m = self.k // 2 + 1
+            for i in range(n_blocks - m):
+                if (i // m) % 2 == 0:
+                    edges.add(_edge(label[i], label[i + m]))
         return tuple(sorted(edges))
 
     def plan(self, row_chunks: tuple[int, ...], n_features: int) -> DesignPlan:
@@ -181,8 +209,14 @@ class RegularDesign:
             degree[i] += sizes[j]
             degree[j] += sizes[i]
             n_pairs += sizes[i] * sizes[j]
-        pairs = tuple(sorted([(i, i) for i in range(len(sizes))] + list(edges)))
-        return _plan(sizes, pairs, n_pairs, max(degree), n_features)
+        # In walk order: each block's own pairs, then its edges to blocks met before it.
+        step = np.empty(len(sizes), dtype=int)
+        step[self.walk(len(sizes))] = np.arange(len(sizes))
+        pairs = sorted([(i, i) for i in range(len(sizes))] + list(edges),
+                       key=lambda pair: (max(step[pair[0]], step[pair[1]]), pair[0] != pair[1],
+                                         min(step[pair[0]], step[pair[1]])))
+        plan = _plan(sizes, tuple(pairs), n_pairs, max(degree), n_features)
+        return dataclasses.replace(plan, task_sizes=_walk_tasks(plan))
 
     def describe(self) -> dict:
         """Public parameters of the design."""
@@ -196,9 +230,75 @@ def _plan(sizes, pairs, n_pairs, max_degree, n_features) -> DesignPlan:
                       tile_rows=tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d))
 
 
+#: Work a graph task of a regular design aims at (flops, 4 d per pair: about 100 ms of a
+#: core).  Consecutive block pairs of the walk share blocks, so they are grouped into one
+#: task up to it: a Dask task costs about a millisecond of its own (scheduling,
+#: messages), which small blocks would otherwise pay per block pair.
+TASK_FLOPS = 4e9
+#: Most distinct blocks one task reads (what it holds in memory).
+MAX_TASK_BLOCKS = 6
+
+
+def _walk_tasks(plan: DesignPlan) -> tuple[int, ...]:
+    """Consecutive block pairs per task: until ``TASK_FLOPS`` of work or ``MAX_TASK_BLOCKS``."""
+    sizes, d = plan.block_sizes, plan.n_features
+    counts, blocks, work = [0], set(), 0.0
+    for i, j in plan.block_pairs:
+        if counts[-1] and (work >= TASK_FLOPS or len(blocks | {i, j}) > MAX_TASK_BLOCKS):
+            counts.append(0)
+            blocks, work = set(), 0.0
+        counts[-1] += 1
+        blocks |= {i, j}
+        work += 4.0 * d * (sizes[i] * (sizes[i] - 1) / 2 if i == j else sizes[i] * sizes[j])
+    return tuple(counts)
+
+
 def _edge(i, j) -> tuple[int, int]:
     i, j = int(i), int(j)
     return (i, j) if i < j else (j, i)
+
+
+#: Block pairs per worker thread the block rule aims at, so that every thread has work
+#: and the last tasks to finish are short.
+BLOCK_PAIRS_PER_THREAD = 4
+#: Least pair work of a block pair, 2 b^2 d flops (about a millisecond of one core), so
+#: that a task's fixed cost stays small next to its work.
+MIN_BLOCK_PAIR_FLOPS = 4e7
+#: Largest block of the rule: this many rows, and at most MAX_BLOCK_BYTES of float64.
+MAX_BLOCK_ROWS = 16384
+MAX_BLOCK_BYTES = 32 * 2**20
+
+
+def block_rows(n_samples: int, n_features: int, n_threads: int) -> int:
+    """Rows per block of the complete design when the input imposes no row chunks.
+
+    The public rule on n, d and the compute target's thread count: as many blocks as
+    give ``BLOCK_PAIRS_PER_THREAD`` block pairs per thread, as long as each block pair
+    keeps ``MIN_BLOCK_PAIR_FLOPS`` of work, and never blocks above ``MAX_BLOCK_ROWS``
+    rows or ``MAX_BLOCK_BYTES``; in whole kernel tiles where that keeps the count and
+    the last block at least half the others.
+    """
+    n, d = int(n_samples), max(int(n_features), 1)
+    tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
+    largest = max(tile, min(MAX_BLOCK_ROWS, MAX_BLOCK_BYTES // (8 * d)) // tile * tile)
+    smallest = max(tile, math.ceil(math.sqrt(MIN_BLOCK_PAIR_FLOPS / (2.0 * d))))
+    wanted = BLOCK_PAIRS_PER_THREAD * max(int(n_threads), 1)
+    n_blocks = math.ceil((math.sqrt(8.0 * wanted + 1.0) - 1.0) / 2.0)   # B (B + 1) / 2 >= wanted
+    n_blocks = max(min(n_blocks, n // smallest), math.ceil(n / largest), 1)
+    if n_blocks == 1:
+        return max(n, 1)
+    rows = math.ceil(n / n_blocks)
+    aligned = math.ceil(rows / tile) * tile
+    last = n - (n_blocks - 1) * aligned
+    return aligned if 2 * last >= aligned else rows
+
+
+def complete_blocks(n_samples: int, n_features: int, n_threads: int) -> tuple[int, ...]:
+    """Row blocks of the complete design for an input without row chunks of its own:
+    blocks of :func:`block_rows`, the last one shorter."""
+    target = block_rows(n_samples, n_features, n_threads)
+    full, tail = divmod(int(n_samples), target)
+    return (target,) * full + ((tail,) if tail else ())
 
 
 #: Pair work (flops, 4 d per pair) per worker thread under which "auto" keeps every pair:
@@ -216,14 +316,17 @@ def auto_design(n_samples: int, n_features: int, n_threads: int) -> CompleteDesi
     :class:`RegularDesign` (seed 0, public like the rule) whose work,
     about ``2 n (k + 1) block d`` flops, fits the same budget: blocks as large as the
     budget allows with one partner, between 1024 rows and ``32 MiB / (8 d)`` rows,
-    then as many partners ``k >= 1`` as the budget still allows.
+    rounded down to whole kernel tiles, then as many partners ``k >= 1`` as the budget
+    still allows.
     """
     budget = AUTO_FLOPS_PER_THREAD * max(int(n_threads), 1)
     d = max(int(n_features), 1)
     if 2.0 * n_samples * n_samples * d <= budget:
         return CompleteDesign()
+    tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
     largest = int(min(16384, max(1024, _AUTO_BLOCK_BYTES // (8 * d))))
     block = int(min(largest, max(1024, budget / (4.0 * d * n_samples))))
+    block = max(tile, block // tile * tile)      # whole kernel tiles: no ragged tile per block
     k = int(budget / (2.0 * n_samples * block * d)) - 1
     n_blocks = -(-n_samples // block)
     return RegularDesign(k=max(1, min(k, n_blocks - 1)), block_size=block, seed=0)

@@ -222,7 +222,8 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
             validate_data(self, X, reset=True, skip_check_array=True)
         n_components = _check_n_components(params["n_components"], data.shape[1])
         with cluster.compute_target(params["scheduler"]) as target:
-            data, design, plan = plan_blocks(data, params["design"], cluster.thread_count(target))
+            data, design, plan = plan_blocks(data, params["design"], cluster.thread_count(target),
+                                             rows_free=not is_lazy_input(X))
             mechanism = ReleaseMechanism.plan_release(
                 design, plan, g, params["epsilon"], params["delta"], params["calibration"],
                 _noise_sampler(plan.n_features, params["random_state"]))

@@ -19,11 +19,11 @@ import dask.array as da
 import distributed
 import numpy as np
 from dask.delayed import Delayed
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from . import cluster
-from .design import CompleteDesign, DesignPlan, RegularDesign, resolve_design
-from .io import as_dask_array
+from .design import CompleteDesign, DesignPlan, RegularDesign, complete_blocks, resolve_design
+from .io import as_dask_array, is_lazy_input
 from .kernel import block_pair_sum
 from .transforms import Transform, resolve_transform
 
@@ -35,11 +35,15 @@ def plan_blocks(
     data: da.Array,
     design: str | CompleteDesign | RegularDesign,
     n_threads: int,
+    rows_free: bool = False,
 ) -> tuple[da.Array, CompleteDesign | RegularDesign, DesignPlan]:
     """Resolve the design for this input and thread count; rechunk rows to its blocks.
 
     Public inputs only: the shape, the input's row chunks, the design parameter and
-    the compute target's thread count.
+    the compute target's thread count.  ``rows_free``: the input imposes no row
+    chunks (a numpy array, :func:`dask_dppca.io.is_lazy_input`), so the complete
+    design cuts its rows by :func:`dask_dppca.design.block_rows`; otherwise it keeps the
+    input's chunks as its blocks (each read once, and the same bits on any cluster).
 
     Returns
     -------
@@ -48,7 +52,10 @@ def plan_blocks(
     """
     n, d = data.shape
     chosen = resolve_design(design, n, d, n_threads)
-    plan = chosen.plan(data.chunks[0], d)
+    chunks = data.chunks[0]
+    if isinstance(chosen, CompleteDesign) and rows_free:
+        chunks = complete_blocks(n, d, n_threads)
+    plan = chosen.plan(chunks, d)
     if tuple(data.chunks[0]) != plan.block_sizes:
         data = data.rechunk({0: plan.block_sizes})
     return data, chosen, plan
@@ -79,23 +86,46 @@ def kernel_sum_graph(
         raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
     token = dask.base.tokenize(data.name, transform, plan)
     blocks = data.to_delayed()[:, 0]
-    pair_sum = dask.delayed(_pair_task, pure=True)
-    partials = [
-        pair_sum(blocks[i], None if i == j else blocks[j], transform, plan.tile_rows,
-                 dask_key_name=f"dppca-pair-{i}-{j}-{token}")
-        for i, j in plan.block_pairs
-    ]
+    pairs_sum = dask.delayed(_pairs_task, pure=True)
+    partials = []
+    for number, group in enumerate(plan.tasks()):
+        needed = sorted({block for pair in group for block in pair})
+        declared = [(block, plan.block_sizes[block]) for block in needed]
+        local = [(needed.index(i), needed.index(j)) for i, j in group]
+        partials.append(pairs_sum(transform, plan.tile_rows, plan.n_features, declared, local,
+                                  *[blocks[block] for block in needed],
+                                  dask_key_name=f"dppca-pairs-{number}-{token}"))
     return tree_sum(partials, key_prefix=f"dppca-sum-{token}")
 
 
-def _pair_task(block_a, block_b, transform, tile_rows):
-    """One block-pair task: the kernel, with BLAS pinned to one thread on Dask workers.
+def _pairs_task(transform, tile_rows, n_features, declared, pairs, *blocks):
+    """One task: the kernel over some block pairs, with BLAS pinned to one thread on Dask
+    workers; their sums added in a balanced tree.
 
     Always the plan's tiles: the release's rounding slack (``DesignPlan.rounding_error``)
-    is computed for exactly these.
+    is computed for exactly these.  ``declared`` is ``(I, rows of I)`` of each block from
+    the plan.  n, |P| and the sensitivity come from the declared shape, while the kernel
+    sums whatever rows the blocks really hold, so a block that holds other rows than
+    declared fails the task, and with it the sum and any release that depends on it.
     """
+    for block, (index, rows) in zip(blocks, declared):
+        _check_block(block, index, rows, n_features)
     _pin_blas_on_workers()
-    return block_pair_sum(block_a, block_b, transform, tile_rows=tile_rows)
+    sums = [block_pair_sum(blocks[a], None if a == b else blocks[b], transform, tile_rows=tile_rows)
+            for a, b in pairs]
+    while len(sums) > 1:   # balanced: no deeper than the tree over tasks would have been
+        sums = [sums[k] + sums[k + 1] if k + 1 < len(sums) else sums[k] for k in range(0, len(sums), 2)]
+    return sums[0]
+
+
+def _check_block(block, index: int, rows: int, n_features: int) -> None:
+    shape = getattr(block, "shape", None)
+    if shape != (rows, n_features):
+        raise ValueError(
+            f"X: block {index} holds an array of shape {shape}, but the input declared "
+            f"({rows}, {n_features}); n, the pair count and the sensitivity come from the "
+            "declared shape, so nothing is computed or released from it"
+        )
 
 
 _pinned = {"done": False}
@@ -132,13 +162,20 @@ def single_threaded_blas(target: object):
 
     For a local scheduler name or a client whose workers live in this process, the
     limit holds for the block and is then restored; for a cluster of other processes
-    (pinned by :func:`_pin_blas_on_workers`) nothing changes here.
+    (pinned by :func:`_pin_blas_on_workers`) nothing changes here.  The thread pools are
+    found once per process (threadpoolctl scans the loaded libraries, about a
+    millisecond: the fixed cost of a small kendall_matrix).
     """
     if isinstance(target, str) or cluster.workers_in_this_process(target):
-        with threadpool_limits(limits=1):
+        if "controller" not in _pools:
+            _pools["controller"] = ThreadpoolController()
+        with _pools["controller"].limit(limits=1):
             yield
     else:
         yield
+
+
+_pools: dict[str, ThreadpoolController] = {}
 
 
 def tree_sum(parts: list[Delayed], key_prefix: str = "dppca-sum") -> Delayed:
@@ -210,7 +247,8 @@ def kendall_matrix(
     data = as_dask_array(X, component, storage_options=storage_options,
                          allow_fill_values=allow_fill_values, scheduler=scheduler)
     with cluster.compute_target(scheduler) as target:
-        data, _, plan = plan_blocks(data, design, cluster.thread_count(target))
+        data, _, plan = plan_blocks(data, design, cluster.thread_count(target),
+                                    rows_free=not is_lazy_input(X))
         graph = kernel_sum_graph(data, plan, g)
         if isinstance(target, str):
             kernel_sum = compute_locally(graph, target)

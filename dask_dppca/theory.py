@@ -4,6 +4,7 @@ K_g, a first-order utility model and planner, and the breakdown lower bound."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -196,23 +197,24 @@ def population_eigenvalues(spectrum, transform: str = "sphere", radius: float | 
 
 def release_sigma(n: int, d: int, epsilon: float, delta: float = 1e-6, *,
                   transform: str = "sphere", radius: float | None = None,
-                  calibration: str = "analytic") -> float:
+                  calibration: str = "analytic", n_threads: int | None = None) -> float:
     """The noise scale ``sigma`` of ``DPPCA(design="complete")`` on an (n, d) numpy input.
 
-    Builds the plan ``fit`` builds for a numpy input (default block rows, complete
-    design) and the same :class:`~dask_dppca.privacy.mechanism.ReleaseMechanism` with
-    the default sampler, so the planner and the experiments use the estimator's sigma
-    without computing K_hat.  ``tests/statistical/test_theory.py`` checks it against
+    Builds the plan ``fit`` builds for a numpy input (the block rule on n, d and
+    ``n_threads``, complete design) and the same
+    :class:`~dask_dppca.privacy.mechanism.ReleaseMechanism` with the default sampler, so
+    the planner and the experiments use the estimator's sigma without computing K_hat.
+    ``n_threads`` defaults to this machine's cores, the threads of the embedded cluster
+    and of ``scheduler="threads"`` (the blocks, hence the rounding slack, follow it).
+    ``tests/estimator/test_fit_matches_theory.py`` checks it against
     ``est.privacy_["sigma"]``, which catches a drift in how ``fit`` plans its blocks.
     """
-    from .design import CompleteDesign
-    from .io import default_block_rows
+    from .design import CompleteDesign, complete_blocks
     from .privacy.mechanism import ReleaseMechanism
     from .privacy.noise import default_sampler
 
     g = resolve_transform(transform, radius)
-    rows = default_block_rows(d)
-    chunks = (rows,) * (n // rows) + ((n % rows,) if n % rows else ())
+    chunks = complete_blocks(n, d, (os.cpu_count() or 1) if n_threads is None else n_threads)
     design = CompleteDesign()
     sampler = default_sampler(d * (d + 1) // 2)
     return ReleaseMechanism.plan_release(design, design.plan(chunks, d), g, epsilon, delta,

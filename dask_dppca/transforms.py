@@ -26,10 +26,23 @@ __all__ = [
     "identity",
     "custom",
     "resolve_transform",
+    "bound_in_range",
+    "MIN_BOUND",
+    "MAX_BOUND",
 ]
 
 # Norms at which a custom xi is checked against its declared bound when it is built.
 _CHECK_NORMS = np.concatenate([[0.0], np.logspace(-300, 300, 601), [np.inf]])
+
+#: Accepted range of a bound G (the winsor radius, a custom xi's bound).  Inside it the
+#: kernel's fast-path weights stay finite normal floats at every data scale, and no sum
+#: of pair terms (each at most 4 CONDITION_LIMIT G^2) can overflow, so the computed
+#: K_hat keeps its rounding bound whatever the data (kernel.py, docs/privacy.md).  A
+#: bound outside it would make the release's behaviour depend on the data (an overflow
+#: for some data sets, lost precision for others).
+MIN_BOUND = 1e-100
+MAX_BOUND = 1e100
+_NAMES = ("sphere", "winsor", "identity", "custom")
 
 
 @dataclass(frozen=True)
@@ -37,7 +50,11 @@ class Transform:
     """A generalized spatial sign, described by its scale function.
 
     Use the factories :func:`sphere`, :func:`winsor`, :func:`custom` (and the
-    non-private :func:`identity`) rather than building this directly.
+    non-private :func:`identity`) rather than building this directly.  A transform
+    built directly is checked the same way: its ``bound`` must be the true ``sup xi``
+    of its name (1 for the sphere, the radius for winsor, ``inf`` for the identity),
+    and a radius or custom bound must lie in ``[MIN_BOUND, MAX_BOUND]``; otherwise
+    ``ValueError``.
 
     Attributes
     ----------
@@ -55,6 +72,30 @@ class Transform:
     radius: float | None = None
     # Compared by identity: two custom transforms are equal only with the same xi.
     xi_function: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # The kernel computes g from the name (and radius, or xi for a custom), while the
+        # privacy layer trusts ``bound``: a transform whose bound does not match its g
+        # must not exist (Transform("identity", bound=1.0) would under-report the
+        # sensitivity without limit).
+        expected = {"sphere": 1.0, "winsor": self.radius, "identity": math.inf}
+        if self.name not in _NAMES:
+            raise ValueError(f"transform: unknown name {self.name!r}; expected one of {_NAMES}")
+        if self.name == "winsor":
+            bound_in_range("radius", self.radius)
+        if self.name == "custom":
+            if not callable(self.xi_function):
+                raise ValueError("transform: a 'custom' Transform needs a callable xi_function")
+            bound_in_range("bound", self.bound)
+        elif self.xi_function is not None:
+            raise ValueError(f"transform: a {self.name!r} Transform takes no xi_function")
+        if self.name != "winsor" and self.radius is not None:
+            raise ValueError(f"transform: a {self.name!r} Transform takes no radius, got {self.radius!r}")
+        if self.name in expected and self.bound != expected[self.name]:
+            raise ValueError(
+                f"transform: a {self.name!r} Transform has bound {expected[self.name]!r}, "
+                f"got {self.bound!r}; build it with dask_dppca.transforms.{self.name}(...)"
+            )
 
     @property
     def is_bounded(self) -> bool:
@@ -90,7 +131,7 @@ class Transform:
         routes every other pair to its exact path, which uses :meth:`xi`.
         """
         s2 = np.asarray(squared_norm, dtype=np.float64)
-        # kernel._fused_weights inlines these formulas for numba: keep in step
+        # kernel._fast_path_weights inlines these formulas for numba: keep in step
         if self.name == "sphere":
             return 1.0 / s2
         if self.name == "winsor":
@@ -112,10 +153,11 @@ def winsor(radius: float) -> Transform:
     Parameters
     ----------
     radius : float
-        Public radius ``r > 0`` in the units of ``t = (x_i - x_j) / sqrt(2)``.  It
-        must not be tuned on the data.
+        Public radius ``r`` in the units of ``t = (x_i - x_j) / sqrt(2)``, between
+        ``MIN_BOUND = 1e-100`` and ``MAX_BOUND = 1e100``.  It must not be tuned on the
+        data.
     """
-    r = positive_finite("radius", radius)
+    r = bound_in_range("radius", radius)
     return Transform(name="winsor", bound=r, radius=r)
 
 
@@ -133,7 +175,7 @@ def custom(xi: Callable[[np.ndarray], np.ndarray], bound: float) -> Transform:
         Vectorised ``xi(norm) -> length`` on arrays of norms (``norm >= 0``, ``inf``
         included).  It must be a fixed public function, not tuned on the data.
     bound : float
-        Declared ``G = sup xi``.  ``xi`` is checked against it on a grid of norms from
+        Declared ``G = sup xi``, between ``MIN_BOUND`` and ``MAX_BOUND``.  ``xi`` is checked against it on a grid of norms from
         1e-300 to 1e300 when the transform is built, and its values are clamped to
         ``[0, bound]`` whenever it is used, so the privacy proof holds even between
         grid points.
@@ -141,12 +183,12 @@ def custom(xi: Callable[[np.ndarray], np.ndarray], bound: float) -> Transform:
     Raises
     ------
     ValueError
-        If ``bound`` is not a positive finite number, or ``xi`` exceeds it, is
+        If ``bound`` is not a number in ``[MIN_BOUND, MAX_BOUND]``, or ``xi`` exceeds it, is
         negative, or is not finite on the check grid.
     """
     if not callable(xi):
         raise TypeError(f"transform: a custom xi must be callable, got {type(xi).__name__}")
-    g_bound = positive_finite("bound", bound)
+    g_bound = bound_in_range("bound", bound)
     with np.errstate(all="ignore"):
         values = np.broadcast_to(
             np.asarray(xi(_CHECK_NORMS[1:-1].copy()), dtype=np.float64),
@@ -161,6 +203,17 @@ def custom(xi: Callable[[np.ndarray], np.ndarray], bound: float) -> Transform:
             "an unbounded or under-declared xi is not private"
         )
     return Transform(name="custom", bound=g_bound, xi_function=xi)
+
+
+def bound_in_range(name: str, value: object) -> float:
+    """``value`` as a float in ``[MIN_BOUND, MAX_BOUND]``, else a ValueError naming ``name``."""
+    number = positive_finite(name, value)
+    if not MIN_BOUND <= number <= MAX_BOUND:
+        raise ValueError(
+            f"{name}: must be between {MIN_BOUND:g} and {MAX_BOUND:g} (the range in which the "
+            f"computed K_hat keeps its rounding bound for every data set), got {number!r}"
+        )
+    return number
 
 
 def resolve_transform(transform: str | Transform, radius: float | None = None) -> Transform:

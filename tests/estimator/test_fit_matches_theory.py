@@ -61,11 +61,13 @@ def test_fit_and_release_sigma_agree_bitwise(planned, config):
 
 
 def test_the_comparison_sees_a_drift(planned, monkeypatch):
-    """A fit that planned its blocks differently (here: 1000-row blocks) is caught."""
+    """A fit that planned its blocks differently (here: from 1000-row chunks it took as
+    imposed by the input) is caught."""
     n, d = 50_000, 8
     real = estimator.as_dask_array
     monkeypatch.setattr(estimator, "as_dask_array",
                         lambda X, component=None, **options:
                         real(X, component, **options).rechunk({0: 1000}))
+    monkeypatch.setattr(estimator, "is_lazy_input", lambda X: True)
     est = dd.DPPCA(1, design="complete", scheduler="threads").fit(np.broadcast_to(0.0, (n, d)))
     assert est.privacy_["sigma"] != release_sigma(n, d, 1.0, 1e-6)

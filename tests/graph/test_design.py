@@ -7,9 +7,25 @@ import math
 import dask.array as da
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dask_dppca as dd
-from dask_dppca.design import AUTO_FLOPS_PER_THREAD, CompleteDesign, RegularDesign, auto_design
+from dask_dppca.design import (
+    AUTO_FLOPS_PER_THREAD,
+    BLOCK_PAIRS_PER_THREAD,
+    MAX_BLOCK_BYTES,
+    MAX_BLOCK_ROWS,
+    MIN_BLOCK_PAIR_FLOPS,
+    CompleteDesign,
+    RegularDesign,
+    auto_design,
+    MAX_TASK_BLOCKS,
+    TASK_FLOPS,
+    block_rows,
+    complete_blocks,
+)
+from dask_dppca.kernel import DEFAULT_MEMORY_BUDGET, tile_rows_for_budget
 
 from tests.reference import reference_pair_sum, relative_error
 
@@ -111,3 +127,105 @@ def test_auto_rule_depends_on_public_sizes_only():
     assert 4 * 32 * plan_pairs <= AUTO_FLOPS_PER_THREAD * 2
     # More threads buy more pairs.
     assert auto_design(2_000_000, 32, 64).k > auto_design(2_000_000, 32, 2).k
+
+
+# ---------------------------------------------------------------------------------------
+# The block rule: blocks for every thread when the input imposes no row chunks
+# ---------------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 10**8), st.integers(1, 4000), st.integers(1, 4096))
+def test_block_rule_gives_work_to_every_thread_within_its_limits(n, d, threads):
+    blocks = complete_blocks(n, d, threads)
+    tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
+    largest = max(tile, min(MAX_BLOCK_ROWS, MAX_BLOCK_BYTES // (8 * d)) // tile * tile)
+    smallest = max(tile, math.ceil(math.sqrt(MIN_BLOCK_PAIR_FLOPS / (2 * d))))
+    assert sum(blocks) == n and min(blocks) > 0
+    assert len(set(blocks[:-1])) <= 1 and blocks[-1] <= blocks[0] == block_rows(n, d, threads)
+    assert max(blocks) <= largest or len(blocks) == 1 and n <= largest
+    if len(blocks) > 1:
+        assert blocks[0] >= smallest                     # every task worth its fixed cost
+    n_block_pairs = len(blocks) * (len(blocks) + 1) // 2
+    # enough block pairs for every thread, unless the blocks are already near the least work
+    assert n_block_pairs >= BLOCK_PAIRS_PER_THREAD * threads or blocks[0] < 2 * smallest
+    assert len(complete_blocks(n, d, threads + 1)) >= len(blocks)   # more threads, more blocks
+
+
+@pytest.mark.parametrize("n, d, threads, want", [
+    (8000, 256, 2, (2048, 2048, 2048, 1856)),      # the issue's one-core case: 10 tasks now
+    (16000, 32, 2, (4096, 4096, 4096, 3712)),
+    (2000, 20, 2, (1024, 976)),
+    (1000, 20, 2, (1000,)),                          # too little work to split
+    (100_000, 64, 2, (14336,) * 6 + (13984,)),       # capped at 16384 rows
+])
+def test_block_rule_examples(n, d, threads, want):
+    assert complete_blocks(n, d, threads) == want
+
+
+def test_auto_regular_blocks_are_whole_tiles():
+    design = auto_design(10_000_000, 32, 2)
+    tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 32)
+    assert isinstance(design, RegularDesign) and design.block_size % tile == 0
+    assert design.block_size == 3072 and design.k == 1      # was 3125: a 53-row tile per block
+
+
+# ---------------------------------------------------------------------------------------
+# Walk order: a regular design's blocks are needed for a bounded stretch of its tasks
+# ---------------------------------------------------------------------------------------
+
+
+def _most_blocks_live(block_pairs):
+    """Most blocks between their first and last task, taking the tasks in plan order."""
+    first, last = {}, {}
+    for step, pair in enumerate(block_pairs):
+        for block in pair:
+            first.setdefault(block, step)
+            last[block] = step
+    return max(sum(first[b] <= step <= last[b] for b in first) for step in range(len(block_pairs)))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 8])
+def test_regular_plan_keeps_a_bounded_number_of_blocks_live(k):
+    """Each block's tasks are close together in the plan's order, whatever the number of
+    blocks: what a worker must hold depends on k and the block size, not on n."""
+    for n_blocks in (20, 101, 400, 2000):
+        plan = RegularDesign(k=k, block_size=2, seed=5).plan((2 * n_blocks,), 1)
+        assert _most_blocks_live(plan.block_pairs) <= k + 2, (k, n_blocks)
+    # the lexicographic order of the same pairs (as before the walk) grows with n
+    assert _most_blocks_live(sorted(plan.block_pairs)) > 10 * (k + 2)
+
+
+@pytest.mark.parametrize("k, n_blocks", [(1, 8), (3, 12), (5, 24), (3, 13), (5, 40)])
+def test_odd_k_degrees(k, n_blocks):
+    degree = np.bincount(np.array(RegularDesign(k=k, block_size=5, seed=2).partner_edges(n_blocks)).ravel(),
+                         minlength=n_blocks)
+    m = k // 2 + 1
+    assert set(degree) <= {k - 1, k}
+    assert np.sum(degree == k - 1) <= m                      # at most the end of the walk
+    if n_blocks % (2 * m) == 0:
+        assert np.all(degree == k)
+
+
+@pytest.mark.parametrize("k, block, n", [(1, 64, 6400), (3, 300, 30_000), (2, 3072, 10**6), (1, 16384, 10**7)])
+def test_regular_tasks_group_consecutive_pairs_within_their_limits(k, block, n):
+    """A task takes consecutive block pairs of the walk while under TASK_FLOPS of work and
+    MAX_TASK_BLOCKS blocks: public (the plan only), and every pair in exactly one task."""
+    plan = RegularDesign(k=k, block_size=block, seed=1).plan((n,), 32)
+    tasks = plan.tasks()
+    assert [pair for task in tasks for pair in task] == list(plan.block_pairs)
+    sizes = plan.block_sizes
+
+    def work(pair):
+        i, j = pair
+        return 4.0 * 32 * (sizes[i] * (sizes[i] - 1) / 2 if i == j else sizes[i] * sizes[j])
+
+    for task in tasks:
+        assert len({b for pair in task for b in pair}) <= MAX_TASK_BLOCKS
+        assert sum(work(p) for p in task[:-1]) < TASK_FLOPS      # full only with its last pair
+    if work(plan.block_pairs[1]) >= TASK_FLOPS:                 # big blocks: one pair a task,
+        assert len(tasks) >= len(plan.block_pairs) - 2           # but the ragged tail block's
+    else:
+        assert len(tasks) < len(plan.block_pairs) / 1.5
+    assert CompleteDesign().plan((100, 100, 50), 3).tasks() == [(p,) for p in
+                                                                CompleteDesign().plan((100, 100, 50), 3).block_pairs]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import collections
+import warnings
 
 import dask
 import dask.array as da
@@ -14,10 +15,14 @@ import numpy as np
 import pytest
 from dask.callbacks import Callback
 
+import dask_dppca as dd
+from dask_dppca import graph as graph_module
 from dask_dppca import kendall_matrix
-from dask_dppca.design import CompleteDesign
+from dask_dppca.privacy import runner as runner_module
+from dask_dppca.design import CompleteDesign, RegularDesign, complete_blocks
 from dask_dppca.graph import kernel_sum_graph, tree_sum
-from dask_dppca.kernel import block_pair_sum
+from dask_dppca.kernel import block_pair_sum, rounding_error_bound
+from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 from dask_dppca.transforms import sphere, winsor
 
 from tests.reference import reference_pair_sum, relative_error
@@ -93,8 +98,8 @@ def test_building_reads_no_data_and_compute_reads_each_block_once():
     plan = CompleteDesign().plan(data.chunks[0], data.shape[1])
     graph = kernel_sum_graph(data, plan, sphere())
     assert calls == {}
-    pair_tasks = [k for k in dict(graph.__dask_graph__()) if str(k).startswith("dppca-pair-")]
-    assert len(pair_tasks) == 4 * 5 // 2
+    pair_tasks = [k for k in dict(graph.__dask_graph__()) if str(k).startswith("dppca-pairs-")]
+    assert len(pair_tasks) == len(plan.tasks()) == 4 * 5 // 2
 
     computes = []
     with Callback(start=lambda dsk: computes.append(len(dsk))):
@@ -137,6 +142,114 @@ def test_custom_and_winsor_transforms_go_through_the_graph():
     got = kendall_matrix(da.from_array(x, chunks=(30, 4)), winsor(2.0), scheduler="threads")
     want = reference_pair_sum(x, xi=lambda s: min(s, 2.0)) / (80 * 79 / 2)
     assert relative_error(got, want) <= 1e-10
+
+
+# ---------------------------------------------------------------------------------------
+# A block that holds other rows than its chunks declare (audit item b)
+# ---------------------------------------------------------------------------------------
+
+
+def _lying(x, declared_rows):
+    """A dask array that declares ``declared_rows`` rows but computes to all of ``x``."""
+    return da.from_delayed(dask.delayed(lambda: x)(), shape=(declared_rows, x.shape[1]),
+                           dtype=x.dtype)
+
+
+def _neighbours_400_rows():
+    """Replace-one neighbours (400 rows): a tight cluster and one record moved far away."""
+    rng = np.random.default_rng(5)  # test data only
+    s = 1e-6 * rng.standard_normal((400, 3))
+    s_prime = s.copy()
+    s[-1], s_prime[-1] = [1e6, 0, 0], [0, 1e6, 0]
+    return s, s_prime
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads"])
+def test_a_block_with_other_rows_than_declared_fails_before_any_release(scheduler, monkeypatch):
+    """n, |P| and the sensitivity come from the declared shape; the kernel sums the rows
+    the blocks really hold.  Every block task checks one against the other."""
+    released = []
+    monkeypatch.setattr(runner_module, "private_release",
+                        lambda *args, **kwargs: released.append(args))
+    lying = _lying(_neighbours_400_rows()[0], 40)
+    with pytest.raises(ValueError, match=r"^X: block 0 holds an array of shape \(400, 3\), but the "
+                                          r"input declared \(40, 3\)"):
+        dd.DPPCA(n_components=1, scheduler=scheduler).fit(lying)
+    assert released == []
+    with pytest.raises(ValueError, match="declared"):
+        kendall_matrix(lying, scheduler=scheduler)
+
+
+@pytest.mark.cluster
+def test_a_lying_block_fails_on_a_cluster_before_the_release(cluster_client):
+    lying = _lying(_neighbours_400_rows()[0], 40)
+    with pytest.raises(ValueError, match=r"block 0 holds an array of shape \(400, 3\)"):
+        dd.DPPCA(n_components=1, scheduler=cluster_client).fit(lying)
+
+
+def test_without_the_block_check_a_lying_input_breaks_the_sensitivity(monkeypatch):
+    """The check has teeth: skipped, 400 real rows declared as 40 give neighbours 10x
+    further apart than the sensitivity computed for n = 40 (the audit's 10.2x)."""
+    monkeypatch.setattr(graph_module, "_check_block", lambda *args: None)
+    s, s_prime = _neighbours_400_rows()
+    gap = np.linalg.norm(kendall_matrix(_lying(s, 40), scheduler="synchronous")
+                         - kendall_matrix(_lying(s_prime, 40), scheduler="synchronous"))
+    reported = CompleteDesign().plan((40,), 3).sensitivity(1.0)
+    assert gap > 5 * reported
+
+
+# ---------------------------------------------------------------------------------------
+# Blocks for every core, and the rounding slack in step with the tiles actually used
+# ---------------------------------------------------------------------------------------
+
+
+def test_numpy_input_is_cut_by_the_block_rule_and_a_chunked_one_keeps_its_chunks():
+    x = RNG.standard_normal((8000, 6))
+    data, _, plan = graph_module.plan_blocks(da.from_array(x, chunks=(16384, -1)), "complete",
+                                             n_threads=2, rows_free=True)
+    assert plan.block_sizes == complete_blocks(8000, 6, 2) and len(plan.block_sizes) > 1
+    assert data.chunks[0] == plan.block_sizes
+    chunked = da.from_array(x, chunks=(500, -1))
+    for threads in (1, 2, 64):      # the input's chunks: the same blocks (and bits) anywhere
+        data, _, plan = graph_module.plan_blocks(chunked, "complete", n_threads=threads)
+        assert plan.block_sizes == chunked.chunks[0] and data.name == chunked.name
+
+
+def test_a_regular_design_in_grouped_tasks_reads_each_block_once_and_matches():
+    x = _data(1200)
+    bounds = list(range(0, 1201, 100))
+    calls = collections.Counter()
+    design = RegularDesign(k=3, block_size=100, seed=2)
+    plan = design.plan((1200,), 4)
+    assert len(plan.tasks()) < len(plan.block_pairs)          # small blocks: grouped
+    got = kendall_matrix(_counting_array(x, bounds, calls), scheduler="threads", design=design)
+    assert calls == {i: 1 for i in range(12)}
+    edges = np.cumsum((0,) + plan.block_sizes)
+    want = sum(block_pair_sum(x[edges[i]:edges[i + 1]], None if i == j else x[edges[j]:edges[j + 1]],
+                              sphere()) for i, j in plan.block_pairs) / plan.n_pairs
+    assert relative_error(got, want) <= 1e-12
+
+
+def test_rounding_slack_follows_the_blocks_and_tiles_the_kernel_really_ran(monkeypatch):
+    """privacy_["rounding_slack"] = 2 G^2 rounding_error_bound(d, largest block, block pairs,
+    tile), each read from the kernel calls the fit actually made."""
+    calls = []
+    real = graph_module.block_pair_sum
+
+    def spy(block_a, block_b, transform, tile_rows):
+        calls.append((len(block_a), tile_rows))
+        return real(block_a, block_b, transform, tile_rows=tile_rows)
+
+    monkeypatch.setattr(graph_module, "block_pair_sum",
+                        lambda a, b, g, tile_rows: spy(a, b, g, tile_rows))
+    x = RNG.standard_normal((6000, 5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
+        est = dd.DPPCA(n_components=1, random_state=0, scheduler="threads", design="complete").fit(x)
+    tiles = {tile for _, tile in calls}
+    assert len(calls) == est.privacy_["n_block_pairs"] > 1 and tiles == {est.privacy_["tile_rows"]}
+    want = 2.0 * rounding_error_bound(5, max(rows for rows, _ in calls), len(calls), tiles.pop())
+    assert est.privacy_["rounding_slack"] == want
 
 
 @pytest.mark.cluster

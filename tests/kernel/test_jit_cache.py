@@ -19,7 +19,7 @@ _RUN_KERNEL = """
 import json, numba, numpy as np
 from dask_dppca import kernel
 kernel.block_pair_sum(np.arange(60.0).reshape(20, 3) ** 1.5)
-stats = kernel._fused_weights.stats
+stats = kernel._fast_path_weights.stats
 print(json.dumps({"path": stats.cache_path, "hits": sum(stats.cache_hits.values()),
                   "misses": sum(stats.cache_misses.values())}))
 """

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from dask_dppca import kernel as kernel_module
 from dask_dppca.kernel import (
     DEFAULT_MEMORY_BUDGET,
     block_pair_sum,
@@ -747,3 +748,63 @@ def test_peak_scratch_memory_within_budget_adversarial(case):
         transform = sphere()
     peak = _peak_scratch(x, transform, budget)
     assert peak <= budget, f"peak {peak / 2**20:.1f} MiB over the {budget / 2**20:.0f} MiB budget"
+
+
+# ---------------------------------------------------------------------------------------
+# The public radius range: the rounding bound holds at every data scale (audit item c)
+# ---------------------------------------------------------------------------------------
+
+SCALES_ALL = [10.0**e for e in range(-300, 301, 12)]
+
+
+def _worst_error_over_scales(radius, n=16, d=3):
+    """Largest ||computed - exact||_F / (G^2 |P|) over data sets at every scale 1e-300..1e300."""
+    g = winsor(radius)
+    worst = 0.0
+    for k, scale in enumerate(SCALES_ALL):
+        x = scale * _rng(100 + k).standard_normal((n, d))
+        x[3] = x[7]                                     # and a duplicate
+        got = block_pair_sum(x, None, g)
+        want = reference_pair_sum(x, xi=lambda s: min(radius, s))
+        # divided by G^2 before the norm: K's entries at r = 1e100 square to overflow
+        worst = max(worst, np.linalg.norm((got - want) / radius**2) / (n * (n - 1) / 2))
+    return worst
+
+
+@pytest.mark.parametrize("radius", [1e-100, 1.13e-37, 1.0, 1e100])
+def test_radius_in_its_range_keeps_the_rounding_bound_at_every_data_scale(radius):
+    """The release adds 2 G^2 rounding_error_bound to the sensitivity: the computed K_hat
+    must be that close to the exact one for every data set.  Before the scale classes,
+    winsor weights r^2 / ||t||^2 underflowed for far rows at small r (r = 1.13e-37, rows at
+    1e124: 1.7e-3 G^2 per pair; r = 1e-100: 0.6 G^2), the audit's 1.93x sensitivity."""
+    worst = _worst_error_over_scales(radius)
+    assert np.isfinite(worst) and worst <= rounding_error_bound(3, 16, 1, tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 3))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the broken kernel overflows too
+def test_the_scale_sweep_catches_weights_that_underflow(monkeypatch):
+    """The sweep above has teeth: with every row in one scale class (the kernel before the
+    classes) the weights underflow at r = 1e-100 and the bound is broken."""
+    monkeypatch.setattr(kernel_module, "_scale_classes",
+                        lambda rows, index, centre, scaled: np.zeros(index.shape[0], dtype=np.int64))
+    assert _worst_error_over_scales(1e-100) > 1e3 * rounding_error_bound(3, 16, 1, tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 3))
+
+
+# ---------------------------------------------------------------------------------------
+# Identical rows are merged, and only identical rows
+# ---------------------------------------------------------------------------------------
+
+
+def test_rows_are_grouped_exactly_even_when_every_hash_collides():
+    """The merge groups rows by a hash, then compares them: with one hash for all rows
+    (every pair a collision) only identical rows are merged (-0.0 equals 0.0), NaN rows
+    are left out, and the counts add up."""
+    x = np.array([[1.0, 2.0], [1.0, 2.0 + 1e-15], [0.0, -0.0], [-0.0, 0.0], [np.nan, 1.0],
+                  [1.0, 2.0], [3.0, 4.0], [0.0, 0.0], [1.0, 2.0]])
+    finite = kernel_module._finite_rows(x)
+    assert list(finite) == [0, 1, 2, 3, 5, 6, 7, 8]
+    index, counts = kernel_module._group_rows(x, finite, np.zeros(len(finite), dtype=np.uint64))
+    assert list(index) == [0, 1, 2, 6] and list(counts) == [3.0, 1.0, 3.0, 1.0]
+    hashes = kernel_module._row_hashes(x, finite)
+    assert hashes[2] == hashes[3] == hashes[6] and len(set(hashes.tolist())) == 4
+    assert np.array_equal(kernel_module._group_rows(x, finite, hashes)[0], index)

@@ -8,6 +8,7 @@ term to have Frobenius norm at most ``G**2`` (method.md section 4).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -61,7 +62,61 @@ def test_winsor_accepts_any_positive_finite_radius():
     assert winsor(np.float32(0.5)).radius == 0.5
     with pytest.raises(ValueError, match="^radius: must be a real number"):
         winsor("2.5")  # strings are refused: the CLI parses its own numbers
-    assert winsor(1e-300).bound == 1e-300
+    assert winsor(1e-100).bound == 1e-100 and winsor(1e100).bound == 1e100  # the range's ends
+
+
+@pytest.mark.parametrize("radius", [1e-300, 1e-101, 9.9e-101, 1.01e100, 1e153, 1e300])
+def test_winsor_radius_outside_its_public_range_is_refused(radius):
+    """Audit item c: r = 1e153 raised or succeeded depending on the data, r = 1e-37 lost
+    precision; a radius outside [MIN_BOUND, MAX_BOUND] is refused, naming the range."""
+    with pytest.raises(ValueError, match=r"^radius: must be between 1e-100 and 1e\+100 .*got"):
+        winsor(radius)
+    with pytest.raises(ValueError, match=r"^radius: must be between"):
+        resolve_transform("winsor", radius)
+
+
+@pytest.mark.parametrize("bound", [1e-101, 1e101])
+def test_custom_bound_outside_the_public_range_is_refused(bound):
+    with pytest.raises(ValueError, match=r"^bound: must be between 1e-100 and 1e\+100"):
+        custom(lambda s: np.full_like(s, bound), bound)
+
+
+# ---------------------------------------------------------------------------------------
+# Transform built directly: its bound must be its g's (audit item a)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields, pattern",
+    [
+        ({"name": "identity", "bound": 1.0}, r"'identity' Transform has bound inf, got 1.0"),
+        ({"name": "sphere", "bound": 0.5}, r"'sphere' Transform has bound 1.0, got 0.5"),
+        ({"name": "sphere", "bound": 2.0}, r"'sphere' Transform has bound 1.0, got 2.0"),
+        ({"name": "winsor", "bound": 1.0, "radius": 2.0}, r"'winsor' Transform has bound 2.0, got 1.0"),
+        ({"name": "winsor", "bound": 1e-150, "radius": 1e-150}, r"^radius: must be between"),
+        ({"name": "winsor", "bound": 1.0}, r"^radius: must be a real number"),
+        ({"name": "custom", "bound": 1.0}, r"'custom' Transform needs a callable xi_function"),
+        ({"name": "custom", "bound": 1e120, "xi_function": np.ones_like}, r"^bound: must be between"),
+        ({"name": "sphere", "bound": 1.0, "radius": 1.0}, r"'sphere' Transform takes no radius"),
+        ({"name": "sphere", "bound": 1.0, "xi_function": np.ones_like}, r"takes no xi_function"),
+        ({"name": "Sphere", "bound": 1.0}, r"unknown name 'Sphere'"),
+    ],
+)
+def test_a_directly_built_transform_must_carry_the_bound_of_its_g(fields, pattern):
+    """Audit item a: ``Transform("identity", bound=1.0)`` was trusted and under-reported
+    the sensitivity 5e5-fold with private=True.  The kernel computes g from the name
+    (and radius), the privacy layer trusts ``bound``: they cannot disagree any more.
+    tests/privacy/test_sensitivity.py shows what such a transform would do."""
+    with pytest.raises(ValueError, match=pattern):
+        Transform(**fields)
+
+
+def test_directly_built_transforms_that_match_their_g_are_the_factories():
+    assert Transform("sphere", 1.0) == sphere()
+    assert Transform("winsor", 2.5, 2.5) == winsor(2.5)
+    assert Transform("identity", math.inf) == identity()
+    with pytest.raises(ValueError, match="'sphere' Transform has bound 1.0"):
+        dataclasses.replace(sphere(), bound=0.25)   # no way around the check by copying
 
 
 @pytest.mark.parametrize("radius", [0, 0.0, -1.0, math.inf, -math.inf, math.nan, None, "abc", [1.0]])

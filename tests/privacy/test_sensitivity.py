@@ -13,6 +13,7 @@ from hypothesis.extra import numpy as hnp
 
 import dask_dppca as dd
 from dask_dppca.design import CompleteDesign
+from dask_dppca.transforms import MAX_BOUND, MIN_BOUND, Transform, custom, sphere, winsor
 
 pytestmark = pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning")
 
@@ -29,16 +30,20 @@ def _distance(s, s_prime, **params):
     return np.linalg.norm(k - k_prime)
 
 
-def _adversarial_pairs(n, d, rng):
-    """Neighbours that push ||K(S) - K(S')||_F to its supremum, in several guises."""
-    cluster = 1e-6 * rng.standard_normal((n - 1, d))
+def _adversarial_pairs(n, d, rng, unit=1.0):
+    """Neighbours that push ||K(S) - K(S')||_F to its supremum, in several guises.
+
+    ``unit`` is the scale at which g saturates (a winsor radius): the others cluster
+    well inside it and the changed record moves far outside it.
+    """
+    cluster = 1e-6 * unit * rng.standard_normal((n - 1, d))
     far = np.zeros(d)
     cases = {}
     for name, others, scale in [
-        ("clustered", cluster, 1e6),
-        ("duplicates", np.zeros((n - 1, d)), 1e6),
+        ("clustered", cluster, 1e6 * unit),
+        ("duplicates", np.zeros((n - 1, d)), 1e6 * unit),
         ("huge", cluster, 1e300),
-        ("offset", cluster + 1e8, 1e12),
+        ("offset", cluster + 1e8 * unit, 1e12 * unit),
     ]:
         a, b = far.copy(), far.copy()
         a[0], b[1] = scale, scale  # the changed record moves far away, orthogonally
@@ -92,3 +97,57 @@ def test_a_broken_bound_is_caught():
     rng = np.random.default_rng(2)  # test data only
     s, s_prime = _adversarial_pairs(n, d, rng)["clustered"]
     assert _distance(s, s_prime) > broken
+
+
+# ---------------------------------------------------------------------------------------
+# Every transform that can be built keeps its reported sensitivity (audit items a, c)
+# ---------------------------------------------------------------------------------------
+
+
+def _smooth_xi(s):
+    return 1.5 * -np.expm1(-np.asarray(s, dtype=float))
+
+
+CONSTRUCTIBLE = {  # name -> (transform, unit: the scale at which g saturates)
+    "sphere": (sphere(), 1.0),
+    "winsor-min-radius": (winsor(MIN_BOUND), MIN_BOUND),
+    "winsor-1.13e-37": (winsor(1.13e-37), 1.13e-37),
+    "winsor-0.7": (winsor(0.7), 0.7),
+    "winsor-max-radius": (winsor(MAX_BOUND), MAX_BOUND),
+    "winsor-built-directly": (Transform("winsor", bound=3.0, radius=3.0), 3.0),
+    "custom": (custom(_smooth_xi, 1.5), 1.0),
+}
+
+
+def _gaps_and_reported(transform, unit, n=40, d=3):
+    """||K(S) - K(S')||_F for adversarial neighbours at the transform's scale, and the
+    sensitivity a fit reports, all divided by G^2 (K's entries at G = 1e100 would
+    overflow when squared)."""
+    g2 = transform.bound**2
+    est = dd.DPPCA(n_components=1, transform=transform, random_state=0, scheduler="synchronous")
+    reported = est.fit(np.random.default_rng(0).standard_normal((n, d))).privacy_["sensitivity"]
+    gaps = []
+    for s, s_prime in _adversarial_pairs(n, d, np.random.default_rng(1), unit).values():
+        k = dd.kendall_matrix(s, transform, scheduler="synchronous")
+        k_prime = dd.kendall_matrix(s_prime, transform, scheduler="synchronous")
+        gaps.append(np.linalg.norm((k - k_prime) / g2))
+    return np.array(gaps), reported / g2
+
+
+@pytest.mark.parametrize("name", list(CONSTRUCTIBLE))
+def test_every_constructible_transform_keeps_its_reported_sensitivity(name):
+    gaps, reported = _gaps_and_reported(*CONSTRUCTIBLE[name])
+    assert np.all(np.isfinite(gaps)) and gaps.max() <= reported
+    assert gaps.max() >= 0.95 * reported      # and the neighbours reach it: the check is tight
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the identity overflows at 1e300
+def test_a_wrong_bound_is_caught_by_the_neighbours():
+    """The check above has teeth: a Transform that escaped its constructor's check
+    (audit item a: Transform("identity", bound=1.0)) reports a sensitivity the
+    adversarial neighbours exceed many times over."""
+    broken = object.__new__(Transform)
+    for field, value in {"name": "identity", "bound": 1.0, "radius": None, "xi_function": None}.items():
+        object.__setattr__(broken, field, value)
+    gaps, reported = _gaps_and_reported(broken, 1.0)
+    assert np.nanmax(gaps) > 1e3 * reported

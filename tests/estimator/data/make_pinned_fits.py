@@ -1,27 +1,39 @@
-"""How tests/estimator/data/pinned_fits.json was made: run at commit 96b673f (before the
-issue 14 refactor of the estimator) from the repository root; the "release_sigma" part
-came from dask_dppca.theory.release_sigma at the same commit.  Seeds: TEST noise only.
+"""How tests/estimator/data/pinned_fits.json was made: run from the repository root as
+``python tests/estimator/data/make_pinned_fits.py SOURCE`` (SOURCE names the commit, for
+the record).  It re-pins the cases of tests/estimator/test_pinned_fits.py; first pinned
+at 96b673f, re-pinned for issue 15's kernel (another summation order, the rounding
+bound counting both tile sums: the last bits and sigma moved, see the commit message).
+Seeds: TEST noise only.
 """
-import json, sys, warnings
-import numpy as np
-sys.path.insert(0, ".")
-import dask_dppca as dd
-from dask_dppca.datasets import make_elliptical, random_directions, spiked_spectrum
+import json
+import sys
+import warnings
+from pathlib import Path
 
-CASES = [
-    dict(name="sphere-complete", n=700, d=5, params=dict(n_components=2, epsilon=1.0, delta=1e-6)),
-    dict(name="winsor-classical", n=500, d=4, params=dict(n_components=1, epsilon=0.5, delta=1e-5, transform="winsor", radius=2.0, calibration="classical")),
-    dict(name="regular", n=3000, d=6, params=dict(n_components=3, epsilon=2.0, delta=1e-6, design=dd.RegularDesign(k=2, block_size=256, seed=4))),
-    dict(name="custom-lattice", n=400, d=160, params=dict(n_components=2, epsilon=1.0, delta=1e-6, transform=dd.custom(lambda s: np.minimum(s, 1.5), 1.5))),
-]
-out = []
+import numpy as np
+
+sys.path.insert(0, ".")
+import dask_dppca as dd  # noqa: E402
+from dask_dppca.datasets import make_elliptical, random_directions, spiked_spectrum  # noqa: E402
+from dask_dppca.theory import release_sigma  # noqa: E402
+from tests.estimator.test_pinned_fits import ADDED_KEYS, PARAMS  # noqa: E402
+
+PATH = Path("tests/estimator/data/pinned_fits.json")
+pinned = json.loads(PATH.read_text())
 warnings.simplefilter("ignore")
-for i, case in enumerate(CASES):
+fits = []
+for i, (name, case) in enumerate(PARAMS.items()):
     d = case["d"]
-    x = make_elliptical(case["n"], spiked_spectrum(d, n_spikes=2, spike=6.0), random_directions(d, seed=i), df=1.0, seed=100 + i)
+    x = make_elliptical(case["n"], spiked_spectrum(d, n_spikes=2, spike=6.0), random_directions(d, seed=i),
+                        df=1.0, seed=100 + i)
     est = dd.DPPCA(**case["params"], random_state=7 + i, scheduler="threads").fit(x)
-    priv = {k: v for k, v in est.privacy_.items() if k != "fit_id"}
-    out.append(dict(name=case["name"], components=[float(v).hex() for v in est.components_.ravel()],
-                    eigenvalues=[float(v).hex() for v in est.eigenvalues_], privacy=priv))
-json.dump(out, open("/tmp/pinned_fits.json", "w"), indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v))
+    privacy = {k: v for k, v in est.privacy_.items() if k not in ADDED_KEYS | {"fit_id"}}
+    fits.append(dict(name=name, components=[float(v).hex() for v in est.components_.ravel()],
+                     eigenvalues=[float(v).hex() for v in est.eigenvalues_], privacy=privacy))
+for row in pinned["release_sigma"]:
+    row["sigma"] = float(release_sigma(row["n"], row["d"], row["epsilon"], row["delta"],
+                                       transform=row["transform"], radius=row["radius"],
+                                       calibration=row["calibration"], n_threads=2)).hex()
+pinned.update(source_commit=sys.argv[1], fits=fits)
+PATH.write_text(json.dumps(pinned, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n")
 print("ok")
