@@ -181,9 +181,6 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         self.random_state = random_state
         self.progress = progress
 
-    def transform(self, X: Any) -> Any:  # replaced below by the parameter-and-method descriptor
-        return self._scores(X)
-
     def get_params(self, deep: bool = True) -> dict:
         """Parameters of this estimator (``transform`` is the spatial sign's value)."""
         params = super().get_params(deep=deep)
@@ -267,9 +264,9 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
             )
         return checked, g
 
-    def _scores(self, X: Any, *, component: str | None = None,
-                storage_options: dict | None = None, allow_fill_values: bool = False) -> Any:
-        """Scores ``X @ components_.T`` (not centred); called as ``est.transform(X)``.
+    def transform(self, X: Any, *, component: str | None = None,
+                  storage_options: dict | None = None, allow_fill_values: bool = False) -> Any:
+        """Scores ``X @ components_.T`` (not centred).
 
         The estimator holds no location estimate (releasing one would need its own
         privacy budget), so scores are not centred: subtract a public or separately
@@ -308,8 +305,8 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
 
 
 # The scoring method keeps the name ``transform`` for scikit-learn while the parameter of
-# that name is the spatial sign: install the descriptor over the method that
-# TransformerMixin's set_output support wrapped when the class was created.
+# that name is the spatial sign: install the descriptor over the method (as wrapped by
+# TransformerMixin's set_output support when the class was created).
 DPPCA.transform = _TransformParameterAndMethod(DPPCA.__dict__["transform"])
 
 

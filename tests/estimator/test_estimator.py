@@ -20,11 +20,11 @@ from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 RNG = np.random.default_rng(5)  # test data only
 
 
-def _fit(x, **params):
+def _fit(x, component=None, **params):
     params.setdefault("scheduler", "threads")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
-        return dd.DPPCA(**params).fit(x)
+        return dd.DPPCA(**params).fit(x, component=component)
 
 
 def test_scikit_learn_conventions():
@@ -120,6 +120,18 @@ def test_transform_scores(elliptical):
     assert np.allclose(lazy.compute(), x @ est.components_.T)
     with pytest.raises(ValueError, match="features"):
         est.transform(x[:, :3])
+
+
+def test_transform_takes_the_input_keywords_of_fit(tmp_path, elliptical):
+    """est.transform(store, component=..., storage_options=...) like fit: nested group path."""
+    x, _ = elliptical
+    group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+    group.create_group("sub").create_array("X", shape=x.shape, chunks=(500, 6), dtype="f8")[:] = x
+    est = _fit(str(tmp_path / "g.zarr"), component="sub/X")
+    scores = est.transform(str(tmp_path / "g.zarr"), component="sub/X", storage_options=None,
+                           allow_fill_values=False)
+    assert isinstance(scores, da.Array)
+    assert np.allclose(scores.compute(), x @ est.components_.T)
 
 
 def test_inputs_numpy_dask_zarr_and_paths(tmp_path, elliptical):
