@@ -276,12 +276,14 @@ def await_result(
         ``needed(workers) -> reason or None`` over the scheduler's worker information.
     """
     limit = stall_timeout()
+    # Wait on a done-callback, not on ``future.result(timeout=...)``: on Python 3.11 a
+    # result arriving just as that timeout expires leaves the awaiting task cancelled
+    # (asyncio.timeout's pending cancel is not cleared), and distributed's ``sync`` then
+    # dies with UnboundLocalError instead of returning or timing out.
+    finished = threading.Event()
+    future.add_done_callback(lambda _: finished.set())
     stalled_since = None
-    while True:
-        try:
-            return future.result(timeout=_POLL)
-        except TimeoutError:
-            pass
+    while not finished.wait(_POLL):
         try:
             workers = client.scheduler_info(n_workers=-1)["workers"]
         except (OSError, TimeoutError) as error:
@@ -297,6 +299,14 @@ def await_result(
                 f"{label}: {reason} for {limit:g} s, so the work was stopped "
                 f"(the wait is the Dask configuration key {STALL_TIMEOUT_KEY!r})"
             )
+    try:
+        # Done: an error or cancellation raises at once; a result is fetched from its worker.
+        return future.result(timeout=limit)
+    except TimeoutError:
+        raise ClusterStalledError(
+            f"{label}: finished, but its result did not arrive from the worker holding it "
+            f"within {limit:g} s (the wait is the Dask configuration key {STALL_TIMEOUT_KEY!r})"
+        ) from None
 
 
 def _stall_reason(workers: dict) -> str | None:
