@@ -154,7 +154,10 @@ def open_zarr_input(data: Any, component: str | None, storage_options: dict | No
 
 def _with_store(array, store):
     """``array`` read through ``store``, from the metadata already read (no request)."""
-    return zarr.Array(zarr.AsyncArray(metadata=array.metadata, config=array.config,
+    # ``Array.config`` (the runtime settings, e.g. memory order) is public from zarr 3.1.6;
+    # before it, the array gets zarr's defaults, which are what ``zarr.open`` gave it.
+    return zarr.Array(zarr.AsyncArray(metadata=array.metadata,
+                                      config=getattr(array, "config", None),
                                       store_path=StorePath(store, array.path)))
 
 

@@ -1,4 +1,4 @@
-"""No behaviour change across refactors: fits pinned bitwise (first at commit 96b673f;
+"""No behaviour change across refactors: fits pinned (first at commit 96b673f;
 re-pinned for issue 15's kernel, whose summation order and corrected rounding bound moved
 the last bits and sigma by at most 4e-6 relative; the classical calibration, which has no
 rounding slack, moved by 2e-16).
@@ -7,7 +7,9 @@ tests/estimator/data/pinned_fits.json holds, for four seeded fits (sphere/comple
 winsor/classical, a regular design, a custom transform at d = 160), the components and
 eigenvalues as float hex strings and the whole privacy report; and release_sigma for
 four public configurations (one with d = 160, the lattice sampler's range).  The
-script beside it made them.  Seeds: TEST noise only (NOT private).
+script beside it made them.  The privacy reports and sigmas must match bitwise; the
+components and eigenvalues (BLAS and LAPACK output) to 1e-10.  Seeds: TEST noise only
+(NOT private).
 """
 
 from __future__ import annotations
@@ -43,12 +45,12 @@ PARAMS = {
 }
 
 
-def _hex(values) -> list[str]:
-    return [float(v).hex() for v in np.ravel(values)]
+def _floats(hex_values: list[str], shape: tuple[int, ...]) -> np.ndarray:
+    return np.array([float.fromhex(h) for h in hex_values]).reshape(shape)
 
 
 @pytest.mark.parametrize("index", range(len(PINNED["fits"])))
-def test_seeded_fit_is_bitwise_the_pinned_one(index):
+def test_seeded_fit_is_the_pinned_one(index):
     pinned = PINNED["fits"][index]
     case = PARAMS[pinned["name"]]
     d = case["d"]
@@ -57,8 +59,14 @@ def test_seeded_fit_is_bitwise_the_pinned_one(index):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
         est = dd.DPPCA(**case["params"], random_state=7 + index, scheduler="threads").fit(x)
-    assert _hex(est.components_) == pinned["components"]
-    assert _hex(est.eigenvalues_) == pinned["eigenvalues"]
+    # The privacy report is pinned bitwise (scalar arithmetic, the same everywhere).  The
+    # components and eigenvalues come from BLAS and LAPACK, whose builds differ in the last
+    # bits between machines and numpy releases (seen: 5e-15 at d = 160, numpy 1.26 against
+    # 2.4); any change of behaviour moves them by the noise scale, many orders above 1e-10.
+    np.testing.assert_allclose(est.components_, _floats(pinned["components"], est.components_.shape),
+                               rtol=0, atol=1e-10)
+    np.testing.assert_allclose(est.eigenvalues_, _floats(pinned["eigenvalues"], est.eigenvalues_.shape),
+                               rtol=1e-10, atol=0)
     report = {k: v for k, v in est.privacy_.items() if k not in ADDED_KEYS | {"fit_id"}}
     assert json.loads(json.dumps(report, default=str)) == pinned["privacy"]
     assert set(est.privacy_) - set(pinned["privacy"]) == ADDED_KEYS | {"fit_id"}
