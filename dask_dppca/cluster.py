@@ -83,10 +83,13 @@ def compute_target(scheduler: Any = None) -> Iterator[distributed.Client | str]:
         yield scheduler
         return
     if scheduler is None:
+        # Resolve first, then yield once: an error raised inside the caller's block must
+        # leave as itself, not be caught here as "no active client".
         try:
-            yield distributed.get_client()
+            client = distributed.get_client()
         except ValueError:
-            yield embedded_client()
+            client = embedded_client()
+        yield client
         return
     if isinstance(scheduler, str) and scheduler in LOCAL_SCHEDULERS:
         yield LOCAL_SCHEDULERS[scheduler]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import dask_dppca as dd
+from dask_dppca import cluster
 from dask_dppca.privacy.release import RELEASE_METADATA_KEY
 
 X = np.random.default_rng(4).standard_t(1, size=(800, 4))  # test data only
@@ -35,6 +36,17 @@ def test_require_trusted_refuses_before_computing_and_charges_nothing(cluster_cl
             dd.DPPCA(2, scheduler=cluster_client, require_trusted=True).fit(X)
     assert budget.releases == 0
     assert set(cluster_client.get_metadata(list(RELEASE_METADATA_KEY), default={})) == tickets_before
+
+
+@pytest.mark.cluster
+def test_an_error_on_the_active_client_leaves_as_itself(cluster_client):
+    """The default target (the active client): an error inside the fit is not read as
+    "no active client" (which started the embedded cluster and raised RuntimeError)."""
+    cluster.close_embedded_cluster()
+    with cluster_client.as_current():
+        with pytest.raises(ValueError, match="^require_trusted: no worker offers"):
+            dd.DPPCA(2, require_trusted=True).fit(X)
+    assert "client" not in cluster._embedded
 
 
 @pytest.mark.cluster
