@@ -9,21 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-import zarr
 
 from dask_dppca.cli import EXIT_CLUSTER, EXIT_USAGE, main
 from dask_dppca.privacy.budget import PrivacyBudget
 from dask_dppca.privacy.charging import BUDGET_ENV
 
+from tests.cli import run_cli, write_store
+
 README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def _store(path: Path, n: int = 300, d: int = 4) -> str:
-    z = zarr.open_array(str(path), mode="w", shape=(n, d), chunks=(100, d), dtype="f8")
-    z[:] = np.random.default_rng(0).standard_normal((n, d))  # test data only
-    return str(path)
 
 
 def _clean_env() -> dict:
@@ -31,7 +25,7 @@ def _clean_env() -> dict:
 
 
 def test_create_show_and_fit_until_the_budget_refuses(tmp_path, capsys):
-    ledger, store = str(tmp_path / "study.ledger"), _store(tmp_path / "x.zarr")
+    ledger, store = str(tmp_path / "study.ledger"), write_store(tmp_path / "x.zarr")
     assert main(["budget", "create", ledger, "--epsilon", "2", "--delta", "1e-5"]) == 0
     assert "remaining: one more release of epsilon <= 2 " in capsys.readouterr().out
     fit = ["fit", store, "--epsilon", "1", "--scheduler", "threads", "--no-progress",
@@ -61,10 +55,9 @@ def test_create_show_and_fit_until_the_budget_refuses(tmp_path, capsys):
 def test_budget_errors_are_one_line_with_exit_2(tmp_path, args, needle):
     ledger = tmp_path / "l.ledger"
     PrivacyBudget(2.0, 1e-5, ledger=ledger)
-    store = _store(tmp_path / "x.zarr")
+    store = write_store(tmp_path / "x.zarr")
     args = [a.replace("LEDGER", str(ledger)).replace("STORE", store) for a in args]
-    done = subprocess.run([sys.executable, "-m", "dask_dppca.cli", *args], capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path, env=_clean_env())
+    done = run_cli(*args, timeout=120, cwd=tmp_path, env=_clean_env())
     assert done.returncode == EXIT_USAGE, done.stderr
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
@@ -81,7 +74,7 @@ def _readme_block(language: str, marker: str) -> str:
 def test_the_readme_budget_lines_run_as_written(tmp_path):
     """The README's three commands, then its Python lines, in one folder with data.zarr
     (fits on the default embedded cluster, as a user's would)."""
-    _store(tmp_path / "data.zarr")
+    write_store(tmp_path / "data.zarr")
     for line in _readme_block("bash", "budget create").strip().splitlines():
         done = subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=240,
                               cwd=tmp_path, env=_clean_env())

@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-import zarr
 
 from dask_dppca.cli import EXIT_USAGE, main
 
-
-def _run(*args, timeout=240):
-    return subprocess.run([sys.executable, "-m", "dask_dppca.cli", *args],
-                          capture_output=True, text=True, timeout=timeout)
+from tests.cli import run_cli, write_store
 
 
 @pytest.mark.cluster
 def test_demo_runs_on_the_embedded_cluster_and_beats_pca(tmp_path):
-    done = _run("demo", "--n-samples", "4000", "--store", str(tmp_path / "demo.zarr"))
+    done = run_cli("demo", "--n-samples", "4000", "--store", str(tmp_path / "demo.zarr"))
     assert done.returncode == 0, done.stderr
     lines = {line.split()[0]: line for line in done.stdout.splitlines() if "  " in line and line.strip()}
     dppca = float(lines["g-DPPCA"].split()[-1])
@@ -28,14 +22,8 @@ def test_demo_runs_on_the_embedded_cluster_and_beats_pca(tmp_path):
     assert dppca < 0.3 < pca
 
 
-def _store(tmp_path, n=300, d=4):
-    z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=(n, d), chunks=(100, d), dtype="f8")
-    z[:] = np.random.default_rng(0).standard_normal((n, d))  # test data only
-    return str(tmp_path / "x.zarr")
-
-
 def test_fit_writes_the_result_file(tmp_path):
-    store = _store(tmp_path)
+    store = write_store(tmp_path / "x.zarr")
     out = tmp_path / "out" / "result.json"
     code = main(["fit", store, "-k", "2", "--epsilon", "0.5", "--output", str(out),
                  "--scheduler", "threads", "--no-progress"])
@@ -58,18 +46,18 @@ def test_fit_writes_the_result_file(tmp_path):
     ],
 )
 def test_user_errors_are_one_line_with_a_nonzero_exit(tmp_path, args, needle):
-    store = _store(tmp_path)
+    store = write_store(tmp_path / "x.zarr")
     args = [store if a == "STORE" else a for a in args]
     if "--scheduler" not in args:
         args += ["--scheduler", "threads"]
-    done = _run(*args, "--output", str(tmp_path / "r.json"), timeout=120)
+    done = run_cli(*args, "--output", str(tmp_path / "r.json"), timeout=120)
     assert done.returncode == EXIT_USAGE
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
 
 
 def test_help_explains_every_option():
-    done = _run("fit", "--help", timeout=60)
+    done = run_cli("fit", "--help", timeout=60)
     assert done.returncode == 0
     for option in ["--component", "--epsilon", "--delta", "--transform", "--radius",
                    "--design", "--scheduler", "--output"]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import json
 import math
-import re
 import socket
 import subprocess
 import sys

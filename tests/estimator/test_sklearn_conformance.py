@@ -72,9 +72,3 @@ def test_transform_parameter_is_still_a_parameter():
     assert est.get_params()["transform"] == "winsor"
     assert callable(est.transform)
 
-
-def test_sparse_input_is_refused_clearly():
-    import scipy.sparse
-
-    with pytest.raises(ValueError, match="^X: sparse input is not supported"):
-        dd.DPPCA(2).fit(scipy.sparse.random(50, 4, density=0.5, format="csr"))

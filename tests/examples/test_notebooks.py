@@ -20,17 +20,22 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 pytestmark = pytest.mark.cluster
 
 
+def execute(notebook: nbformat.NotebookNode, cwd: Path) -> list[dict]:
+    """Execute ``notebook`` in place in a real kernel; the outputs of its code cells, none an error."""
+    nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3",
+                            resources={"metadata": {"path": str(cwd)}}).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.get("output_type") == "error"], outputs
+    return outputs
+
+
 def execute_fresh(path: Path, cwd: Path) -> list[dict]:
     """Execute ``path`` with its saved outputs cleared; the outputs of its code cells."""
     notebook = nbformat.read(path, as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3",
-                            resources={"metadata": {"path": str(cwd)}}).execute()
-    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
-    assert not [o for o in outputs if o.get("output_type") == "error"]
-    return outputs
+    return execute(notebook, cwd)
 
 
 def shown_text(outputs: list[dict]) -> str:

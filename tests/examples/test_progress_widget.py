@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import nbclient
-import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from tests.examples.test_notebooks import WIDGET, execute
+
 pytestmark = pytest.mark.cluster
-WIDGET = "application/vnd.jupyter.widget-view+json"
 FIT = (
     "import numpy as np\n"
     "import dask_dppca as dd\n"
@@ -26,11 +25,8 @@ USER_CLIENT = (
 def _run(cells: list[str], tmp_path) -> tuple[list, list]:
     """Execute the cells; (outputs per cell, final states of the saved progress bars)."""
     notebook = new_notebook(cells=[new_code_cell(source) for source in cells])
-    nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    execute(notebook, tmp_path)
     outputs = [cell.outputs for cell in notebook.cells]
-    errors = [o for cell in outputs for o in cell if o.get("output_type") == "error"]
-    assert not errors, errors
     saved = notebook.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
     bars = [model["state"] for model in saved.get("state", {}).values()
             if model["model_name"] == "FloatProgressModel"]

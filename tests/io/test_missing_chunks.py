@@ -11,7 +11,6 @@ Seeds generate TEST DATA only.
 from __future__ import annotations
 
 import collections
-import os
 import re
 import shutil
 

@@ -19,7 +19,7 @@ import zarr
 from dask_dppca import cluster
 from dask_dppca.cli import EXIT_USAGE, main
 from dask_dppca.cli.fit import storage_options
-from dask_dppca.io import as_dask_array, check_writable, write_json
+from dask_dppca.io import check_writable, write_json
 from dask_dppca.io.storage import describe_error, display_location
 
 SECRET = "s3cr3t-VALUE-never-shown"
@@ -63,15 +63,6 @@ def test_messages_mask_secrets_and_url_passwords():
     assert text == "PermissionError: denied for secret ***"
     assert display_location("s3://user:pw@bucket/x.zarr") == "s3://***@bucket/x.zarr"
     assert display_location("simplecache::s3://bucket/x") == "simplecache::s3://bucket/x"
-
-
-def test_storage_options_only_go_with_urls(tmp_path):
-    z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=(4, 2), dtype="f8")
-    z[:] = 1.0
-    with pytest.raises(ValueError, match="storage_options: apply to fsspec URLs"):
-        as_dask_array(str(tmp_path / "x.zarr"), storage_options={"anon": True})
-    with pytest.raises(ValueError, match="storage_options: must be a dict"):
-        as_dask_array("s3://bucket/x.zarr", storage_options=["anon"])
 
 
 @pytest.mark.parametrize("url, extra", [("s3://bucket/x.zarr", "s3"),

@@ -9,7 +9,6 @@ and finite, decreasing eigenvalues.
 
 from __future__ import annotations
 
-import math
 import re
 import warnings
 from pathlib import Path

@@ -69,12 +69,13 @@ def default_ledger(ledger):
         set_default_budget(None)
 
 
-def _alone(epsilon: float, delta: float, sensitivity: float, sigma: float) -> int:
-    """How many releases one process gets from a fresh budget, one after the other."""
-    budget, count = PrivacyBudget(epsilon, delta), 0
+def _drain(budget: PrivacyBudget) -> int:
+    """How many (sensitivity 1, RACE_SIGMA) releases fit in what the budget has left, one
+    after the other; a fresh (2, 1e-5) budget gives what one process gets alone."""
+    count = 0
     while True:
         try:
-            budget.spend(sensitivity, sigma)
+            budget.spend(1.0, RACE_SIGMA)
         except BudgetExceededError:
             return count
         count += 1
@@ -187,17 +188,7 @@ def test_sigkill_between_reservation_and_commit_still_counts(ledger):
     (row,) = budget.spent
     assert row.state == "reserved" and row.label == "killed" and row.pid == process.pid
     assert budget.releases == 1
-    assert _alone(2.0, 1e-5, 1.0, RACE_SIGMA) - 1 == _drain(budget)  # one fewer release fits
-
-
-def _drain(budget: PrivacyBudget) -> int:
-    count = 0
-    while True:
-        try:
-            budget.spend(1.0, RACE_SIGMA)
-        except BudgetExceededError:
-            return count
-        count += 1
+    assert _drain(PrivacyBudget(2.0, 1e-5)) - 1 == _drain(budget)  # one fewer release fits
 
 
 def test_a_fit_killed_while_it_computes_stays_charged(ledger):
@@ -320,7 +311,7 @@ def _race(ledger: str, tmp_path, mode: str, n_processes: int = 4) -> list[int]:
 
 
 def test_four_processes_racing_never_get_more_than_one_alone(ledger, tmp_path):
-    alone = _alone(2.0, 1e-5, 1.0, RACE_SIGMA)
+    alone = _drain(PrivacyBudget(2.0, 1e-5))
     assert alone == 16
     won = _race(ledger, tmp_path, "reserve")
     budget = PrivacyBudget.open(ledger)
@@ -332,7 +323,7 @@ def test_four_processes_racing_never_get_more_than_one_alone(ledger, tmp_path):
 def test_the_race_test_catches_a_ledger_that_checks_outside_its_lock(tmp_path):
     """The same race against check-then-record: the processes overspend together."""
     won = _race(str(tmp_path / "naive.ledger"), tmp_path, "naive")
-    assert sum(won) > _alone(2.0, 1e-5, 1.0, RACE_SIGMA), won
+    assert sum(won) > _drain(PrivacyBudget(2.0, 1e-5)), won
 
 
 def test_threads_are_charged_by_the_default_and_by_an_open_block(default_ledger):
@@ -366,7 +357,7 @@ def test_threads_racing_on_a_ledger_never_overspend(ledger):
         thread.start()
     for thread in threads:
         thread.join(timeout=SUBPROCESS_TIMEOUT)
-    assert len(won) == budget.releases == _alone(2.0, 1e-5, 1.0, RACE_SIGMA)
+    assert len(won) == budget.releases == _drain(PrivacyBudget(2.0, 1e-5))
 
 
 # -- no escapes: default, nesting, pickles, workers ---------------------------------------------

@@ -10,7 +10,6 @@ noise of a release.
 from __future__ import annotations
 
 import math
-import pickle
 import warnings
 
 import mpmath

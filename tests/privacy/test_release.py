@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 
-import dask
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster

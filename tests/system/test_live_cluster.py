@@ -1,7 +1,7 @@
 """A real cluster: `dask scheduler` and `dask worker` processes on loopback, mutual TLS.
 
 The processes are started from the argument lists in deploy/commands.json, the same
-ones the deploy/ recipes use (tests/deploy/test_deploy_recipes.py checks that), with
+ones the deploy/ recipes use (tests/deploy/test_commands.py checks that), with
 certificates made here (a CA; scheduler, worker, trusted-worker and client certificates;
 and a rogue CA for a client that must be refused).  One worker, holding the trusted
 worker's certificate, offers the ``dppca-trusted`` resource.
@@ -21,12 +21,10 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import distributed
 import numpy as np
 import pytest
 from cryptography import x509

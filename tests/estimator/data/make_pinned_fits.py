@@ -10,7 +10,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, ".")
 import dask_dppca as dd  # noqa: E402
