@@ -36,8 +36,9 @@ def add_parser(commands) -> None:
 def run_create(args: argparse.Namespace) -> int:
     """Create the ledger; an existing file is left alone."""
     from ..privacy.budget import PrivacyBudget
+    from ..privacy.ledger import ledger_path
 
-    if os.path.exists(args.ledger):
+    if os.path.exists(ledger_path(args.ledger)):
         raise ValueError(f"ledger: {args.ledger} already exists "
                          f"(see: dask-dppca budget show {args.ledger})")
     budget = PrivacyBudget(args.epsilon, args.delta, ledger=args.ledger)
@@ -54,8 +55,9 @@ def run_show(args: argparse.Namespace) -> int:
 def open_ledger(path: str):
     """The budget of an existing ledger; a missing file is a usage error naming the option."""
     from ..privacy.budget import PrivacyBudget
+    from ..privacy.ledger import ledger_path
 
-    if not os.path.isfile(path):
+    if not os.path.isfile(ledger_path(path)):
         raise ValueError(f"ledger: {path} does not exist; create it with "
                          f"'dask-dppca budget create {path} --epsilon E --delta D'")
     return PrivacyBudget.open(path)

@@ -89,3 +89,15 @@ def test_the_readme_budget_lines_run_as_written(tmp_path):
     budget = PrivacyBudget.open(tmp_path / "study.ledger")
     assert budget.releases == 2 and done.stdout.startswith(repr(budget.remaining()))
     assert "2 counted (2 committed" in done.stdout
+
+
+def test_ledger_arguments_take_file_urls_as_the_ledger_does(tmp_path, capsys):
+    ledger = tmp_path / "study.ledger"
+    url = ledger.as_uri()
+    assert main(["budget", "create", url, "--epsilon", "2", "--delta", "1e-5"]) == 0
+    assert ledger.is_file()
+    capsys.readouterr()
+    assert main(["budget", "show", url]) == 0
+    assert "0 counted" in capsys.readouterr().out
+    assert main(["budget", "create", url, "--epsilon", "2", "--delta", "1e-5"]) == EXIT_USAGE
+    assert "already exists" in capsys.readouterr().err
