@@ -1,4 +1,5 @@
-"""Validation of public numeric parameters: one wording, the parameter named first."""
+"""Validation of public numeric parameters (one wording, the parameter named first), and
+the one rule for which data dtypes are real numbers."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numbers
 import numpy as np
 
 __all__ = ["real_number", "nonnegative_finite", "positive_finite", "integer_at_least", "boolean",
-           "one_of", "optional_string"]
+           "one_of", "optional_string", "is_real_numeric_dtype"]
 
 
 def real_number(name: str, value: object) -> float:
@@ -63,3 +64,20 @@ def optional_string(name: str, value: object) -> str | None:
     if value is None or (isinstance(value, str) and value):
         return value
     raise ValueError(f"{name}: must be a non-empty string or None, got {value!r}")
+
+
+def is_real_numeric_dtype(dtype: object) -> bool:
+    """True for a dtype whose values are real numbers: bool, integers, floats.
+
+    Complex, text, object and pandas extension dtypes are not; neither are timedelta64
+    (it subclasses ``np.signedinteger``) and datetime64, which are not coordinates on a
+    real scale.
+    """
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:  # pandas extension dtypes: strings, categories, nullable integers
+        return False
+    if dtype == np.bool_:
+        return True
+    return (np.issubdtype(dtype, np.number) and not np.issubdtype(dtype, np.complexfloating)
+            and dtype.kind not in "mM")

@@ -14,6 +14,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
+from ..validation import is_real_numeric_dtype
 from .labelled import from_dask_frame, from_xarray, is_dask_frame, is_xarray
 from .storage import check_storage_options
 from .zarr_input import is_zarr_input, open_zarr_input
@@ -97,9 +98,7 @@ xarray.DataArray, xarray.Dataset, dask DataFrame or Series
         raise ValueError(f"X: needs at least 2 records to form a pair, got n = {n} (n_samples = {n})")
     if np.issubdtype(array.dtype, np.complexfloating):
         raise ValueError(f"X: needs a real numeric dtype, got {array.dtype} (Complex data not supported)")
-    # timedelta64 passes np.number (it subclasses signedinteger) but is not a measurement
-    # on a real scale we may treat as coordinates; datetime64 is refused too.
-    if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or array.dtype.kind in "mM":
+    if not is_real_numeric_dtype(array.dtype):
         raise ValueError(f"X: needs a real numeric dtype, got {array.dtype}")
     if len(array.chunks[1]) != 1:
         array = array.rechunk({1: -1})

@@ -19,7 +19,8 @@ from typing import Any
 
 import dask
 import dask.array as da
-import numpy as np
+
+from ..validation import is_real_numeric_dtype
 
 __all__ = ["is_dask_frame", "is_xarray", "from_dask_frame", "from_xarray"]
 
@@ -73,21 +74,12 @@ def from_dask_frame(frame: Any, scheduler: Any) -> da.Array:
 
     is_series = isinstance(frame, dd.Series)
     dtypes = {frame.name: frame.dtype} if is_series else dict(frame.dtypes.items())
-    bad = {str(name): str(dtype) for name, dtype in dtypes.items() if not _is_real(dtype)}
+    bad = {str(name): str(dtype) for name, dtype in dtypes.items() if not is_real_numeric_dtype(dtype)}
     if bad:
         raise ValueError(f"X: the DataFrame's columns must be numeric; not numeric: {bad}")
     lengths = _partition_lengths(frame, scheduler)
     array = frame.to_dask_array(lengths=lengths)
     return array[:, None] if is_series else array
-
-
-def _is_real(dtype: Any) -> bool:
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:  # pandas extension dtypes: strings, categories, nullable integers
-        return False
-    return dtype == np.bool_ or (np.issubdtype(dtype, np.number)
-                                 and not np.issubdtype(dtype, np.complexfloating))
 
 
 def _partition_lengths(frame: Any, scheduler: Any) -> list[int]:

@@ -134,12 +134,15 @@ def test_nested_group_paths_and_group_objects(x, reference, tmp_path):
         (lambda x, p: xr.DataArray(x, dims=("t", "f")), "a", ["component", "DataArray"]),
         (lambda x, p: ddf.from_pandas(pd.DataFrame({"a": x[:, 0], "s": ["u"] * len(x)}),
                                       npartitions=2), None, ["X", "numeric", "'s'"]),
+        (lambda x, p: ddf.from_pandas(pd.DataFrame({"a": x[:, 0], "t": pd.to_timedelta(x[:, 1], "s")}),
+                                      npartitions=2), None, ["X", "numeric", "'t'"]),
         (lambda x, p: _group(p, x), None, ["component", "group", "['other', 'sub/X']"]),
         (lambda x, p: zarr.open_group(_group(p, x), mode="r"), "nope",
          ["component", "nope", "['other', 'sub/X']"]),
         (lambda x, p: zarr.storage.MemoryStore(), None, ["X", "Zarr store"]),
     ],
-    ids=["data-array-3d", "component-on-data-array", "frame-text-column", "group-unnamed",
+    ids=["data-array-3d", "component-on-data-array", "frame-text-column", "frame-timedelta-column",
+         "group-unnamed",
          "group-object-wrong-name", "empty-store-object"],
 )
 def test_unsupported_inputs_get_one_clear_line(x, tmp_path, make, component, needles):
