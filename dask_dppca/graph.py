@@ -253,10 +253,11 @@ def kendall_matrix(
         if isinstance(target, str):
             kernel_sum = compute_locally(graph, target)
         else:
-            future = target.compute(graph)
-            try:
-                with single_threaded_blas(target):
+            # The limit is in place before the first task can start (in-process workers).
+            with single_threaded_blas(target):
+                future = target.compute(graph)
+                try:
                     kernel_sum = cluster.await_result(target, future, "kendall_matrix")
-            finally:
-                future.release()
+                finally:
+                    future.release()
     return kernel_sum / plan.n_pairs

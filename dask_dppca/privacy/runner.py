@@ -112,35 +112,35 @@ def _run_on_cluster(mechanism, graph, client, n_components, fit_id, trusted_work
             UntrustedReleaseWarning, stacklevel=4,
         )
     register_sealing(client)
-    sum_future = client.compute(dask.delayed(TrustedSum, pure=True)(graph))
-    mark_release_dispatched(fit_id)  # before it can draw (abandon_release)
-    release_future = client.submit(
-        private_release, sum_future, mechanism.plan.n_pairs, mechanism.sigma, n_components,
-        mechanism.sampler, fit_id,
-        key=f"dppca-release-{fit_id}", pure=False, retries=0, **placement,
-    )
 
     def trusted_worker_present(workers: dict) -> str | None:
         if placement_available(placement, workers):
             return None
         return f"the trusted worker ({described}) left the cluster and did not come back"
 
-    try:
-        with cluster_progress(client, [sum_future, release_future], progress), \
-                single_threaded_blas(client):
-            try:
+    # BLAS limited before the first task can start (in-process workers).
+    with single_threaded_blas(client):
+        sum_future = client.compute(dask.delayed(TrustedSum, pure=True)(graph))
+        mark_release_dispatched(fit_id)  # before it can draw (abandon_release)
+        release_future = client.submit(
+            private_release, sum_future, mechanism.plan.n_pairs, mechanism.sigma, n_components,
+            mechanism.sampler, fit_id,
+            key=f"dppca-release-{fit_id}", pure=False, retries=0, **placement,
+        )
+        try:
+            with cluster_progress(client, [sum_future, release_future], progress):
                 release = cluster.await_result(client, release_future, f"release {fit_id}",
                                                needed=trusted_worker_present)
-            except cluster.ClusterStalledError as error:
-                raise cluster.ClusterStalledError(f"{error}; nothing was released") from None
-            except distributed.KilledWorker as error:
-                raise RuntimeError(
-                    f"release {fit_id}: the trusted worker died while releasing ({error}); "
-                    "nothing was released to this client"
-                ) from None
-    finally:
-        release_future.release()
-        sum_future.release()
+        except cluster.ClusterStalledError as error:
+            raise cluster.ClusterStalledError(f"{error}; nothing was released") from None
+        except distributed.KilledWorker as error:
+            raise RuntimeError(
+                f"release {fit_id}: the trusted worker died while releasing ({error}); "
+                "nothing was released to this client"
+            ) from None
+        finally:
+            release_future.release()
+            sum_future.release()
     return release, described
 
 
