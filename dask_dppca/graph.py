@@ -24,7 +24,7 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 from . import cluster
 from .design import CompleteDesign, DesignPlan, RegularDesign, complete_blocks, resolve_design
 from .io import as_dask_array, is_lazy_input
-from .kernel import block_pair_sum
+from .kernel import block_pair_sum, pairwise_sum
 from .transforms import Transform, resolve_transform
 
 __all__ = ["plan_blocks", "kernel_sum_graph", "compute_locally", "kendall_matrix", "tree_sum",
@@ -113,9 +113,7 @@ def _pairs_task(transform, tile_rows, n_features, declared, pairs, *blocks):
     _pin_blas_on_workers()
     sums = [block_pair_sum(blocks[a], None if a == b else blocks[b], transform, tile_rows=tile_rows)
             for a, b in pairs]
-    while len(sums) > 1:   # balanced: no deeper than the tree over tasks would have been
-        sums = [sums[k] + sums[k + 1] if k + 1 < len(sums) else sums[k] for k in range(0, len(sums), 2)]
-    return sums[0]
+    return pairwise_sum(sums)  # balanced: no deeper than the tree over tasks would have been
 
 
 def _check_block(block, index: int, rows: int, n_features: int) -> None:

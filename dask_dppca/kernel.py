@@ -56,7 +56,8 @@ import numpy as np
 from .jit import njit
 from .transforms import Transform, sphere
 
-__all__ = ["block_pair_sum", "tile_rows_for_budget", "rounding_error_bound", "DEFAULT_MEMORY_BUDGET"]
+__all__ = ["block_pair_sum", "pairwise_sum", "tile_rows_for_budget", "rounding_error_bound",
+           "DEFAULT_MEMORY_BUDGET"]
 
 #: Default scratch budget of one block-pair sum, in bytes.
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
@@ -200,12 +201,16 @@ def block_pair_sum(
             side_b = _Side(b, rows_b[class_b == q], count_b[class_b == q])
             exponent = -CLASS_BITS * int(max(p, q))
             parts.append(summer.run(side_a, side_b, within and p == q, centre, exponent))
-    total = _pairwise_sum(parts)
+    total = pairwise_sum(parts)
     return 0.5 * (total + total.T)
 
 
-def _pairwise_sum(parts: list[np.ndarray]) -> np.ndarray:
-    """Sum in a balanced tree: log2(len(parts)) roundings deep (rounding_error_bound)."""
+def pairwise_sum(parts: list[np.ndarray]) -> np.ndarray:
+    """Sum in a balanced tree: log2(len(parts)) roundings deep (rounding_error_bound).
+
+    Also adds a graph task's block-pair sums (:mod:`dask_dppca.graph`), so that the
+    rounding depth is that of one tree over all the block pairs.
+    """
     while len(parts) > 1:
         parts = [parts[k] + parts[k + 1] if k + 1 < len(parts) else parts[k]
                  for k in range(0, len(parts), 2)]
