@@ -335,6 +335,10 @@ def close_embedded_cluster() -> None:
         client = _embedded.pop("client", None)
         cluster = _embedded.pop("cluster", None)
         if client is not None:
+            # A progress bar's feed on the scheduler notices its closed connection at its
+            # next update (every 0.1 s); let it, so that closing right after a fit (the CLI
+            # exits) does not cancel the feed mid-sleep and log a CancelledError traceback.
+            time.sleep(0.3)
             client.close()
         if cluster is not None:
             cluster.close()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -72,7 +71,3 @@ def cluster_progress(client: Any, futures: list, enabled: bool) -> Iterator[None
         yield
     finally:
         listener.join(timeout=_FINAL_DRAW_WAIT)
-        # The scheduler's side of the bar's feed notices the closed connection at its
-        # next update; let it, so that a cluster closed right after (the CLI exits)
-        # does not cancel it mid-sleep and log a CancelledError traceback.
-        time.sleep(3 * _UPDATE_INTERVAL)
