@@ -53,19 +53,12 @@ from dask_dppca.io import as_dask_array
 from dask_dppca.kernel import block_pair_sum
 
 
-def plan_of(design, n: int, d: int):
-    try:
-        return design.plan((n,), d)
-    except TypeError:   # dask_dppca before the plan took d (to measure the before figures)
-        return design.plan((n,))
-
-
 def model(n: int, d: int, design, n_threads: int, pair_rate: float) -> dict:
     """Pairs, flops, bytes and predicted seconds of one fit (pair_rate: pairs/s per core)."""
     if isinstance(design, CompleteDesign):
         n_pairs = n * (n - 1) // 2
     else:
-        n_pairs = plan_of(design, n, d).n_pairs
+        n_pairs = design.plan((n,), d).n_pairs
     return {"pairs": n_pairs, "flops": 4.0 * d * n_pairs, "bytes_read": 8.0 * n * d,
             "seconds": n_pairs / (pair_rate * n_threads)}
 
