@@ -357,8 +357,10 @@ class PrivacyBudget:
         float
             0.0 when the budget has no room left.
         """
-        k = _positive_count(k)
-        rows = self._counted()
+        return self._remaining(self._counted(), _positive_count(k))
+
+    def _remaining(self, rows: Sequence[Release], k: int) -> float:
+        """:meth:`remaining` for these counted releases (one read of the ledger)."""
         spent_mu, spent_excess = self._composed(rows)
         target = self._target(spent_excess)
         if target is None:
@@ -426,7 +428,8 @@ class PrivacyBudget:
         counted = [r for r in rows if r.counted]
         states = {state: sum(r.state == state for r in rows)
                   for state in ("committed", "reserved", "cancelled")}
-        plans = ", or ".join(f"{k} of {self.remaining(k):.4g} each" for k in (2, 4))
+        # Every figure from this one read: a concurrent fit cannot split the report.
+        plans = ", or ".join(f"{k} of {self._remaining(counted, k):.4g} each" for k in (2, 4))
         facts = [
             ("budget", f"epsilon={self.epsilon:g}, delta={self.delta:g}"),
             ("ledger", self.ledger or "(in memory, this process only)"),
@@ -434,7 +437,7 @@ class PrivacyBudget:
                          f"{states['reserved']} reserved), {states['cancelled']} cancelled"),
             ("spent", f"epsilon={self._spent_epsilon(counted):.6g} at delta={self.delta:g} "
                       f"(mu={self._composed(counted)[0] if counted else 0.0:.6g})"),
-            ("remaining", f"one more release of epsilon <= {self.remaining():.6g} at delta="
+            ("remaining", f"one more release of epsilon <= {self._remaining(counted, 1):.6g} at delta="
                           f"{self.delta:g}, or {plans}"),
         ]
         return rows, facts
