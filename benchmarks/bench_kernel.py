@@ -2,8 +2,8 @@
 
 A script, not a test:
 
-    python benchmarks/bench_kernel.py            # full run, a few minutes on 2 cores
-    python benchmarks/bench_kernel.py --quick    # smaller sizes, well under a minute
+    python benchmarks/bench_kernel.py            # full run, n = 8000
+    python benchmarks/bench_kernel.py --quick    # smaller sizes
     python benchmarks/bench_kernel.py --smoke    # tiny sizes, seconds (the test suite runs it)
 
 It prints, in one run,

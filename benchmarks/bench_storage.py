@@ -7,7 +7,7 @@ worker processes: local, S3, and S3 through ``simplecache::`` (first and second 
 Prints each time, its ratio to the local fit, and the chunk GET requests the server saw
 per fit (each chunk once; none for a cached repeat).
 
-    python benchmarks/bench_storage.py            # n = 200000, d = 32: about a minute
+    python benchmarks/bench_storage.py            # n = 200000, d = 32
     python benchmarks/bench_storage.py --quick    # n = 40000
 
 Seeds generate the synthetic DATA and, via random_state, the NOT private noise: the
