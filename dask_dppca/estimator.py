@@ -22,7 +22,7 @@ from .design import check_design
 from .graph import kernel_sum_graph, plan_blocks
 from .io import as_dask_array, is_lazy_input
 from .privacy.charging import BudgetCarrier, dataset_id, reserve_release
-from .privacy.calibration import CALIBRATIONS, validate_privacy_parameters
+from .privacy.calibration import CALIBRATIONS, check_calibration_range, validate_privacy_parameters
 from .privacy.mechanism import ReleaseMechanism
 from .privacy.noise import SeededSampler, default_sampler
 from .privacy.runner import run_release
@@ -256,6 +256,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         params = self.get_params(deep=False)
         checked = {name: check(name, params[name]) for name, check in PARAMETER_CONSTRAINTS.items()}
         checked["epsilon"], checked["delta"] = validate_privacy_parameters(params["epsilon"], params["delta"])
+        check_calibration_range(checked["calibration"], checked["epsilon"])
         g = resolve_transform(params["transform"], params["radius"])
         if not g.is_bounded:
             raise ValueError(

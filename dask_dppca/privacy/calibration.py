@@ -41,6 +41,7 @@ __all__ = [
     "DELTA_RELATIVE_ERROR",
     "analytic_gaussian_sigma",
     "calibrate_sigma",
+    "check_calibration_range",
     "classical_gaussian_sigma",
     "gaussian_delta",
     "gaussian_dp_delta",
@@ -349,12 +350,27 @@ def classical_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -
     """
     sens = positive_finite("sensitivity", sensitivity)
     eps, dlt = validate_privacy_parameters(epsilon, delta)
-    if eps >= 1.0:
+    check_calibration_range("classical", eps)
+    return sens * math.sqrt(2.0 * math.log(1.25 / dlt)) / eps
+
+
+def check_calibration_range(calibration: str, epsilon: float) -> None:
+    """Refuse an epsilon outside the range where ``calibration`` is proven.
+
+    The classical bound holds only for ``epsilon < 1``; the analytic one for every
+    epsilon.  The estimator runs this with its other parameter checks, before any input
+    is opened.
+
+    Raises
+    ------
+    ValueError
+        Naming ``epsilon``.
+    """
+    if calibration == "classical" and epsilon >= 1.0:
         raise ValueError(
             f"epsilon: the classical bound is proven only for epsilon < 1; "
-            f"use calibration='analytic', got {eps!r}"
+            f"use calibration='analytic', got {epsilon!r}"
         )
-    return sens * math.sqrt(2.0 * math.log(1.25 / dlt)) / eps
 
 
 def _apply_excess(epsilon: float, delta: float, excess: float) -> tuple[float, float]:

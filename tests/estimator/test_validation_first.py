@@ -7,29 +7,38 @@ import pytest
 
 import dask_dppca as dd
 from dask_dppca import cluster, estimator
+from tests.estimator.test_parameters import MAY_HANG, ROWS, _needles, evaluate_input
 
-BAD = [
-    ({"calibration": "loose"}, "calibration"),
-    ({"calibration": None}, "calibration"),
-    ({"design": "partial"}, "design"),
-    ({"design": 3}, "design"),
-    ({"n_components": 0}, "n_components"),
-    ({"n_components": True}, "n_components"),
-    ({"epsilon": 0}, "epsilon"),
-    ({"epsilon": True}, "epsilon"),
-    ({"delta": 1.5}, "delta"),
-    ({"transform": "banana"}, "transform"),
-    ({"transform": "identity"}, "transform"),
-    ({"transform": "winsor"}, "radius"),
-    ({"radius": 1.0}, "radius"),
-    ({"scheduler": "nowhere"}, "scheduler"),
-    ({"scheduler": 8786}, "scheduler"),
-    ({"trusted_worker": ""}, "trusted_worker"),
-    ({"require_trusted": "yes"}, "require_trusted"),
-    ({"progress": 1}, "progress"),
-    ({"random_state": -1}, "random_state"),
-    ({"random_state": 1.5}, "random_state"),
+#: ValueError rows of docs/robustness.md that can only be refused once the input is opened
+#: (its shape) or a cluster is reached; all other parameter-only rows are checked here.
+NEEDS_DATA_OR_CLUSTER = {"n_components-above-d", "scheduler-refused"} | MAY_HANG
+#: Cases the table lacks, as (input, the parameter the message starts with).
+EXTRA = [
+    ("calibration=None", "calibration"),
+    ("design=3", "design"),
+    ("n_components=True", "n_components"),
+    ("epsilon=True", "epsilon"),
+    ("delta=1.5", "delta"),
+    ("scheduler=8786", "scheduler"),
+    ("random_state=1.5", "random_state"),
 ]
+
+
+def _bad_cases() -> list:
+    """Every parameter-only ValueError row of the table (no ``X=``), then EXTRA."""
+    cases = []
+    for row in ROWS:
+        if row["outcome"] != "ValueError" or "X=" in row["input"]:
+            continue
+        if row["case"] in NEEDS_DATA_OR_CLUSTER:
+            continue
+        cases.append(pytest.param(row["input"], _needles(row), id=row["case"]))
+    cases += [pytest.param(source, [name], id=f"{name}-{source.split('=', 1)[1]}")
+              for source, name in EXTRA]
+    return cases
+
+
+BAD = _bad_cases()
 
 
 @pytest.fixture
@@ -47,10 +56,23 @@ def nothing_may_start(monkeypatch):
     return started
 
 
-@pytest.mark.parametrize("params, name", BAD, ids=[f"{n}-{p}" for p, n in BAD])
-def test_bad_parameter_is_refused_before_any_cluster_or_read(params, name, nothing_may_start):
-    with pytest.raises(ValueError, match=f"^{name}: "):
-        dd.DPPCA(**params).fit(np.eye(5))
+def test_the_table_gives_the_cases():
+    """docs/robustness.md, not this file, lists the cases; EXTRA holds only what it lacks."""
+    table_cases = {row["case"] for row in ROWS}
+    assert sum(case.id in table_cases for case in BAD) >= 30
+    table_inputs = {row["input"].strip("`") for row in ROWS}
+    assert [source for source, _ in EXTRA if source in table_inputs] == []
+
+
+@pytest.mark.parametrize("source, needles", BAD)
+def test_bad_parameter_is_refused_before_any_cluster_or_read(source, needles, nothing_may_start,
+                                                             tmp_path):
+    """The row's input (``custom(...)`` refuses as it is built) and then ``fit`` on records
+    that are never opened: the message starts with the parameter's name."""
+    with pytest.raises(ValueError, match=f"^{needles[0]}: ") as error:
+        dd.DPPCA(**evaluate_input(source, tmp_path)).fit(np.eye(5))
+    for needle in needles:
+        assert needle in str(error.value), (needle, str(error.value))
     assert nothing_may_start == []
 
 
