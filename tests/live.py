@@ -87,15 +87,20 @@ class PlainCluster:
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
     def close(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for process in self.processes:
+        stop(self.processes)
+
+
+def stop(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM each process group started with ``start_new_session``, SIGKILL after 15 s."""
+    for process in processes:
+        if process.poll() is None:
             try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=15)
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    for process in processes:
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=15)

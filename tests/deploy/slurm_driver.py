@@ -4,7 +4,8 @@
 
 Run by tests/system/test_live_recipes.py inside a loopback-only namespace with the
 stand-ins first on PATH.  Two runs, each followed by a client fit (tests/deploy/client.py
-with the client certificate from the Dask configuration):
+with the client certificate from the Dask configuration that commands.json's
+client_env names):
 
 1. ``deploy/slurm/launch.sh start 2`` as documented (scheduler, 2 workers, the trusted
    worker with ``DPPCA_TRUSTED_SBATCH``), then ``launch.sh stop``;
@@ -24,25 +25,19 @@ import sys
 import time
 from pathlib import Path
 
+from tests.deploy.live import client_tls_env  # PYTHONPATH is the repository root
+
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ["bash", str(ROOT / "deploy" / "slurm" / "launch.sh")]
 CLIENT = Path(__file__).with_name("client.py")
 TIMEOUT = 120
 
 
-def client_env(tls: Path) -> dict:
-    folder = tls / "client"
-    return {**os.environ,
-            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(folder / "ca.pem"),
-            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": str(folder / "client.pem"),
-            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": str(folder / "client.key"),
-            "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "true"}
-
-
 def fit(address: str, tls: Path, results: Path) -> None:
     results.mkdir()
+    env = {**os.environ, **client_tls_env(tls / "client")}
     subprocess.run([sys.executable, str(CLIENT), "--scheduler", address, "--workers", "3",
-                    "--results", str(results)], env=client_env(tls), check=True, timeout=TIMEOUT)
+                    "--results", str(results)], env=env, check=True, timeout=TIMEOUT)
 
 
 def jobs_alive(standin_state: Path) -> list[str]:

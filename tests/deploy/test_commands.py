@@ -4,11 +4,12 @@ covers every recipe and its commands run as written."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 from dask_dppca.cluster import DEFAULT_SCHEDULER_PORT
 from dask_dppca.privacy.release import TRUSTED_RESOURCE
 from dask_dppca.privacy.trust import TRUSTED_WORKER_COMMON_NAME
-from tests.deploy.recipes import COMMANDS, DEPLOY, ROOT, check_tls_command, parse_dask_command
+from tests.deploy.recipes import COMMANDS, DEPLOY, check_tls_command, parse_dask_command
 
 
 def test_commands_file_agrees_with_the_code(tmp_path):
@@ -31,10 +32,45 @@ def test_commands_file_agrees_with_the_code(tmp_path):
         check_tls_command(parse_dask_command(argv), role, tmp_path / "x")
 
 
-def test_the_live_cluster_test_uses_the_commands_file():
-    source = (ROOT / "tests" / "system" / "test_live_cluster.py").read_text()
-    assert 'command("scheduler"' in source and 'command("worker"' in source
-    assert 'COMMANDS["trusted_worker_extra"]' in source
+def test_the_live_cluster_test_uses_the_commands_file(tmp_path, monkeypatch):
+    """tests/system/test_live_cluster.py's LiveCluster starts every role from commands.json:
+    its command lines (recorded, nothing is run) are the templates filled in, the trusted
+    worker's extra flags, then only the test's own TEST_ONLY_FLAGS."""
+    from tests.system import test_live_cluster as live
+
+    spawned = {}
+
+    class Running:
+        def poll(self):
+            return None
+
+    def record(cluster, name, argv):
+        spawned[name] = argv
+        if name == "scheduler":
+            (tmp_path / "scheduler.json").write_text('{"address": "tls://127.0.0.1:1"}')
+        return Running()
+
+    monkeypatch.setattr(live.LiveCluster, "_spawn", record)
+    tls = {role: {part: str(tmp_path / f"{role}.{part}") for part in ("ca", "cert", "key")}
+           for role in COMMANDS["roles"]}
+    cluster = live.LiveCluster(tmp_path, tls)
+    address = cluster.start_scheduler()
+    ordinary, trusted = cluster.add_worker(), cluster.add_worker(trusted=True)
+    expected = {
+        "scheduler": ("scheduler", {"port": 0, **tls["scheduler"]}, []),
+        ordinary: ("worker", {"scheduler": address, "nthreads": 1, **tls["worker"]}, []),
+        trusted: ("worker", {"scheduler": address, "nthreads": 1, **tls["trusted-worker"]},
+                  COMMANDS["trusted_worker_extra"]),
+    }
+    assert set(spawned) == set(expected)
+    for name, (template, values, extra) in expected.items():
+        assert COMMANDS[template][0] == "dask"
+        filled = [sys.executable, "-m", "dask",
+                  *(arg.format(**values) for arg in COMMANDS[template][1:]), *extra]
+        argv = spawned[name]
+        assert argv[:len(filled)] == filled, name
+        added = {arg for arg in argv[len(filled):] if arg.startswith("--")}
+        assert added and added <= set(live.TEST_ONLY_FLAGS), (name, added)
 
 
 def test_readme_covers_every_recipe():

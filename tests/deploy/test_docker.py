@@ -8,11 +8,13 @@ import json
 import shlex
 import shutil
 import subprocess
+from pathlib import PurePosixPath
 
 import jsonschema
 import yaml
 from docker.utils.build import exclude_paths
 
+from tests.deploy.live import client_tls_env
 from tests.deploy.recipes import (
     ARTEFACTS,
     BLAS_ENV,
@@ -142,6 +144,5 @@ def test_compose_notebook_and_workers_share_the_data_volume():
     notebook = services["notebook"]["environment"]
     assert notebook["DASK_DPPCA_DATA_DIR"] == "/data"
     assert notebook["DASK_DPPCA_SCHEDULER"] == f"tls://scheduler:{COMMANDS['scheduler_port']}"
-    client_env = {k: v.format(ca="/tls/ca.pem", cert="/tls/client.pem", key="/tls/client.key")
-                  for k, v in COMMANDS["client_env"].items()}
+    client_env = client_tls_env(PurePosixPath("/tls"))
     assert {k: notebook[k] for k in client_env} == client_env

@@ -78,20 +78,20 @@ def test_launch_script_submits_quoted_commands(tmp_path):
     tls = make_certs(tmp_path / "shared fs" / "dppca tls")
     state = tmp_path / "state dir"
     state.mkdir()
-    (state / "scheduler.json").write_text('{"address": "tls://10.0.0.1:8786"}')
+    # launch.sh removes the scheduler file, submits the scheduler job and waits for the
+    # file: the stand-in puts it back at every call, as the scheduler job would.
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler_file.write_text('{"address": "tls://10.0.0.1:8786"}')
     recorder = tmp_path / "bin"
     recorder.mkdir()
     (recorder / "sbatch").write_text('#!/bin/bash\nfor a in "$@"; do case $a in --wrap=*) '
-                                     'printf "%s\\n" "${a#--wrap=}" >> "$RECORD";; esac; done\necho 1\n')
+                                     'printf "%s\\n" "${a#--wrap=}" >> "$RECORD";; esac; done\n'
+                                     f'cp {shlex.quote(str(scheduler_file))} "$DPPCA_STATE/"\n'
+                                     'echo 1\n')
     (recorder / "sbatch").chmod(0o755)
     record = tmp_path / "wraps"
     env = {"PATH": f"{recorder}:/usr/bin:/bin", "HOME": str(tmp_path), "RECORD": str(record),
            "DPPCA_TLS": str(tls), "DPPCA_STATE": str(state)}
-    # The scheduler file exists already, so start does not wait (launch.sh removes it
-    # first: put it back from the stand-in's first call).
-    (recorder / "sbatch").write_text((recorder / "sbatch").read_text().replace(
-        "echo 1", f"cp {shlex.quote(str(tmp_path / 'scheduler.json'))} \"$DPPCA_STATE/\" ; echo 1"))
-    (tmp_path / "scheduler.json").write_text('{"address": "tls://10.0.0.1:8786"}')
     done = subprocess.run(["bash", str(SLURM / "launch.sh"), "start", "2"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -32,6 +32,7 @@ from scipy import stats
 import dask_dppca as dd
 from dask_dppca.privacy.noise import default_sampler
 from dask_dppca.privacy.release import private_release
+from tests.privacy.test_sensitivity import _adversarial_pairs
 
 SQRT2 = math.sqrt(2.0)
 
@@ -211,19 +212,6 @@ ALPHA_AUDIT = 1e-3  # P(a correct mechanism is flagged) <= ALPHA_AUDIT
 ALPHA_EACH = ALPHA_AUDIT / 2
 
 
-def worst_case_neighbours() -> tuple[np.ndarray, np.ndarray]:
-    """Replace-one neighbours at the worst case (tests/privacy/test_sensitivity.py, "clustered").
-
-    The other 39 records sit in a 1e-6 cluster; the changed record is 1e6 away along e_0
-    in S and along e_1 in S'.
-    """
-    rng = np.random.default_rng(7)  # test data only
-    others = 1e-6 * rng.standard_normal((N_AUDIT - 1, D_AUDIT))
-    far_a, far_b = np.zeros(D_AUDIT), np.zeros(D_AUDIT)
-    far_a[0], far_b[1] = 1e6, 1e6
-    return np.vstack([others, far_a]), np.vstack([others, far_b])
-
-
 class FittedMechanism:
     """DPPCA's release on one data set, drawn again and again: the box the audit opens no further.
 
@@ -239,6 +227,7 @@ class FittedMechanism:
     def __init__(self, data: np.ndarray) -> None:
         est = dd.DPPCA(n_components=D_AUDIT, epsilon=EPS_AUDIT, delta=DELTA_AUDIT,
                        scheduler="synchronous").fit(data)
+        self.privacy_ = est.privacy_
         self.claimed_epsilon, self.claimed_delta = est.privacy_["epsilon"], est.privacy_["delta"]
         self.reported_sigma, self.n_pairs = est.privacy_["sigma"], est.privacy_["n_pairs"]
         self.exact_sum = dd.kendall_matrix(data, scheduler="synchronous") * self.n_pairs
@@ -303,7 +292,12 @@ def black_box_audit(on_s: FittedMechanism, on_s_prime: FittedMechanism, k_s: np.
 
 @pytest.fixture(scope="module")
 def exact_neighbours():
-    s, s_prime = worst_case_neighbours()
+    """Replace-one neighbours at the worst case (tests/privacy/test_sensitivity.py, "clustered").
+
+    The other 39 records sit in a 1e-6 cluster; the changed record is 1e6 away along e_0
+    in S and along e_1 in S'.
+    """
+    s, s_prime = _adversarial_pairs(N_AUDIT, D_AUDIT, np.random.default_rng(7))["clustered"]  # test data
     return s, s_prime, [dd.kendall_matrix(data, scheduler="synchronous") for data in (s, s_prime)]
 
 
@@ -318,8 +312,7 @@ def test_audit_cannot_certify_more_than_the_claimed_epsilon(exact_neighbours):
     on_s, on_s_prime = FittedMechanism(s), FittedMechanism(s_prime)
     assert on_s.reported_sigma == on_s_prime.reported_sigma
     gap = np.linalg.norm(k_s_prime - k_s)
-    sensitivity = dd.DPPCA(n_components=D_AUDIT, epsilon=EPS_AUDIT, delta=DELTA_AUDIT,
-                           scheduler="synchronous").fit(s).privacy_["sensitivity"]
+    sensitivity = on_s.privacy_["sensitivity"]
     assert 0.95 * sensitivity <= gap <= sensitivity  # the neighbours are the worst case
     result = black_box_audit(on_s, on_s_prime, k_s, k_s_prime)
     assert result["eps_lb"] < result["claimed_epsilon"] == EPS_AUDIT, result

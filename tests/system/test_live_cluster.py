@@ -45,6 +45,7 @@ from dask_dppca.privacy.release import (
     TrustedSum,
     register_sealing,
 )
+from tests.live import die_with_parent
 
 pytestmark = [
     pytest.mark.cluster,
@@ -143,15 +144,6 @@ def command(name: str, **values) -> list[str]:
     return DASK + argv[1:]
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGKILL when the test process dies (Linux), so that even a killed
-    test run leaves no scheduler or nanny behind (workers then stop: --death-timeout)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class LiveCluster:
     """A TLS scheduler and workers as separate process groups, all on 127.0.0.1."""
 
@@ -167,7 +159,7 @@ class LiveCluster:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True, cwd=self.folder,
-                                   preexec_fn=_die_with_parent)
+                                   preexec_fn=die_with_parent)
         log.close()
         self.processes[name] = process
         return process

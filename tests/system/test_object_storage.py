@@ -3,9 +3,9 @@
 The tests start moto's server mode on 127.0.0.1 with IAM authentication on (wrong
 credentials are refused as S3 refuses them), create a user and its key, and write Zarr
 v2 and v3 arrays and a group there.  The cluster is a ``dask scheduler`` and two
-``dask worker`` processes started with a clean environment: no AWS_* or FSSPEC_*
-variable and an empty HOME (no ~/.aws), so they can read only with the storage options
-that travel inside the graph.  Every process is killed in a ``finally``; every wait is
+``dask worker`` processes (tests/live.py's PlainCluster) started with a clean
+environment: no AWS_* or FSSPEC_* variable and an empty HOME (no ~/.aws), so they can
+read only with the storage options that travel inside the graph.  Every process is killed in a ``finally``; every wait is
 bounded.  Seeds generate TEST DATA, and ``random_state`` makes the noise reproducible
 so that releases can be compared bit for bit (never private).
 """
@@ -16,7 +16,6 @@ import collections
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -37,13 +36,13 @@ from dask_dppca import estimator
 from dask_dppca.cli import EXIT_USAGE, main
 from dask_dppca.io import MissingChunkError, as_dask_array
 from dask_dppca.privacy.noise import SeededSampler
+from tests.live import START_TIMEOUT, PlainCluster, die_with_parent, stop
 
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"),
 ]
 
-START_TIMEOUT = 90   # seconds for a process to come up on a loaded 2-core machine
 RUN_TIMEOUT = 180    # seconds for one CLI run
 N, D, CHUNK = 2400, 6, 400
 BUCKET = "data"
@@ -57,30 +56,10 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGKILL when the test process dies, so nothing outlives a killed run."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _spawn(argv, log: Path, env: dict, cwd: Path) -> subprocess.Popen:
     with open(log, "wb") as stream:
         return subprocess.Popen(argv, stdout=stream, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True, preexec_fn=_die_with_parent)
-
-
-def _stop(processes) -> None:
-    for process in processes:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=15)
+                                start_new_session=True, preexec_fn=die_with_parent)
 
 
 def _clean_env(home: Path) -> dict:
@@ -130,7 +109,7 @@ def s3(tmp_path_factory):
         yield {"options": options, "url": url, "secret": key["SecretAccessKey"],
                "log": folder / "moto.log", "fs": s3fs.S3FileSystem(**options)}
     finally:
-        _stop([server])
+        stop([server])
         if previous is None:
             os.environ.pop("AWS_EC2_METADATA_DISABLED", None)
         else:
@@ -168,32 +147,12 @@ def stores(s3, x, tmp_path_factory):
 def cluster(tmp_path_factory):
     """``dask scheduler`` + 2 ``dask worker`` processes without any credentials."""
     folder = tmp_path_factory.mktemp("cluster")
-    env = _clean_env(folder / "home")
-    scheduler_file = folder / "scheduler.json"
-    dask = [sys.executable, "-m", "dask"]
-    processes = [_spawn([*dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
-                         "--no-dashboard", "--scheduler-file", str(scheduler_file)],
-                        folder / "scheduler.log", env, folder)]
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not scheduler_file.exists():
-            if processes[0].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((folder / "scheduler.log").read_text())
-            time.sleep(0.1)
-        time.sleep(0.2)  # the file is written whole, but give the writer a moment
-        address = json.loads(scheduler_file.read_text())["address"]
+    with PlainCluster(folder, env=_clean_env(folder / "home")) as live:
         for i in range(2):
-            local = folder / f"worker-{i}"
-            local.mkdir()
-            processes.append(_spawn([*dask, "worker", address, "--nthreads", "1",
-                                     "--no-dashboard", "--local-directory", str(local),
-                                     "--death-timeout", "30"],
-                                    folder / f"worker-{i}.log", env, folder))
-        with Client(address, timeout=START_TIMEOUT, set_as_default=False) as client:
+            live.add_worker(f"worker-{i}")
+        with Client(live.address, timeout=START_TIMEOUT, set_as_default=False) as client:
             client.wait_for_workers(2, timeout=START_TIMEOUT)
-            yield {"client": client, "address": address, "folder": folder}
-    finally:
-        _stop(processes)
+            yield {"client": client, "address": live.address, "folder": folder}
 
 
 def _logs(cluster) -> str:
