@@ -4,13 +4,15 @@ No privacy here.  :func:`plan_blocks` resolves the pair design for an input and 
 compute target and cuts the rows into the design's blocks; :func:`kernel_sum_graph`
 builds, lazily and without reading data, a ``dask.delayed`` object whose value is the
 exact, unnormalised sum ``sum_{(i,j) in P} g(t_ij) g(t_ij)^T``.  Each input block is one
-Dask key, read once and shared by the tasks that need it; the partial sums are added in
-a fixed binary tree, so the result is the same whatever the scheduler, worker count or
+Dask key, read once and shared by the tasks that need it (a Zarr chunk that is one
+block of one task is read inside that task instead); the partial sums are added in a
+fixed binary tree, so the result is the same whatever the scheduler, worker count or
 completion order.  :func:`kendall_matrix` is the non-private K_hat itself.
 """
 
 from __future__ import annotations
 
+import collections
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,7 +25,7 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from . import cluster
 from .design import CompleteDesign, DesignPlan, RegularDesign, complete_blocks, resolve_design
-from .io import as_dask_array, is_lazy_input
+from .io import as_dask_array, chunk_reader, is_lazy_input
 from .kernel import block_pair_sum, pairwise_sum
 from .transforms import Transform, resolve_transform
 
@@ -86,21 +88,45 @@ def kernel_sum_graph(
         raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
     token = dask.base.tokenize(data.name, transform, plan)
     blocks = data.to_delayed()[:, 0]
+    tasks = plan.tasks()
+    reader, rows = _in_task_reads(data, tasks)
     pairs_sum = dask.delayed(_pairs_task, pure=True)
     partials = []
-    for number, group in enumerate(plan.tasks()):
+    for number, group in enumerate(tasks):
         needed = sorted({block for pair in group for block in pair})
         declared = [(block, plan.block_sizes[block]) for block in needed]
         local = [(needed.index(i), needed.index(j)) for i, j in group]
+        inputs = [rows[block] if block in rows else blocks[block] for block in needed]
         partials.append(pairs_sum(transform, plan.tile_rows, plan.n_features, declared, local,
-                                  *[blocks[block] for block in needed],
-                                  dask_key_name=f"dppca-pairs-{number}-{token}"))
+                                  reader, *inputs, dask_key_name=f"dppca-pairs-{number}-{token}"))
     return tree_sum(partials, key_prefix=f"dppca-sum-{token}")
 
 
-def _pairs_task(transform, tile_rows, n_features, declared, pairs, *blocks):
+def _in_task_reads(data: da.Array, tasks) -> tuple[Delayed | None, dict[int, slice]]:
+    """The blocks that one task alone needs and that are whole Zarr chunks: their rows.
+
+    Such a block is read inside its task (from the shared reader key) rather than by a
+    read task of its own: the scheduler handles a task less per block and the worker
+    holds no block between tasks (with a 1-partner regular design, every block).  A
+    block several tasks share stays one read task and one key, so each chunk is still
+    read once.
+    """
+    reader = chunk_reader(data)
+    if reader is None:
+        return None, {}
+    users = collections.Counter(block for group in tasks for block in {b for pair in group for b in pair})
+    bounds = np.cumsum((0,) + data.chunks[0])
+    rows = {block: slice(int(bounds[block]), int(bounds[block + 1]))
+            for block, count in users.items() if count == 1}
+    if not rows:
+        return None, {}
+    return dask.delayed(reader, name=f"dppca-reader-{data.name}", traverse=False), rows
+
+
+def _pairs_task(transform, tile_rows, n_features, declared, pairs, reader, *blocks):
     """One task: the kernel over some block pairs, with BLAS pinned to one thread on Dask
-    workers; their sums added in a balanced tree.
+    workers; their sums added in a balanced tree.  A block given as a slice of rows is
+    read here, from ``reader`` (see :func:`_in_task_reads`).
 
     Always the plan's tiles: the release's rounding slack (``DesignPlan.rounding_error``)
     is computed for exactly these.  ``declared`` is ``(I, rows of I)`` of each block from
@@ -108,6 +134,7 @@ def _pairs_task(transform, tile_rows, n_features, declared, pairs, *blocks):
     sums whatever rows the blocks really hold, so a block that holds other rows than
     declared fails the task, and with it the sum and any release that depends on it.
     """
+    blocks = [reader[given, :] if isinstance(given, slice) else given for given in blocks]
     for block, (index, rows) in zip(blocks, declared):
         _check_block(block, index, rows, n_features)
     _pin_blas_on_workers()
@@ -176,20 +203,34 @@ def single_threaded_blas(target: object):
 _pools: dict[str, ThreadpoolController] = {}
 
 
+#: Levels of the binary reduction tree one reduction task computes: it adds up to
+#: 2^3 = 8 partial sums with :func:`~dask_dppca.kernel.pairwise_sum`, which pairs them
+#: exactly as those levels of the tree would (bitwise the same sum, 1/7 of the tasks).
+TREE_LEVELS_PER_TASK = 3
+
+
 def tree_sum(parts: list[Delayed], key_prefix: str = "dppca-sum") -> Delayed:
-    """Add delayed arrays in a fixed balanced binary tree (deterministic rounding)."""
+    """Add delayed arrays in a fixed balanced binary tree (deterministic rounding).
+
+    Level ``l`` of the tree adds pairs ``(2m, 2m + 1)`` of level ``l - 1`` and carries
+    an odd last one up; each task computes ``TREE_LEVELS_PER_TASK`` levels of it for 8
+    consecutive, aligned parts, so the rounding depth is ``ceil(log2(len(parts)))``.
+    """
     if not parts:
         raise ValueError("parts: nothing to add")
+    fan_in = 2**TREE_LEVELS_PER_TASK
+    add = dask.delayed(_add_parts, pure=True)
     level = 0
     while len(parts) > 1:
-        parts = [
-            dask.delayed(np.add, pure=True)(parts[k], parts[k + 1],
-                                            dask_key_name=f"{key_prefix}-{level}-{k // 2}")
-            if k + 1 < len(parts) else parts[k]
-            for k in range(0, len(parts), 2)
-        ]
+        parts = [add(*parts[k:k + fan_in], dask_key_name=f"{key_prefix}-{level}-{k // fan_in}")
+                 if k + 1 < len(parts) else parts[k]
+                 for k in range(0, len(parts), fan_in)]
         level += 1
     return parts[0]
+
+
+def _add_parts(*parts: np.ndarray) -> np.ndarray:
+    return pairwise_sum(list(parts))
 
 
 def compute_locally(graph: Delayed, scheduler: str, progress: bool = False) -> np.ndarray:

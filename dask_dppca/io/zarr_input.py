@@ -15,13 +15,16 @@ A store written sparsely on purpose (Zarr skips chunks equal to the fill value u
 then data, as if it had been written.
 
 Each read task covers whole chunks (or shards) along the rows and all columns, so each
-chunk is read once per fit; the design's blocks are cut from these by a rechunk.
+chunk is read once per fit; the design's blocks are cut from these by a rechunk.  When
+the blocks are the chunks, :func:`chunk_reader` gives the graph the reader itself, so
+that a block only one task needs is read inside that task (no read task, no held key).
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +38,8 @@ from zarr.storage import FsspecStore, LocalStore, StorePath, WrapperStore
 from .sessions import close_at_worker_shutdown
 from .storage import describe_error, display_location, filesystem, is_url, remote_error
 
-__all__ = ["ChunkCheckingStore", "MissingChunkError", "ZarrBlocks", "is_zarr_input",
-           "open_zarr_input"]
+__all__ = ["ChunkCheckingStore", "MissingChunkError", "ZarrBlocks", "chunk_reader",
+           "is_zarr_input", "open_zarr_input"]
 
 #: Keys holding Zarr metadata: a missing one is how Zarr tells v2 from v3, not an error.
 METADATA_KEYS = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
@@ -242,9 +245,26 @@ def _read_tasks(array, label: str, allow_fill_values: bool) -> da.Array:
     chunk_shape = tuple(array.shards or array.chunks)
     chunks = (chunk_shape[0], *shape[1:]) if shape else ()
     token = dask.base.tokenize(label, shape, str(blocks.dtype), chunk_shape, allow_fill_values)
-    return da.from_array(blocks, chunks=chunks, name=f"dppca-read-{token}",
+    name = f"dppca-read-{token}"
+    _readers[name] = blocks
+    return da.from_array(blocks, chunks=chunks, name=name,
                          meta=np.empty((0,) * len(shape), dtype=blocks.dtype),
                          inline_array=False)
+
+
+#: The reader behind each Zarr input's read tasks, by the dask array's name (weakly: the
+#: array's graph holds the reader, so it lives as long as the array can be computed).
+_readers: weakref.WeakValueDictionary[str, ZarrBlocks] = weakref.WeakValueDictionary()
+
+
+def chunk_reader(data: da.Array) -> ZarrBlocks | None:
+    """The reader of ``data``'s chunks when ``data`` is a Zarr input's own read tasks.
+
+    ``reader[start:stop]`` is then exactly what the read task of rows ``start:stop``
+    computes, chunk checks included.  None for any other array (numpy, a rechunk, a
+    user's dask array): its blocks are computed by their own tasks.
+    """
+    return _readers.get(data.name)
 
 
 def _location_label(data: Any) -> str:
