@@ -21,6 +21,7 @@ import dask.array as da
 import distributed
 import numpy as np
 from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from . import cluster
@@ -87,18 +88,24 @@ def kernel_sum_graph(
     if tuple(data.chunks[0]) != plan.block_sizes or len(data.chunks[1]) != 1:
         raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
     token = dask.base.tokenize(data.name, transform, plan)
-    blocks = data.to_delayed()[:, 0]
     tasks = plan.tasks()
     reader, rows = _in_task_reads(data, tasks)
-    pairs_sum = dask.delayed(_pairs_task, pure=True)
-    partials = []
+    # One graph layer of plain tasks (a tuple per task, Dask's graph specification):
+    # a dask.delayed call per task would make a layer per task, and looking keys up
+    # across thousands of layers made building the graph quadratic in the task count.
+    name = f"dppca-pairs-{token}"
+    layer = {}
     for number, group in enumerate(tasks):
         needed = sorted({block for pair in group for block in pair})
         declared = [(block, plan.block_sizes[block]) for block in needed]
         local = [(needed.index(i), needed.index(j)) for i, j in group]
-        inputs = [rows[block] if block in rows else blocks[block] for block in needed]
-        partials.append(pairs_sum(transform, plan.tile_rows, plan.n_features, declared, local,
-                                  reader, *inputs, dask_key_name=f"dppca-pairs-{number}-{token}"))
+        inputs = [rows[block] if block in rows else (data.name, block, 0) for block in needed]
+        layer[f"{name}-{number}"] = (_pairs_task, transform, plan.tile_rows, plan.n_features,
+                                     declared, local, None if reader is None else reader.key,
+                                     *inputs)
+    graph = HighLevelGraph.from_collections(
+        name, layer, dependencies=[data] if reader is None else [data, reader])
+    partials = [Delayed(key, graph, layer=name) for key in layer]
     return tree_sum(partials, key_prefix=f"dppca-sum-{token}")
 
 
