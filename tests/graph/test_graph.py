@@ -13,6 +13,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+import zarr
 from dask.callbacks import Callback
 
 import dask_dppca as dd
@@ -20,7 +21,8 @@ from dask_dppca import graph as graph_module
 from dask_dppca import kendall_matrix
 from dask_dppca.privacy import runner as runner_module
 from dask_dppca.design import CompleteDesign, RegularDesign, complete_blocks
-from dask_dppca.graph import kernel_sum_graph, tree_sum
+from dask_dppca.graph import kernel_sum_graph, plan_blocks, tree_sum
+from dask_dppca.io import as_dask_array
 from dask_dppca.kernel import block_pair_sum, rounding_error_bound
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 from dask_dppca.transforms import sphere, winsor
@@ -129,6 +131,35 @@ def test_tree_sum_is_deterministic_and_exact_on_integers():
     a = dask.compute(total, scheduler="threads")[0]
     b = dask.compute(total, scheduler="synchronous")[0]
     assert np.array_equal(a, b) and np.all(a == sum(range(11)))
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 100, 513])
+def test_tree_sum_adds_as_one_binary_tree(count):
+    """Its tasks add 8 parts each, in exactly the pairs of a binary tree over all the parts
+    (level by level, an odd last one carried up): the same bits, whatever the grouping."""
+    rng = np.random.default_rng(count)  # test data only
+    parts = [rng.standard_normal((3, 3)) * 10.0 ** rng.integers(-12, 12) for _ in range(count)]
+    binary = list(parts)
+    while len(binary) > 1:
+        binary = [binary[k] + binary[k + 1] if k + 1 < len(binary) else binary[k]
+                  for k in range(0, len(binary), 2)]
+    got = dask.compute(tree_sum([dask.delayed(p) for p in parts]), scheduler="synchronous")[0]
+    assert np.array_equal(got, binary[0])
+
+
+def test_blocks_one_task_alone_needs_are_read_inside_it(tmp_path):
+    """Zarr chunks that are the blocks, one partner each: no read tasks, and the same bits
+    as the same blocks computed by tasks of their own (a numpy input)."""
+    x = _data(400)
+    zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=x.shape, chunks=(50, 4),
+                    dtype="f8")[:] = x
+    data = as_dask_array(str(tmp_path / "x.zarr"))
+    _, _, plan = plan_blocks(data, RegularDesign(k=1, block_size=50, seed=0), 2)
+    graph = kernel_sum_graph(data, plan, sphere())
+    tasks = graph.__dask_optimize__(graph.__dask_graph__(), graph.__dask_keys__())
+    assert not [key for key in dict(tasks) if isinstance(key, tuple) and key[0] == data.name]
+    from_tasks = kernel_sum_graph(da.from_array(x, chunks=(50, 4)), plan, sphere())
+    assert np.array_equal(*dask.compute(graph, from_tasks, scheduler="threads"))
 
 
 def test_reduction_is_bitwise_repeatable():

@@ -26,6 +26,9 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning")
 
 N, D, CHUNK = 400, 4, 100
+#: Blocks that are the chunks, one partner each: every block belongs to one block-pair
+#: task alone, which reads it itself (no read task).
+IN_TASK_READS = dd.RegularDesign(k=1, block_size=CHUNK, seed=0)
 
 
 @pytest.fixture
@@ -47,7 +50,8 @@ def _chunk_files(path):
 
 def _fit_refused(source, **kwargs):
     """Fit inside a budget; return the error; check nothing was released or charged."""
-    est = dd.DPPCA(n_components=2, random_state=0, scheduler=kwargs.pop("scheduler", "threads"))
+    est = dd.DPPCA(n_components=2, random_state=0, scheduler=kwargs.pop("scheduler", "threads"),
+                   design=kwargs.pop("design", "auto"))
     with dd.PrivacyBudget(epsilon=10, delta=1e-5) as budget:
         with pytest.raises(MissingChunkError) as error:
             est.fit(source, **kwargs)
@@ -66,6 +70,13 @@ def test_a_chunk_never_written_stops_the_fit(tmp_path, x):
     assert re.search(r"chunk 'c/[23]/0' of '" + re.escape(str(tmp_path / "part.zarr")), message)
     assert re.search(r"process \d+ on .+ \(local scheduler\)", message)
     assert "allow_fill_values=True" in message and "fill value 0.0" in message
+
+
+def test_a_chunk_missing_under_a_block_pair_task_stops_the_fit(tmp_path, x):
+    _write(tmp_path / "x.zarr", x)
+    (tmp_path / "x.zarr" / "c" / "2" / "0").unlink()
+    message = _fit_refused(str(tmp_path / "x.zarr"), design=IN_TASK_READS)
+    assert f"chunk 'c/2/0' of '{tmp_path / 'x.zarr'}' is missing where process" in message
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
@@ -143,13 +154,15 @@ class CountingStore(WrapperStore):
 
 
 @pytest.mark.parametrize("scheduler", ["threads", "synchronous"])
-def test_each_chunk_is_read_once_per_fit(tmp_path, x, scheduler):
+@pytest.mark.parametrize("design", [
+    dd.RegularDesign(k=1, block_size=130, seed=0),  # blocks cut across the chunks: a chunk feeds two
+    IN_TASK_READS,
+], ids=["read-tasks", "read-in-pair-tasks"])
+def test_each_chunk_is_read_once_per_fit(tmp_path, x, scheduler, design):
     _write(tmp_path / "x.zarr", x)
     store = CountingStore(LocalStore(tmp_path / "x.zarr", read_only=True))
     opened = zarr.open_array(store=store, mode="r")
     store.counts.clear()
-    # Blocks of 130 rows cut across the 100-row chunks: a chunk feeds two blocks.
-    design = dd.RegularDesign(k=1, block_size=130, seed=0)
     dd.DPPCA(n_components=2, random_state=0, scheduler=scheduler, design=design).fit(opened)
     chunks = {key: count for key, count in store.counts.items() if key.startswith("c/")}
     assert sorted(chunks) == [f"c/{i}/0" for i in range(N // CHUNK)]

@@ -22,11 +22,9 @@ import psutil
 import pytest
 import zarr
 from distributed import Client, LocalCluster
-from distributed.diagnostics.plugin import WorkerPlugin
 
 import dask_dppca as dd
 from dask_dppca.cluster import TRUSTED_RESOURCE
-from dask_dppca.io import as_dask_array
 
 FEATURES, BLOCK = 512, 1024       # a block is 4 MiB of float64
 BLOCK_BUDGET = 128 * 2**20        # two threads' block pairs, their scratch, queued blocks (~70 MiB used)
@@ -35,20 +33,20 @@ WORKER = dict(n_workers=1, threads_per_worker=2, dashboard_address=":0",  # any 
               resources={TRUSTED_RESOURCE: 1})  # the release runs on it, without a warning
 
 
-class _CountBlockReads(WorkerPlugin):
-    """Counts, on the worker, how often each input block is produced."""
+def _count_block_reads(dask_worker):
+    """On a worker: count the rows each Zarr read starts at (read tasks and the reads a
+    block-pair task makes itself both go through ZarrBlocks)."""
+    from dask_dppca.io.zarr_input import ZarrBlocks
 
-    def __init__(self, prefix):
-        self.prefix = prefix
+    counts = collections.Counter()
+    read = ZarrBlocks.__getitem__
 
-    def setup(self, worker):
-        self.worker = worker
-        worker.dppca_block_reads = collections.Counter()
+    def counted(self, selection):
+        counts[selection[0].start] += 1
+        return read(self, selection)
 
-    def transition(self, key, start, finish, **kwargs):
-        if finish == "memory" and start == "executing" and isinstance(key, tuple) \
-                and str(key[0]).startswith(self.prefix):
-            self.worker.dppca_block_reads[key[1]] += 1
+    ZarrBlocks.__getitem__ = counted
+    dask_worker.dppca_block_reads = counts
 
 
 def _warm_baseline_rss(path):
@@ -92,8 +90,7 @@ def test_store_four_times_larger_than_memory_completes(tmp_path):
     design = dd.RegularDesign(k=1, block_size=BLOCK, seed=0)
     with LocalCluster(**WORKER, memory_limit=memory_limit) as cluster, \
             Client(cluster, set_as_default=False) as client:
-        prefix = as_dask_array(path).name
-        client.register_plugin(_CountBlockReads(prefix), name="count-block-reads")
+        client.run(_count_block_reads)
         peak = [0.0]
         done = threading.Event()
 
