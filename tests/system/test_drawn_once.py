@@ -110,13 +110,13 @@ def _workers(client: Client) -> list[str]:
     return sorted(client.scheduler_info(n_workers=-1)["workers"])
 
 
-def _wait_for_full_cluster(client: Client, gone: str, timeout: float = 60.0) -> None:
-    """Until the nanny's replacement for ``gone`` has joined."""
+def _wait_for_full_cluster(client: Client, gone: str, timeout: float = 60.0) -> list[str]:
+    """Until the nanny's replacement for ``gone`` has joined; the workers then."""
     stop = time.monotonic() + timeout
     while time.monotonic() < stop:
         workers = _workers(client)
         if len(workers) == N_WORKERS and gone not in workers:
-            return
+            return workers
         time.sleep(0.1)
     raise TimeoutError(f"no replacement for {gone} after {timeout} s")
 
@@ -265,9 +265,9 @@ def test_fit_survives_a_worker_that_died_just_before_it(client, counting_sampler
     (``CommClosedError`` is one) and registers again once the scheduler has dropped the
     dead worker (``register_plugin`` is idempotent by name).
     """
-    trusted = _workers(client)[0]
-    _wait_for_full_cluster(client, gone="", timeout=60)
-    victim = [w for w in _workers(client) if w != trusted][0]
+    # One list of the full cluster for both (a second look once raced a worker still
+    # rejoining from the test before and found only one).
+    trusted, victim = _wait_for_full_cluster(client, gone="", timeout=60)[:2]
     rng = np.random.default_rng(6)  # test data only
     x = rng.standard_normal((300, 4))
     est = dd.DPPCA(n_components=2, scheduler=client, trusted_worker=trusted)
