@@ -109,7 +109,8 @@ def timed_fit(path: str, n_workers: int, memory_limit, design) -> dict:
 
 def _peak_rss_bytes() -> int:
     """The largest resident set this (worker) process has had (ru_maxrss: KiB, bytes on macOS)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    unit = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit
 
 
 def _cpu_seconds() -> float:

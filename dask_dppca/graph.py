@@ -121,7 +121,8 @@ def _in_task_reads(data: da.Array, tasks) -> tuple[Delayed | None, dict[int, sli
     reader = chunk_reader(data)
     if reader is None:
         return None, {}
-    users = collections.Counter(block for group in tasks for block in {b for pair in group for b in pair})
+    users = collections.Counter(block for group in tasks
+                                for block in {b for pair in group for b in pair})
     bounds = np.cumsum((0,) + data.chunks[0])
     rows = {block: slice(int(bounds[block]), int(bounds[block + 1]))
             for block, count in users.items() if count == 1}

@@ -4,8 +4,8 @@ Zarr answers a read of a chunk that is not in the store with the array's fill va
 Where the workers cannot see the store the client opened (a path mounted only on the
 client, a notebook's own /tmp, chunks deleted or not yet written), that turns into a
 confident, wrong release.  So every Zarr input is read through
-:class:`ChunkCheckingStore`: in the task that reads it, on the worker, a chunk the store does not
-have raises :class:`MissingChunkError` (naming the store and the worker) instead.
+:class:`ChunkCheckingStore`: in the task that reads it, on the worker, a chunk the store
+does not have raises :class:`MissingChunkError` (naming the store and the worker) instead.
 Whether a chunk exists is store metadata (a listing shows it), never a data value;
 nothing is released and no budget is charged when a read fails, because the release
 depends on every read.
