@@ -89,14 +89,14 @@ def kernel_sum_graph(
         raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
     token = dask.base.tokenize(data.name, transform, plan)
     tasks = plan.tasks()
-    reader, rows = _in_task_reads(data, tasks)
+    blocks_of = [sorted({block for pair in group for block in pair}) for group in tasks]
+    reader, rows = _in_task_reads(data, blocks_of)
     # One graph layer of plain tasks (a tuple per task, Dask's graph specification):
     # a dask.delayed call per task would make a layer per task, and looking keys up
     # across thousands of layers made building the graph quadratic in the task count.
     name = f"dppca-pairs-{token}"
     layer = {}
-    for number, group in enumerate(tasks):
-        needed = sorted({block for pair in group for block in pair})
+    for number, (group, needed) in enumerate(zip(tasks, blocks_of)):
         declared = [(block, plan.block_sizes[block]) for block in needed]
         local = [(needed.index(i), needed.index(j)) for i, j in group]
         inputs = [rows[block] if block in rows else (data.name, block, 0) for block in needed]
@@ -109,8 +109,10 @@ def kernel_sum_graph(
     return tree_sum(partials, key_prefix=f"dppca-sum-{token}")
 
 
-def _in_task_reads(data: da.Array, tasks) -> tuple[Delayed | None, dict[int, slice]]:
-    """The blocks that one task alone needs and that are whole Zarr chunks: their rows.
+def _in_task_reads(data: da.Array, blocks_of: list[list[int]]
+                   ) -> tuple[Delayed | None, dict[int, slice]]:
+    """The blocks that one task alone needs (``blocks_of``: each task's blocks) and that
+    are whole Zarr chunks: their rows.
 
     Such a block is read inside its task (from the shared reader key) rather than by a
     read task of its own: the scheduler handles a task less per block and the worker
@@ -121,8 +123,7 @@ def _in_task_reads(data: da.Array, tasks) -> tuple[Delayed | None, dict[int, sli
     reader = chunk_reader(data)
     if reader is None:
         return None, {}
-    users = collections.Counter(block for group in tasks
-                                for block in {b for pair in group for b in pair})
+    users = collections.Counter(block for needed in blocks_of for block in needed)
     bounds = np.cumsum((0,) + data.chunks[0])
     rows = {block: slice(int(bounds[block]), int(bounds[block + 1]))
             for block, count in users.items() if count == 1}
