@@ -19,9 +19,10 @@ It prints, in one run,
  5. accuracy at equal privacy: regular design with >= 10x fewer pairs against the
     complete design on t_1 data (median sin theta over repetitions);
  6. the cost model's prediction for a 100-node cluster at n = 10^9;
- 7. the working set: on one worker (two threads), the most input blocks and the most
-    partial sums held at once in the worker's memory, for growing n (a regular design
-    with blocks of 1024 rows, k = 1 and k = 3): it should not grow with n.
+ 7. the working set: on one worker (two threads), the most input blocks (read tasks'
+    and those carried in lane states) and the most partial sums (lane states, lane sums)
+    held at once in the worker's memory, for growing n (a regular design with blocks of
+    1024 rows, k = 1 and k = 3): it should not grow with n.
 
 Cost model (method.md sections 7-8): a design with |P| pairs costs its pairs at the
 kernel's single-core rate, spread over the threads; every block is read once (blocks
@@ -196,30 +197,41 @@ def section_model(rates):
 
 
 class HeldKeys(WorkerPlugin):
-    """The most keys of each kind in a worker's memory at once (input blocks, partial sums)."""
+    """The most input blocks and partial sums in a worker's memory at once: read tasks'
+    blocks, blocks carried inside lane states, lane states and lane-sum results."""
 
     def __init__(self, block_prefix):
         self.block_prefix = block_prefix
 
     def setup(self, worker):
+        self.worker = worker
+        self.counted = {}                       # key in memory -> (blocks, partial sums)
         self.held = collections.Counter()
         worker.dppca_peak_held = self.peak = collections.Counter()
 
-    def _kind(self, key):
+    def _weight(self, key):
         name = str(key[0] if isinstance(key, tuple) else key)
         if name.startswith(self.block_prefix):
-            return "blocks"
-        return "partials" if name.startswith(("dppca-pairs-", "dppca-sum-")) else None
+            return 1, 0
+        if name.startswith(("dppca-pairs-", "dppca-sum-")):
+            value = self.worker.data.get(key) if key in self.worker.data else None
+            return len(getattr(value, "blocks", {})), 1
+        return None
 
     def transition(self, key, start, finish, **kwargs):
-        kind = self._kind(key)
-        if kind is None:
-            return
-        if finish == "memory":
-            self.held[kind] += 1
-            self.peak[kind] = max(self.peak[kind], self.held[kind])
-        elif start == "memory":
-            self.held[kind] -= 1
+        if finish == "memory" and key not in self.counted:
+            weight = self._weight(key)
+            if weight is None:
+                return
+            self.counted[key] = weight
+            self.held["blocks"] += weight[0]
+            self.held["partials"] += weight[1]
+            for kind in ("blocks", "partials"):
+                self.peak[kind] = max(self.peak[kind], self.held[kind])
+        elif start == "memory" and key in self.counted:
+            blocks, partials = self.counted.pop(key)
+            self.held["blocks"] -= blocks
+            self.held["partials"] -= partials
 
 
 def held_on_one_worker(path, design) -> dict:

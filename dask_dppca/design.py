@@ -49,8 +49,9 @@ class DesignPlan:
         Rows per kernel tile (from the kernel's default scratch budget and d).
     task_sizes : tuple of int
         How many consecutive block pairs each graph task computes (empty: one each).
-        Their sums are added in a balanced tree inside the task, so the rounding depth
-        is that of one tree over all the block pairs, give or take one level.
+        Their sums are added in a balanced tree inside the task (at most
+        ``log2(#block pairs) + 1`` roundings deep); the graph adds the tasks' sums
+        exactly (:mod:`dask_dppca.exact_sum`) and rounds the total once.
     """
 
     block_sizes: tuple[int, ...]

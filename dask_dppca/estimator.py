@@ -219,7 +219,8 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
             validate_data(self, X, reset=True, skip_check_array=True)
         n_components = _check_n_components(params["n_components"], data.shape[1])
         with cluster.compute_target(params["scheduler"]) as target:
-            data, design, plan = plan_blocks(data, params["design"], cluster.thread_count(target),
+            n_threads = cluster.thread_count(target)
+            data, design, plan = plan_blocks(data, params["design"], n_threads,
                                              rows_free=not is_lazy_input(X))
             mechanism = ReleaseMechanism.plan_release(
                 design, plan, g, params["epsilon"], params["delta"], params["calibration"],
@@ -232,7 +233,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                                  epsilon=params["epsilon"], delta=params["delta"],
                                  dataset=dataset_id(X, component, data.shape),
                                  carried=self.carried_budgets, target=target):
-                graph = kernel_sum_graph(data, plan, g)
+                graph = kernel_sum_graph(data, plan, g, n_threads)
                 release, placement = run_release(
                     mechanism, graph, target, n_components, fit_id,
                     trusted_worker=params["trusted_worker"],

@@ -1,19 +1,22 @@
-"""Layer 2, the graph: one Dask task per block pair and a deterministic tree reduction.
+"""Layer 2, the graph: lanes of block-pair tasks, each adding into one exact running sum.
 
 No privacy here.  :func:`plan_blocks` resolves the pair design for an input and a
 compute target and cuts the rows into the design's blocks; :func:`kernel_sum_graph`
 builds, lazily and without reading data, a ``dask.delayed`` object whose value is the
-exact, unnormalised sum ``sum_{(i,j) in P} g(t_ij) g(t_ij)^T``.  Each input block is one
-Dask key, read once and shared by the tasks that need it (a Zarr chunk that is one
-block of one task is read inside that task instead); the partial sums are added in a
-fixed binary tree, so the result is the same whatever the scheduler, worker count or
-completion order.  :func:`kendall_matrix` is the non-private K_hat itself.
+unnormalised sum ``sum_{(i,j) in P} g(t_ij) g(t_ij)^T``.  The plan's tasks run in a few
+chains ("lanes", two per thread); each adds its block pairs to its lane's exact sum
+(:mod:`dask_dppca.exact_sum`), so a worker holds one running total per lane and the
+blocks its lanes still need, whatever n, and the result is the same bits whatever the
+lane count, scheduler, worker count or completion order.  Every block is read once.
+:func:`kendall_matrix` is the non-private K_hat itself.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import dask
@@ -26,11 +29,12 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from . import cluster
 from .design import CompleteDesign, DesignPlan, RegularDesign, complete_blocks, resolve_design
+from .exact_sum import ExactSum
 from .io import as_dask_array, chunk_reader, is_lazy_input
 from .kernel import block_pair_sum, pairwise_sum
 from .transforms import Transform, resolve_transform
 
-__all__ = ["plan_blocks", "kernel_sum_graph", "compute_locally", "kendall_matrix", "tree_sum",
+__all__ = ["plan_blocks", "kernel_sum_graph", "compute_locally", "kendall_matrix", "LaneState",
            "single_threaded_blas"]
 
 
@@ -64,12 +68,29 @@ def plan_blocks(
     return data, chosen, plan
 
 
+#: Lanes per worker thread.  A lane is a chain of tasks that adds its block pairs into
+#: one running exact sum, so a worker holds a lane's total (and the blocks the lane
+#: still needs), never a partial sum per task; two per thread, so that a thread whose
+#: lane ends early takes up another.
+LANES_PER_THREAD = 2
+
+
 def kernel_sum_graph(
     data: da.Array,
     plan: DesignPlan,
     transform: Transform,
+    n_threads: int,
 ) -> Delayed:
     """Lazy exact pair sum of ``g g^T`` over the design's pairs.
+
+    The plan's tasks, in order, are cut into ``LANES_PER_THREAD * n_threads`` lanes of
+    consecutive tasks.  Each lane task computes its block pairs and adds their sum to
+    the lane's running :class:`~dask_dppca.exact_sum.ExactSum`; the lanes' totals are
+    added at the end and rounded once.  Exact addition makes the result the same bits
+    for any lane count, scheduler, worker count or completion order.  A block that one
+    lane alone needs reaches it once (read inside its first task when it is a Zarr chunk)
+    and is carried in the lane's state up to its last task there; a block several lanes
+    need stays one Dask key, computed once.
 
     Parameters
     ----------
@@ -79,6 +100,8 @@ def kernel_sum_graph(
         The block pairs to sum.
     transform : Transform
         The generalized spatial sign.
+    n_threads : int
+        Threads of the compute target (the lane count; the result does not depend on it).
 
     Returns
     -------
@@ -89,67 +112,120 @@ def kernel_sum_graph(
         raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
     token = dask.base.tokenize(data.name, transform, plan)
     tasks = plan.tasks()
+    lanes = _lanes(len(tasks), LANES_PER_THREAD * max(int(n_threads), 1))
     blocks_of = [sorted({block for pair in group for block in pair}) for group in tasks]
-    reader, rows = _in_task_reads(data, blocks_of)
+    lanes_of_block = collections.defaultdict(set)
+    for number, lane in enumerate(lanes):
+        for task in lane:
+            for block in blocks_of[task]:
+                lanes_of_block[block].add(number)
+    reader = chunk_reader(data)
+    reader_task = None if reader is None else dask.delayed(
+        reader, name=f"dppca-reader-{data.name}", traverse=False)
+    bounds = np.cumsum((0,) + plan.block_sizes)
     # One graph layer of plain tasks (a tuple per task, Dask's graph specification):
     # a dask.delayed call per task would make a layer per task, and looking keys up
     # across thousands of layers made building the graph quadratic in the task count.
     name = f"dppca-pairs-{token}"
-    layer = {}
-    for number, (group, needed) in enumerate(zip(tasks, blocks_of)):
-        declared = [(block, plan.block_sizes[block]) for block in needed]
-        local = [(needed.index(i), needed.index(j)) for i, j in group]
-        inputs = [rows[block] if block in rows else (data.name, block, 0) for block in needed]
-        layer[f"{name}-{number}"] = (_pairs_task, transform, plan.tile_rows, plan.n_features,
-                                     declared, local, None if reader is None else reader.key,
-                                     *inputs)
-    graph = HighLevelGraph.from_collections(
-        name, layer, dependencies=[data] if reader is None else [data, reader])
-    partials = [Delayed(key, graph, layer=name) for key in layer]
-    return tree_sum(partials, key_prefix=f"dppca-sum-{token}")
+    layer, lane_ends = {}, []
+    for number, lane in enumerate(lanes):
+        last_use = {block: task for task in lane for block in blocks_of[task]}
+        previous, delivered = None, set()
+        for task in lane:
+            sources, inputs = [], []
+            for block in blocks_of[task]:
+                if len(lanes_of_block[block]) > 1:
+                    sources.append(_GIVEN)
+                    inputs.append((data.name, block, 0))
+                elif block in delivered:
+                    sources.append(_CARRIED)
+                elif reader is not None:
+                    sources.append(slice(int(bounds[block]), int(bounds[block + 1])))
+                else:
+                    sources.append(_GIVEN)
+                    inputs.append((data.name, block, 0))
+                delivered.add(block)
+            carried = tuple(sorted(block for block in delivered
+                                   if len(lanes_of_block[block]) == 1 and last_use[block] > task))
+            step = _Step(transform, plan.tile_rows, plan.n_features,
+                         tuple((block, plan.block_sizes[block]) for block in blocks_of[task]),
+                         tasks[task], tuple(sources), carried)
+            key = f"{name}-{number}-{task}"
+            layer[key] = (_lane_task, step, None if reader is None else reader_task.key,
+                          previous, *inputs)
+            previous = key
+        lane_ends.append(previous)
+    dependencies = [data] if reader_task is None else [data, reader_task]
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=dependencies)
+    return _add_lanes([Delayed(key, graph, layer=name) for key in lane_ends],
+                      key_prefix=f"dppca-sum-{token}")
 
 
-def _in_task_reads(data: da.Array, blocks_of: list[list[int]]
-                   ) -> tuple[Delayed | None, dict[int, slice]]:
-    """The blocks that one task alone needs (``blocks_of``: each task's blocks) and that
-    are whole Zarr chunks: their rows.
+def _lanes(n_tasks: int, n_lanes: int) -> list[range]:
+    """``n_tasks`` consecutive tasks cut into at most ``n_lanes`` lanes of near-equal length."""
+    n_lanes = max(1, min(n_lanes, n_tasks))
+    bounds = [n_tasks * k // n_lanes for k in range(n_lanes + 1)]
+    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
 
-    Such a block is read inside its task (from the shared reader key) rather than by a
-    read task of its own: the scheduler handles a task less per block and the worker
-    holds no block between tasks (with a 1-partner regular design, every block).  A
-    block several tasks share stays one read task and one key, so each chunk is still
-    read once.
+
+_GIVEN, _CARRIED = "given", "carried"
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What one lane task computes; public, from the plan.
+
+    ``declared``: ``(block, rows)`` of each block the task uses, from the plan;
+    ``pairs``: its block pairs; ``sources``: for each block, a slice of rows read here
+    from the Zarr reader, ``"given"`` (the task's next input) or ``"carried"`` (in the
+    lane's state); ``keep``: the blocks the lane's next tasks still need.
     """
-    reader = chunk_reader(data)
-    if reader is None:
-        return None, {}
-    users = collections.Counter(block for needed in blocks_of for block in needed)
-    bounds = np.cumsum((0,) + data.chunks[0])
-    rows = {block: slice(int(bounds[block]), int(bounds[block + 1]))
-            for block, count in users.items() if count == 1}
-    if not rows:
-        return None, {}
-    return dask.delayed(reader, name=f"dppca-reader-{data.name}", traverse=False), rows
+
+    transform: Transform
+    tile_rows: int
+    n_features: int
+    declared: tuple
+    pairs: tuple
+    sources: tuple
+    keep: tuple
 
 
-def _pairs_task(transform, tile_rows, n_features, declared, pairs, reader, *blocks):
-    """One task: the kernel over some block pairs, with BLAS pinned to one thread on Dask
-    workers; their sums added in a balanced tree.  A block given as a slice of rows is
-    read here, from ``reader`` (see :func:`_in_task_reads`).
+class LaneState:
+    """A lane's running exact sum and the blocks it carries to its next task."""
+
+    def __init__(self, total: ExactSum, blocks: dict[int, np.ndarray]) -> None:
+        self.total = total
+        self.blocks = blocks
+
+
+def _lane_task(step: _Step, reader, state: LaneState | None, *given) -> LaneState:
+    """One lane task: the kernel over some block pairs, with BLAS pinned to one thread on
+    Dask workers; their sums added in a balanced tree, then exactly to the lane's total.
 
     Always the plan's tiles: the release's rounding slack (``DesignPlan.rounding_error``)
-    is computed for exactly these.  ``declared`` is ``(I, rows of I)`` of each block from
-    the plan.  n, |P| and the sensitivity come from the declared shape, while the kernel
-    sums whatever rows the blocks really hold, so a block that holds other rows than
-    declared fails the task, and with it the sum and any release that depends on it.
+    is computed for exactly these.  n, |P| and the sensitivity come from the declared
+    shape, while the kernel sums whatever rows the blocks really hold, so a block that
+    holds other rows than declared fails the task, and with it the sum and any release
+    that depends on it.
     """
-    blocks = [reader[given, :] if isinstance(given, slice) else given for given in blocks]
-    for block, (index, rows) in zip(blocks, declared):
-        _check_block(block, index, rows, n_features)
+    blocks, inputs = {}, iter(given)
+    for (index, rows), source in zip(step.declared, step.sources):
+        if source == _CARRIED:
+            blocks[index] = state.blocks[index]        # checked when it reached the lane
+            continue
+        block = reader[source, :] if isinstance(source, slice) else next(inputs)
+        _check_block(block, index, rows, step.n_features)
+        blocks[index] = block
     _pin_blas_on_workers()
-    sums = [block_pair_sum(blocks[a], None if a == b else blocks[b], transform, tile_rows=tile_rows)
-            for a, b in pairs]
-    return pairwise_sum(sums)  # balanced: no deeper than the tree over tasks would have been
+    sums = [block_pair_sum(blocks[i], None if i == j else blocks[j], step.transform,
+                           tile_rows=step.tile_rows) for i, j in step.pairs]
+    # The sums are symmetric bit for bit (the kernel returns (S + S^T) / 2): the lane adds
+    # their upper triangles only.
+    d = step.n_features
+    total = ExactSum((d * (d + 1) // 2,)) if state is None else state.total
+    carried = {**(state.blocks if state is not None else {}), **blocks}
+    return LaneState(total.plus(pairwise_sum(sums)[np.triu_indices(d)]),
+                     {block: carried[block] for block in step.keep})
 
 
 def _check_block(block, index: int, rows: int, n_features: int) -> None:
@@ -212,34 +288,35 @@ def single_threaded_blas(target: object):
 _pools: dict[str, ThreadpoolController] = {}
 
 
-#: Levels of the binary reduction tree one reduction task computes: it adds up to
-#: 2^3 = 8 partial sums with :func:`~dask_dppca.kernel.pairwise_sum`, which pairs them
-#: exactly as those levels of the tree would (bitwise the same sum, 1/7 of the tasks).
-TREE_LEVELS_PER_TASK = 3
+#: Lane totals one reduction task adds (exact sums: any grouping gives the same bits).
+LANES_PER_SUM_TASK = 8
 
 
-def tree_sum(parts: list[Delayed], key_prefix: str = "dppca-sum") -> Delayed:
-    """Add delayed arrays in a fixed balanced binary tree (deterministic rounding).
-
-    Level ``l`` of the tree adds pairs ``(2m, 2m + 1)`` of level ``l - 1`` and carries
-    an odd last one up; each task computes ``TREE_LEVELS_PER_TASK`` levels of it for 8
-    consecutive, aligned parts, so the rounding depth is ``ceil(log2(len(parts)))``.
-    """
-    if not parts:
-        raise ValueError("parts: nothing to add")
-    fan_in = 2**TREE_LEVELS_PER_TASK
-    add = dask.delayed(_add_parts, pure=True)
+def _add_lanes(lane_ends: list[Delayed], key_prefix: str) -> Delayed:
+    """The lanes' totals added, ``LANES_PER_SUM_TASK`` at a time, then rounded once to float."""
     level = 0
-    while len(parts) > 1:
-        parts = [add(*parts[k:k + fan_in], dask_key_name=f"{key_prefix}-{level}-{k // fan_in}")
-                 if k + 1 < len(parts) else parts[k]
-                 for k in range(0, len(parts), fan_in)]
+    while len(lane_ends) > LANES_PER_SUM_TASK:
+        lane_ends = [dask.delayed(_merge_lanes, pure=True)(
+                         *lane_ends[k:k + LANES_PER_SUM_TASK],
+                         dask_key_name=f"{key_prefix}-{level}-{k // LANES_PER_SUM_TASK}")
+                     for k in range(0, len(lane_ends), LANES_PER_SUM_TASK)]
         level += 1
-    return parts[0]
+    return dask.delayed(_lanes_total, pure=True)(*lane_ends, dask_key_name=f"{key_prefix}-total")
 
 
-def _add_parts(*parts: np.ndarray) -> np.ndarray:
-    return pairwise_sum(list(parts))
+def _merge_lanes(*states: LaneState) -> LaneState:
+    return LaneState(ExactSum.merge(*(state.total for state in states)), {})
+
+
+def _lanes_total(*states: LaneState) -> np.ndarray:
+    """The exact total of the lanes, correctly rounded to float64 (one rounding), as the
+    symmetric d x d matrix."""
+    upper = _merge_lanes(*states).total.to_float()
+    d = int((math.isqrt(8 * upper.size + 1) - 1) // 2)
+    total = np.zeros((d, d))
+    total[np.triu_indices(d)] = upper
+    total.T[np.triu_indices(d)] = upper
+    return total
 
 
 def compute_locally(graph: Delayed, scheduler: str, progress: bool = False) -> np.ndarray:
@@ -295,9 +372,9 @@ def kendall_matrix(
     data = as_dask_array(X, component, storage_options=storage_options,
                          allow_fill_values=allow_fill_values, scheduler=scheduler)
     with cluster.compute_target(scheduler) as target:
-        data, _, plan = plan_blocks(data, design, cluster.thread_count(target),
-                                    rows_free=not is_lazy_input(X))
-        graph = kernel_sum_graph(data, plan, g)
+        n_threads = cluster.thread_count(target)
+        data, _, plan = plan_blocks(data, design, n_threads, rows_free=not is_lazy_input(X))
+        graph = kernel_sum_graph(data, plan, g, n_threads)
         if isinstance(target, str):
             kernel_sum = compute_locally(graph, target)
         else:

@@ -88,8 +88,10 @@ _DIAGONAL_SPLIT_FLOPS = 1e6
 _TILE_ARRAYS = 3
 #: Roundings outside the tiles: weights and multiplicities (5), the halves of diagonal
 #: tiles (2 log2(512 / 32) = 8), forming diag(r/2) A - W B (2), symmetrising and the
-#: exact-path total (2), the graph's trees inside and across tasks beyond log2 of the
-#: block pairs (2), with room to spare (see rounding_error_bound).  The
+#: exact-path total (2), the graph's (2: a task's tree over its block pairs is at most
+#: one level deeper than log2 of all the block pairs, and the exact sum of the tasks'
+#: sums is rounded once, dask_dppca.exact_sum), with room to spare (see
+#: rounding_error_bound).  The
 #: exact path's own sum, up to (B/T)^2 additions deep, is covered by its terms being
 #: at most G^2 against the fast path's 4 CONDITION_LIMIT G^2 = 1024 G^2.
 _FIXED_ROUNDINGS = 24
@@ -127,7 +129,8 @@ def rounding_error_bound(
     ``2 T + 2 B / T + d + log2(#block pairs) + _FIXED_ROUNDINGS + log2(_MAX_CLASSES^2)``
     roundings: the sum over a tile's columns in ``W [B 1]`` and over its rows in the
     d x d product (T each), the accumulation over tiles (B / T each way), the d-term
-    dot products behind the weights, the tree reduction, a few fixed steps (weights,
+    dot products behind the weights, the graph's sums (a balanced tree over a task's block
+    pairs, then the exact sum over tasks, rounded once), a few fixed steps (weights,
     multiplicities, the diagonal halves, symmetrising, the exact path) and the
     pairwise sum over pairs of scale classes.  The standard bound for floating-point sums then
     gives this value; docs/privacy.md uses it to widen the sensitivity by ``2 G^2``
@@ -208,8 +211,8 @@ def block_pair_sum(
 def pairwise_sum(parts: list[np.ndarray]) -> np.ndarray:
     """Sum in a balanced tree: log2(len(parts)) roundings deep (rounding_error_bound).
 
-    Also adds a graph task's block-pair sums (:mod:`dask_dppca.graph`), so that the
-    rounding depth is that of one tree over all the block pairs.
+    Also adds a graph task's block-pair sums (:mod:`dask_dppca.graph`), no deeper than
+    one tree over all the block pairs would be, plus one level.
     """
     while len(parts) > 1:
         parts = [parts[k] + parts[k + 1] if k + 1 < len(parts) else parts[k]

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dask_dppca"
 #: Lowest first.  A module may import its own layer and the ones before it.
 LAYERS = [
     {"validation", "datasets"},
-    {"transforms", "kernel", "jit"},
+    {"transforms", "kernel", "exact_sum", "jit"},
     {"cluster", "progress"},
     {"design", "io", "graph"},
     {"privacy"},

@@ -21,9 +21,10 @@ from dask_dppca import graph as graph_module
 from dask_dppca import kendall_matrix
 from dask_dppca.privacy import runner as runner_module
 from dask_dppca.design import CompleteDesign, RegularDesign, complete_blocks
-from dask_dppca.graph import kernel_sum_graph, plan_blocks, tree_sum
+from dask_dppca.exact_sum import ExactSum
+from dask_dppca.graph import kernel_sum_graph, plan_blocks
 from dask_dppca.io import as_dask_array
-from dask_dppca.kernel import block_pair_sum, rounding_error_bound
+from dask_dppca.kernel import block_pair_sum, pairwise_sum, rounding_error_bound
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 from dask_dppca.transforms import sphere, winsor
 
@@ -98,7 +99,7 @@ def test_building_reads_no_data_and_compute_reads_each_block_once():
     calls = collections.Counter()
     data = _counting_array(x, bounds, calls)
     plan = CompleteDesign().plan(data.chunks[0], data.shape[1])
-    graph = kernel_sum_graph(data, plan, sphere())
+    graph = kernel_sum_graph(data, plan, sphere(), 2)
     assert calls == {}
     pair_tasks = [k for k in dict(graph.__dask_graph__()) if str(k).startswith("dppca-pairs-")]
     assert len(pair_tasks) == len(plan.tasks()) == 4 * 5 // 2
@@ -125,26 +126,48 @@ def test_block_pairs_cover_every_pair_once():
     assert relative_error(total, block_pair_sum(x, None, sphere())) <= 1e-12
 
 
-def test_tree_sum_is_deterministic_and_exact_on_integers():
-    parts = [dask.delayed(np.full)((2, 2), float(k)) for k in range(11)]
-    total = tree_sum(parts)
-    a = dask.compute(total, scheduler="threads")[0]
-    b = dask.compute(total, scheduler="synchronous")[0]
-    assert np.array_equal(a, b) and np.all(a == sum(range(11)))
+def _task_sums_added_exactly(x, plan, transform):
+    """The oracle: each task's block pairs summed as the task does, then added exactly."""
+    bounds = np.cumsum((0,) + plan.block_sizes)
+    block = [x[bounds[i]:bounds[i + 1]] for i in range(len(plan.block_sizes))]
+    total = ExactSum((x.shape[1],) * 2)
+    for group in plan.tasks():
+        total = total.plus(pairwise_sum([
+            block_pair_sum(block[i], None if i == j else block[j], transform, tile_rows=plan.tile_rows)
+            for i, j in group]))
+    return total.to_float()
 
 
-@pytest.mark.parametrize("count", [1, 2, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 100, 513])
-def test_tree_sum_adds_as_one_binary_tree(count):
-    """Its tasks add 8 parts each, in exactly the pairs of a binary tree over all the parts
-    (level by level, an odd last one carried up): the same bits, whatever the grouping."""
-    rng = np.random.default_rng(count)  # test data only
-    parts = [rng.standard_normal((3, 3)) * 10.0 ** rng.integers(-12, 12) for _ in range(count)]
-    binary = list(parts)
-    while len(binary) > 1:
-        binary = [binary[k] + binary[k + 1] if k + 1 < len(binary) else binary[k]
-                  for k in range(0, len(binary), 2)]
-    got = dask.compute(tree_sum([dask.delayed(p) for p in parts]), scheduler="synchronous")[0]
-    assert np.array_equal(got, binary[0])
+@pytest.mark.parametrize("design", [CompleteDesign(), RegularDesign(k=3, block_size=40, seed=1),
+                                    RegularDesign(k=1, block_size=30, seed=0)],
+                         ids=["complete", "regular-k3", "regular-k1"])
+def test_any_lane_count_gives_the_bits_of_the_task_sums_added_exactly(design):
+    x = _data(600)
+    data = da.from_array(x, chunks=(40 if isinstance(design, CompleteDesign) else design.block_size, 4))
+    data, _, plan = plan_blocks(data, design, 2)
+    want = _task_sums_added_exactly(x, plan, sphere())
+    for n_threads in (1, 2, 3, 7, 100):
+        got = dask.compute(kernel_sum_graph(data, plan, sphere(), n_threads), scheduler="threads")[0]
+        assert got.tobytes() == want.tobytes(), n_threads
+
+
+def test_lanes_carry_a_bounded_number_of_blocks_whatever_n(tmp_path):
+    """k = 3 on a Zarr store: a lane reads each block it alone needs once and carries it
+    only while its next tasks need it; the most carried does not grow with n."""
+    most = []
+    for n_blocks in (64, 256, 1024):
+        path = str(tmp_path / f"x{n_blocks}.zarr")
+        zarr.open_array(path, mode="w", shape=(20 * n_blocks, 4), chunks=(20, 4), dtype="f8")[:] = \
+            _data(20 * n_blocks)
+        data, _, plan = plan_blocks(as_dask_array(path), RegularDesign(k=3, block_size=20, seed=0), 2)
+        graph = kernel_sum_graph(data, plan, sphere(), 2)
+        layer = dict(graph.__dask_optimize__(graph.__dask_graph__(), graph.__dask_keys__()))
+        steps = [task[1] for key, task in layer.items() if str(key).startswith("dppca-pairs-")]
+        assert len(steps) == len(plan.tasks())
+        most.append(max(len(step.keep) for step in steps))
+        read_tasks = [key for key in layer if isinstance(key, tuple) and key[0] == data.name]
+        assert len(read_tasks) <= 2 * 2 * 3     # only blocks shared by lanes (the lane ends)
+    assert most[0] >= 1 and most[0] == most[1] == most[2], most
 
 
 def test_blocks_one_task_alone_needs_are_read_inside_it(tmp_path):
@@ -155,10 +178,10 @@ def test_blocks_one_task_alone_needs_are_read_inside_it(tmp_path):
                     dtype="f8")[:] = x
     data = as_dask_array(str(tmp_path / "x.zarr"))
     _, _, plan = plan_blocks(data, RegularDesign(k=1, block_size=50, seed=0), 2)
-    graph = kernel_sum_graph(data, plan, sphere())
+    graph = kernel_sum_graph(data, plan, sphere(), 2)
     tasks = graph.__dask_optimize__(graph.__dask_graph__(), graph.__dask_keys__())
     assert not [key for key in dict(tasks) if isinstance(key, tuple) and key[0] == data.name]
-    from_tasks = kernel_sum_graph(da.from_array(x, chunks=(50, 4)), plan, sphere())
+    from_tasks = kernel_sum_graph(da.from_array(x, chunks=(50, 4)), plan, sphere(), 2)
     assert np.array_equal(*dask.compute(graph, from_tasks, scheduler="threads"))
 
 

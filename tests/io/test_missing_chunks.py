@@ -157,7 +157,8 @@ class CountingStore(WrapperStore):
 @pytest.mark.parametrize("design", [
     dd.RegularDesign(k=1, block_size=130, seed=0),  # blocks cut across the chunks: a chunk feeds two
     IN_TASK_READS,
-], ids=["read-tasks", "read-in-pair-tasks"])
+    dd.RegularDesign(k=2, block_size=CHUNK, seed=0),  # blocks shared by tasks: carried in lanes
+], ids=["read-tasks", "read-in-pair-tasks", "carried-in-lanes"])
 def test_each_chunk_is_read_once_per_fit(tmp_path, x, scheduler, design):
     _write(tmp_path / "x.zarr", x)
     store = CountingStore(LocalStore(tmp_path / "x.zarr", read_only=True))

@@ -27,7 +27,7 @@ import dask_dppca as dd
 from dask_dppca.cluster import TRUSTED_RESOURCE
 
 FEATURES, BLOCK = 512, 1024       # a block is 4 MiB of float64
-BLOCK_BUDGET = 128 * 2**20        # two threads' block pairs, their scratch, queued blocks (~70 MiB used)
+BLOCK_BUDGET = 128 * 2**20        # two threads' block pairs, their scratch, 4 lanes' exact sums (~90 MiB used)
 STORE_OVER_LIMIT = 4              # the store is at least 4x the worker's memory_limit
 WORKER = dict(n_workers=1, threads_per_worker=2, dashboard_address=":0",  # any free port
               resources={TRUSTED_RESOURCE: 1})  # the release runs on it, without a warning

@@ -352,7 +352,7 @@ def test_the_sealed_exact_sum_cannot_be_gathered_by_the_client(live, store):
 
     data = as_dask_array(store)
     graph = kernel_sum_graph(data, resolve_design("complete").plan(data.chunks[0], data.shape[1]),
-                             resolve_transform("sphere", None))
+                             resolve_transform("sphere", None), 2)
     register_sealing(client)
     sealed = client.compute(dask.delayed(TrustedSum, pure=True)(graph))
     try:
