@@ -34,7 +34,7 @@ from .io import as_dask_array, chunk_reader, is_lazy_input
 from .kernel import block_pair_sum, pairwise_sum
 from .transforms import Transform, resolve_transform
 
-__all__ = ["plan_blocks", "kernel_sum_graph", "compute_locally", "kendall_matrix", "LaneState",
+__all__ = ["plan_blocks", "kernel_sum_graph", "compute_locally", "kendall_matrix",
            "single_threaded_blas"]
 
 
@@ -119,46 +119,58 @@ def kernel_sum_graph(
         for task in lane:
             for block in blocks_of[task]:
                 lanes_of_block[block].add(number)
+    shared = {block for block, users in lanes_of_block.items() if len(users) > 1}
     reader = chunk_reader(data)
     reader_task = None if reader is None else dask.delayed(
         reader, name=f"dppca-reader-{data.name}", traverse=False)
     bounds = np.cumsum((0,) + plan.block_sizes)
+    read_rows = {} if reader is None else {
+        block: slice(int(bounds[block]), int(bounds[block + 1])) for block in lanes_of_block}
     # One graph layer of plain tasks (a tuple per task, Dask's graph specification):
     # a dask.delayed call per task would make a layer per task, and looking keys up
     # across thousands of layers made building the graph quadratic in the task count.
     name = f"dppca-pairs-{token}"
     layer, lane_ends = {}, []
     for number, lane in enumerate(lanes):
-        last_use = {block: task for task in lane for block in blocks_of[task]}
-        previous, delivered = None, set()
-        for task in lane:
-            sources, inputs = [], []
-            for block in blocks_of[task]:
-                if len(lanes_of_block[block]) > 1:
-                    sources.append(_GIVEN)
-                    inputs.append((data.name, block, 0))
-                elif block in delivered:
-                    sources.append(_CARRIED)
-                elif reader is not None:
-                    sources.append(slice(int(bounds[block]), int(bounds[block + 1])))
-                else:
-                    sources.append(_GIVEN)
-                    inputs.append((data.name, block, 0))
-                delivered.add(block)
-            carried = tuple(sorted(block for block in delivered
-                                   if len(lanes_of_block[block]) == 1 and last_use[block] > task))
-            step = _Step(transform, plan.tile_rows, plan.n_features,
-                         tuple((block, plan.block_sizes[block]) for block in blocks_of[task]),
-                         tasks[task], tuple(sources), carried)
+        previous = None
+        for task, step, given in _lane_steps(lane, tasks, blocks_of, shared, read_rows, plan,
+                                             transform):
             key = f"{name}-{number}-{task}"
-            layer[key] = (_lane_task, step, None if reader is None else reader_task.key,
-                          previous, *inputs)
+            layer[key] = (_lane_task, step, None if reader_task is None else reader_task.key,
+                          previous, *[(data.name, block, 0) for block in given])
             previous = key
         lane_ends.append(previous)
     dependencies = [data] if reader_task is None else [data, reader_task]
     graph = HighLevelGraph.from_collections(name, layer, dependencies=dependencies)
     return _add_lanes([Delayed(key, graph, layer=name) for key in lane_ends],
                       key_prefix=f"dppca-sum-{token}")
+
+
+def _lane_steps(lane, tasks, blocks_of, shared, read_rows, plan, transform):
+    """Each task of one lane: ``(task, its _Step, the blocks it takes as Dask inputs)``.
+
+    ``shared``: blocks other lanes need too, Dask keys given to every task that uses
+    them; ``read_rows``: the rows of each block that is a Zarr chunk (empty for other
+    inputs).  Any other block reaches the lane once, read inside its first task there
+    or as that task's input, and is carried while the lane's later tasks need it.
+    """
+    last_use = {block: task for task in lane for block in blocks_of[task]}
+    delivered = set()
+    for task in lane:
+        sources, given = [], []
+        for block in blocks_of[task]:
+            if block in shared or (block not in delivered and block not in read_rows):
+                sources.append(_GIVEN)
+                given.append(block)
+            elif block in delivered:
+                sources.append(_CARRIED)
+            else:
+                sources.append(read_rows[block])
+            delivered.add(block)
+        keep = tuple(sorted(block for block in delivered - shared if last_use[block] > task))
+        declared = tuple((block, plan.block_sizes[block]) for block in blocks_of[task])
+        yield task, _Step(transform, plan.tile_rows, plan.n_features, declared, tasks[task],
+                          tuple(sources), keep), given
 
 
 def _lanes(n_tasks: int, n_lanes: int) -> list[range]:
