@@ -104,8 +104,8 @@ _SQRT2 = math.sqrt(2.0)
 def tile_rows_for_budget(memory_budget: int, n_features: int) -> int:
     """Largest tile (rows) whose scratch fits in ``memory_budget`` bytes, capped for cache."""
     # per tile row: the band's loaded tiles and one of B (rows, columns, norms, partner
-    # sums: 3 d + 3 floats each) and the [B 1]^T W^T product
-    per_row = 8 * ((_BAND_TILES + 1) * (3 * n_features + 3) + n_features + 1)
+    # sums: 3 d + 3 floats each), the [B 1]^T W^T product and the side buffer (d + 1, d)
+    per_row = 8 * ((_BAND_TILES + 1) * (3 * n_features + 3) + 2 * n_features + 1)
     fixed = 8 * 4 * n_features * n_features
     room = max(memory_budget - fixed, 0)
     # Solve _TILE_ARRAYS * 8 * T^2 + per_row * T <= room for T.
@@ -277,7 +277,7 @@ class _TileSummer:
         self.radius2x2 = 2.0 * (transform.radius or 0.0) ** 2
         self.d = d
         self.tile = tile
-        self.weights, self.product, self.slots = _scratch(tile, d)
+        self.weights, self.product, self.side, self.slots = _scratch(tile, d)
         self.diagonal_rows = max(32, int(math.sqrt(_DIAGONAL_SPLIT_FLOPS / d)))
 
     def run(self, side_a: _Side, side_b: _Side, within: bool, centre: np.ndarray,
@@ -319,12 +319,23 @@ class _TileSummer:
                 half_weight = 0.5 * a_tile.partners[d]
                 if within:
                     half_weight += 0.5 * colsum[a_tile.start:a_tile.stop]
-                twice_sym += (a_tile.cols[:d] * half_weight - a_tile.partners[:d]) @ a_tile.rows
+                twice_sym += self._side(a_tile, half_weight, subtract=True) @ a_tile.rows
         if not within:
             for j0 in range(0, len(side_b), tile):
                 b_tile = self.slots[-1].load(side_b, j0, min(j0 + tile, len(side_b)), centre, scale)
-                twice_sym += (b_tile.cols[:d] * (0.5 * colsum[j0:b_tile.stop])) @ b_tile.rows
+                twice_sym += self._side(b_tile, 0.5 * colsum[j0:b_tile.stop]) @ b_tile.rows
         return 0.5 * (twice_sym + twice_sym.T) + exact
+
+    def _side(self, tile: _TileSlot, half_weight: np.ndarray, subtract: bool = False) -> np.ndarray:
+        """``diag(half_weight) rows`` of a loaded tile, transposed (d x m), minus its partner
+        sums ``(W B)^T`` when ``subtract``: in a kept buffer, since a fresh d x T array per
+        tile is a fresh mapping of pages under Dask's malloc settings."""
+        d, m = self.d, len(tile)
+        side = self.side[:d * m].reshape(d, m)
+        np.multiply(tile.cols[:d], half_weight, out=side)
+        if subtract:
+            np.subtract(side, tile.partners[:d], out=side)
+        return side
 
     def _diagonal(self, tile: _TileSlot, lo: int, hi: int) -> np.ndarray:
         """The pairs i < j of rows ``lo:hi`` of a loaded tile: halves, and the pairs between."""
@@ -385,12 +396,12 @@ _thread_scratch = threading.local()
 
 
 def _scratch(tile: int, d: int):
-    """The tile loop's buffers (weights, product, tile slots), kept by each thread from one
+    """The tile loop's buffers (weights, product, side, tile slots), kept by each thread from one
     call to the next: allocating and first touching a few MiB per block pair costs about
     a millisecond, as much as a small block's pairs.  Within the memory budget either way."""
     kept = getattr(_thread_scratch, "buffers", None)
     if kept is None or kept[0] != (tile, d):
-        kept = ((tile, d), np.empty(tile * tile), np.empty(tile * (d + 1)),
+        kept = ((tile, d), np.empty(tile * tile), np.empty(tile * (d + 1)), np.empty(tile * d),
                 [_TileSlot(tile, d) for _ in range(_BAND_TILES + 1)])
         _thread_scratch.buffers = kept
     return kept[1:]
