@@ -72,8 +72,7 @@ class ExactSum:
             total._widen(other.low, other.low + len(other.digits))
             start = other.low - total.low
             total.digits[start:start + len(other.digits)] += other.digits
-            _carry(total.digits)
-            total._grow_top()
+            total._normalise()
             total.special += other.special
         return total
 
@@ -102,8 +101,7 @@ class ExactSum:
         for start in range(0, values.size, _CHUNK):
             part = slice(start, start + _CHUNK)
             self._add_finite(np.where(finite[part], values[part], 0.0), start)
-        _carry(self.digits)
-        self._grow_top()
+        self._normalise()
 
     def _add_finite(self, values: np.ndarray, offset: int) -> None:
         mantissa, exponent = np.frexp(values)
@@ -137,8 +135,10 @@ class ExactSum:
         grown[start:start + len(self.digits)] = self.digits
         self.low, self.digits = new_low, grown
 
-    def _grow_top(self) -> None:
-        """Carry a top digit that reached 2^60 into a new digit above it."""
+    def _normalise(self) -> None:
+        """Carry every digit but the top one into [0, 2^60); a top digit that reached
+        2^60 carries into a new digit above it."""
+        _carry(self.digits)
         while np.any(np.abs(self.digits[-1]) >= _DIGIT):
             self._widen(self.low, self.low + len(self.digits) + 1)
             _carry(self.digits)
