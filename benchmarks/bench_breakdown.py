@@ -12,7 +12,7 @@ while G^2 p < gap / 2 (gap = lambda_m - lambda_{m+1} of the clean K_hat).
 
 Estimators: g-DPPCA sphere and winsor (non-private K_hat eigenvectors, and the private
 release at epsilon, noise from OS entropy), and covariance PCA
-(``kendall_matrix(X, transform="identity")`` is the sample covariance).
+(``kendall_matrix(X, spatial_sign="identity")`` is the sample covariance).
 Data: Gaussian, spectrum spiked_spectrum(d, 2, 10) = (20, 10, 1, ..., 1), m = 2.
 Adversaries (all k records of one kind):
   far_weakest    at 1e4 along the weakest true direction, unit jitter (a far cluster)
@@ -39,9 +39,9 @@ RADIUS = 3.0  # public winsor radius, in units of the unit noise level (never tu
 FRACTIONS = [0.0, None, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.10,
              0.12, 0.15, 0.20, 0.25, 0.30]  # None: exactly one record
 METHODS = {  # name -> (kendall_matrix kwargs, G or None for unbounded)
-    "sphere": ({"transform": "sphere"}, 1.0),
-    "winsor": ({"transform": "winsor", "radius": RADIUS}, RADIUS),
-    "covariance": ({"transform": "identity"}, None),
+    "sphere": ({"spatial_sign": "sphere"}, 1.0),
+    "winsor": ({"spatial_sign": "winsor", "radius": RADIUS}, RADIUS),
+    "covariance": ({"spatial_sign": "identity"}, None),
 }
 
 

@@ -40,7 +40,7 @@ import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from dask_dppca.kernel import block_pair_sum
-from dask_dppca.transforms import sphere, winsor
+from dask_dppca.kernel.spatial_sign import sphere, winsor
 
 GOALS = {32: (0.60, 0.70), 256: (0.85, 0.90)}  # d: (goal, stretch) as fraction of GEMM (issue 15)
 ADVERSARIAL_GOAL = 3.0  # an adversarial block at most this many times a clean one (issue 15)
@@ -356,7 +356,7 @@ def main(argv=None):
           f"{'  [--quick]' if args.quick else ''}")
     # Warm up: compile the numba pass (cached on disk after the first run).
     block_pair_sum(np.random.default_rng(9).normal(size=(64, 4)))
-    block_pair_sum(np.random.default_rng(9).normal(size=(64, 4)), transform=winsor(1.0))
+    block_pair_sum(np.random.default_rng(9).normal(size=(64, 4)), spatial_sign=winsor(1.0))
 
     start = time.perf_counter()
     gemm_single, gemm_all = section_gemm(args)

@@ -176,7 +176,7 @@ def evaluate(model, n, seed, eps_list, noise_reps, record, radii=None, kernels=T
         record(dict(base, method="covariance (non-private)", eps=math.inf, err=err(v[:, ::-1][:, :m])))
         k_hats["sphere"] = dd.kendall_matrix(X, scheduler="synchronous")
         for r in (RADII if radii is None else radii):
-            k_hats[f"winsor r={r:g}"] = dd.kendall_matrix(X, transform="winsor", radius=r,
+            k_hats[f"winsor r={r:g}"] = dd.kendall_matrix(X, spatial_sign="winsor", radius=r,
                                                           scheduler="synchronous")
     for name, K in k_hats.items():
         record(dict(base, method=f"g {name} (non-private)", eps=math.inf, err=err(release(K, 0.0, m, 0))))
@@ -186,7 +186,7 @@ def evaluate(model, n, seed, eps_list, noise_reps, record, radii=None, kernels=T
             tr, r = ("sphere", None) if name == "sphere" else ("winsor", float(name.split("=")[1]))
             cals = ["analytic"] + (["classical"] if eps < 1 else [])
             for cal in cals:
-                sigma = release_sigma(n, d, eps, DELTA, transform=tr, radius=r, calibration=cal)
+                sigma = release_sigma(n, d, eps, DELTA, spatial_sign=tr, radius=r, calibration=cal)
                 for rep in range(noise_reps):
                     V = release(K, sigma, m, seed * 1000 + rep)
                     record(dict(base, method=f"g-DPPCA {name} ({cal})", eps=eps, err=err(V), rep=rep))
@@ -313,9 +313,9 @@ def main(argv=None):
     # 0. the sigma shortcut is the estimator's sigma
     Xc = make_elliptical(600, spiked_spectrum(20, 2), np.eye(20), df=1.0, seed=0)
     for tr, r, cal, eps in (("sphere", None, "analytic", 1.0), ("winsor", 4.0, "classical", 0.5)):
-        fitted = dd.DPPCA(2, epsilon=eps, transform=tr, radius=r, calibration=cal, design="complete",
+        fitted = dd.DPPCA(2, epsilon=eps, spatial_sign=tr, radius=r, calibration=cal, design="complete",
                           scheduler="synchronous", random_state=0).fit(Xc).privacy_["sigma"]
-        assert fitted == release_sigma(600, 20, eps, DELTA, transform=tr, radius=r, calibration=cal)
+        assert fitted == release_sigma(600, 20, eps, DELTA, spatial_sign=tr, radius=r, calibration=cal)
 
     # 1. n sweep (epsilon 0.5 and 1) and epsilon sweep at n_ref, per model
     for model in models:

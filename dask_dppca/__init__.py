@@ -1,8 +1,11 @@
 """dask-dppca: robust, differentially private PCA (g-DPPCA) at cluster scale.
 
-Layers (design.md): ``kernel`` (numpy block-pair sums), ``graph`` (Dask tasks and the
-reduction), ``privacy`` (calibration, noise, budget, trusted release); ``estimator``
-and ``cli`` are thin shells over them.
+Layers, lowest first (README.md, "Layout"; :data:`dask_dppca.layers.LAYERS`): ``kernel``
+(numpy + numba block-pair sums), ``design`` (pair designs and block planning), ``io`` and
+``graph`` (inputs, the Dask task graph), ``privacy`` (calibration, noise, the mechanism,
+the budget; no Dask), ``compute`` (where and how a graph runs, the trusted release);
+``estimator``, ``reference``, ``metrics``, ``planning``, ``theory`` and ``cli`` are the
+shells over them.
 
 The public names are imported on first use (PEP 562), so ``import dask_dppca`` and
 the command line's ``--help`` do not pay for Dask, numba and scikit-learn up front.
@@ -17,21 +20,22 @@ from typing import TYPE_CHECKING, Any
 #: Public name -> module that defines it.
 _PUBLIC = {
     "DPPCA": "estimator",
-    "kendall_matrix": "graph",
-    "sin_theta": "theory",
+    "kendall_matrix": "reference",
+    "sin_theta": "metrics",
     "PrivacyBudget": "privacy.budget",
+    "GaussianCharge": "privacy.budget",
     "BudgetExceededError": "privacy.budget",
     "LedgerError": "privacy.budget",
     "set_default_budget": "privacy.charging",
     "active_budgets": "privacy.charging",
     "CompleteDesign": "design",
     "RegularDesign": "design",
-    "Transform": "transforms",
-    "sphere": "transforms",
-    "winsor": "transforms",
-    "custom": "transforms",
-    "UntrustedReleaseWarning": "privacy.runner",
-    "ClusterStalledError": "cluster",
+    "SpatialSign": "kernel.spatial_sign",
+    "sphere": "kernel.spatial_sign",
+    "winsor": "kernel.spatial_sign",
+    "custom": "kernel.spatial_sign",
+    "UntrustedReleaseWarning": "compute.placement",
+    "ClusterStalledError": "compute.waits",
 }
 
 __all__ = list(_PUBLIC)
@@ -42,15 +46,15 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .compute.placement import UntrustedReleaseWarning
+    from .compute.waits import ClusterStalledError
     from .design import CompleteDesign, RegularDesign
-    from .cluster import ClusterStalledError
     from .estimator import DPPCA
-    from .graph import kendall_matrix
-    from .privacy.runner import UntrustedReleaseWarning
-    from .privacy.budget import BudgetExceededError, LedgerError, PrivacyBudget
+    from .kernel.spatial_sign import SpatialSign, custom, sphere, winsor
+    from .metrics import sin_theta
+    from .privacy.budget import BudgetExceededError, GaussianCharge, LedgerError, PrivacyBudget
     from .privacy.charging import active_budgets, set_default_budget
-    from .theory import sin_theta
-    from .transforms import Transform, custom, sphere, winsor
+    from .reference import kendall_matrix
 
 
 def __getattr__(name: str) -> Any:

@@ -1,8 +1,15 @@
-"""Pair designs: which pairs the U-statistic averages, and the sensitivity that follows.
+"""Pair designs and block planning: which pairs the U-statistic averages, how the rows
+are cut into blocks, and the sensitivity that follows.
+
+This module is the one owner of block planning: :func:`plan_blocks` turns the public
+shape, the input's own row chunks (or none, for data in memory), the ``design``
+parameter and the compute target's thread count into a design and its
+:class:`DesignPlan`.  The estimator, the non-private reference ``kendall_matrix`` and
+the planner's ``release_sigma`` all call it, so they cannot drift apart.
 
 A design turns the row blocks of the input into a list of block pairs ``(I, J)`` with
 ``I <= J`` (``I == J``: the pairs ``i < j`` inside block I; ``I < J``: all of
-``I x J``), and reports the two numbers the privacy layer needs (method.md section 4):
+``I x J``), and reports the two numbers the privacy layer needs (docs/method.md, section 4):
 the number of pairs ``|P|`` and the largest number of pairs any one record sits in,
 ``max_degree``.  Both depend on the public n and the block layout only, never on the
 data.  Then
@@ -20,8 +27,8 @@ import numpy as np
 
 from .kernel import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_budget
 
-__all__ = ["CompleteDesign", "RegularDesign", "DesignPlan", "auto_design", "block_rows",
-           "check_design", "complete_blocks", "resolve_design"]
+__all__ = ["CompleteDesign", "RegularDesign", "Design", "DesignPlan", "auto_design", "block_rows",
+           "check_design", "complete_blocks", "plan_blocks", "resolve_design"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ class DesignPlan:
         How many consecutive block pairs each graph task computes (empty: one each).
         Their sums are added in a balanced tree inside the task (at most
         ``log2(#block pairs) + 1`` roundings deep); the graph adds the tasks' sums
-        exactly (:mod:`dask_dppca.exact_sum`) and rounds the total once.
+        exactly (:mod:`dask_dppca.kernel.exact_sum`) and rounds the total once.
     """
 
     block_sizes: tuple[int, ...]
@@ -135,7 +142,7 @@ class RegularDesign:
     memory).  With equal
     blocks every record sits in ``(block_size - 1) + k block_size`` pairs, so
     ``Delta_F = 2 sqrt(2) G^2 / n`` exactly as for the complete design, for about
-    ``n (k + 1) block_size / 2`` pairs instead of ``n^2 / 2`` (method.md section 8).
+    ``n (k + 1) block_size / 2`` pairs instead of ``n^2 / 2`` (docs/method.md, section 8).
     A ragged tail (or, for an odd ``k``, the end of the walk) breaks regularity
     slightly; the sensitivity is then computed from the actual degrees.
 
@@ -361,3 +368,45 @@ def resolve_design(
     if design == "auto":
         return auto_design(n_samples, n_features, n_threads)
     return design
+
+
+#: A pair design object.
+Design = CompleteDesign | RegularDesign
+
+
+def plan_blocks(
+    n_samples: int,
+    n_features: int,
+    row_chunks: tuple[int, ...] | None,
+    design: str | Design,
+    n_threads: int,
+) -> tuple[Design, DesignPlan]:
+    """The design for this input and compute target, and its plan (public inputs only).
+
+    Parameters
+    ----------
+    n_samples, n_features : int
+        The public shape (n, d).
+    row_chunks : tuple of int or None
+        The input's own row chunks (a dask array, a Zarr store), or None when the rows
+        are in memory and free to cut (numpy).
+    design : {"auto", "complete"} or Design
+        The estimator's ``design`` parameter.
+    n_threads : int
+        Worker threads of the compute target (the cluster's size is public).
+
+    Returns
+    -------
+    (Design, DesignPlan)
+        The complete design keeps the input's row chunks as its blocks (each read once,
+        the same bits on any cluster) or, for rows in memory, cuts them by
+        :func:`block_rows`; a regular design cuts its own blocks of ``block_size``.
+        The data are then given one chunk per block of ``plan.block_sizes``.
+    """
+    n, d = int(n_samples), int(n_features)
+    chosen = resolve_design(design, n, d, n_threads)
+    if isinstance(chosen, CompleteDesign):
+        chunks = complete_blocks(n, d, n_threads) if row_chunks is None else tuple(row_chunks)
+    else:
+        chunks = (n,)
+    return chosen, chosen.plan(chunks, d)

@@ -1,33 +1,31 @@
-"""DPPCA: the scikit-learn style estimator, a thin shell over graph and privacy.
+"""DPPCA: the scikit-learn style estimator, a thin shell over the layers below.
 
-``fit`` reads top to bottom: validate every parameter (nothing started, nothing read),
-open the input (metadata only), plan the release from public inputs, reserve it in every
-active budget, build the graph, run the release, commit the reservation, set the fitted
-attributes.
+``fit`` reads top to bottom: validate every parameter once (nothing started, nothing
+read), open the input (metadata only), plan the blocks and the release from public
+inputs, reserve it in every active budget, build the graph, run the release on the
+compute target, commit the reservation, set the fitted attributes.
 """
 
 from __future__ import annotations
 
-import types
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import cluster
-from .design import check_design
-from .graph import kernel_sum_graph, plan_blocks
-from .io import as_dask_array, is_lazy_input
-from .privacy.charging import BudgetCarrier, dataset_id, reserve_release
-from .privacy.calibration import CALIBRATIONS, check_calibration_range, validate_privacy_parameters
-from .privacy.mechanism import ReleaseMechanism
-from .privacy.noise import SeededSampler, default_sampler
-from .privacy.runner import run_release
-from .transforms import Transform, resolve_transform
-from .validation import boolean, integer_at_least, one_of, optional_string
+from .compute import check_scheduler, compute_target
+from .design import Design, check_design, plan_blocks
+from .graph import kernel_sum_graph
+from .io import is_lazy_input, open_records
+from .kernel import SpatialSign, resolve_spatial_sign
+from .privacy import PrivacyTarget, ReleaseMechanism
+from .privacy.charging import BudgetCarrier, reserve_release
+from .privacy.noise import NoiseSampler, SeededSampler, default_sampler
+from .validation import boolean, integer_at_least, optional_string
 
 __all__ = ["DPPCA", "PARAMETER_CONSTRAINTS"]
 
@@ -37,16 +35,15 @@ def _check_random_state(name: str, value: Any) -> int | None:
 
 
 def _check_scheduler(name: str, value: Any) -> Any:
-    cluster.check_scheduler(value)
+    check_scheduler(value)
     return value
 
 
-#: Every parameter's constraint: ``check(name, value) -> value`` raises a ValueError that
-#: names the parameter.  Booleans are never taken as numbers.  Checked together with
-#: the privacy parameters and the transform before anything starts or is read.
+#: Every parameter's constraint but the privacy target and the spatial sign (checked
+#: together, see :meth:`DPPCA._validated`): ``check(name, value) -> value`` raises a
+#: ValueError that names the parameter.  Booleans are never taken as numbers.
 PARAMETER_CONSTRAINTS: dict[str, Callable[[str, Any], Any]] = {
     "n_components": lambda name, value: integer_at_least(name, value, 1),
-    "calibration": lambda name, value: one_of(name, value, CALIBRATIONS),
     "design": lambda name, value: check_design(value),
     "scheduler": _check_scheduler,
     "trusted_worker": optional_string,
@@ -56,29 +53,19 @@ PARAMETER_CONSTRAINTS: dict[str, Callable[[str, Any], Any]] = {
 }
 
 
-class _TransformParameterAndMethod:
-    """``DPPCA.transform`` is both a parameter and a method.
+@dataclass(frozen=True)
+class _Parameters:
+    """The estimator's parameters, each checked once."""
 
-    The issue's API names the spatial sign ``transform=`` (as in the paper's
-    "transformation g") while scikit-learn names the scoring method ``transform(X)``.
-    Assigning the parameter stores the value; reading the attribute gives the bound
-    scoring method, so ``est.transform(X)`` and Pipelines work, while
-    ``get_params``/``set_params``/``clone`` see the parameter value.
-
-    ``scores`` is the scoring function as scikit-learn's ``set_output`` wrapped it
-    (pandas/polars containers with ``get_feature_names_out`` columns).
-    """
-
-    def __init__(self, scores: Callable) -> None:
-        self.scores = scores
-
-    def __set__(self, estimator, value) -> None:
-        estimator.__dict__["_transform_parameter"] = value
-
-    def __get__(self, estimator, owner=None):
-        if estimator is None:
-            return self.scores
-        return types.MethodType(self.scores, estimator)
+    n_components: int
+    target: PrivacyTarget
+    spatial_sign: SpatialSign
+    design: str | Design
+    scheduler: Any
+    trusted_worker: str | None
+    require_trusted: bool
+    random_state: int | None
+    progress: bool
 
 
 class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -98,11 +85,11 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         Privacy parameter epsilon > 0.
     delta : float, default=1e-6
         Privacy parameter 0 < delta < 1.
-    transform : {"sphere", "winsor"} or Transform, default="sphere"
-        The generalized spatial sign; a bounded custom one from
-        :func:`dask_dppca.transforms.custom`.
+    spatial_sign : {"sphere", "winsor"} or SpatialSign, default="sphere"
+        The generalized spatial sign g; a bounded custom one from
+        :func:`dask_dppca.custom`.
     radius : float, optional
-        Public winsorization radius (``transform="winsor"``), in the units of
+        Public winsorization radius (``spatial_sign="winsor"``), in the units of
         ``t = (x_i - x_j) / sqrt(2)``.  Never tune it on the data.
     design : {"auto", "complete"} or RegularDesign, default="auto"
         Which pairs are averaged.  ``"auto"`` keeps every pair while the work is
@@ -123,7 +110,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     require_trusted : bool, default=False
         Refuse to fit when neither a ``dppca-trusted`` worker nor ``trusted_worker``
         exists.  By default such a fit warns
-        (:class:`~dask_dppca.privacy.runner.UntrustedReleaseWarning`) and
+        (:class:`~dask_dppca.UntrustedReleaseWarning`) and
         releases on any worker, recorded in ``privacy_["released_on"]``.
     random_state : int, optional
         NOT PRIVATE.  Seeds the noise for tests and reproducible examples only; a
@@ -145,7 +132,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     privacy_ : dict
         Everything needed to re-derive sigma by hand (epsilon, delta, sensitivity and
         its parts, sigma, calibration, design counts, tiles), the fit id and where the
-        noise was drawn (:meth:`ReleaseMechanism.describe`).
+        noise was drawn (:meth:`~dask_dppca.privacy.ReleaseMechanism.describe`).
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Column names of a DataFrame input (only then); ``transform`` checks them.
@@ -158,7 +145,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         *,
         epsilon: float = 1.0,
         delta: float = 1e-6,
-        transform: str | Transform = "sphere",
+        spatial_sign: str | SpatialSign = "sphere",
         radius: float | None = None,
         design: Any = "auto",
         calibration: str = "analytic",
@@ -171,7 +158,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
-        self.transform = transform
+        self.spatial_sign = spatial_sign
         self.radius = radius
         self.design = design
         self.calibration = calibration
@@ -180,12 +167,6 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         self.require_trusted = require_trusted
         self.random_state = random_state
         self.progress = progress
-
-    def get_params(self, deep: bool = True) -> dict:
-        """Parameters of this estimator (``transform`` is the spatial sign's value)."""
-        params = super().get_params(deep=deep)
-        params["transform"] = self.__dict__.get("_transform_parameter", "sphere")
-        return params
 
     def fit(self, X: Any, y: None = None, *, component: str | None = None,
             storage_options: dict | None = None, allow_fill_values: bool = False) -> DPPCA:
@@ -212,32 +193,31 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         -------
         self
         """
-        params, g = self._validated_parameters()
-        data = as_dask_array(X, component, storage_options=storage_options,
-                             allow_fill_values=allow_fill_values, scheduler=params["scheduler"])
+        params = self._validated()
+        records = open_records(X, component, storage_options=storage_options,
+                               allow_fill_values=allow_fill_values)
         if hasattr(X, "shape") or not is_lazy_input(X):  # metadata only: names and width
             validate_data(self, X, reset=True, skip_check_array=True)
-        n_components = _check_n_components(params["n_components"], data.shape[1])
-        with cluster.compute_target(params["scheduler"]) as target:
-            n_threads = cluster.thread_count(target)
-            data, design, plan = plan_blocks(data, params["design"], n_threads,
-                                             rows_free=not is_lazy_input(X))
-            mechanism = ReleaseMechanism.plan_release(
-                design, plan, g, params["epsilon"], params["delta"], params["calibration"],
-                _noise_sampler(plan.n_features, params["random_state"]))
+        n_components = _check_n_components(params.n_components, records.shape[1])
+        with compute_target(params.scheduler) as target:
+            records = records.counted(target)
+            n, d = records.shape
+            design, plan = plan_blocks(n, d, records.row_chunks, params.design, target.n_threads)
+            mechanism = ReleaseMechanism.plan_release(design, plan, params.spatial_sign,
+                                                      params.target,
+                                                      _noise_sampler(d, params.random_state))
             fit_id = uuid.uuid4().hex
             # Every active budget reserves the release before any data is read and
             # commits it after the draw (docs/privacy.md, "Budget").
-            with reserve_release(mechanism.sensitivity, mechanism.sigma,
-                                 excess=mechanism.sampler_excess, fit_id=fit_id,
-                                 epsilon=params["epsilon"], delta=params["delta"],
-                                 dataset=dataset_id(X, component, data.shape),
-                                 carried=self.carried_budgets, target=target):
-                graph = kernel_sum_graph(data, plan, g, n_threads)
-                release, placement = run_release(
-                    mechanism, graph, target, n_components, fit_id,
-                    trusted_worker=params["trusted_worker"],
-                    require_trusted=params["require_trusted"], progress=params["progress"])
+            with reserve_release(mechanism, fit_id=fit_id, dataset=records.dataset,
+                                 carried=self.carried_budgets,
+                                 abandon=lambda: target.abandon(fit_id)):
+                lane_sums = kernel_sum_graph(records.blocks(plan.block_sizes), plan,
+                                             params.spatial_sign, target.n_threads)
+                release, placement = target.release(
+                    mechanism, lane_sums, n_components, fit_id,
+                    trusted_worker=params.trusted_worker, require_trusted=params.require_trusted,
+                    progress=params.progress)
 
         self.components_ = release.components
         self.eigenvalues_ = release.eigenvalues
@@ -252,19 +232,19 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                          "release_placement": placement, "released_on": release.released_on}
         return self
 
-    def _validated_parameters(self) -> tuple[dict, Transform]:
-        """Every parameter checked (the constraint table), before anything starts."""
+    def _validated(self) -> _Parameters:
+        """Every parameter checked once (the constraint table, the privacy target, the
+        spatial sign), before anything starts or is read."""
         params = self.get_params(deep=False)
         checked = {name: check(name, params[name]) for name, check in PARAMETER_CONSTRAINTS.items()}
-        checked["epsilon"], checked["delta"] = validate_privacy_parameters(params["epsilon"], params["delta"])
-        check_calibration_range(checked["calibration"], checked["epsilon"])
-        g = resolve_transform(params["transform"], params["radius"])
+        target = PrivacyTarget.of(params["epsilon"], params["delta"], params["calibration"])
+        g = resolve_spatial_sign(params["spatial_sign"], params["radius"])
         if not g.is_bounded:
             raise ValueError(
-                f"transform: {g.name!r} is unbounded and has no finite sensitivity; "
+                f"spatial_sign: {g.name!r} is unbounded and has no finite sensitivity; "
                 "use dask_dppca.kendall_matrix for a non-private reference"
             )
-        return checked, g
+        return _Parameters(target=target, spatial_sign=g, **checked)
 
     def transform(self, X: Any, *, component: str | None = None,
                   storage_options: dict | None = None, allow_fill_values: bool = False) -> Any:
@@ -283,10 +263,10 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         """
         check_is_fitted(self, "components_")
         if is_lazy_input(X):
-            data = as_dask_array(X, component, storage_options=storage_options,
-                                 allow_fill_values=allow_fill_values, scheduler=self.scheduler)
-            _check_width(data.shape[1], self.n_features_in_)
-            return data.astype(np.float64) @ self.components_.T
+            records = open_records(X, component, storage_options=storage_options,
+                                   allow_fill_values=allow_fill_values)
+            _check_width(records.shape[1], self.n_features_in_)
+            return records.array.astype(np.float64) @ self.components_.T
         # In memory: scikit-learn's checks (width, column names) and wording.  NaN and
         # inf pass through: their scores are NaN/inf, as the input's.
         data = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=False)
@@ -306,13 +286,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         return tags
 
 
-# The scoring method keeps the name ``transform`` for scikit-learn while the parameter of
-# that name is the spatial sign: install the descriptor over the method (as wrapped by
-# TransformerMixin's set_output support when the class was created).
-DPPCA.transform = _TransformParameterAndMethod(DPPCA.__dict__["transform"])
-
-
-def _noise_sampler(n_features: int, random_state: int | None):
+def _noise_sampler(n_features: int, random_state: int | None) -> NoiseSampler:
     """OS-entropy noise for real releases; a seeded, NOT private sampler for tests."""
     if random_state is None:
         return default_sampler(n_features * (n_features + 1) // 2)

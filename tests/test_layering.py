@@ -1,77 +1,126 @@
-"""The package's layers (README, "Layout"): no module imports from a layer above it."""
+"""The package's layers (dask_dppca/layers.py, the README's "Layout"): no module imports
+from a layer above it, the privacy layer imports no Dask, and the README says the same."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "dask_dppca"
-#: Lowest first.  A module may import its own layer and the ones before it.
-LAYERS = [
-    {"validation", "datasets"},
-    {"transforms", "kernel", "exact_sum", "jit"},
-    {"cluster", "progress"},
-    {"design", "io", "graph"},
-    {"privacy"},
-    {"estimator", "theory", "cli", "__init__", "__main__"},
-]
+from dask_dppca.layers import FORBIDDEN_IMPORTS, LAYERS
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "dask_dppca"
 
 
-def layer(module: str) -> int:
+def layer(module: str, layers=LAYERS) -> int:
+    """Index of the layer holding ``module`` (a dotted name inside the package)."""
     top = module.split(".")[0]
-    (index,) = [i for i, names in enumerate(LAYERS) if top in names]
+    (index,) = [i for i, (_, names, _) in enumerate(layers) if top in names]
     return index
 
 
-def imports(path: Path, root: Path = PACKAGE) -> set[str]:
-    """Package-relative names imported anywhere in ``path`` (function bodies included), for
-    ``path`` inside the package folder ``root``."""
+def imports(path: Path, root: Path = PACKAGE) -> tuple[set[str], set[str]]:
+    """``(package-relative names, outside top-level packages)`` imported anywhere in
+    ``path`` (function bodies and TYPE_CHECKING blocks included), for ``path`` inside
+    the package folder ``root``."""
     package = path.relative_to(root).with_suffix("").parts[:-1]
-    found = set()
+    inside, outside = set(), set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level > 0:
             base = list(package[: len(package) - node.level + 1])
             if node.module:
-                found.add(".".join(base + [node.module]))
+                inside.add(".".join(base + [node.module]))
                 continue
             for alias in node.names:  # `from . import x`: a module x, or a name of the package
                 is_module = root.joinpath(*base, alias.name).with_suffix(".py").exists() or \
                     root.joinpath(*base, alias.name).is_dir()
-                found.add(".".join(base + [alias.name]) if is_module else ".".join(base) or "__init__")
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(f"{root.name}."):
-            found.add(node.module.removeprefix(f"{root.name}."))
-    return found
+                inside.add(".".join(base + [alias.name]) if is_module else ".".join(base) or "__init__")
+        elif isinstance(node, ast.ImportFrom):
+            name = node.module or ""
+            if name.startswith(f"{root.name}."):
+                inside.add(name.removeprefix(f"{root.name}."))
+            else:
+                outside.add(name.split(".")[0])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(f"{root.name}."):
+                    inside.add(alias.name.removeprefix(f"{root.name}."))
+                else:
+                    outside.add(alias.name.split(".")[0])
+    return inside, outside
 
 
-def upward_imports(root: Path = PACKAGE) -> tuple[list[str], int]:
-    """The imports in ``root`` that go up a layer, and how many imports were checked."""
-    upward, checked = [], 0
+def violations(root: Path = PACKAGE, layers=LAYERS, forbidden=FORBIDDEN_IMPORTS) -> tuple[list[str], int]:
+    """The imports in ``root`` that go up a layer or reach a forbidden package, and how
+    many imports were checked."""
+    found, checked = [], 0
     for path in sorted(root.rglob("*.py")):
         module = ".".join(path.relative_to(root).with_suffix("").parts)
-        for imported in sorted(imports(path, root)):
+        inside, outside = imports(path, root)
+        for imported in sorted(inside):
             if imported in {"", "__init__"} or imported.startswith("__init__"):
                 continue
-            if layer(imported) > layer(module):
-                upward.append(f"{module} imports {imported} (a layer above)")
+            if layer(imported, layers) > layer(module, layers):
+                found.append(f"{module} imports {imported} (a layer above)")
             checked += 1
-    return upward, checked
+        banned = forbidden.get(layers[layer(module, layers)][0], frozenset())
+        for name in sorted(outside & banned):
+            found.append(f"{module} imports {name} (forbidden in its layer)")
+        checked += len(outside)
+    return found, checked
 
 
 def test_every_module_belongs_to_a_layer_and_imports_only_downwards():
-    upward, checked = upward_imports()
-    assert upward == []
-    assert checked > 30
+    found, checked = violations()
+    assert found == []
+    assert checked > 100
 
 
-def test_the_check_catches_an_upward_import(tmp_path):
-    """The same check on a tiny package: kernel imports privacy (up), privacy kernel (down)."""
+def test_privacy_imports_no_dask_in_fact():
+    """Importing the privacy layer alone loads neither dask nor distributed."""
+    import subprocess
+    import sys
+
+    code = ("import sys, dask_dppca.privacy, dask_dppca.privacy.mechanism; "
+            "print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_check_catches_an_upward_import_and_a_planted_distributed(tmp_path):
+    """The same check on a tiny package: kernel imports privacy (up); privacy imports
+    distributed (forbidden); privacy imports kernel (down, allowed)."""
     root = tmp_path / "dask_dppca"
     (root / "privacy").mkdir(parents=True)
     (root / "privacy" / "__init__.py").write_text("from ..kernel import helper\n\nx = 1\n")
+    (root / "privacy" / "runner.py").write_text("def run():\n    import distributed\n")
     (root / "kernel.py").write_text("from .privacy import x\n\n\ndef helper():\n    return x\n")
-    assert imports(root / "kernel.py", root) == {"privacy"}
-    assert imports(root / "privacy" / "__init__.py", root) == {"kernel"}
-    assert upward_imports(root) == (["kernel imports privacy (a layer above)"], 2)
+    layers = (("kernel", frozenset({"kernel"}), ""), ("privacy", frozenset({"privacy"}), ""))
+    forbidden = {"privacy": frozenset({"dask", "distributed"})}
+    assert imports(root / "kernel.py", root) == ({"privacy"}, set())
+    assert imports(root / "privacy" / "runner.py", root) == (set(), {"distributed"})
+    found, _ = violations(root, layers, forbidden)
+    assert found == ["kernel imports privacy (a layer above)",
+                     "privacy.runner imports distributed (forbidden in its layer)"]
     assert layer("graph") > layer("kernel")
-    assert layer("privacy.runner") > layer("graph")
+    assert layer("compute.release") > layer("privacy.mechanism")
     assert not layer("estimator") <= layer("privacy.mechanism")
+
+
+def test_the_readme_layer_table_is_the_package_s():
+    """README.md's "Layout" table lists the layers of dask_dppca/layers.py, in order, and
+    every top-level module of the package belongs to exactly one layer."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    names = [row.split("|")[1].strip() for row in rows[1:]]
+    assert names == [name for name, _, _ in LAYERS]
+    for row, (_, modules, _) in zip(rows[1:], LAYERS):
+        listed = set(re.findall(r"`([a-z_]+)[/.]?(?:py)?`", row.split("|")[2]))
+        assert listed == set(modules) - {"__init__", "__main__"}, row
+    tops = {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.iterdir()
+                                                     if (p / "__init__.py").exists()}
+    owners = [sum(top in modules for _, modules, _ in LAYERS) for top in tops]
+    assert owners == [1] * len(tops), sorted(tops)

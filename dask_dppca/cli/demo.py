@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         est = DPPCA(n_components=m, epsilon=args.epsilon, delta=args.delta).fit(store)
         fit_seconds = time.perf_counter() - started
-        covariance = kendall_matrix(store, transform="identity")
+        covariance = kendall_matrix(store, spatial_sign="identity")
     cov_directions = np.linalg.eigh(covariance)[1][:, ::-1][:, :m]
     rows = [
         (f"g-DPPCA sphere (eps={args.epsilon:g}, delta={args.delta:g})",

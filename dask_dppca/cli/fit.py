@@ -32,10 +32,10 @@ def add_parser(commands) -> None:
                      help="number of private principal directions (default 2)")
     fit.add_argument("--epsilon", type=float, default=1.0, help="privacy epsilon > 0 (default 1)")
     fit.add_argument("--delta", type=float, default=1e-6, help="privacy delta in (0, 1) (default 1e-6)")
-    fit.add_argument("--transform", default="sphere", choices=["sphere", "winsor"],
-                     help="generalized spatial sign (default sphere)")
+    fit.add_argument("--spatial-sign", default="sphere", choices=["sphere", "winsor"],
+                     help="generalized spatial sign g (default sphere)")
     fit.add_argument("--radius", type=float,
-                     help="public winsorization radius (with --transform winsor); never tune it on the data")
+                     help="public winsorization radius (with --spatial-sign winsor); never tune it on the data")
     fit.add_argument("--calibration", default="analytic", choices=["analytic", "classical"],
                      help="noise calibration (default analytic: tight, any epsilon)")
     fit.add_argument("--design", default="auto", choices=["auto", "complete", "regular"],
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
     from .. import DPPCA, RegularDesign
-    from ..cluster import tls_config
+    from ..compute import tls_config
     from ..io import check_writable, write_json
     from ..io.storage import display_location, is_url
     from .budget import open_ledger
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--partners and --block-size go with --design regular")
     est = DPPCA(
         n_components=args.n_components, epsilon=args.epsilon, delta=args.delta,
-        transform=args.transform, radius=args.radius, design=design,
+        spatial_sign=args.spatial_sign, radius=args.radius, design=design,
         calibration=args.calibration, scheduler=args.scheduler,
         trusted_worker=args.trusted_worker, require_trusted=args.require_trusted,
         progress=not args.no_progress and sys.stdout.isatty(),

@@ -3,9 +3,9 @@
 Each becomes a row-chunked dask array from its own public API (``DataArray.chunk``,
 ``.data``, ``DataFrame.to_dask_array``), so nothing is computed or gathered on the
 client.  A DataFrame's partition lengths (n is public, like a Zarr array's shape) are
-counted where the fit computes, by one small task per partition: the noise is calibrated
-from n before the fit, so a DataFrame that is not persisted is read once for the
-lengths and once for the fit.
+counted where the fit computes, by one small task per partition, within the compute
+target's bounded wait: the noise is calibrated from n before the fit, so a DataFrame
+that is not persisted is read once for the lengths and once for the fit.
 
 The modules are looked up in ``sys.modules``: an object can only be an xarray or dask
 DataFrame object if its library is already imported, and the fit does not pay for
@@ -22,7 +22,7 @@ import dask.array as da
 
 from ..validation import is_real_numeric_dtype
 
-__all__ = ["is_dask_frame", "is_xarray", "from_dask_frame", "from_xarray"]
+__all__ = ["check_frame_dtypes", "frame_rows", "from_xarray", "is_dask_frame", "is_xarray"]
 
 
 def is_xarray(data: Any) -> bool:
@@ -37,10 +37,12 @@ def is_dask_frame(data: Any) -> bool:
     return dd is not None and isinstance(data, (dd.DataFrame, dd.Series))
 
 
-def from_xarray(data: Any, component: str | None, block_rows) -> da.Array:
+def from_xarray(data: Any, component: str | None) -> Any:
     """A DataArray (records x features), or the Dataset variable ``component`` names.
 
-    ``block_rows(d)`` gives the rows per block for a DataArray not yet chunked by Dask.
+    A DataArray chunked by Dask gives its dask array; one that is not (in memory, or a
+    lazy backend array) gives its values as numpy, rows free to cut into the design's
+    blocks.
     """
     import xarray as xr
 
@@ -62,34 +64,26 @@ def from_xarray(data: Any, component: str | None, block_rows) -> da.Array:
         raise ValueError(
             f"X: expected a 2-D DataArray (records x features), got dims {data.dims} with "
             f"shape {data.shape}")
-    if data.chunks is None:  # in memory or a lazy backend array: wrapped, not loaded
+    if data.chunks is None:  # in memory or a lazy backend array: one chunk, cut later
         records, features = data.dims
-        data = data.chunk({records: block_rows(data.shape[1]), features: -1})
+        data = data.chunk({records: -1, features: -1})
     return data.data
 
 
-def from_dask_frame(frame: Any, scheduler: Any) -> da.Array:
-    """Rows of a dask DataFrame (or one column, a Series) with counted partition lengths."""
+def check_frame_dtypes(frame: Any) -> None:
+    """Refuse a DataFrame (or Series) with a column that is not a real number."""
     import dask.dataframe as dd
 
-    is_series = isinstance(frame, dd.Series)
-    dtypes = {frame.name: frame.dtype} if is_series else dict(frame.dtypes.items())
+    dtypes = {frame.name: frame.dtype} if isinstance(frame, dd.Series) else dict(frame.dtypes.items())
     bad = {str(name): str(dtype) for name, dtype in dtypes.items() if not is_real_numeric_dtype(dtype)}
     if bad:
         raise ValueError(f"X: the DataFrame's columns must be numeric; not numeric: {bad}")
-    lengths = _partition_lengths(frame, scheduler)
-    array = frame.to_dask_array(lengths=lengths)
-    return array[:, None] if is_series else array
 
 
-def _partition_lengths(frame: Any, scheduler: Any) -> list[int]:
-    """len() of every partition, computed where the fit computes (never on the client)."""
-    from ..cluster import compute_target
-
+def frame_rows(frame: Any, target: Any) -> da.Array:
+    """Rows of a dask DataFrame (or one column, a Series), partition lengths counted on
+    ``target`` (``target.compute(collections, label)``, bounded), never on the client."""
     counts = [dask.delayed(len, pure=True)(part) for part in frame.to_delayed()]
-    with compute_target(scheduler) as target:
-        if isinstance(target, str):
-            lengths = dask.compute(*counts, scheduler=target)
-        else:
-            lengths = target.gather(target.compute(counts))
-    return [int(length) for length in lengths]
+    lengths = [int(length) for length in target.compute(counts, "counting the DataFrame's rows")]
+    array = frame.to_dask_array(lengths=lengths)
+    return array[:, None] if array.ndim == 1 else array

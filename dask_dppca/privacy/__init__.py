@@ -1,15 +1,19 @@
-"""The privacy layer: sigma calibration, float-safe noise and the privacy budget.
+"""Layer 4, the privacy layer: every privacy claim in one folder, and no Dask in it.
 
-``calibration``: analytic (Balle & Wang 2018) and classical Gaussian calibrations and
-the exact Gaussian privacy profile.  ``noise``: vecd and the float-safe samplers.
-``budget``: tight (Gaussian-DP) composition of releases, kept in a ``ledger`` (in
-memory or a SQLite file).  docs/privacy.md holds the arguments; ``release`` (the
-trusted release task) builds on these.
+``calibration``: analytic (Balle & Wang 2018) and classical Gaussian calibrations, the
+exact Gaussian privacy profile, and :class:`PrivacyTarget`.  ``noise``: vecd and the
+float-safe samplers.  ``mechanism``: the g-DPPCA release as one object (sensitivity,
+sigma, and the release math: noise once, then the eigendecomposition).  ``budget``:
+tight (Gaussian-DP) composition of releases, kept in a ``ledger`` (in memory or a
+SQLite file); ``charging``: which budgets a fit charges.  docs/privacy.md holds the
+arguments.  The compute layer (:mod:`dask_dppca.compute`) runs a mechanism on a cluster;
+tests/test_layering.py keeps dask and distributed out of this package.
 """
 
-from .budget import BudgetExceededError, LedgerError, PrivacyBudget, Release, Reservation
+from .budget import BudgetExceededError, GaussianCharge, LedgerError, PrivacyBudget, Release, Reservation
 from .charging import active_budgets, current_budget, reserve_release, set_default_budget
 from .calibration import (
+    PrivacyTarget,
     analytic_gaussian_sigma,
     calibrate_sigma,
     classical_gaussian_sigma,
@@ -32,8 +36,14 @@ from .noise import (
     vecd_inverse,
 )
 
+from .mechanism import PrivateRelease, ReleaseMechanism
+
 __all__ = [
     "BudgetExceededError",
+    "GaussianCharge",
+    "PrivacyTarget",
+    "PrivateRelease",
+    "ReleaseMechanism",
     "PrivacyBudget",
     "Release",
     "current_budget",

@@ -41,6 +41,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .calibration import (
@@ -56,6 +57,7 @@ from ..validation import nonnegative_finite, positive_finite
 
 __all__ = [
     "BudgetExceededError",
+    "GaussianCharge",
     "LedgerError",
     "PrivacyBudget",
     "Release",
@@ -77,6 +79,42 @@ _IN_MEMORY: weakref.WeakValueDictionary[str, PrivacyBudget] = weakref.WeakValueD
 
 class BudgetExceededError(RuntimeError):
     """A release would exceed the (epsilon, delta) of a privacy budget."""
+
+
+@dataclass(frozen=True)
+class GaussianCharge:
+    """What a budget charges for one Gaussian release: ``mu = sensitivity / sigma``.
+
+    A mechanism offers its charge as ``mechanism.charge``; the budget's :meth:`~PrivacyBudget.check`,
+    :meth:`~PrivacyBudget.reserve` and :meth:`~PrivacyBudget.spend` take either.
+
+    Attributes
+    ----------
+    sensitivity : float
+        The l2 sensitivity the noise is calibrated to (slack included), >= 0.
+    sigma : float
+        The noise scale, > 0.
+    excess : float
+        The sampler's privacy excess (0 for an exact sampler).
+    epsilon, delta : float or None
+        The release's own calibration target, kept for the record (the budget composes
+        ``sensitivity / sigma``, not these).
+    """
+
+    sensitivity: float
+    sigma: float
+    excess: float = 0.0
+    epsilon: float | None = None
+    delta: float | None = None
+
+
+def _charge_of(item: Any) -> GaussianCharge:
+    """The charge of a mechanism (``.charge``) or a charge itself."""
+    charge = getattr(item, "charge", item)
+    if not isinstance(charge, GaussianCharge):
+        raise TypeError(f"charge: expected a GaussianCharge or a mechanism with .charge, got "
+                        f"{type(item).__name__}")
+    return charge
 
 
 def _check_release(sensitivity: float, sigma: float, excess: float) -> tuple[float, float, float]:
@@ -224,7 +262,7 @@ class PrivacyBudget:
     def _where(self) -> str:
         return f", ledger {self.ledger}" if self.ledger else ""
 
-    def check(self, sensitivity: float, sigma: float, excess: float = 0.0) -> None:
+    def check(self, charge: GaussianCharge | Any) -> None:
         """Raise if one more Gaussian release would exceed the budget now.
 
         Another thread or process may spend in between: :meth:`reserve` checks and
@@ -232,23 +270,19 @@ class PrivacyBudget:
 
         Parameters
         ----------
-        sensitivity : float
-            l2 sensitivity >= 0 (including sampler slack).
-        sigma : float
-            Noise standard deviation > 0.
-        excess : float, default 0.0
-            The sampler's privacy excess.
+        charge : GaussianCharge or mechanism
+            The release's charge, or a mechanism offering it as ``.charge``.
 
         Raises
         ------
         BudgetExceededError
             If the composition with this release is not (epsilon, delta)-DP.
         """
-        self._admit(*_check_release(sensitivity, sigma, excess), self._counted())
+        c = _charge_of(charge)
+        self._admit(*_check_release(c.sensitivity, c.sigma, c.excess), self._counted())
 
-    def reserve(self, sensitivity: float, sigma: float, *, excess: float = 0.0, label: str = "",
-                fit_id: str = "", dataset: str = "", epsilon: float | None = None,
-                delta: float | None = None) -> Reservation:
+    def reserve(self, charge: GaussianCharge | Any, *, label: str = "", fit_id: str = "",
+                dataset: str = "") -> Reservation:
         """Check and record one release as *reserved*, atomically; it counts as spent.
 
         Call it before the noise is drawn, then :meth:`Reservation.commit` after (or
@@ -256,12 +290,10 @@ class PrivacyBudget:
 
         Parameters
         ----------
-        sensitivity, sigma, excess
+        charge : GaussianCharge or mechanism
             As in :meth:`check`.
         label, fit_id, dataset : str
             Stored with the record.
-        epsilon, delta : float, optional
-            The release's own calibration target, stored for the record.
 
         Returns
         -------
@@ -272,15 +304,14 @@ class PrivacyBudget:
         BudgetExceededError
             Nothing is recorded then.
         """
-        return Reservation(self, self._record("reserved", sensitivity, sigma, excess, label,
-                                              fit_id, dataset, epsilon, delta))
+        return Reservation(self, self._record("reserved", _charge_of(charge), label, fit_id, dataset))
 
-    def spend(self, sensitivity: float, sigma: float, label: str = "", excess: float = 0.0) -> None:
+    def spend(self, charge: GaussianCharge | Any, label: str = "") -> None:
         """Check, then record one Gaussian release as committed, atomically.
 
         Parameters
         ----------
-        sensitivity, sigma, excess
+        charge : GaussianCharge or mechanism
             As in :meth:`check`.
         label : str
             Free text stored with the record.
@@ -290,14 +321,14 @@ class PrivacyBudget:
         BudgetExceededError
             Nothing is recorded then.
         """
-        self._record("committed", sensitivity, sigma, excess, label, "", "", None, None)
+        self._record("committed", _charge_of(charge), label, "", "")
 
-    def _record(self, state, sensitivity, sigma, excess, label, fit_id, dataset, epsilon,
-                delta) -> Release:
-        sens, sig, exc = _check_release(sensitivity, sigma, excess)
+    def _record(self, state: str, charge: GaussianCharge, label: str, fit_id: str,
+                dataset: str) -> Release:
+        sens, sig, exc = _check_release(charge.sensitivity, charge.sigma, charge.excess)
         release = Release(sens, sig, str(label), exc, str(fit_id), str(dataset),
-                          None if epsilon is None else float(epsilon),
-                          None if delta is None else float(delta), state, time.time())
+                          None if charge.epsilon is None else float(charge.epsilon),
+                          None if charge.delta is None else float(charge.delta), state, time.time())
         return self._ledger.record(release, lambda rows: self._admit(sens, sig, exc, rows))
 
     def min_sigma(self, sensitivity: float, excess: float = 0.0) -> float:

@@ -1,6 +1,6 @@
 """Calibrating the Gaussian mechanism: sigma from (sensitivity, epsilon, delta).
 
-Two calibrations are offered (method.md section 5, docs/privacy.md "Calibration"):
+Two calibrations are offered (docs/method.md, section 5; docs/privacy.md "Calibration"):
 
 * ``"analytic"`` (Balle & Wang 2018): the smallest sigma for which the Gaussian
   mechanism of l2 sensitivity ``Delta`` is (epsilon, delta)-DP, from the exact privacy
@@ -29,6 +29,7 @@ floating-point evaluation.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import brentq
@@ -38,6 +39,7 @@ from ..validation import nonnegative_finite, positive_finite, real_number
 
 __all__ = [
     "CALIBRATIONS",
+    "PrivacyTarget",
     "DELTA_RELATIVE_ERROR",
     "analytic_gaussian_sigma",
     "calibrate_sigma",
@@ -101,6 +103,48 @@ def validate_privacy_parameters(epsilon: float, delta: float) -> tuple[float, fl
     if not (0.0 < dlt < 1.0):  # also rejects nan
         raise ValueError(f"delta: must satisfy 0 < delta < 1, got {dlt!r}")
     return eps, dlt
+
+
+@dataclass(frozen=True)
+class PrivacyTarget:
+    """A release's privacy target, valid by construction: build it with :meth:`of`.
+
+    Attributes
+    ----------
+    epsilon : float
+        Finite and > 0.
+    delta : float
+        In (0, 1).
+    calibration : {"analytic", "classical"}
+        ``"classical"`` only with epsilon < 1, where it is proven.
+    """
+
+    epsilon: float
+    delta: float
+    calibration: str = "analytic"
+
+    @classmethod
+    def of(cls, epsilon: float, delta: float, calibration: str = "analytic") -> PrivacyTarget:
+        """Check the parameters (one error naming the first bad one) and build the target.
+
+        Raises
+        ------
+        ValueError
+            Naming ``epsilon``, ``delta`` or ``calibration``.
+        """
+        if not (isinstance(calibration, str) and calibration in CALIBRATIONS):
+            raise ValueError(f"calibration: unknown value {calibration!r}; expected one of "
+                             f"{', '.join(map(repr, CALIBRATIONS))}")
+        eps, dlt = validate_privacy_parameters(epsilon, delta)
+        check_calibration_range(calibration, eps)
+        return cls(eps, dlt, calibration)
+
+    def sigma(self, sensitivity: float, excess: float = 0.0) -> float:
+        """The noise scale of a Gaussian release of l2 ``sensitivity`` at this target."""
+        eps, dlt = _apply_excess(self.epsilon, self.delta, excess)
+        if self.calibration == "analytic":
+            return analytic_gaussian_sigma(sensitivity, eps, dlt)
+        return classical_gaussian_sigma(sensitivity, eps, dlt)
 
 
 # -- the exact privacy profile of the Gaussian mechanism ----------------------------
@@ -429,7 +473,4 @@ def calibrate_sigma(
     if calibration not in CALIBRATIONS:
         raise ValueError(f"calibration: must be one of {CALIBRATIONS}, got {calibration!r}")
     eps, dlt = validate_privacy_parameters(epsilon, delta)
-    eps, dlt = _apply_excess(eps, dlt, excess)
-    if calibration == "analytic":
-        return analytic_gaussian_sigma(sensitivity, eps, dlt)
-    return classical_gaussian_sigma(sensitivity, eps, dlt)
+    return PrivacyTarget(eps, dlt, calibration).sigma(sensitivity, excess)

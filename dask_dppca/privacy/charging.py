@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,7 +30,6 @@ __all__ = [
     "BudgetCarrier",
     "active_budgets",
     "current_budget",
-    "dataset_id",
     "default_budget",
     "reserve_release",
     "set_default_budget",
@@ -125,41 +124,26 @@ def current_budget() -> PrivacyBudget | None:
     return opened[-1] if opened else default_budget()
 
 
-def dataset_id(data: Any, component: str | None, shape: tuple[int, ...]) -> str:
-    """What a ledger records as the dataset: a store's path (and array name), or the
-    input's type and (public) shape.  Never anything computed from the values."""
-    if isinstance(data, (str, os.PathLike)):
-        from ..io.storage import display_location  # a URL's user and password masked
-
-        name = display_location(data)
-        return f"{name}#{component}" if component else name
-    return f"{type(data).__name__} {' x '.join(map(str, shape))}"
-
-
 @contextmanager
 def reserve_release(
-    sensitivity: float,
-    sigma: float,
+    mechanism: Any,
     *,
-    excess: float = 0.0,
     fit_id: str = "",
     label: str = "",
     dataset: str = "",
-    epsilon: float | None = None,
-    delta: float | None = None,
     carried: Iterable[PrivacyBudget] = (),
-    target: Any = None,
+    abandon: Callable[[], bool] | None = None,
 ) -> Iterator[tuple[Reservation, ...]]:
-    """Reserve one release in every budget that must pay for it; commit when the block ends.
+    """Reserve ``mechanism``'s release in every budget that must pay for it; commit when the
+    block ends.
 
     The budgets are :func:`active_budgets` plus ``carried`` (those an estimator carries,
-    :class:`BudgetCarrier`).  Each is reserved in turn; if one refuses, those already
-    reserved are cancelled (nothing was drawn) and the refusal propagates.  Draw the
-    noise inside the block.  When the block returns, every reservation is committed.
-    When it raises, the reservations stay counted unless it is proven that the release of
-    ``fit_id`` never drew and never will (:func:`~dask_dppca.privacy.release.abandon_release`
-    on ``target``, the local scheduler name or client the release runs on): then they are
-    cancelled.
+    :class:`BudgetCarrier`).  Each reserves the mechanism's charge (``mechanism.charge``)
+    in turn; if one refuses, those already reserved are cancelled (nothing was drawn) and
+    the refusal propagates.  Draw the noise inside the block.  When the block returns,
+    every reservation is committed.  When it raises, the reservations stay counted
+    unless ``abandon()`` proves that the release never drew and never will (the compute
+    target's hook: it makes a late release refuse to draw); then they are cancelled.
 
     Yields
     ------
@@ -170,25 +154,18 @@ def reserve_release(
     reservations: list[Reservation] = []
     try:
         for budget in budgets:
-            reservations.append(budget.reserve(
-                sensitivity, sigma, excess=excess, label=label or f"DPPCA fit {fit_id}",
-                fit_id=fit_id, dataset=dataset, epsilon=epsilon, delta=delta))
+            reservations.append(budget.reserve(mechanism, label=label or f"DPPCA fit {fit_id}",
+                                               fit_id=fit_id, dataset=dataset))
     except BaseException:
         _settle(reservations, "cancel")
         raise
     try:
         yield tuple(reservations)
     except BaseException:
-        if reservations and _abandon_release(fit_id, target):
+        if reservations and abandon is not None and abandon():
             _settle(reservations, "cancel")
         raise
     _settle(reservations, "commit")
-
-
-def _abandon_release(fit_id: str, target: Any) -> bool:
-    from .release import abandon_release  # imports distributed: only on a failed fit
-
-    return abandon_release(fit_id, target)
 
 
 def _settle(reservations: Sequence[Reservation], action: str) -> None:

@@ -6,14 +6,17 @@ needs, fixed before any data is read.  It is made from
 
 * the design plan (``|P|``, the largest degree, the block and tile sizes that bound
   the kernel's rounding error: :class:`~dask_dppca.design.DesignPlan`),
-* the transform's bound ``G``,
-* epsilon, delta and the calibration,
+* the spatial sign's bound ``G``,
+* the privacy target (epsilon, delta, calibration: a
+  :class:`~dask_dppca.privacy.calibration.PrivacyTarget`, valid by construction),
 * the noise sampler (its lattice slack and privacy excess).
 
-The estimator plans one, checks the budget against its sensitivity and sigma, and
-hands it to :func:`~dask_dppca.privacy.runner.run_release`; ``theory.release_sigma``
-builds the same object without data, so the planner's sigma is the fit's sigma.
-Its :meth:`~ReleaseMechanism.describe` is what becomes ``DPPCA.privacy_``.
+The estimator plans one, every active budget reserves it whole
+(:func:`~dask_dppca.privacy.charging.reserve_release`), and the compute layer runs
+:meth:`ReleaseMechanism.release` once, on the trusted worker, on the exact pair sum.
+``planning.release_sigma`` builds the same object without data, so the planner's
+sigma is the fit's sigma.  Its :meth:`~ReleaseMechanism.describe` becomes
+``DPPCA.privacy_``.  Nothing here knows about Dask.
 """
 
 from __future__ import annotations
@@ -21,31 +24,53 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .calibration import CALIBRATIONS, calibrate_sigma, validate_privacy_parameters
-from .noise import NoiseSampler
+import numpy as np
 
-if TYPE_CHECKING:  # the plan and the transform are passed in; nothing else is used
-    from ..design import CompleteDesign, DesignPlan, RegularDesign
-    from ..transforms import Transform
+from .budget import GaussianCharge
+from .calibration import PrivacyTarget
+from .noise import NoiseSampler, add_symmetric_noise
 
-__all__ = ["ReleaseMechanism"]
+if TYPE_CHECKING:  # the plan and the spatial sign are passed in; nothing else is used
+    from ..design import Design, DesignPlan
+    from ..kernel import SpatialSign
+
+__all__ = ["PrivateRelease", "ReleaseMechanism"]
+
+
+@dataclass(frozen=True)
+class PrivateRelease:
+    """What leaves the trusted node: functions of K_tilde only.
+
+    Attributes
+    ----------
+    eigenvalues : ndarray, shape (d,)
+        Eigenvalues of K_tilde, decreasing.
+    components : ndarray, shape (n_components, d)
+        Matching unit eigenvectors as rows, sign fixed so the largest-magnitude entry
+        is positive (a deterministic post-processing).
+    released_on : str
+        Where the noise was drawn: a worker's address, or ``"this process"``.
+    """
+
+    eigenvalues: np.ndarray
+    components: np.ndarray
+    released_on: str = "this process"
 
 
 @dataclass(frozen=True)
 class ReleaseMechanism:
-    """Sensitivity and sigma of one g-DPPCA release (use :meth:`plan` to build it).
+    """Sensitivity and sigma of one g-DPPCA release (use :meth:`plan_release` to build it).
 
     Attributes
     ----------
-    design : CompleteDesign or RegularDesign
+    design : Design
         The pair design (public).
     plan : DesignPlan
         Its block pairs, ``|P|``, largest degree, block and tile sizes.
-    transform : Transform
+    spatial_sign : SpatialSign
         The generalized spatial sign; its bound ``G`` enters the sensitivity.
-    epsilon, delta : float
-        The privacy parameters this release is calibrated to.
-    calibration : {"analytic", "classical"}
+    target : PrivacyTarget
+        The (epsilon, delta, calibration) this release is calibrated to.
     sampler : NoiseSampler
         Draws the noise; its slack and excess are charged.
     design_sensitivity : float
@@ -61,12 +86,10 @@ class ReleaseMechanism:
         The noise scale (vecd: diagonal ``sigma^2``, off-diagonal ``sigma^2 / 2``).
     """
 
-    design: CompleteDesign | RegularDesign
+    design: Design
     plan: DesignPlan
-    transform: Transform
-    epsilon: float
-    delta: float
-    calibration: str
+    spatial_sign: SpatialSign
+    target: PrivacyTarget
     sampler: NoiseSampler
     design_sensitivity: float
     rounding_slack: float
@@ -78,12 +101,10 @@ class ReleaseMechanism:
     @classmethod
     def plan_release(
         cls,
-        design: CompleteDesign | RegularDesign,
+        design: Design,
         plan: DesignPlan,
-        transform: Transform,
-        epsilon: float,
-        delta: float,
-        calibration: str,
+        spatial_sign: SpatialSign,
+        target: PrivacyTarget,
         sampler: NoiseSampler,
     ) -> ReleaseMechanism:
         """Calibrate the release of ``plan``'s K_hat (public inputs only).
@@ -96,41 +117,94 @@ class ReleaseMechanism:
         The sampler's lattice step can double when sigma crosses a power of two, so
         its slack and excess are taken at twice a first sigma: an upper bound for the
         final, barely larger, sigma.
+
+        Raises
+        ------
+        ValueError
+            For an unbounded spatial sign (no finite sensitivity).
         """
-        epsilon, delta = validate_privacy_parameters(epsilon, delta)
-        if calibration not in CALIBRATIONS:
-            raise ValueError(f"calibration: unknown value {calibration!r}; expected one of {CALIBRATIONS}")
-        if not transform.is_bounded:
-            raise ValueError(f"transform: {transform.name!r} is unbounded and has no finite sensitivity")
-        g2 = transform.bound**2
-        if calibration == "classical":
-            rounding, design_sensitivity = 0.0, plan.paper_sensitivity(transform.bound)
+        if not spatial_sign.is_bounded:
+            raise ValueError(f"spatial_sign: {spatial_sign.name!r} is unbounded and has no "
+                             "finite sensitivity")
+        g2 = spatial_sign.bound**2
+        if target.calibration == "classical":
+            rounding, design_sensitivity = 0.0, plan.paper_sensitivity(spatial_sign.bound)
         else:
-            rounding, design_sensitivity = 2.0 * g2 * plan.rounding_error(), plan.sensitivity(transform.bound)
+            rounding = 2.0 * g2 * plan.rounding_error()
+            design_sensitivity = plan.sensitivity(spatial_sign.bound)
         sensitivity = design_sensitivity + rounding
         n_entries = _n_entries(plan.n_features)
-        first_sigma = calibrate_sigma(sensitivity, epsilon, delta, calibration)
+        first_sigma = target.sigma(sensitivity)
         slack = sampler.sensitivity_slack(n_entries, 2.0 * first_sigma)
         excess = sampler.privacy_excess(n_entries, 2.0 * first_sigma)
-        sigma = calibrate_sigma(sensitivity + slack, epsilon, delta, calibration, excess=excess)
-        return cls(design, plan, transform, epsilon, delta, calibration, sampler,
-                   design_sensitivity, rounding, slack, excess, sensitivity + slack, sigma)
+        sigma = target.sigma(sensitivity + slack, excess=excess)
+        return cls(design, plan, spatial_sign, target, sampler, design_sensitivity, rounding,
+                   slack, excess, sensitivity + slack, sigma)
+
+    @property
+    def epsilon(self) -> float:
+        """The target epsilon."""
+        return self.target.epsilon
+
+    @property
+    def delta(self) -> float:
+        """The target delta."""
+        return self.target.delta
+
+    @property
+    def calibration(self) -> str:
+        """The target's calibration."""
+        return self.target.calibration
+
+    @property
+    def charge(self) -> GaussianCharge:
+        """What every active budget charges for this release."""
+        return GaussianCharge(self.sensitivity, self.sigma, self.sampler_excess,
+                              self.epsilon, self.delta)
 
     @property
     def is_private(self) -> bool:
         """False when the sampler must never be used for a real release (a test seed)."""
         return bool(self.sampler.is_private)
 
+    def release(self, kernel_sum: np.ndarray, n_components: int,
+                released_on: str = "this process") -> PrivateRelease:
+        """Normalise the exact sum, add the noise once, and eigendecompose.
+
+        The only function that sees the exact K_hat and the only one that draws noise;
+        the caller makes sure it runs once per fit (the compute layer's release ticket).
+
+        Parameters
+        ----------
+        kernel_sum : ndarray, shape (d, d)
+            The exact ``sum_P g g^T`` (never leaves the trusted node).
+        n_components : int
+            Number of leading eigenvectors to return.
+        released_on : str
+            Where this runs, for the record.
+        """
+        k_hat = np.asarray(kernel_sum, dtype=np.float64) / float(self.plan.n_pairs)
+        k_tilde = add_symmetric_noise(k_hat, self.sigma, self.sampler)
+        del k_hat
+        eigenvalues, eigenvectors = np.linalg.eigh(k_tilde)
+        order = np.argsort(eigenvalues)[::-1]
+        eigenvalues = eigenvalues[order]
+        components = eigenvectors[:, order[:n_components]].T.copy()
+        peaks = np.argmax(np.abs(components), axis=1)
+        components *= np.sign(components[np.arange(len(peaks)), peaks])[:, None]
+        return PrivateRelease(eigenvalues=eigenvalues, components=components,
+                              released_on=released_on)
+
     def describe(self) -> dict[str, Any]:
         """Everything needed to re-derive sigma by hand (``DPPCA.privacy_``)."""
-        g = self.transform
+        g = self.spatial_sign
         return {
             "epsilon": self.epsilon,
             "delta": self.delta,
             "neighbours": "replace-one",
             "n_samples": self.plan.n_samples,
             "n_features": self.plan.n_features,
-            "transform": g.name,
+            "spatial_sign": g.name,
             "bound_G": g.bound,
             "radius": g.radius,
             "calibration": self.calibration,

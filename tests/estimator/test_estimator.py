@@ -28,7 +28,7 @@ def _fit(x, component=None, **params):
 
 
 def test_scikit_learn_conventions():
-    est = dd.DPPCA(n_components=3, epsilon=0.5, transform="winsor", radius=2.0)
+    est = dd.DPPCA(n_components=3, epsilon=0.5, spatial_sign="winsor", radius=2.0)
     params = est.get_params()
     assert params["n_components"] == 3 and params["radius"] == 2.0
     twin = clone(est)
@@ -65,7 +65,7 @@ def test_recovers_the_true_subspace_on_cauchy_data_where_pca_fails(elliptical):
     x, truth = elliptical
     est = _fit(x, n_components=2, epsilon=5.0)
     assert dd.sin_theta(est.components_.T, truth) < 0.15
-    cov = dd.kendall_matrix(x, transform="identity")
+    cov = dd.kendall_matrix(x, spatial_sign="identity")
     pca = np.linalg.eigh(cov)[1][:, ::-1][:, :2]
     assert dd.sin_theta(pca, truth) > 0.3
 
@@ -165,10 +165,10 @@ def test_inputs_numpy_dask_zarr_and_paths(tmp_path, elliptical):
         ({"n_components": 0}, None, "n_components"),
         ({"n_components": 7}, None, "n_components"),
         ({"n_components": 2.5}, None, "n_components"),
-        ({"transform": "winsor", "radius": 0.0}, None, "radius"),
-        ({"transform": "winsor"}, None, "radius"),
-        ({"transform": "banana"}, None, "transform"),
-        ({"transform": "identity"}, None, "transform"),
+        ({"spatial_sign": "winsor", "radius": 0.0}, None, "radius"),
+        ({"spatial_sign": "winsor"}, None, "radius"),
+        ({"spatial_sign": "banana"}, None, "transform"),
+        ({"spatial_sign": "identity"}, None, "transform"),
         ({"calibration": "loose"}, None, "calibration"),
         ({"design": "partial"}, None, "design"),
         ({"scheduler": "nowhere"}, None, "scheduler"),

@@ -40,7 +40,7 @@ configurations = st.fixed_dictionaries({
     "d": st.sampled_from([1, 2, 5, 31, 64, 153, 154, 155, 300]),
     "epsilon": st.floats(0.01, 10.0),
     "delta": st.sampled_from([1e-3, 1e-6, 1e-9]),
-    "transform": st.sampled_from([("sphere", None), ("winsor", 0.5), ("winsor", 7.0)]),
+    "spatial_sign": st.sampled_from([("sphere", None), ("winsor", 0.5), ("winsor", 7.0)]),
     "calibration": st.sampled_from(["analytic", "classical"]),
 })
 
@@ -50,11 +50,11 @@ configurations = st.fixed_dictionaries({
 def test_fit_and_release_sigma_agree_bitwise(planned, config):
     n, d = config["n"], config["d"]
     epsilon = min(config["epsilon"], 0.99) if config["calibration"] == "classical" else config["epsilon"]
-    transform, radius = config["transform"]
+    transform, radius = config["spatial_sign"]
     records = np.broadcast_to(0.0, (n, d))
-    est = dd.DPPCA(1, epsilon=epsilon, delta=config["delta"], transform=transform, radius=radius,
+    est = dd.DPPCA(1, epsilon=epsilon, delta=config["delta"], spatial_sign=transform, radius=radius,
                    calibration=config["calibration"], design="complete", scheduler="threads").fit(records)
-    want = release_sigma(n, d, epsilon, config["delta"], transform=transform, radius=radius,
+    want = release_sigma(n, d, epsilon, config["delta"], spatial_sign=transform, radius=radius,
                          calibration=config["calibration"])
     assert est.privacy_["sigma"] == want
     assert planned[-1].sigma == want and planned[-1].plan.n_samples == n

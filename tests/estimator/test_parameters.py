@@ -31,7 +31,7 @@ import dask_dppca as dd
 from dask_dppca import cluster
 from dask_dppca.cli import main
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
-from dask_dppca.transforms import custom
+from dask_dppca.kernel.spatial_sign import custom
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "robustness.md"
 SECTION = "## Bad parameters and inputs"
@@ -43,7 +43,7 @@ PENDING: dict[str, set[str]] = {"api": set(), "cli": set()}
 #: Rows run in a subprocess with a hard timeout, because the bug they check is a hang.
 MAY_HANG = {"scheduler-silent"}
 CLI_FLAGS = {"epsilon": "--epsilon", "delta": "--delta", "n_components": "-k",
-             "transform": "--transform", "radius": "--radius", "calibration": "--calibration",
+             "spatial_sign": "--transform", "radius": "--radius", "calibration": "--calibration",
              "design": "--design", "scheduler": "--scheduler", "component": "--component",
              "allow_fill_values": "--allow-fill-values"}
 #: Keyword arguments of ``fit`` (the others go to ``DPPCA(...)``).

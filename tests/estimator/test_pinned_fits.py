@@ -36,12 +36,12 @@ ADDED_KEYS = {
 PARAMS = {
     "sphere-complete": dict(n=700, d=5, params=dict(n_components=2, epsilon=1.0, delta=1e-6)),
     "winsor-classical": dict(n=500, d=4, params=dict(n_components=1, epsilon=0.5, delta=1e-5,
-                                                     transform="winsor", radius=2.0,
+                                                     spatial_sign="winsor", radius=2.0,
                                                      calibration="classical")),
     "regular": dict(n=3000, d=6, params=dict(n_components=3, epsilon=2.0, delta=1e-6,
                                              design=dd.RegularDesign(k=2, block_size=256, seed=4))),
     "custom-lattice": dict(n=400, d=160, params=dict(
-        n_components=2, epsilon=1.0, delta=1e-6, transform=dd.custom(lambda s: np.minimum(s, 1.5), 1.5))),
+        n_components=2, epsilon=1.0, delta=1e-6, spatial_sign=dd.custom(lambda s: np.minimum(s, 1.5), 1.5))),
 }
 
 
@@ -75,6 +75,6 @@ def test_seeded_fit_is_the_pinned_one(index):
 @pytest.mark.parametrize("row", PINNED["release_sigma"], ids=lambda r: f"n{r['n']}-d{r['d']}")
 def test_release_sigma_is_bitwise_the_pinned_one(row):
     # two threads: the block rule (hence the rounding slack) depends on the thread count
-    sigma = release_sigma(row["n"], row["d"], row["epsilon"], row["delta"], transform=row["transform"],
+    sigma = release_sigma(row["n"], row["d"], row["epsilon"], row["delta"], spatial_sign=row["spatial_sign"],
                           radius=row["radius"], calibration=row["calibration"], n_threads=2)
     assert float(sigma).hex() == row["sigma"]

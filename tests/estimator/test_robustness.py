@@ -23,8 +23,8 @@ from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 M = 2
 BREAKDOWN = 0.5
 RADIUS = 3.0
-METHODS = {"sphere": ({"transform": "sphere"}, 1.0),
-           "winsor": ({"transform": "winsor", "radius": RADIUS}, RADIUS)}
+METHODS = {"sphere": ({"spatial_sign": "sphere"}, 1.0),
+           "winsor": ({"spatial_sign": "winsor", "radius": RADIUS}, RADIUS)}
 
 
 def _data(n, d, seed=1):
@@ -66,11 +66,11 @@ def _k_hat(x, **kwargs):
 def test_covariance_breaks_down_with_one_record(kind):
     x, directions = _data(200, 5)
     truth = directions[:, :M]
-    clean = _top(_k_hat(x, transform="identity"))
+    clean = _top(_k_hat(x, spatial_sign="identity"))
     assert dd.sin_theta(clean, truth) < 0.1
     y = x.copy()
     y[:1] = _adversary(kind, 1, directions)
-    broken = _top(_k_hat(y, transform="identity"))
+    broken = _top(_k_hat(y, spatial_sign="identity"))
     assert dd.sin_theta(broken, clean) > BREAKDOWN
     # ... while one record moves g-DPPCA's K_hat by at most G^2 * 2/n
     for method, (kwargs, bound_g) in METHODS.items():
@@ -135,5 +135,5 @@ def test_two_percent_at_1e300_along_the_weakest_direction(method):
     weakest = directions[:, -1]
     assert weakest @ k_hat @ weakest > weakest @ _k_hat(x, **kwargs) @ weakest
     cov = _top(_k_hat(np.where(np.isin(np.arange(n), rows)[:, None], 1e4 * weakest, x),
-                      transform="identity"))
+                      spatial_sign="identity"))
     assert dd.sin_theta(cov, clean) > BREAKDOWN  # covariance PCA does not survive this

@@ -68,7 +68,7 @@ def test_set_output_pandas_and_polars():
 
 
 def test_transform_parameter_is_still_a_parameter():
-    est = dd.DPPCA(transform="winsor", radius=2.0)
-    assert est.get_params()["transform"] == "winsor"
+    est = dd.DPPCA(spatial_sign="winsor", radius=2.0)
+    assert est.get_params()["spatial_sign"] == "winsor"
     assert callable(est.transform)
 

@@ -1,4 +1,4 @@
-"""Layer 2: the block-pair graph and its reduction."""
+"""The graph layer: the block-pair graph and its reduction."""
 
 from __future__ import annotations
 
@@ -17,16 +17,15 @@ import zarr
 from dask.callbacks import Callback
 
 import dask_dppca as dd
-from dask_dppca import graph as graph_module
 from dask_dppca import kendall_matrix
-from dask_dppca.privacy import runner as runner_module
-from dask_dppca.design import CompleteDesign, RegularDesign, complete_blocks
-from dask_dppca.exact_sum import ExactSum
-from dask_dppca.graph import kernel_sum_graph, plan_blocks
-from dask_dppca.io import as_dask_array
+from dask_dppca.compute import release as release_module
+from dask_dppca.design import CompleteDesign, RegularDesign, complete_blocks, plan_blocks
+from dask_dppca.graph import kernel_sum_graph, lane_task as graph_module, lanes_total
+from dask_dppca.io import open_records
+from dask_dppca.kernel.exact_sum import ExactSum
 from dask_dppca.kernel import block_pair_sum, pairwise_sum, rounding_error_bound
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
-from dask_dppca.transforms import sphere, winsor
+from dask_dppca.kernel.spatial_sign import sphere, winsor
 
 from tests.reference import reference_pair_sum, relative_error
 
@@ -35,6 +34,18 @@ RNG = np.random.default_rng(2)  # test data only
 
 def _data(n=240, d=4):
     return RNG.standard_normal((n, d)) * np.array([5.0, 2.0, 1.0, 0.5])[:d]
+
+
+def _planned(X, design, n_threads=2):
+    """The input's records in the blocks of ``design`` (as a fit plans them), and the plan."""
+    records = open_records(X)
+    _, plan = plan_blocks(*records.shape, records.row_chunks, design, n_threads)
+    return records.blocks(plan.block_sizes), plan
+
+
+def _total(lane_sums):
+    """The lanes' exact total as one delayed value (a fit adds them in the release task)."""
+    return dask.delayed(lanes_total)(*lane_sums)
 
 
 @pytest.mark.parametrize(
@@ -99,7 +110,7 @@ def test_building_reads_no_data_and_compute_reads_each_block_once():
     calls = collections.Counter()
     data = _counting_array(x, bounds, calls)
     plan = CompleteDesign().plan(data.chunks[0], data.shape[1])
-    graph = kernel_sum_graph(data, plan, sphere(), 2)
+    graph = _total(kernel_sum_graph(data, plan, sphere(), 2))
     assert calls == {}
     pair_tasks = [k for k in dict(graph.__dask_graph__()) if str(k).startswith("dppca-pairs-")]
     assert len(pair_tasks) == len(plan.tasks()) == 4 * 5 // 2
@@ -144,10 +155,11 @@ def _task_sums_added_exactly(x, plan, transform):
 def test_any_lane_count_gives_the_bits_of_the_task_sums_added_exactly(design):
     x = _data(600)
     data = da.from_array(x, chunks=(40 if isinstance(design, CompleteDesign) else design.block_size, 4))
-    data, _, plan = plan_blocks(data, design, 2)
+    data, plan = _planned(data, design)
     want = _task_sums_added_exactly(x, plan, sphere())
     for n_threads in (1, 2, 3, 7, 100):
-        got = dask.compute(kernel_sum_graph(data, plan, sphere(), n_threads), scheduler="threads")[0]
+        got = dask.compute(_total(kernel_sum_graph(data, plan, sphere(), n_threads)),
+                           scheduler="threads")[0]
         assert got.tobytes() == want.tobytes(), n_threads
 
 
@@ -159,8 +171,8 @@ def test_lanes_carry_a_bounded_number_of_blocks_whatever_n(tmp_path):
         path = str(tmp_path / f"x{n_blocks}.zarr")
         zarr.open_array(path, mode="w", shape=(20 * n_blocks, 4), chunks=(20, 4), dtype="f8")[:] = \
             _data(20 * n_blocks)
-        data, _, plan = plan_blocks(as_dask_array(path), RegularDesign(k=3, block_size=20, seed=0), 2)
-        graph = kernel_sum_graph(data, plan, sphere(), 2)
+        data, plan = _planned(path, RegularDesign(k=3, block_size=20, seed=0))
+        graph = _total(kernel_sum_graph(data, plan, sphere(), 2))
         layer = dict(graph.__dask_optimize__(graph.__dask_graph__(), graph.__dask_keys__()))
         steps = [task[1] for key, task in layer.items() if str(key).startswith("dppca-pairs-")]
         assert len(steps) == len(plan.tasks())
@@ -176,12 +188,11 @@ def test_blocks_one_task_alone_needs_are_read_inside_it(tmp_path):
     x = _data(400)
     zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=x.shape, chunks=(50, 4),
                     dtype="f8")[:] = x
-    data = as_dask_array(str(tmp_path / "x.zarr"))
-    _, _, plan = plan_blocks(data, RegularDesign(k=1, block_size=50, seed=0), 2)
-    graph = kernel_sum_graph(data, plan, sphere(), 2)
+    data, plan = _planned(str(tmp_path / "x.zarr"), RegularDesign(k=1, block_size=50, seed=0))
+    graph = _total(kernel_sum_graph(data, plan, sphere(), 2))
     tasks = graph.__dask_optimize__(graph.__dask_graph__(), graph.__dask_keys__())
     assert not [key for key in dict(tasks) if isinstance(key, tuple) and key[0] == data.name]
-    from_tasks = kernel_sum_graph(da.from_array(x, chunks=(50, 4)), plan, sphere(), 2)
+    from_tasks = _total(kernel_sum_graph(da.from_array(x, chunks=(50, 4)), plan, sphere(), 2))
     assert np.array_equal(*dask.compute(graph, from_tasks, scheduler="threads"))
 
 
@@ -223,7 +234,7 @@ def test_a_block_with_other_rows_than_declared_fails_before_any_release(schedule
     """n, |P| and the sensitivity come from the declared shape; the kernel sums the rows
     the blocks really hold.  Every block task checks one against the other."""
     released = []
-    monkeypatch.setattr(runner_module, "private_release",
+    monkeypatch.setattr(release_module, "release_task",
                         lambda *args, **kwargs: released.append(args))
     lying = _lying(_neighbours_400_rows()[0], 40)
     with pytest.raises(ValueError, match=r"^X: block 0 holds an array of shape \(400, 3\), but the "
@@ -259,13 +270,12 @@ def test_without_the_block_check_a_lying_input_breaks_the_sensitivity(monkeypatc
 
 def test_numpy_input_is_cut_by_the_block_rule_and_a_chunked_one_keeps_its_chunks():
     x = RNG.standard_normal((8000, 6))
-    data, _, plan = graph_module.plan_blocks(da.from_array(x, chunks=(16384, -1)), "complete",
-                                             n_threads=2, rows_free=True)
+    data, plan = _planned(x, "complete", n_threads=2)
     assert plan.block_sizes == complete_blocks(8000, 6, 2) and len(plan.block_sizes) > 1
     assert data.chunks[0] == plan.block_sizes
     chunked = da.from_array(x, chunks=(500, -1))
     for threads in (1, 2, 64):      # the input's chunks: the same blocks (and bits) anywhere
-        data, _, plan = graph_module.plan_blocks(chunked, "complete", n_threads=threads)
+        data, plan = _planned(chunked, "complete", n_threads=threads)
         assert plan.block_sizes == chunked.chunks[0] and data.name == chunked.name
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dask_dppca.exact_sum import ExactSum
+from dask_dppca.kernel.exact_sum import ExactSum
 
 HYP = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FLOATS = st.floats(allow_nan=False, allow_infinity=False, width=64)

@@ -22,15 +22,15 @@ from hypothesis import strategies as st
 import dask_dppca as dd
 from dask_dppca.kernel import block_pair_sum
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
-from dask_dppca.transforms import sphere, winsor
+from dask_dppca.kernel.spatial_sign import sphere, winsor
 
 from tests.reference import reference_pair_sum, relative_error
 
 TOL = 1e-10
 RADIUS = 0.7
 TRANSFORMS = {  # name -> (kernel transform, estimator params, scalar xi, G)
-    "sphere": (sphere(), {"transform": "sphere"}, lambda s: 1.0, 1.0),
-    "winsor": (winsor(RADIUS), {"transform": "winsor", "radius": RADIUS},
+    "sphere": (sphere(), {"spatial_sign": "sphere"}, lambda s: 1.0, 1.0),
+    "winsor": (winsor(RADIUS), {"spatial_sign": "winsor", "radius": RADIUS},
                lambda s: min(RADIUS, s), RADIUS),
 }
 D = 4
@@ -183,7 +183,7 @@ def test_bad_record_case(case, name):
     x = CASES[case]()
     want = _reference_k_hat(x, name)
     chunks = (7, -1)  # 4 row blocks: within and cross blocks, ragged last block
-    got = dd.kendall_matrix(da.from_array(x, chunks=chunks), transform=TRANSFORMS[name][1]["transform"],
+    got = dd.kendall_matrix(da.from_array(x, chunks=chunks), spatial_sign=TRANSFORMS[name][1]["spatial_sign"],
                             radius=TRANSFORMS[name][1].get("radius"), scheduler="synchronous")
     assert np.all(np.isfinite(got))
     assert relative_error(got, want) <= TOL, f"{case}/{name}: {relative_error(got, want):.2e}"

@@ -17,9 +17,9 @@ PACKAGE = Path(dask_dppca.__file__).parent
 # numba imported (and configured) before dask_dppca, as in a user's session.
 _RUN_KERNEL = """
 import json, numba, numpy as np
-from dask_dppca import kernel
-kernel.block_pair_sum(np.arange(60.0).reshape(20, 3) ** 1.5)
-stats = kernel._fast_path_weights.stats
+from dask_dppca.kernel import block_pair_sum, tiles
+block_pair_sum(np.arange(60.0).reshape(20, 3) ** 1.5)
+stats = tiles._fast_path_weights.stats
 print(json.dumps({"path": stats.cache_path, "hits": sum(stats.cache_hits.values()),
                   "misses": sum(stats.cache_misses.values())}))
 """

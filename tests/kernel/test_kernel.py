@@ -21,14 +21,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from dask_dppca import kernel as kernel_module
+from dask_dppca.kernel import pair_sum as kernel_module, rows as rows_module
 from dask_dppca.kernel import (
     DEFAULT_MEMORY_BUDGET,
     block_pair_sum,
     rounding_error_bound,
     tile_rows_for_budget,
 )
-from dask_dppca.transforms import custom, identity, sphere, winsor
+from dask_dppca.kernel.spatial_sign import custom, identity, sphere, winsor
 
 from tests.reference import reference_pair_sum, relative_error
 
@@ -785,7 +785,7 @@ def test_radius_in_its_range_keeps_the_rounding_bound_at_every_data_scale(radius
 def test_the_scale_sweep_catches_weights_that_underflow(monkeypatch):
     """The sweep above has teeth: with every row in one scale class (the kernel before the
     classes) the weights underflow at r = 1e-100 and the bound is broken."""
-    monkeypatch.setattr(kernel_module, "_scale_classes",
+    monkeypatch.setattr(kernel_module, "scale_classes",
                         lambda rows, index, centre, scaled: np.zeros(index.shape[0], dtype=np.int64))
     assert _worst_error_over_scales(1e-100) > 1e3 * rounding_error_bound(3, 16, 1, tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 3))
 
@@ -801,10 +801,10 @@ def test_rows_are_grouped_exactly_even_when_every_hash_collides():
     are left out, and the counts add up."""
     x = np.array([[1.0, 2.0], [1.0, 2.0 + 1e-15], [0.0, -0.0], [-0.0, 0.0], [np.nan, 1.0],
                   [1.0, 2.0], [3.0, 4.0], [0.0, 0.0], [1.0, 2.0]])
-    finite = kernel_module._finite_rows(x)
+    finite = rows_module._finite_rows(x)
     assert list(finite) == [0, 1, 2, 3, 5, 6, 7, 8]
-    index, counts = kernel_module._group_rows(x, finite, np.zeros(len(finite), dtype=np.uint64))
+    index, counts = rows_module._group_rows(x, finite, np.zeros(len(finite), dtype=np.uint64))
     assert list(index) == [0, 1, 2, 6] and list(counts) == [3.0, 1.0, 3.0, 1.0]
-    hashes = kernel_module._row_hashes(x, finite)
+    hashes = rows_module._row_hashes(x, finite)
     assert hashes[2] == hashes[3] == hashes[6] and len(set(hashes.tolist())) == 4
-    assert np.array_equal(kernel_module._group_rows(x, finite, hashes)[0], index)
+    assert np.array_equal(rows_module._group_rows(x, finite, hashes)[0], index)

@@ -13,7 +13,7 @@ from hypothesis.extra import numpy as hnp
 
 import dask_dppca as dd
 from dask_dppca.design import CompleteDesign
-from dask_dppca.transforms import MAX_BOUND, MIN_BOUND, Transform, custom, sphere, winsor
+from dask_dppca.kernel.spatial_sign import MAX_BOUND, MIN_BOUND, SpatialSign, custom, sphere, winsor
 
 pytestmark = pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning")
 
@@ -54,12 +54,12 @@ def _adversarial_pairs(n, d, rng, unit=1.0):
 @pytest.mark.parametrize("transform, radius", [("sphere", None), ("winsor", 0.7)])
 def test_adversarial_neighbours_reach_the_bound_and_never_exceed_it(transform, radius):
     n, d = 40, 3
-    bound = _reported_sensitivity(n, d, transform=transform, radius=radius)
+    bound = _reported_sensitivity(n, d, spatial_sign=transform, radius=radius)
     g2 = 1.0 if transform == "sphere" else radius**2
     assert math.isclose(bound, 2 * math.sqrt(2) * g2 / n, rel_tol=1e-6)
     rng = np.random.default_rng(1)  # test data only
     for name, (s, s_prime) in _adversarial_pairs(n, d, rng).items():
-        gap = _distance(s, s_prime, transform=transform, radius=radius)
+        gap = _distance(s, s_prime, spatial_sign=transform, radius=radius)
         assert gap <= bound, name
         assert gap >= 0.95 * bound, name
 
@@ -76,7 +76,7 @@ def _hostile_rows(d):
                     elements=st.one_of(st.floats(-10, 10), st.sampled_from([0.0, 1e300, -1e-200, 1e8]))),
     replacement=_hostile_rows(3),
     index=st.integers(0, 11),
-    transform=st.sampled_from(["sphere", "winsor"]),
+    spatial_sign=st.sampled_from(["sphere", "winsor"]),
 )
 def test_random_neighbours_stay_within_the_bound(base, replacement, index, transform):
     n = base.shape[0]
@@ -86,7 +86,7 @@ def test_random_neighbours_stay_within_the_bound(base, replacement, index, trans
     plan = CompleteDesign().plan((n,), base.shape[1])
     g2 = 1.0 if transform == "sphere" else radius**2
     bound = plan.sensitivity(math.sqrt(g2))
-    gap = _distance(base, s_prime, transform=transform, radius=radius)
+    gap = _distance(base, s_prime, spatial_sign=transform, radius=radius)
     assert gap <= bound * (1 + 1e-9)
 
 
@@ -114,7 +114,7 @@ CONSTRUCTIBLE = {  # name -> (transform, unit: the scale at which g saturates)
     "winsor-1.13e-37": (winsor(1.13e-37), 1.13e-37),
     "winsor-0.7": (winsor(0.7), 0.7),
     "winsor-max-radius": (winsor(MAX_BOUND), MAX_BOUND),
-    "winsor-built-directly": (Transform("winsor", bound=3.0, radius=3.0), 3.0),
+    "winsor-built-directly": (SpatialSign("winsor", bound=3.0, radius=3.0), 3.0),
     "custom": (custom(_smooth_xi, 1.5), 1.0),
 }
 
@@ -124,7 +124,7 @@ def _gaps_and_reported(transform, unit, n=40, d=3):
     sensitivity a fit reports, all divided by G^2 (K's entries at G = 1e100 would
     overflow when squared)."""
     g2 = transform.bound**2
-    est = dd.DPPCA(n_components=1, transform=transform, random_state=0, scheduler="synchronous")
+    est = dd.DPPCA(n_components=1, spatial_sign=transform, random_state=0, scheduler="synchronous")
     reported = est.fit(np.random.default_rng(0).standard_normal((n, d))).privacy_["sensitivity"]
     gaps = []
     for s, s_prime in _adversarial_pairs(n, d, np.random.default_rng(1), unit).values():
@@ -143,10 +143,10 @@ def test_every_constructible_transform_keeps_its_reported_sensitivity(name):
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the identity overflows at 1e300
 def test_a_wrong_bound_is_caught_by_the_neighbours():
-    """The check above has teeth: a Transform that escaped its constructor's check
-    (audit item a: Transform("identity", bound=1.0)) reports a sensitivity the
+    """The check above has teeth: a SpatialSign that escaped its constructor's check
+    (audit item a: SpatialSign("identity", bound=1.0)) reports a sensitivity the
     adversarial neighbours exceed many times over."""
-    broken = object.__new__(Transform)
+    broken = object.__new__(SpatialSign)
     for field, value in {"name": "identity", "bound": 1.0, "radius": None, "xi_function": None}.items():
         object.__setattr__(broken, field, value)
     gaps, reported = _gaps_and_reported(broken, 1.0)

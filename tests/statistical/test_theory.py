@@ -61,19 +61,19 @@ def test_release_sigma_is_the_estimators(transform, radius, calibration, eps):
     X = np.random.default_rng(0).standard_normal((300, 12))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
-        est = dd.DPPCA(2, epsilon=eps, transform=transform, radius=radius, calibration=calibration,
+        est = dd.DPPCA(2, epsilon=eps, spatial_sign=transform, radius=radius, calibration=calibration,
                        design="complete", scheduler="synchronous", random_state=0).fit(X)
-    assert release_sigma(300, 12, eps, 1e-6, transform=transform, radius=radius,
+    assert release_sigma(300, 12, eps, 1e-6, spatial_sign=transform, radius=radius,
                          calibration=calibration) == est.privacy_["sigma"]
 
 
 def _measured_median(spectrum, m, n, eps, df, transform, radius, reps=20):
     d = spectrum.size
-    sigma = 0.0 if math.isinf(eps) else release_sigma(n, d, eps, transform=transform, radius=radius)
+    sigma = 0.0 if math.isinf(eps) else release_sigma(n, d, eps, spatial_sign=transform, radius=radius)
     errs = []
     for s in range(reps):
         X = make_elliptical(n, spectrum, np.eye(d), df=df, seed=100 + s)
-        K = dd.kendall_matrix(X, transform=transform, radius=radius, scheduler="synchronous")
+        K = dd.kendall_matrix(X, spatial_sign=transform, radius=radius, scheduler="synchronous")
         if sigma:
             K = add_symmetric_noise(K, sigma, SeededSampler(s))
         V = np.linalg.eigh(K)[1][:, ::-1][:, :m]
@@ -130,5 +130,5 @@ def test_breakdown_bound():
     Y[:k] = 1e6 * np.eye(8)[-1] + rng.standard_normal((k, 8)) * 1e-3
     V = np.linalg.eigh(dd.kendall_matrix(Y, scheduler="synchronous"))[1][:, ::-1][:, :2]
     assert sin_theta(V, np.eye(8)[:, :2]) < 0.99
-    w = breakdown_bound(X, 2, transform="winsor", radius=1.0)
+    w = breakdown_bound(X, 2, spatial_sign="winsor", radius=1.0)
     assert w["G"] == 1.0 and w["k"] >= 0

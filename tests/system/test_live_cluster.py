@@ -348,11 +348,11 @@ def test_the_sealed_exact_sum_cannot_be_gathered_by_the_client(live, store):
     from dask_dppca.design import resolve_design
     from dask_dppca.graph import kernel_sum_graph
     from dask_dppca.io import as_dask_array
-    from dask_dppca.transforms import resolve_transform
+    from dask_dppca.kernel.spatial_sign import resolve_spatial_sign
 
     data = as_dask_array(store)
     graph = kernel_sum_graph(data, resolve_design("complete").plan(data.chunks[0], data.shape[1]),
-                             resolve_transform("sphere", None), 2)
+                             resolve_spatial_sign("sphere", None), 2)
     register_sealing(client)
     sealed = client.compute(dask.delayed(TrustedSum, pure=True)(graph))
     try:

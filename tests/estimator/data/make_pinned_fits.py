@@ -31,7 +31,7 @@ for i, (name, case) in enumerate(PARAMS.items()):
                      eigenvalues=[float(v).hex() for v in est.eigenvalues_], privacy=privacy))
 for row in pinned["release_sigma"]:
     row["sigma"] = float(release_sigma(row["n"], row["d"], row["epsilon"], row["delta"],
-                                       transform=row["transform"], radius=row["radius"],
+                                       spatial_sign=row["spatial_sign"], radius=row["radius"],
                                        calibration=row["calibration"], n_threads=2)).hex()
 pinned.update(source_commit=sys.argv[1], fits=fits)
 PATH.write_text(json.dumps(pinned, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n")

@@ -1,8 +1,8 @@
-"""Generalized spatial signs g_xi(t) = xi(||t||) t / ||t|| (method.md section 2).
+"""Generalized spatial signs g_xi(t) = xi(||t||) t / ||t|| (docs/method.md, section 2).
 
-A transform is described by its scale function ``xi`` and, for private use, its bound
+A spatial sign is described by its scale function ``xi`` and, for private use, its bound
 ``G = sup xi``.  The kernel never calls ``g`` directly on a difference vector: it needs
-the pair weight ``w(s2) = xi(sqrt(s2))**2 / s2`` (method.md section 3) for the fast
+the pair weight ``w(s2) = xi(sqrt(s2))**2 / s2`` (docs/method.md, section 3) for the fast
 matrix-product path, and ``xi(norm)`` for the exact path that handles ill-conditioned
 pairs.  Both are vectorised and both are *clamped* to the declared bound, so that even
 a misbehaving custom ``xi`` cannot produce a pair term larger than ``G**2`` (the
@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .validation import positive_finite
+from ..validation import positive_finite
 
 __all__ = [
-    "Transform",
+    "SpatialSign",
     "sphere",
     "winsor",
     "identity",
     "custom",
-    "resolve_transform",
+    "resolve_spatial_sign",
     "bound_in_range",
     "MIN_BOUND",
     "MAX_BOUND",
@@ -37,7 +37,7 @@ _CHECK_NORMS = np.concatenate([[0.0], np.logspace(-300, 300, 601), [np.inf]])
 #: Accepted range of a bound G (the winsor radius, a custom xi's bound).  Inside it the
 #: kernel's fast-path weights stay finite normal floats at every data scale, and no sum
 #: of pair terms (each at most 4 CONDITION_LIMIT G^2) can overflow, so the computed
-#: K_hat keeps its rounding bound whatever the data (kernel.py, docs/privacy.md).  A
+#: K_hat keeps its rounding bound whatever the data (kernel/rounding.py, docs/privacy.md).  A
 #: bound outside it would make the release's behaviour depend on the data (an overflow
 #: for some data sets, lost precision for others).
 MIN_BOUND = 1e-100
@@ -46,11 +46,11 @@ _NAMES = ("sphere", "winsor", "identity", "custom")
 
 
 @dataclass(frozen=True)
-class Transform:
+class SpatialSign:
     """A generalized spatial sign, described by its scale function.
 
     Use the factories :func:`sphere`, :func:`winsor`, :func:`custom` (and the
-    non-private :func:`identity`) rather than building this directly.  A transform
+    non-private :func:`identity`) rather than building this directly.  A spatial sign
     built directly is checked the same way: its ``bound`` must be the true ``sup xi``
     of its name (1 for the sphere, the radius for winsor, ``inf`` for the identity),
     and a radius or custom bound must lie in ``[MIN_BOUND, MAX_BOUND]``; otherwise
@@ -70,36 +70,36 @@ class Transform:
     name: str
     bound: float
     radius: float | None = None
-    # Compared by identity: two custom transforms are equal only with the same xi.
+    # Compared by identity: two custom spatial signs are equal only with the same xi.
     xi_function: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # The kernel computes g from the name (and radius, or xi for a custom), while the
-        # privacy layer trusts ``bound``: a transform whose bound does not match its g
-        # must not exist (Transform("identity", bound=1.0) would under-report the
+        # privacy layer trusts ``bound``: a spatial sign whose bound does not match its g
+        # must not exist (SpatialSign("identity", bound=1.0) would under-report the
         # sensitivity without limit).
         expected = {"sphere": 1.0, "winsor": self.radius, "identity": math.inf}
         if self.name not in _NAMES:
-            raise ValueError(f"transform: unknown name {self.name!r}; expected one of {_NAMES}")
+            raise ValueError(f"spatial_sign: unknown name {self.name!r}; expected one of {_NAMES}")
         if self.name == "winsor":
             bound_in_range("radius", self.radius)
         if self.name == "custom":
             if not callable(self.xi_function):
-                raise ValueError("transform: a 'custom' Transform needs a callable xi_function")
+                raise ValueError("spatial_sign: a 'custom' SpatialSign needs a callable xi_function")
             bound_in_range("bound", self.bound)
         elif self.xi_function is not None:
-            raise ValueError(f"transform: a {self.name!r} Transform takes no xi_function")
+            raise ValueError(f"spatial_sign: a {self.name!r} SpatialSign takes no xi_function")
         if self.name != "winsor" and self.radius is not None:
-            raise ValueError(f"transform: a {self.name!r} Transform takes no radius, got {self.radius!r}")
+            raise ValueError(f"spatial_sign: a {self.name!r} SpatialSign takes no radius, got {self.radius!r}")
         if self.name in expected and self.bound != expected[self.name]:
             raise ValueError(
-                f"transform: a {self.name!r} Transform has bound {expected[self.name]!r}, "
-                f"got {self.bound!r}; build it with dask_dppca.transforms.{self.name}(...)"
+                f"spatial_sign: a {self.name!r} SpatialSign has bound {expected[self.name]!r}, "
+                f"got {self.bound!r}; build it with dask_dppca.{self.name}(...)"
             )
 
     @property
     def is_bounded(self) -> bool:
-        """True when ``bound`` is finite, i.e. the transform may be used privately."""
+        """True when ``bound`` is finite, i.e. the spatial sign may be used privately."""
         return math.isfinite(self.bound)
 
     def xi(self, norm: np.ndarray) -> np.ndarray:
@@ -142,12 +142,12 @@ class Transform:
         return (xi * xi) / s2
 
 
-def sphere() -> Transform:
+def sphere() -> SpatialSign:
     """The spatial sign ``g(t) = t / ||t||``; ``xi = 1``, bound ``G = 1``."""
-    return Transform(name="sphere", bound=1.0)
+    return SpatialSign(name="sphere", bound=1.0)
 
 
-def winsor(radius: float) -> Transform:
+def winsor(radius: float) -> SpatialSign:
     """Winsorization ``g(t) = t min(1, r / ||t||)``; ``xi(s) = min(r, s)``, ``G = r``.
 
     Parameters
@@ -158,15 +158,15 @@ def winsor(radius: float) -> Transform:
         data.
     """
     r = bound_in_range("radius", radius)
-    return Transform(name="winsor", bound=r, radius=r)
+    return SpatialSign(name="winsor", bound=r, radius=r)
 
 
-def identity() -> Transform:
+def identity() -> SpatialSign:
     """The identity ``g(t) = t`` (covariance).  Unbounded: a non-private reference only."""
-    return Transform(name="identity", bound=math.inf)
+    return SpatialSign(name="identity", bound=math.inf)
 
 
-def custom(xi: Callable[[np.ndarray], np.ndarray], bound: float) -> Transform:
+def custom(xi: Callable[[np.ndarray], np.ndarray], bound: float) -> SpatialSign:
     """A user-supplied bounded scale function.
 
     Parameters
@@ -176,7 +176,7 @@ def custom(xi: Callable[[np.ndarray], np.ndarray], bound: float) -> Transform:
         included).  It must be a fixed public function, not tuned on the data.
     bound : float
         Declared ``G = sup xi``, between ``MIN_BOUND`` and ``MAX_BOUND``.  ``xi`` is checked against it on a grid of norms from
-        1e-300 to 1e300 when the transform is built, and its values are clamped to
+        1e-300 to 1e300 when the spatial sign is built, and its values are clamped to
         ``[0, bound]`` whenever it is used, so the privacy proof holds even between
         grid points.
 
@@ -187,7 +187,7 @@ def custom(xi: Callable[[np.ndarray], np.ndarray], bound: float) -> Transform:
         negative, or is not finite on the check grid.
     """
     if not callable(xi):
-        raise TypeError(f"transform: a custom xi must be callable, got {type(xi).__name__}")
+        raise TypeError(f"spatial_sign: a custom xi must be callable, got {type(xi).__name__}")
     g_bound = bound_in_range("bound", bound)
     with np.errstate(all="ignore"):
         values = np.broadcast_to(
@@ -195,14 +195,14 @@ def custom(xi: Callable[[np.ndarray], np.ndarray], bound: float) -> Transform:
             _CHECK_NORMS[1:-1].shape,
         )
     if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise ValueError("transform: custom xi must return finite values >= 0 for every norm")
+        raise ValueError("spatial_sign: custom xi must return finite values >= 0 for every norm")
     worst = float(values.max())
     if worst > g_bound * (1 + 1e-12):
         raise ValueError(
-            f"transform: custom xi reaches {worst!r}, above its declared bound {g_bound!r}; "
+            f"spatial_sign: custom xi reaches {worst!r}, above its declared bound {g_bound!r}; "
             "an unbounded or under-declared xi is not private"
         )
-    return Transform(name="custom", bound=g_bound, xi_function=xi)
+    return SpatialSign(name="custom", bound=g_bound, xi_function=xi)
 
 
 def bound_in_range(name: str, value: object) -> float:
@@ -216,34 +216,34 @@ def bound_in_range(name: str, value: object) -> float:
     return number
 
 
-def resolve_transform(transform: str | Transform, radius: float | None = None) -> Transform:
-    """Turn the estimator's ``transform`` / ``radius`` parameters into a :class:`Transform`.
+def resolve_spatial_sign(spatial_sign: str | SpatialSign, radius: float | None = None) -> SpatialSign:
+    """Turn the estimator's ``spatial_sign`` / ``radius`` parameters into a :class:`SpatialSign`.
 
     Raises
     ------
     ValueError
-        For an unknown name, a winsor transform without a radius, or a radius given
-        with a transform that takes none.
+        For an unknown name, a winsor spatial sign without a radius, or a radius given
+        with a spatial sign that takes none.
     """
-    if isinstance(transform, Transform):
-        if radius is not None and transform.name != "winsor":
-            raise ValueError(f"radius: given ({radius!r}) but transform {transform.name!r} takes none")
-        if radius is not None and radius != transform.radius:
+    if isinstance(spatial_sign, SpatialSign):
+        if radius is not None and spatial_sign.name != "winsor":
+            raise ValueError(f"radius: given ({radius!r}) but spatial sign {spatial_sign.name!r} takes none")
+        if radius is not None and radius != spatial_sign.radius:
             raise ValueError(
-                f"radius: given ({radius!r}) but the winsor transform has radius {transform.radius!r}"
+                f"radius: given ({radius!r}) but the winsor spatial sign has radius {spatial_sign.radius!r}"
             )
-        return transform
-    if transform == "sphere":
+        return spatial_sign
+    if spatial_sign == "sphere":
         if radius is not None:
-            raise ValueError(f"radius: given ({radius!r}) but transform 'sphere' takes none")
+            raise ValueError(f"radius: given ({radius!r}) but spatial sign 'sphere' takes none")
         return sphere()
-    if transform == "winsor":
+    if spatial_sign == "winsor":
         if radius is None:
-            raise ValueError("radius: transform 'winsor' needs a public radius > 0")
+            raise ValueError("radius: spatial sign 'winsor' needs a public radius > 0")
         return winsor(radius)
-    if transform == "identity":
+    if spatial_sign == "identity":
         return identity()
     raise ValueError(
-        f"transform: unknown value {transform!r}; expected 'sphere', 'winsor', "
-        "or dask_dppca.transforms.custom(xi, bound)"
+        f"spatial_sign: unknown value {spatial_sign!r}; expected 'sphere', 'winsor', "
+        "or dask_dppca.custom(xi, bound)"
     )

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dask_dppca.transforms import (
-    Transform,
+from dask_dppca.kernel.spatial_sign import (
+    SpatialSign,
     custom,
     identity,
-    resolve_transform,
+    resolve_spatial_sign,
     sphere,
     winsor,
 )
@@ -72,7 +72,7 @@ def test_winsor_radius_outside_its_public_range_is_refused(radius):
     with pytest.raises(ValueError, match=r"^radius: must be between 1e-100 and 1e\+100 .*got"):
         winsor(radius)
     with pytest.raises(ValueError, match=r"^radius: must be between"):
-        resolve_transform("winsor", radius)
+        resolve_spatial_sign("winsor", radius)
 
 
 @pytest.mark.parametrize("bound", [1e-101, 1e101])
@@ -82,40 +82,40 @@ def test_custom_bound_outside_the_public_range_is_refused(bound):
 
 
 # ---------------------------------------------------------------------------------------
-# Transform built directly: its bound must be its g's (audit item a)
+# SpatialSign built directly: its bound must be its g's (audit item a)
 # ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "fields, pattern",
     [
-        ({"name": "identity", "bound": 1.0}, r"'identity' Transform has bound inf, got 1.0"),
-        ({"name": "sphere", "bound": 0.5}, r"'sphere' Transform has bound 1.0, got 0.5"),
-        ({"name": "sphere", "bound": 2.0}, r"'sphere' Transform has bound 1.0, got 2.0"),
-        ({"name": "winsor", "bound": 1.0, "radius": 2.0}, r"'winsor' Transform has bound 2.0, got 1.0"),
+        ({"name": "identity", "bound": 1.0}, r"'identity' SpatialSign has bound inf, got 1.0"),
+        ({"name": "sphere", "bound": 0.5}, r"'sphere' SpatialSign has bound 1.0, got 0.5"),
+        ({"name": "sphere", "bound": 2.0}, r"'sphere' SpatialSign has bound 1.0, got 2.0"),
+        ({"name": "winsor", "bound": 1.0, "radius": 2.0}, r"'winsor' SpatialSign has bound 2.0, got 1.0"),
         ({"name": "winsor", "bound": 1e-150, "radius": 1e-150}, r"^radius: must be between"),
         ({"name": "winsor", "bound": 1.0}, r"^radius: must be a real number"),
-        ({"name": "custom", "bound": 1.0}, r"'custom' Transform needs a callable xi_function"),
+        ({"name": "custom", "bound": 1.0}, r"'custom' SpatialSign needs a callable xi_function"),
         ({"name": "custom", "bound": 1e120, "xi_function": np.ones_like}, r"^bound: must be between"),
-        ({"name": "sphere", "bound": 1.0, "radius": 1.0}, r"'sphere' Transform takes no radius"),
+        ({"name": "sphere", "bound": 1.0, "radius": 1.0}, r"'sphere' SpatialSign takes no radius"),
         ({"name": "sphere", "bound": 1.0, "xi_function": np.ones_like}, r"takes no xi_function"),
         ({"name": "Sphere", "bound": 1.0}, r"unknown name 'Sphere'"),
     ],
 )
 def test_a_directly_built_transform_must_carry_the_bound_of_its_g(fields, pattern):
-    """Audit item a: ``Transform("identity", bound=1.0)`` was trusted and under-reported
+    """Audit item a: ``SpatialSign("identity", bound=1.0)`` was trusted and under-reported
     the sensitivity 5e5-fold with private=True.  The kernel computes g from the name
     (and radius), the privacy layer trusts ``bound``: they cannot disagree any more.
     tests/privacy/test_sensitivity.py shows what such a transform would do."""
     with pytest.raises(ValueError, match=pattern):
-        Transform(**fields)
+        SpatialSign(**fields)
 
 
 def test_directly_built_transforms_that_match_their_g_are_the_factories():
-    assert Transform("sphere", 1.0) == sphere()
-    assert Transform("winsor", 2.5, 2.5) == winsor(2.5)
-    assert Transform("identity", math.inf) == identity()
-    with pytest.raises(ValueError, match="'sphere' Transform has bound 1.0"):
+    assert SpatialSign("sphere", 1.0) == sphere()
+    assert SpatialSign("winsor", 2.5, 2.5) == winsor(2.5)
+    assert SpatialSign("identity", math.inf) == identity()
+    with pytest.raises(ValueError, match="'sphere' SpatialSign has bound 1.0"):
         dataclasses.replace(sphere(), bound=0.25)   # no way around the check by copying
 
 
@@ -183,7 +183,7 @@ def test_custom_bound_tolerance_is_relative_1e12():
     ],
 )
 def test_custom_refuses_xi_above_its_declared_bound(xi, bound):
-    with pytest.raises(ValueError, match=r"^transform: custom xi reaches .* above its declared bound"):
+    with pytest.raises(ValueError, match=r"^spatial_sign: custom xi reaches .* above its declared bound"):
         custom(xi, bound)
 
 
@@ -199,7 +199,7 @@ def test_custom_refuses_xi_above_its_declared_bound(xi, bound):
     ],
 )
 def test_custom_refuses_negative_or_non_finite_xi(xi):
-    with pytest.raises(ValueError, match=r"^transform: custom xi must return finite values >= 0"):
+    with pytest.raises(ValueError, match=r"^spatial_sign: custom xi must return finite values >= 0"):
         custom(xi, 1.0)
 
 
@@ -287,47 +287,47 @@ def test_custom_transforms_with_different_xi_are_not_equal():
 
 
 # ---------------------------------------------------------------------------------------
-# resolve_transform: the estimator's transform / radius parameters
+# resolve_spatial_sign: the estimator's transform / radius parameters
 # ---------------------------------------------------------------------------------------
 
 
 def test_resolve_transform_names():
-    assert resolve_transform("sphere") == sphere()
-    assert resolve_transform("winsor", radius=2.0) == winsor(2.0)
-    assert resolve_transform("identity") == identity()
+    assert resolve_spatial_sign("sphere") == sphere()
+    assert resolve_spatial_sign("winsor", radius=2.0) == winsor(2.0)
+    assert resolve_spatial_sign("identity") == identity()
     g = custom(_smooth, 1.5)
-    assert resolve_transform(g) is g
+    assert resolve_spatial_sign(g) is g
     w = winsor(0.5)
-    assert resolve_transform(w) is w
-    assert isinstance(resolve_transform("sphere"), Transform)
+    assert resolve_spatial_sign(w) is w
+    assert isinstance(resolve_spatial_sign("sphere"), SpatialSign)
 
 
 @pytest.mark.parametrize(
     "args, pattern",
     [
-        (("spherical",), r"^transform: unknown value 'spherical'"),
-        (("Sphere",), r"^transform: unknown value"),
-        ((None,), r"^transform: unknown value None"),
-        (("winsor",), r"^radius: transform 'winsor' needs a public radius"),
+        (("spherical",), r"^spatial_sign: unknown value 'spherical'"),
+        (("Sphere",), r"^spatial_sign: unknown value"),
+        ((None,), r"^spatial_sign: unknown value None"),
+        (("winsor",), r"^radius: spatial sign 'winsor' needs a public radius"),
         (("winsor", 0.0), r"^radius: must be (finite and > 0|a real number)"),
         (("winsor", -2.0), r"^radius: must be (finite and > 0|a real number)"),
         (("winsor", math.nan), r"^radius: must be (finite and > 0|a real number)"),
-        (("sphere", 1.0), r"^radius: given \(1.0\) but transform 'sphere' takes none"),
-        ((sphere(), 1.0), r"^radius: given \(1.0\) but transform 'sphere' takes none"),
+        (("sphere", 1.0), r"^radius: given \(1.0\) but spatial sign 'sphere' takes none"),
+        ((sphere(), 1.0), r"^radius: given \(1.0\) but spatial sign 'sphere' takes none"),
         ((custom(_smooth, 1.5), 1.0), r"^radius: given .* 'custom' takes none"),
     ],
 )
-def test_resolve_transform_errors_name_the_parameter(args, pattern):
+def test_resolve_spatial_sign_errors_name_the_parameter(args, pattern):
     with pytest.raises(ValueError, match=pattern):
-        resolve_transform(*args)
+        resolve_spatial_sign(*args)
 
 
 def test_resolve_transform_refuses_a_radius_conflicting_with_a_winsor_transform():
-    """``resolve_transform(winsor(1.0), radius=2.0)`` must not silently drop radius=2.0.
+    """``resolve_spatial_sign(winsor(1.0), radius=2.0)`` must not silently drop radius=2.0.
 
     Known bug (reported): today it returns winsor(1.0) and ignores the conflicting radius.
     A radius equal to the transform's own is harmless and accepted.
     """
-    assert resolve_transform(winsor(1.0), radius=1.0) == winsor(1.0)
+    assert resolve_spatial_sign(winsor(1.0), radius=1.0) == winsor(1.0)
     with pytest.raises(ValueError, match=r"^radius:"):
-        resolve_transform(winsor(1.0), radius=2.0)
+        resolve_spatial_sign(winsor(1.0), radius=2.0)

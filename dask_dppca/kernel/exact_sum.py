@@ -1,4 +1,4 @@
-"""Exact, order-free sums of float64 arrays (numpy, no dask).
+"""Exact, order-free sums of float64 arrays (numpy, no Dask).
 
 The graph adds one partial sum per task.  Floating-point addition is not associative,
 so a float reduction gives the same bits only if it always adds in one fixed tree, and a

@@ -1,0 +1,21 @@
+"""Layer 5, compute: the only package that knows a Dask compute target.
+
+* :mod:`.target`: :class:`ComputeTarget` (a local scheduler or a cluster), resolved from
+  the ``scheduler`` parameter by :func:`compute_target`.
+* :mod:`.cluster`: the embedded LocalCluster, scheduler addresses, TLS.
+* :mod:`.waits`: bounded waits (:class:`ClusterStalledError`).
+* :mod:`.progress`: progress bars (text in a terminal, a widget in Jupyter).
+* :mod:`.workers`: BLAS on one thread, and the worker plugin that allows sealed sums.
+* :mod:`.release`: running a :class:`~dask_dppca.privacy.ReleaseMechanism` once, on the
+  trusted worker; :mod:`.placement` and :mod:`.trust` (where it may run),
+  :mod:`.tickets` (drawn at most once).
+"""
+
+from .cluster import TRUSTED_RESOURCE, check_scheduler, close_embedded_cluster, tls_config
+from .placement import UntrustedReleaseWarning
+from .target import ClusterTarget, ComputeTarget, LocalScheduler, compute_target
+from .waits import STALL_TIMEOUT_KEY, ClusterStalledError
+
+__all__ = ["STALL_TIMEOUT_KEY", "TRUSTED_RESOURCE", "ClusterStalledError", "ClusterTarget",
+           "ComputeTarget", "LocalScheduler", "UntrustedReleaseWarning", "check_scheduler",
+           "close_embedded_cluster", "compute_target", "tls_config"]

@@ -1,0 +1,78 @@
+"""Where the release runs: the trusted worker, or a warning (or a refusal) when none exists.
+
+A worker offering the ``dppca-trusted`` resource wins (on a TLS cluster, only one whose
+certificate names the trusted worker: :mod:`.trust`); otherwise the named
+``trusted_worker``; otherwise any worker, with :class:`UntrustedReleaseWarning`, or a
+refusal under ``require_trusted``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from .cluster import TRUSTED_RESOURCE
+from .trust import verified_placement
+
+__all__ = ["UntrustedReleaseWarning", "choose_placement", "describe_placement",
+           "placement_available", "release_placement"]
+
+
+class UntrustedReleaseWarning(UserWarning):
+    """No worker offers the ``dppca-trusted`` resource: the release may run on any worker."""
+
+
+def placement_available(placement: dict, workers: dict) -> bool:
+    """Whether a worker in ``workers`` (the scheduler's worker info) can run a task
+    placed by :func:`release_placement`'s ``placement``."""
+    if "workers" in placement:  # pinned (a named or a certificate-verified trusted worker)
+        workers = {address: workers[address] for address in placement["workers"] if address in workers}
+    if "resources" in placement:
+        return any(TRUSTED_RESOURCE in (info.get("resources") or {}) for info in workers.values())
+    return bool(workers)
+
+
+def release_placement(client: Any, trusted_worker: str | None) -> dict:
+    """``client.submit`` keywords that put the release on the trusted node (empty: anywhere)."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    trusted = {"resources": {TRUSTED_RESOURCE: 1}}
+    if placement_available(trusted, workers):
+        return verified_placement(client, trusted, TRUSTED_RESOURCE)
+    if trusted_worker is not None:
+        if trusted_worker not in workers:
+            raise ValueError(
+                f"trusted_worker: {trusted_worker!r} is not a worker of this cluster "
+                f"(workers: {sorted(workers)})"
+            )
+        return {"workers": [trusted_worker], "allow_other_workers": False}
+    return {}
+
+
+def choose_placement(client: Any, trusted_worker: str | None, require_trusted: bool) -> dict:
+    """:func:`release_placement`, refused or warned about when it names no trusted node."""
+    placement = release_placement(client, trusted_worker)
+    if not placement:
+        if require_trusted:
+            raise ValueError(
+                f"require_trusted: no worker offers the {TRUSTED_RESOURCE!r} resource and no "
+                "trusted_worker was named; start one with "
+                f"`dask worker ... --resources {TRUSTED_RESOURCE}=1` (deploy/README.md)"
+            )
+        warnings.warn(
+            f"no worker offers the {TRUSTED_RESOURCE!r} resource and no trusted_worker was "
+            "named: the noise is added on whichever worker the scheduler picks (recorded in "
+            "privacy_['released_on']); pass require_trusted=True to refuse instead",
+            UntrustedReleaseWarning, stacklevel=5,
+        )
+    return placement
+
+
+def describe_placement(placement: dict) -> str:
+    """The placement in words, for ``privacy_["release_placement"]``."""
+    if "resources" in placement and "workers" in placement:
+        return f"a worker offering {TRUSTED_RESOURCE!r} with the trusted worker's TLS certificate"
+    if "resources" in placement:
+        return f"a worker offering {TRUSTED_RESOURCE!r}"
+    if "workers" in placement:
+        return f"trusted_worker {placement['workers'][0]}"
+    return f"any worker (none offers {TRUSTED_RESOURCE!r})"

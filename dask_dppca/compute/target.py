@@ -1,0 +1,174 @@
+"""One type for where a compute runs: :class:`ComputeTarget`.
+
+A target is a Dask local scheduler (:class:`LocalScheduler`) or a distributed cluster
+reached through a client (:class:`ClusterTarget`: the embedded LocalCluster, an address,
+or the user's client).  Everything the rest of the package needs of one is here: how
+many threads it offers (public: the cluster's size), whether it computes in this
+process (the BLAS policy), a bounded :meth:`~ComputeTarget.compute` with progress, the
+release (:mod:`.release`) and the hook that abandons a failed fit's release.
+:func:`compute_target` resolves the estimator's ``scheduler`` parameter.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import dask
+import distributed
+
+from ..privacy import PrivateRelease, ReleaseMechanism
+from .cluster import LOCAL_SCHEDULERS, check_scheduler, connect, embedded_client, workers_in_this_process
+from .progress import cluster_progress, local_progress
+from .release import release_here, release_on_cluster
+from .tickets import abandon_release
+from .waits import await_result
+from .workers import prepare_workers, single_threaded_blas
+
+__all__ = ["ClusterTarget", "ComputeTarget", "LocalScheduler", "compute_target"]
+
+
+class ComputeTarget(ABC):
+    """Where a fit computes; use :func:`compute_target` to get one."""
+
+    @property
+    @abstractmethod
+    def n_threads(self) -> int:
+        """Worker threads the target offers (public: the design rule may use it)."""
+
+    @property
+    @abstractmethod
+    def in_process(self) -> bool:
+        """Whether the work runs in this process (BLAS is then limited per compute)."""
+
+    @abstractmethod
+    def compute(self, collections: list, label: str, progress: bool = False) -> list:
+        """Compute Dask collections and return their values; every wait bounded."""
+
+    @abstractmethod
+    def release(self, mechanism: ReleaseMechanism, lane_sums: list, n_components: int,
+                fit_id: str, *, trusted_worker: str | None = None, require_trusted: bool = False,
+                progress: bool = False) -> tuple[PrivateRelease, str]:
+        """Run ``mechanism`` once on the lanes' exact sums; the release and where it ran."""
+
+    @abstractmethod
+    def abandon(self, fit_id: str) -> bool:
+        """For a failed fit: True if its release provably never drew (and now never will)."""
+
+
+class LocalScheduler(ComputeTarget):
+    """A Dask local scheduler (``"synchronous"``, ``"threads"``, ``"processes"``): this process."""
+
+    def __init__(self, name: str) -> None:
+        self.name = LOCAL_SCHEDULERS[name]
+
+    @property
+    def n_threads(self) -> int:
+        return 1 if self.name == "synchronous" else (os.cpu_count() or 1)
+
+    @property
+    def in_process(self) -> bool:
+        return True
+
+    def compute(self, collections: list, label: str, progress: bool = False) -> list:
+        with local_progress(progress), single_threaded_blas(True):
+            return list(dask.compute(*collections, scheduler=self.name))
+
+    def release(self, mechanism, lane_sums, n_components, fit_id, *, trusted_worker=None,
+                require_trusted=False, progress=False):
+        return release_here(self.name, mechanism, lane_sums, n_components, fit_id,
+                            require_trusted=require_trusted, progress=progress)
+
+    def abandon(self, fit_id: str) -> bool:
+        return abandon_release(fit_id, None)
+
+    def __repr__(self) -> str:
+        return f"LocalScheduler({self.name!r})"
+
+
+class ClusterTarget(ComputeTarget):
+    """A distributed cluster, through ``client``."""
+
+    def __init__(self, client: distributed.Client) -> None:
+        self.client = client
+
+    @property
+    def n_threads(self) -> int:
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        return max(1, sum(int(info.get("nthreads", 1)) for info in workers.values()))
+
+    @property
+    def in_process(self) -> bool:
+        return workers_in_this_process(self.client)
+
+    def compute(self, collections: list, label: str, progress: bool = False) -> list:
+        prepare_workers(self.client)
+        with single_threaded_blas(self.in_process):
+            futures = self.client.compute(collections)
+            try:
+                with cluster_progress(self.client, futures, progress):
+                    return [await_result(self.client, future, label) for future in futures]
+            finally:
+                for future in futures:
+                    future.release()
+
+    def release(self, mechanism, lane_sums, n_components, fit_id, *, trusted_worker=None,
+                require_trusted=False, progress=False):
+        return release_on_cluster(self.client, self.in_process, mechanism, lane_sums,
+                                  n_components, fit_id, trusted_worker=trusted_worker,
+                                  require_trusted=require_trusted, progress=progress)
+
+    def abandon(self, fit_id: str) -> bool:
+        return abandon_release(fit_id, self.client)
+
+    def __repr__(self) -> str:
+        return f"ClusterTarget({self.client.scheduler.address!r})"
+
+
+@contextmanager
+def compute_target(scheduler: Any = None) -> Iterator[ComputeTarget]:
+    """The :class:`ComputeTarget` for the estimator's ``scheduler`` parameter.
+
+    Parameters
+    ----------
+    scheduler : None, str or distributed.Client
+        ``None``: the active distributed client if there is one, else the embedded
+        LocalCluster (started on first use, reused, closed at exit).  A local
+        scheduler name (``"synchronous"``, ``"threads"``, ``"processes"``).  A
+        scheduler address (``"tcp://host:8786"``, ``"tls://..."``; the client's TLS
+        certificates come from the Dask configuration, see
+        :func:`~dask_dppca.compute.cluster.tls_config`); its client is closed when the
+        block ends.  Or a ``distributed.Client`` (for example one made with
+        ``distributed.Client(address, security=distributed.Security(...))``).
+
+    Raises
+    ------
+    ValueError
+        For an unknown scheduler value, a ``tls://`` address without client
+        certificates in the Dask configuration, or an address that does not answer
+        (or refuses the handshake) within ``CONNECT_TIMEOUT`` seconds.
+    """
+    check_scheduler(scheduler)
+    if isinstance(scheduler, distributed.Client):
+        yield ClusterTarget(scheduler)
+        return
+    if scheduler is None:
+        # Resolve first, then yield once: an error raised inside the caller's block must
+        # leave as itself, not be caught here as "no active client".
+        try:
+            client = distributed.get_client()
+        except ValueError:
+            client = embedded_client()
+        yield ClusterTarget(client)
+        return
+    if scheduler in LOCAL_SCHEDULERS:
+        yield LocalScheduler(scheduler)
+        return
+    client = connect(scheduler)
+    try:
+        yield ClusterTarget(client)
+    finally:
+        client.close()

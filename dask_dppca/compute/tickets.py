@@ -1,0 +1,125 @@
+"""Release tickets: a fit's noise is drawn at most once, and an abandoned release never.
+
+A release claims its ticket (:func:`claim_release_ticket`) just before it draws.  On a
+distributed worker the ticket lives in the scheduler's metadata, under a distributed
+lock, so it survives the loss of the worker that claimed it: a re-execution (a lost
+worker, a recomputed key) refuses to draw a second time instead of releasing twice.
+Elsewhere it lives in this process.
+
+A failed fit asks :func:`abandon_release` whether its budget reservations may be
+given back: only when the release provably never drew, and then it is marked so that a
+release task that starts late refuses to draw.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import distributed
+
+__all__ = [
+    "ABANDONED_METADATA_KEY",
+    "RELEASE_METADATA_KEY",
+    "ReleaseAlreadyDrawnError",
+    "abandon_release",
+    "claim_release_ticket",
+    "current_worker",
+    "mark_release_dispatched",
+]
+
+#: Scheduler metadata prefix under which release tickets are recorded, one per fit id.
+RELEASE_METADATA_KEY = ("dask-dppca", "releases")
+#: Scheduler metadata prefix of the releases a failed fit abandoned before they drew.
+ABANDONED_METADATA_KEY = ("dask-dppca", "abandoned")
+#: Seconds :func:`abandon_release` waits for the ticket's lock before proving nothing.
+ABANDON_TIMEOUT = 10.0
+
+_local_tickets: set[str] = set()
+_local_tickets_lock = threading.Lock()
+# Fit ids whose release was dispatched from this process: called here, or submitted as a
+# task.  For the budget: see abandon_release.
+_dispatched: set[str] = set()
+
+
+class ReleaseAlreadyDrawnError(RuntimeError):
+    """The release of this fit already ran once; noise is never drawn twice."""
+
+
+def mark_release_dispatched(fit_id: str) -> None:
+    """Record, before it can draw, that the release of ``fit_id`` is called or submitted here."""
+    _dispatched.add(fit_id)
+
+
+def abandon_release(fit_id: str, client: distributed.Client | None) -> bool:
+    """For a failed fit: make sure its release can never draw; True if it never did.
+
+    A release never called or submitted from this process (:func:`mark_release_dispatched`)
+    cannot have drawn.  Without a cluster (``client`` None: a local scheduler) one that
+    was called drew or was about to, in this thread.  On a cluster a submitted release
+    may not have started: if its ticket is free, the release is marked abandoned (under
+    the lock :func:`claim_release_ticket` takes, which refuses an abandoned release), so
+    a release task that starts late refuses to draw; a ticket already taken means it
+    drew.  A scheduler that cannot be reached proves nothing (False).
+    """
+    if fit_id not in _dispatched:
+        return True
+    if client is None:
+        return False
+    lock = distributed.Lock(f"dask-dppca-release-{fit_id}", scheduler_rpc=client.scheduler,
+                            loop=client.loop)
+    try:
+        if not lock.acquire(timeout=ABANDON_TIMEOUT):
+            return False
+        try:
+            if client.get_metadata([*RELEASE_METADATA_KEY, fit_id], default=None) is not None:
+                return False
+            client.set_metadata([*ABANDONED_METADATA_KEY, fit_id], {"time": time.time()})
+            return True
+        finally:
+            lock.release()
+    except (OSError, TimeoutError, RuntimeError):
+        return False
+
+
+def claim_release_ticket(fit_id: str) -> Any:
+    """Record that the release of ``fit_id`` is drawing its noise; refuse a second time.
+
+    Returns the worker it runs on (None outside one).
+
+    Raises
+    ------
+    ReleaseAlreadyDrawnError
+        If the release already drew, or its failed fit abandoned it.
+    """
+    mark_release_dispatched(fit_id)
+    worker = current_worker()
+    if worker is None:
+        with _local_tickets_lock:
+            if fit_id in _local_tickets:
+                raise ReleaseAlreadyDrawnError(f"release {fit_id} already drew its noise")
+            _local_tickets.add(fit_id)
+        return None
+    client = distributed.get_client()
+    key = [*RELEASE_METADATA_KEY, fit_id]
+    with distributed.Lock(f"dask-dppca-release-{fit_id}"):
+        if client.get_metadata([*ABANDONED_METADATA_KEY, fit_id], default=None) is not None:
+            raise ReleaseAlreadyDrawnError(f"release {fit_id} was abandoned by its failed fit; "
+                                           "refusing to draw")
+        ticket = client.get_metadata(key, default=None)
+        if ticket is not None:
+            raise ReleaseAlreadyDrawnError(
+                f"release {fit_id} already drew its noise (on {ticket['worker']}); "
+                "refusing to draw again"
+            )
+        client.set_metadata(key, {"worker": worker.address, "time": time.time()})
+    return worker
+
+
+def current_worker() -> Any:
+    """The distributed worker running the caller, or None."""
+    try:
+        return distributed.get_worker()
+    except ValueError:
+        return None

@@ -1,0 +1,15 @@
+"""Layer 3, the graph: the Dask task graph of the exact pair sum (no privacy here).
+
+* :mod:`.lanes`: :func:`kernel_sum_graph` builds the lanes of block-pair tasks for a
+  design plan, lazily and without reading data.
+* :mod:`.lane_task`: what runs inside those tasks, and :func:`lanes_total`, the lanes'
+  exact total rounded once.
+* :mod:`.sealed`: partial sums that only Dask workers may open.
+"""
+
+from .lane_task import LaneState, lanes_total
+from .lanes import LANES_PER_SUM_TASK, LANES_PER_THREAD, kernel_sum_graph
+from .sealed import ExactSumLeakError
+
+__all__ = ["LANES_PER_SUM_TASK", "LANES_PER_THREAD", "ExactSumLeakError", "LaneState",
+           "kernel_sum_graph", "lanes_total"]

@@ -1,0 +1,250 @@
+"""Every supported input as :class:`Records`: public metadata now, row blocks on demand.
+
+Inputs: numpy arrays (and array-likes), dask arrays, Zarr (a path or fsspec URL, a
+``zarr.Array``, ``zarr.Group`` or store object), xarray DataArray / Dataset, dask
+DataFrame / Series.  Only public metadata (shape, dtype, chunking, names) is inspected
+here: data values are never read, so a bad value can never raise (the kernel treats it,
+see dask_dppca.kernel), and lazy inputs stay lazy (nothing is computed on the client).
+How the rows are cut into blocks is the design's decision
+(:func:`dask_dppca.design.plan_blocks`); :meth:`Records.blocks` then gives the data in
+those blocks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import dask.array as da
+import numpy as np
+
+from ..validation import is_real_numeric_dtype
+from .labelled import frame_rows, from_xarray, is_dask_frame, is_xarray
+from .storage import check_storage_options, display_location
+from .zarr_input import is_zarr_input, open_zarr_input
+
+__all__ = ["Records", "RowCounter", "is_lazy_input", "open_records"]
+
+
+def is_lazy_input(data: Any) -> bool:
+    """Whether ``data`` is read lazily (dask, Zarr, xarray, dask DataFrame), not in memory."""
+    return (isinstance(data, da.Array) or is_zarr_input(data) or is_xarray(data)
+            or is_dask_frame(data))
+
+
+class RowCounter(Protocol):
+    """What :meth:`Records.counted` needs of a compute target: a bounded ``compute``."""
+
+    def compute(self, collections: list, label: str) -> list:
+        """Compute Dask collections, bounded, and return their values."""
+
+
+@dataclass(frozen=True)
+class Records:
+    """The records of one input: public metadata, and the rows as Dask blocks on demand.
+
+    Attributes
+    ----------
+    source : dask.array.Array or ndarray
+        The rows: a lazy dask array in the input's own chunks, or a numpy array in
+        memory (rows free to cut).
+    location : str or None
+        A store's location as it may be shown (a URL's user and password masked) and
+        its array name; None for other inputs.
+    input_type : str
+        The input's type name.
+    frame : object, optional
+        A dask DataFrame or Series whose partition lengths are not counted yet.
+    own_chunks : bool
+        Whether the source's row chunks are the input's own (a dask array, a Zarr
+        store); False for rows in memory or an xarray DataArray not chunked by Dask,
+        which the design is free to cut.
+    """
+
+    source: Any
+    location: str | None
+    input_type: str
+    frame: Any = None
+    own_chunks: bool = True
+
+    @property
+    def dataset(self) -> str:
+        """What a ledger records as the data set: the location, or the input's type and
+        (public) shape.  Never computed from the values."""
+        if self.location is not None:
+            return self.location
+        return f"{self.input_type} {' x '.join(str(int(s)) if s == s else '?' for s in self.shape)}"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(n, d); n is NaN for a DataFrame until :meth:`counted`."""
+        return tuple(self.source.shape)  # type: ignore[return-value]
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The input's dtype (blocks are computed in float64)."""
+        return self.source.dtype
+
+    @property
+    def row_chunks(self) -> tuple[int, ...] | None:
+        """The input's own row chunks, or None when the rows are free to cut."""
+        if isinstance(self.source, np.ndarray) or not self.own_chunks:
+            return None
+        return tuple(self.source.chunks[0])
+
+    @property
+    def array(self) -> da.Array:
+        """The rows as a dask array in the input's own chunks (one chunk if in memory)."""
+        if isinstance(self.source, np.ndarray):
+            return da.from_array(self.source, chunks=self.source.shape)
+        return self.source
+
+    def counted(self, target: RowCounter) -> Records:
+        """These records with a DataFrame's partition lengths counted on ``target``.
+
+        n is public (like a Zarr array's shape) but a dask DataFrame does not know it;
+        the lengths are counted where the fit computes, by one small task per partition,
+        within the target's bounded wait.  Other inputs are returned as they are.
+        """
+        if self.frame is None:
+            return self
+        return replace(self, source=frame_rows(self.frame, target), frame=None)
+
+    def blocks(self, block_sizes: tuple[int, ...]) -> da.Array:
+        """The rows with one chunk per block of ``block_sizes`` and all columns in one."""
+        if isinstance(self.source, np.ndarray):
+            return da.from_array(self.source, chunks=(block_sizes, -1))
+        data = self.source
+        if tuple(data.chunks[0]) != tuple(block_sizes) or len(data.chunks[1]) != 1:
+            data = data.rechunk({0: block_sizes, 1: -1})
+        return data
+
+
+def open_records(
+    data: Any,
+    component: str | None = None,
+    *,
+    storage_options: dict | None = None,
+    allow_fill_values: bool = False,
+) -> Records:
+    """Open any supported input as :class:`Records`, reading public metadata only.
+
+    Parameters
+    ----------
+    data : ndarray, dask.array.Array, zarr.Array, zarr.Group, str, os.PathLike, \
+xarray.DataArray, xarray.Dataset, dask DataFrame or Series
+        The records, one per row.  A string or path names a Zarr store: a local path or
+        an fsspec URL (``s3://``, ``gs://``, ``az://``, chained ``simplecache::s3://``).
+        A Zarr store object or an fsspec mapper is opened like a path.
+    component : str, optional
+        The array inside a Zarr group (a nested path such as ``"sub/X"`` too), or the
+        variable of an xarray Dataset.
+    storage_options : dict, optional
+        fsspec options for a URL (credentials, ``client_kwargs``); they travel to the
+        workers inside the task graph and are never printed.
+    allow_fill_values : bool, default=False
+        Read chunks missing from a Zarr store as the array's fill value.  By default a
+        missing chunk stops the fit on the worker that reads it (:class:`MissingChunkError`):
+        Zarr would otherwise return fill values where the workers cannot see the store.
+
+    Returns
+    -------
+    Records
+        Shape (n, d).  A dask DataFrame's n is counted later, on the compute target
+        (:meth:`Records.counted`).
+
+    Raises
+    ------
+    ValueError
+        If the input is not 2-D, has no columns, fewer than two rows, or a non-numeric
+        dtype; if a store does not exist, cannot be read, or lacks ``component``; for
+        unsupported inputs (scipy sparse matrices) and misplaced ``storage_options``.
+    """
+    storage_options = check_storage_options(storage_options, data)
+    array = _rows(data, component, storage_options, allow_fill_values)
+    if array.ndim != 2:
+        raise ValueError(
+            f"X: expected a 2-D array (n records x d features), got {array.ndim} dimension(s) "
+            f"with shape {array.shape}; Reshape your data, e.g. x.reshape(-1, 1) for one feature"
+        )
+    n, d = array.shape
+    # The wording after the first clause is scikit-learn's, so that its conformance
+    # checks (and users who know its messages) recognise the error.
+    if d == 0:
+        raise ValueError(f"X: has no columns (d = 0): 0 feature(s) (shape={array.shape}) while a "
+                         "minimum of 1 is required.")
+    if n == n and n < 2:  # NaN: a DataFrame's rows, counted later
+        raise ValueError(f"X: needs at least 2 records to form a pair, got n = {n} (n_samples = {n})")
+    if np.issubdtype(array.dtype, np.complexfloating):
+        raise ValueError(f"X: needs a real numeric dtype, got {array.dtype} (Complex data not supported)")
+    if not is_real_numeric_dtype(array.dtype):
+        raise ValueError(f"X: needs a real numeric dtype, got {array.dtype}")
+    if isinstance(array, da.Array) and len(array.chunks[1]) != 1:
+        array = array.rechunk({1: -1})
+    own_chunks = not (is_xarray(data) and _unchunked_xarray(data, component))
+    return Records(array, _location(data, component), type(data).__name__,
+                   frame=data if is_dask_frame(data) else None, own_chunks=own_chunks)
+
+
+def _unchunked_xarray(data: Any, component: str | None) -> bool:
+    import xarray as xr
+
+    if isinstance(data, xr.Dataset):
+        data = data[component] if component is not None else next(iter(data.data_vars.values()))
+    return data.chunks is None
+
+
+def _rows(data, component, storage_options, allow_fill_values) -> Any:
+    """The rows: a dask array (lazy inputs), or a numpy array (in memory)."""
+    if isinstance(data, da.Array):
+        return data
+    if is_zarr_input(data):
+        return open_zarr_input(data, component, storage_options, allow_fill_values)
+    if is_xarray(data):
+        return from_xarray(data, component)
+    if is_dask_frame(data):
+        return _frame_placeholder(data)
+    if _is_sparse(data):
+        raise ValueError(
+            f"X: sparse input is not supported (got {type(data).__name__}); pass a dense array, "
+            "e.g. X.toarray(): every pairwise difference is dense anyway"
+        )
+    try:
+        array = np.asarray(data)
+    except (TypeError, ValueError) as error:  # ragged nested lists, unconvertible objects
+        raise ValueError(
+            f"X: cannot be read as a 2-D numeric array ({type(data).__name__}: {error})"
+        ) from None
+    if array.dtype == object:
+        # Numbers held as Python objects (a pandas frame of mixed ints and floats, say)
+        # are numbers; anything float() refuses is a type error, as in numpy.
+        try:
+            array = array.astype(np.float64)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"X: holds values that are not real numbers ({error})") from None
+    return array
+
+
+def _frame_placeholder(frame: Any) -> da.Array:
+    """A DataFrame's rows with unknown partition lengths (metadata only, dtypes checked)."""
+    from .labelled import check_frame_dtypes
+
+    check_frame_dtypes(frame)
+    array = frame.to_dask_array()
+    return array[:, None] if array.ndim == 1 else array
+
+
+def _location(data: Any, component: str | None) -> str | None:
+    """A store's location as it may be shown, and its array name; None for other inputs."""
+    if not isinstance(data, (str, os.PathLike)):
+        return None
+    name = display_location(data)
+    return f"{name}#{component}" if component else name
+
+
+def _is_sparse(data: Any) -> bool:
+    """scipy.sparse matrices and arrays (checked without importing scipy.sparse first)."""
+    import scipy.sparse
+
+    return scipy.sparse.issparse(data)

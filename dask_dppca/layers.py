@@ -1,0 +1,42 @@
+"""The package's layers, lowest first: the one source of the layer table.
+
+A module imports only from its own layer and the layers below it; tests/test_layering.py
+checks every import against :data:`LAYERS`, and that the README's "Layout" table lists
+the same layers in the same order.  The privacy layer imports neither dask nor
+distributed (:data:`FORBIDDEN_IMPORTS`): its proof can be read, and its math tested,
+without a cluster.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FORBIDDEN_IMPORTS", "LAYERS"]
+
+#: ``(layer name, top-level modules of dask_dppca in it, what it holds)``, lowest first.
+LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
+    ("base", frozenset({"validation", "datasets", "layers"}),
+     "parameter checks, synthetic data sets"),
+    ("kernel", frozenset({"kernel"}),
+     "spatial signs; exact block-pair sums of g g^T (numpy + numba); exact summation; "
+     "the rounding bound"),
+    ("design", frozenset({"design"}),
+     "pair designs, block planning and the plan (pairs, degrees, blocks, tiles)"),
+    ("graph", frozenset({"io", "graph"}),
+     "inputs (numpy, dask, Zarr, xarray, DataFrames; storage, result files); the lanes of "
+     "block-pair tasks"),
+    ("privacy", frozenset({"privacy"}),
+     "calibration, float-safe noise, the release mechanism, the budget and its ledger "
+     "(no Dask)"),
+    ("compute", frozenset({"compute"}),
+     "compute targets (embedded cluster, addresses, clients), bounded waits, progress, "
+     "BLAS policy, the trusted release, tickets, placement"),
+    ("shells", frozenset({"estimator", "reference", "metrics", "planning", "theory", "cli",
+                          "__init__", "__main__"}),
+     "DPPCA, the non-private kendall_matrix, sin theta, the planner, theory, the command line"),
+)
+
+#: Top-level packages a layer may not import at all.
+FORBIDDEN_IMPORTS: dict[str, frozenset[str]] = {
+    "privacy": frozenset({"dask", "distributed"}),
+    "kernel": frozenset({"dask", "distributed"}),
+    "design": frozenset({"dask", "distributed"}),
+}
