@@ -41,7 +41,7 @@ def test_fit_writes_the_result_file(tmp_path):
         (["fit", "/no/such.zarr"], "does not exist"),
         (["fit", "STORE", "--epsilon", "-1"], "epsilon"),
         (["fit", "STORE", "-k", "9"], "n_components"),
-        (["fit", "STORE", "--transform", "winsor"], "radius"),
+        (["fit", "STORE", "--spatial-sign", "winsor"], "radius"),
         (["fit", "STORE", "--scheduler", "tcp://127.0.0.1:1"], "scheduler"),
     ],
 )
@@ -59,7 +59,7 @@ def test_user_errors_are_one_line_with_a_nonzero_exit(tmp_path, args, needle):
 def test_help_explains_every_option():
     done = run_cli("fit", "--help", timeout=60)
     assert done.returncode == 0
-    for option in ["--component", "--epsilon", "--delta", "--transform", "--radius",
+    for option in ["--component", "--epsilon", "--delta", "--spatial-sign", "--radius",
                    "--design", "--scheduler", "--output"]:
         assert option in done.stdout
 

@@ -2,7 +2,7 @@
 
 ``theory.release_sigma`` plans without data; ``DPPCA.fit`` plans from its input.  Both
 build one ReleaseMechanism from the design plan, so for any (n, d, epsilon, delta,
-transform, calibration) their sigma must be bitwise equal, including the block and
+spatial_sign, calibration) their sigma must be bitwise equal, including the block and
 tile sizes behind the rounding slack and the sampler chosen by d.  The fits here do not
 compute K_hat: the release is replaced by a stub that records the mechanism, so n can
 reach 10^6 at no cost (the input is a zero-stride view, no memory).
@@ -50,11 +50,11 @@ configurations = st.fixed_dictionaries({
 def test_fit_and_release_sigma_agree_bitwise(planned, config):
     n, d = config["n"], config["d"]
     epsilon = min(config["epsilon"], 0.99) if config["calibration"] == "classical" else config["epsilon"]
-    transform, radius = config["spatial_sign"]
+    spatial_sign, radius = config["spatial_sign"]
     records = np.broadcast_to(0.0, (n, d))
-    est = dd.DPPCA(1, epsilon=epsilon, delta=config["delta"], spatial_sign=transform, radius=radius,
+    est = dd.DPPCA(1, epsilon=epsilon, delta=config["delta"], spatial_sign=spatial_sign, radius=radius,
                    calibration=config["calibration"], design="complete", scheduler="threads").fit(records)
-    want = release_sigma(n, d, epsilon, config["delta"], spatial_sign=transform, radius=radius,
+    want = release_sigma(n, d, epsilon, config["delta"], spatial_sign=spatial_sign, radius=radius,
                          calibration=config["calibration"])
     assert est.privacy_["sigma"] == want
     assert planned[-1].sigma == want and planned[-1].plan.n_samples == n

@@ -43,7 +43,7 @@ PENDING: dict[str, set[str]] = {"api": set(), "cli": set()}
 #: Rows run in a subprocess with a hard timeout, because the bug they check is a hang.
 MAY_HANG = {"scheduler-silent"}
 CLI_FLAGS = {"epsilon": "--epsilon", "delta": "--delta", "n_components": "-k",
-             "spatial_sign": "--transform", "radius": "--radius", "calibration": "--calibration",
+             "spatial_sign": "--spatial_sign", "radius": "--radius", "calibration": "--calibration",
              "design": "--design", "scheduler": "--scheduler", "component": "--component",
              "allow_fill_values": "--allow-fill-values"}
 #: Keyword arguments of ``fit`` (the others go to ``DPPCA(...)``).
@@ -248,7 +248,7 @@ def test_table_is_well_formed():
         if row["outcome"] != "fits":
             assert row["CLI"] in {"-", "2"}, row
     for required in ["epsilon-zero", "epsilon-nan", "delta-zero", "delta-one", "n_components-zero",
-                     "n_components-above-d", "radius-zero", "transform-unknown",
+                     "n_components-above-d", "radius-zero", "spatial_sign-unknown",
                      "custom-xi-unbounded", "X-1-D", "X-3-D", "X-no-columns", "X-one-record",
                      "X-strings", "zarr-missing", "zarr-group-wrong-name", "columns-chunked",
                      "scheduler-refused", "scheduler-silent"]:

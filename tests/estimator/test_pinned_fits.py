@@ -4,7 +4,7 @@ the last bits and sigma by at most 4e-6 relative; the classical calibration, whi
 rounding slack, moved by 2e-16).
 
 tests/estimator/data/pinned_fits.json holds, for four seeded fits (sphere/complete,
-winsor/classical, a regular design, a custom transform at d = 160), the components and
+winsor/classical, a regular design, a custom spatial_sign at d = 160), the components and
 eigenvalues as float hex strings and the whole privacy report; and release_sigma for
 four public configurations (one with d = 160, the lattice sampler's range).  The
 script beside it made them.  The privacy reports and sigmas must match bitwise; the

@@ -67,8 +67,9 @@ def test_set_output_pandas_and_polars():
     assert isinstance(scores, polars.DataFrame) and scores.columns == ["dppca0", "dppca1"]
 
 
-def test_transform_parameter_is_still_a_parameter():
+def test_the_spatial_sign_is_a_plain_parameter_and_transform_a_plain_method():
     est = dd.DPPCA(spatial_sign="winsor", radius=2.0)
     assert est.get_params()["spatial_sign"] == "winsor"
-    assert callable(est.transform)
+    assert "transform" not in est.get_params()
+    assert callable(est.transform) and "transform" not in vars(est)
 

@@ -85,5 +85,5 @@ def test_the_guard_itself_would_catch_a_late_check(nothing_may_start):
 
 def test_every_parameter_has_a_constraint():
     names = set(dd.DPPCA().get_params())
-    checked_elsewhere = {"epsilon", "delta", "transform", "radius"}  # privacy + transform checks
+    checked_elsewhere = {"epsilon", "delta", "spatial_sign", "radius"}  # privacy + spatial_sign checks
     assert names == set(estimator.PARAMETER_CONSTRAINTS) | checked_elsewhere

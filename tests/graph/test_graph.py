@@ -137,14 +137,14 @@ def test_block_pairs_cover_every_pair_once():
     assert relative_error(total, block_pair_sum(x, None, sphere())) <= 1e-12
 
 
-def _task_sums_added_exactly(x, plan, transform):
+def _task_sums_added_exactly(x, plan, spatial_sign):
     """The oracle: each task's block pairs summed as the task does, then added exactly."""
     bounds = np.cumsum((0,) + plan.block_sizes)
     block = [x[bounds[i]:bounds[i + 1]] for i in range(len(plan.block_sizes))]
     total = ExactSum((x.shape[1],) * 2)
     for group in plan.tasks():
         total = total.plus(pairwise_sum([
-            block_pair_sum(block[i], None if i == j else block[j], transform, tile_rows=plan.tile_rows)
+            block_pair_sum(block[i], None if i == j else block[j], spatial_sign, tile_rows=plan.tile_rows)
             for i, j in group]))
     return total.to_float()
 
@@ -300,9 +300,9 @@ def test_rounding_slack_follows_the_blocks_and_tiles_the_kernel_really_ran(monke
     calls = []
     real = graph_module.block_pair_sum
 
-    def spy(block_a, block_b, transform, tile_rows):
+    def spy(block_a, block_b, spatial_sign, tile_rows):
         calls.append((len(block_a), tile_rows))
-        return real(block_a, block_b, transform, tile_rows=tile_rows)
+        return real(block_a, block_b, spatial_sign, tile_rows=tile_rows)
 
     monkeypatch.setattr(graph_module, "block_pair_sum",
                         lambda a, b, g, tile_rows: spy(a, b, g, tile_rows))

@@ -28,7 +28,7 @@ from tests.reference import reference_pair_sum, relative_error
 
 TOL = 1e-10
 RADIUS = 0.7
-TRANSFORMS = {  # name -> (kernel transform, estimator params, scalar xi, G)
+TRANSFORMS = {  # name -> (kernel spatial_sign, estimator params, scalar xi, G)
     "sphere": (sphere(), {"spatial_sign": "sphere"}, lambda s: 1.0, 1.0),
     "winsor": (winsor(RADIUS), {"spatial_sign": "winsor", "radius": RADIUS},
                lambda s: min(RADIUS, s), RADIUS),
@@ -206,9 +206,9 @@ def test_non_finite_rows_count_in_n_and_contribute_nothing(name):
     x[12, 3] = np.inf
     finite = np.isfinite(x).all(axis=1)
     n, n_finite = len(x), int(finite.sum())
-    transform, params = TRANSFORMS[name][0], TRANSFORMS[name][1]
+    spatial_sign, params = TRANSFORMS[name][0], TRANSFORMS[name][1]
     got = dd.kendall_matrix(x, scheduler="synchronous", **params)
-    only_finite = block_pair_sum(x[finite], None, transform) / (n * (n - 1) / 2)
+    only_finite = block_pair_sum(x[finite], None, spatial_sign) / (n * (n - 1) / 2)
     np.testing.assert_allclose(got, only_finite, rtol=1e-13, atol=0)
     # the release is calibrated on the public n (non-finite rows included), never on n_finite
     est = _fit(x, name)
@@ -326,15 +326,15 @@ HYP = dict(deadline=None, derandomize=True, print_blob=True,
 @given(hostile_matrices(), st.sampled_from(list(TRANSFORMS)), st.sampled_from([None, 1, 3, 5]),
        st.booleans())
 def test_hostile_matrices_kernel_matches_reference(x, name, tile_rows, cross):
-    transform, _, xi, bound = TRANSFORMS[name]
+    spatial_sign, _, xi, bound = TRANSFORMS[name]
     x64 = x.astype(np.float64)
     if cross:
         k = len(x) // 2
-        got = block_pair_sum(x[:k], x[k:], transform, tile_rows=tile_rows)
+        got = block_pair_sum(x[:k], x[k:], spatial_sign, tile_rows=tile_rows)
         want = reference_pair_sum(x64[:k], x64[k:], xi=xi)
         n_pairs = max(k * (len(x) - k), 1)
     else:
-        got = block_pair_sum(x, None, transform, tile_rows=tile_rows)
+        got = block_pair_sum(x, None, spatial_sign, tile_rows=tile_rows)
         want = reference_pair_sum(x64, xi=xi)
         n_pairs = len(x) * (len(x) - 1) // 2
     assert np.all(np.isfinite(got))

@@ -50,7 +50,7 @@ def _redescending_xi(s):
         return np.minimum(s, 1.0 / s)
 
 
-# name -> (kernel transform, scalar xi for the reference loop, bound G)
+# name -> (kernel spatial_sign, scalar xi for the reference loop, bound G)
 TRANSFORMS = {
     "sphere": (sphere(), lambda s: 1.0, 1.0),
     "winsor": (winsor(RADIUS), lambda s: min(RADIUS, s), RADIUS),
@@ -65,10 +65,10 @@ def _reference(a, b, name):
 
 
 def _assert_matches_reference(a, b, name, tiles=TILES, tol=TOL):
-    transform = TRANSFORMS[name][0]
+    spatial_sign = TRANSFORMS[name][0]
     want = _reference(a, b, name)
     for tile_rows in tiles:
-        got = block_pair_sum(a, b, transform, tile_rows=tile_rows)
+        got = block_pair_sum(a, b, spatial_sign, tile_rows=tile_rows)
         assert got.shape == want.shape
         assert np.all(np.isfinite(got)), f"non-finite result (tile_rows={tile_rows})"
         np.testing.assert_array_equal(got, got.T)
@@ -225,30 +225,30 @@ def test_larger_block_with_many_tiles(name):
 
 @pytest.mark.parametrize("name", list(TRANSFORMS))
 def test_n_equals_two_and_degenerate_sizes(name):
-    transform = TRANSFORMS[name][0]
+    spatial_sign = TRANSFORMS[name][0]
     x = _rng(21).normal(size=(2, 3))
     want = _assert_matches_reference(x, None, name, tiles=[None, 1, 7])
-    np.testing.assert_allclose(block_pair_sum(x[:1], x[1:], transform), want, rtol=1e-14)
+    np.testing.assert_allclose(block_pair_sum(x[:1], x[1:], spatial_sign), want, rtol=1e-14)
     for n in (0, 1):
-        np.testing.assert_array_equal(block_pair_sum(np.ones((n, 3)), None, transform), 0.0)
-    np.testing.assert_array_equal(block_pair_sum(np.ones((0, 3)), x, transform), 0.0)
-    assert block_pair_sum(np.ones((4, 1)) * [[1], [2], [3], [4]], None, transform).shape == (1, 1)
+        np.testing.assert_array_equal(block_pair_sum(np.ones((n, 3)), None, spatial_sign), 0.0)
+    np.testing.assert_array_equal(block_pair_sum(np.ones((0, 3)), x, spatial_sign), 0.0)
+    assert block_pair_sum(np.ones((4, 1)) * [[1], [2], [3], [4]], None, spatial_sign).shape == (1, 1)
 
 
 @pytest.mark.parametrize("name", list(TRANSFORMS))
 @pytest.mark.parametrize("tile_rows", [None, 7, 2])
 def test_all_rows_identical_gives_exactly_zero(name, tile_rows):
-    transform = TRANSFORMS[name][0]
+    spatial_sign = TRANSFORMS[name][0]
     for row in ([1.0, -2.0, 3.0], [1e8, 1e8 + 2, 0.0], [1e300, -1e-300, 0.0], [5e-324, 0, 0]):
         x = np.tile(row, (30, 1))
-        assert np.all(block_pair_sum(x, None, transform, tile_rows=tile_rows) == 0.0)
-        assert np.all(block_pair_sum(x[:10], x[10:], transform, tile_rows=tile_rows) == 0.0)
+        assert np.all(block_pair_sum(x, None, spatial_sign, tile_rows=tile_rows) == 0.0)
+        assert np.all(block_pair_sum(x[:10], x[10:], spatial_sign, tile_rows=tile_rows) == 0.0)
 
 
 @pytest.mark.parametrize("name", list(TRANSFORMS))
 @pytest.mark.parametrize("tile_rows", TILES)
 def test_non_finite_rows_contribute_nothing(name, tile_rows):
-    transform = TRANSFORMS[name][0]
+    spatial_sign = TRANSFORMS[name][0]
     x = _far_rows()
     bad = [0, 3, 4, 11, 12, 13, 39]
     x[0, 1] = np.nan
@@ -257,19 +257,19 @@ def test_non_finite_rows_contribute_nothing(name, tile_rows):
     x[11:14] = np.nan
     x[39, 0] = np.inf
     good = np.setdiff1d(np.arange(N), bad)
-    got = block_pair_sum(x, None, transform, tile_rows=tile_rows)
+    got = block_pair_sum(x, None, spatial_sign, tile_rows=tile_rows)
     assert np.all(np.isfinite(got))
     # equal to the sum over the finite rows' pairs only
     np.testing.assert_allclose(
-        got, block_pair_sum(x[good], None, transform, tile_rows=tile_rows), rtol=1e-12, atol=0
+        got, block_pair_sum(x[good], None, spatial_sign, tile_rows=tile_rows), rtol=1e-12, atol=0
     )
     assert relative_error(got, _reference(x[good], None, name)) <= TOL
-    cross = block_pair_sum(x[:20], x[20:], transform, tile_rows=tile_rows)
+    cross = block_pair_sum(x[:20], x[20:], spatial_sign, tile_rows=tile_rows)
     ga, gb = good[good < 20], good[good >= 20]
     assert relative_error(cross, _reference(x[ga], x[gb], name)) <= TOL
     # a block with no finite row at all
-    assert np.all(block_pair_sum(x[bad], None, transform, tile_rows=tile_rows) == 0.0)
-    assert np.all(block_pair_sum(x[bad], x[good], transform, tile_rows=tile_rows) == 0.0)
+    assert np.all(block_pair_sum(x[bad], None, spatial_sign, tile_rows=tile_rows) == 0.0)
+    assert np.all(block_pair_sum(x[bad], x[good], spatial_sign, tile_rows=tile_rows) == 0.0)
 
 
 @pytest.mark.parametrize("name", BOUNDED)
@@ -280,7 +280,7 @@ def test_far_rows_count_in_their_direction(name, tile_rows):
     The other rows are N(0, I) in the coordinates 2..d, so the far rows' pairs are the only
     ones reaching e_1: the leading eigenvector is e_1 exactly (up to 1e-300).
     """
-    transform, _, bound = TRANSFORMS[name]
+    spatial_sign, _, bound = TRANSFORMS[name]
     rng = _rng(22)
     n, d, n_far = 50, 4, 15
     x = rng.normal(size=(n, d))
@@ -288,7 +288,7 @@ def test_far_rows_count_in_their_direction(name, tile_rows):
     far = rng.choice(n, size=n_far, replace=False)
     x[far] = 0.0
     x[far, 0] = rng.choice([-1e300, 1e300], size=n_far) * rng.uniform(1, 1.7, size=n_far)
-    got = block_pair_sum(x, None, transform, tile_rows=tile_rows)
+    got = block_pair_sum(x, None, spatial_sign, tile_rows=tile_rows)
     assert np.all(np.isfinite(got))
     assert relative_error(got, _reference(x, None, name)) <= TOL
     values, vectors = np.linalg.eigh(got)
@@ -300,7 +300,7 @@ def test_far_rows_count_in_their_direction(name, tile_rows):
     assert values[-1] == pytest.approx(got[0, 0], rel=1e-12)
     # With the other rows fully random the direction is still e_1 (to the normal pairs' pull).
     x[np.setdiff1d(np.arange(n), far), 0] = rng.normal(size=n - n_far)
-    got = block_pair_sum(x, None, transform, tile_rows=tile_rows)
+    got = block_pair_sum(x, None, spatial_sign, tile_rows=tile_rows)
     assert np.all(np.isfinite(got)) and relative_error(got, _reference(x, None, name)) <= TOL
     assert abs(np.linalg.eigh(got)[1][0, -1]) > 0.99
     assert got[0, 0] >= far_pairs * bound**2 * (1 - 1e-12)
@@ -308,27 +308,27 @@ def test_far_rows_count_in_their_direction(name, tile_rows):
 
 @pytest.mark.parametrize("name", BOUNDED)
 def test_float32_and_integer_input_equal_their_float64_values(name):
-    transform = TRANSFORMS[name][0]
+    spatial_sign = TRANSFORMS[name][0]
     x32 = _float32()
     np.testing.assert_array_equal(
-        block_pair_sum(x32, None, transform), block_pair_sum(x32.astype(np.float64), None, transform)
+        block_pair_sum(x32, None, spatial_sign), block_pair_sum(x32.astype(np.float64), None, spatial_sign)
     )
     xi = _integer()
     np.testing.assert_array_equal(
-        block_pair_sum(xi, None, transform), block_pair_sum(xi.astype(np.float64), None, transform)
+        block_pair_sum(xi, None, spatial_sign), block_pair_sum(xi.astype(np.float64), None, spatial_sign)
     )
     np.testing.assert_array_equal(
-        block_pair_sum(xi[:9], x32[:7], transform),
-        block_pair_sum(xi[:9].astype(float), x32[:7].astype(float), transform),
+        block_pair_sum(xi[:9], x32[:7], spatial_sign),
+        block_pair_sum(xi[:9].astype(float), x32[:7].astype(float), spatial_sign),
     )
     # non-contiguous and Fortran-ordered views
     xf = np.asfortranarray(_random())
     np.testing.assert_allclose(
-        block_pair_sum(xf, None, transform), block_pair_sum(np.ascontiguousarray(xf), None, transform),
+        block_pair_sum(xf, None, spatial_sign), block_pair_sum(np.ascontiguousarray(xf), None, spatial_sign),
         rtol=1e-14,
     )
     view = _random()[::2, ::2]
-    assert relative_error(block_pair_sum(view, None, transform), _reference(view, None, name)) <= TOL
+    assert relative_error(block_pair_sum(view, None, spatial_sign), _reference(view, None, name)) <= TOL
 
 
 def test_default_transform_is_the_sphere():
@@ -349,9 +349,9 @@ def test_identity_gives_the_scaled_sample_covariance():
 def test_cross_block_of_a_block_with_itself_is_twice_the_within_sum():
     x = _exact_duplicates()
     for name in BOUNDED:
-        transform = TRANSFORMS[name][0]
+        spatial_sign = TRANSFORMS[name][0]
         np.testing.assert_allclose(
-            block_pair_sum(x, x, transform), 2 * block_pair_sum(x, None, transform), rtol=1e-12
+            block_pair_sum(x, x, spatial_sign), 2 * block_pair_sum(x, None, spatial_sign), rtol=1e-12
         )
 
 
@@ -452,9 +452,9 @@ def _distinct_finite_pairs(a, b=None):
 @settings(max_examples=200, **HYP)
 @given(adversarial_rows(max_rows=12, non_finite=True), NAMES, TILE_CHOICE, st.booleans())
 def test_adversarial_blocks_match_reference(x, name, tile_rows, cross):
-    transform = TRANSFORMS[name][0]
+    spatial_sign = TRANSFORMS[name][0]
     a, b = (x[: len(x) // 2], x[len(x) // 2:]) if cross else (x, None)
-    got = block_pair_sum(a, b, transform, tile_rows=tile_rows)
+    got = block_pair_sum(a, b, spatial_sign, tile_rows=tile_rows)
     assert np.all(np.isfinite(got))
     want = _reference(a, b, name)
     assert relative_error(got, want) <= TOL
@@ -498,29 +498,29 @@ def test_winsor_trace_is_sum_of_min_r2_and_squared_distance(x, radius, tile_rows
 @settings(max_examples=100, **HYP)
 @given(adversarial_rows(min_rows=3, max_rows=12, non_finite=True), NAMES, st.randoms(use_true_random=False))
 def test_row_order_invariance(x, name, random):
-    transform = TRANSFORMS[name][0]
+    spatial_sign = TRANSFORMS[name][0]
     order = list(range(len(x)))
     random.shuffle(order)
-    want = block_pair_sum(x, None, transform)
-    assert relative_error(block_pair_sum(x[order], None, transform, tile_rows=3), want) <= 1e-12
+    want = block_pair_sum(x, None, spatial_sign)
+    assert relative_error(block_pair_sum(x[order], None, spatial_sign, tile_rows=3), want) <= 1e-12
     k = len(x) // 2
-    cross = block_pair_sum(x[:k], x[k:], transform)
-    swapped = block_pair_sum(x[k:][::-1], x[:k], transform, tile_rows=2)  # pairs (j, i)
+    cross = block_pair_sum(x[:k], x[k:], spatial_sign)
+    swapped = block_pair_sum(x[k:][::-1], x[:k], spatial_sign, tile_rows=2)  # pairs (j, i)
     assert relative_error(swapped, cross) <= 1e-12
 
 
 @settings(max_examples=100, **HYP)
 @given(adversarial_rows(min_rows=2, max_rows=12, non_finite=True), NAMES, st.integers(1, 11), TILE_CHOICE)
 def test_cross_plus_within_sums_equal_within_sum_of_concatenation(x, name, k, tile_rows):
-    transform = TRANSFORMS[name][0]
+    spatial_sign = TRANSFORMS[name][0]
     k = min(k, len(x) - 1)
     a, b = x[:k], x[k:]
     parts = (
-        block_pair_sum(a, b, transform, tile_rows=tile_rows)
-        + block_pair_sum(a, None, transform, tile_rows=tile_rows)
-        + block_pair_sum(b, None, transform, tile_rows=tile_rows)
+        block_pair_sum(a, b, spatial_sign, tile_rows=tile_rows)
+        + block_pair_sum(a, None, spatial_sign, tile_rows=tile_rows)
+        + block_pair_sum(b, None, spatial_sign, tile_rows=tile_rows)
     )
-    whole = block_pair_sum(x, None, transform)
+    whole = block_pair_sum(x, None, spatial_sign)
     assert relative_error(parts, whole) <= 1e-12
 
 
@@ -528,7 +528,7 @@ def test_cross_plus_within_sums_equal_within_sum_of_concatenation(x, name, k, ti
 @given(adversarial_rows(max_rows=12), NAMES, st.data())
 def test_signed_permutation_equivariance_exact_data(x, name, data):
     """K(X Q) = Q^T K(X) Q for Q a signed permutation (XQ is exact even for adversarial X)."""
-    transform = TRANSFORMS[name][0]
+    spatial_sign = TRANSFORMS[name][0]
     d = x.shape[1]
     perm = data.draw(st.permutations(range(d)))
     signs = np.array(data.draw(st.lists(st.sampled_from([-1.0, 1.0]), min_size=d, max_size=d)))
@@ -536,25 +536,25 @@ def test_signed_permutation_equivariance_exact_data(x, name, data):
     q[np.arange(d), perm] = signs
     xq = np.empty_like(x)
     xq[:, perm] = x * signs  # = x @ q, computed without sums (exact for infinities too)
-    got = block_pair_sum(xq, None, transform, tile_rows=3)
-    want = q.T @ block_pair_sum(x, None, transform) @ q
+    got = block_pair_sum(xq, None, spatial_sign, tile_rows=3)
+    want = q.T @ block_pair_sum(x, None, spatial_sign) @ q
     assert relative_error(got, want) <= 1e-12
 
 
 @pytest.mark.parametrize("name", list(TRANSFORMS))
 def test_rotation_equivariance_random_orthogonal(name):
     """K(X Q) = Q^T K(X) Q for a random orthogonal Q (rounding of XQ only: ~1e-15)."""
-    transform = TRANSFORMS[name][0]
+    spatial_sign = TRANSFORMS[name][0]
     rng = _rng(23)
     x = rng.standard_t(2.0, size=(60, 5))
     x[::6] = x[1::6]  # exact duplicates stay exact duplicates after XQ
     q, _ = np.linalg.qr(rng.normal(size=(5, 5)))
-    got = block_pair_sum(x @ q, None, transform, tile_rows=7)
-    want = q.T @ block_pair_sum(x, None, transform) @ q
+    got = block_pair_sum(x @ q, None, spatial_sign, tile_rows=7)
+    want = q.T @ block_pair_sum(x, None, spatial_sign) @ q
     assert relative_error(got, want) <= 1e-12
     far = _far_rows()
-    got = block_pair_sum(far @ q, None, transform)
-    want = q.T @ block_pair_sum(far, None, transform) @ q
+    got = block_pair_sum(far @ q, None, spatial_sign)
+    want = q.T @ block_pair_sum(far, None, spatial_sign) @ q
     assert relative_error(got, want) <= 1e-12
 
 
@@ -562,18 +562,18 @@ def test_rotation_equivariance_random_orthogonal(name):
 @pytest.mark.parametrize("shift", [1.0, -37.25, 2.0**26, 1e8, -3e11])
 def test_translation_invariance(name, shift):
     """K(X + v) = K(X).  X lies on a dyadic grid so that X + v is exact in float64."""
-    transform = TRANSFORMS[name][0]
+    spatial_sign = TRANSFORMS[name][0]
     rng = _rng(24)
     x = np.round(rng.normal(size=(50, 4)) * 256) / 1024  # multiples of 2^-10, |x| < 2^3
     x[::5] = x[2::5]  # duplicates
     x[1::7] = x[3::7] + 2.0**-10  # near-duplicates: one grid step apart
     v = shift * np.array([1.0, -1.0, 0.5, 3.0])
     assert np.array_equal((x + v) - v, x)  # the shift is exact
-    want = block_pair_sum(x, None, transform)
+    want = block_pair_sum(x, None, spatial_sign)
     for tile_rows in TILES:
-        assert relative_error(block_pair_sum(x + v, None, transform, tile_rows=tile_rows), want) <= 1e-12
-    assert relative_error(block_pair_sum(x[:20] + v, x[20:] + v, transform),
-                          block_pair_sum(x[:20], x[20:], transform)) <= 1e-12
+        assert relative_error(block_pair_sum(x + v, None, spatial_sign, tile_rows=tile_rows), want) <= 1e-12
+    assert relative_error(block_pair_sum(x[:20] + v, x[20:] + v, spatial_sign),
+                          block_pair_sum(x[:20], x[20:], spatial_sign)) <= 1e-12
 
 
 @pytest.mark.parametrize("scale", [1e-200, 1e-100, 1e-20, 1e20, 1e100, 1e200])
@@ -594,9 +594,9 @@ def _pair_bound_ok(result, bound):
 @settings(max_examples=300, **HYP)
 @given(adversarial_rows(min_rows=2, max_rows=2, max_dim=6), NAMES, TILE_CHOICE)
 def test_two_row_block_is_bounded_by_G_squared(x, name, tile_rows):
-    transform, _, bound = TRANSFORMS[name]
-    within = block_pair_sum(x, None, transform, tile_rows=tile_rows)
-    cross = block_pair_sum(x[:1], x[1:], transform, tile_rows=tile_rows)
+    spatial_sign, _, bound = TRANSFORMS[name]
+    within = block_pair_sum(x, None, spatial_sign, tile_rows=tile_rows)
+    cross = block_pair_sum(x[:1], x[1:], spatial_sign, tile_rows=tile_rows)
     assert np.all(np.isfinite(within)) and np.all(np.isfinite(cross))
     assert _pair_bound_ok(within, bound)
     assert _pair_bound_ok(cross, bound)
@@ -621,14 +621,14 @@ ADVERSARIAL_PAIRS = {
 @pytest.mark.parametrize("name", BOUNDED)
 @pytest.mark.parametrize("pair", list(ADVERSARIAL_PAIRS))
 def test_adversarial_two_row_blocks_are_bounded(pair, name):
-    transform, _, bound = TRANSFORMS[name]
+    spatial_sign, _, bound = TRANSFORMS[name]
     x = np.array(ADVERSARIAL_PAIRS[pair], dtype=float)
-    for result in (block_pair_sum(x, None, transform), block_pair_sum(x[:1], x[1:], transform)):
+    for result in (block_pair_sum(x, None, spatial_sign), block_pair_sum(x[:1], x[1:], spatial_sign)):
         assert np.all(np.isfinite(result))
         assert _pair_bound_ok(result, bound)
         assert relative_error(result, _reference(x, None, name)) <= TOL
     if name == "sphere":  # x_i != x_j: the term is a unit-trace projector
-        assert np.trace(block_pair_sum(x, None, transform)) == pytest.approx(1.0, rel=1e-12)
+        assert np.trace(block_pair_sum(x, None, spatial_sign)) == pytest.approx(1.0, rel=1e-12)
 
 
 @settings(max_examples=300, **HYP)
@@ -647,7 +647,7 @@ def test_pair_far_from_the_centre_is_bounded(d, seed, scale, log10_ratio, name):
     The block is [0, 0, c] x [c + delta]: the centre (coordinate median of block_a) is 0,
     and the two (0, c + delta) terms are known, so the (c, c + delta) term is isolated.
     """
-    transform, xi, bound = TRANSFORMS[name]
+    spatial_sign, xi, bound = TRANSFORMS[name]
     rng = np.random.default_rng(seed)
     c = rng.normal(size=d)
     c *= scale / np.linalg.norm(c)
@@ -656,7 +656,7 @@ def test_pair_far_from_the_centre_is_bounded(d, seed, scale, log10_ratio, name):
     partner = c + delta
     assume(np.any(partner != c))
     a = np.array([np.zeros(d), np.zeros(d), c])
-    total = block_pair_sum(a, partner[None], transform)
+    total = block_pair_sum(a, partner[None], spatial_sign)
     assert np.all(np.isfinite(total))
     known = 2 * reference_pair_sum(np.zeros((1, d)), partner[None], xi=xi)
     term = total - known
@@ -689,26 +689,26 @@ def test_tile_rows_for_budget():
 
 @pytest.mark.parametrize("name", BOUNDED)
 def test_small_memory_budget_gives_small_tiles_and_the_same_result(name):
-    transform = TRANSFORMS[name][0]
+    spatial_sign = TRANSFORMS[name][0]
     x = _rng(25).standard_t(1.0, size=(300, 5))
     x[0:290:9] = x[4:294:9]  # exact duplicates
     budget = 2**14
     assert tile_rows_for_budget(budget, 5) < 32  # so 300 rows make 10+ tiles
-    small = block_pair_sum(x, None, transform, memory_budget=budget)
-    default = block_pair_sum(x, None, transform)
+    small = block_pair_sum(x, None, spatial_sign, memory_budget=budget)
+    default = block_pair_sum(x, None, spatial_sign)
     assert relative_error(small, default) <= 1e-12
     assert relative_error(
-        block_pair_sum(x[:100], x[100:], transform, memory_budget=budget),
-        block_pair_sum(x[:100], x[100:], transform),
+        block_pair_sum(x[:100], x[100:], spatial_sign, memory_budget=budget),
+        block_pair_sum(x[:100], x[100:], spatial_sign),
     ) <= 1e-12
 
 
-def _peak_scratch(x, transform, budget):
-    block_pair_sum(x[:50], None, transform, memory_budget=budget)  # compile / warm up
+def _peak_scratch(x, spatial_sign, budget):
+    block_pair_sum(x[:50], None, spatial_sign, memory_budget=budget)  # compile / warm up
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
-        block_pair_sum(x, None, transform, memory_budget=budget)
+        block_pair_sum(x, None, spatial_sign, memory_budget=budget)
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -734,19 +734,19 @@ def test_peak_scratch_memory_of_a_large_block_stays_within_budget():
     ],
 )
 def test_peak_scratch_memory_within_budget_adversarial(case):
-    """Known bug (reported): the budget is exceeded by a custom transform (12.7 MiB for an
+    """Known bug (reported): the budget is exceeded by a custom spatial_sign (12.7 MiB for an
     8 MiB budget) and by blocks whose pairs mostly take the exact path (rows at 1e300:
     ~24 MiB), because tile_rows_for_budget models only 2 tile-sized arrays."""
     budget = 8 * 2**20
     rng = _rng(27)
     if case == "custom_transform":
         x = rng.normal(size=(4_000, 8))
-        transform = TRANSFORMS["custom"][0]
+        spatial_sign = TRANSFORMS["custom"][0]
     else:
         x = rng.normal(size=(1_200, 8))
         x[::3] *= 1e300  # a third of the rows: every pair they are in takes the exact path
-        transform = sphere()
-    peak = _peak_scratch(x, transform, budget)
+        spatial_sign = sphere()
+    peak = _peak_scratch(x, spatial_sign, budget)
     assert peak <= budget, f"peak {peak / 2**20:.1f} MiB over the {budget / 2**20:.0f} MiB budget"
 
 

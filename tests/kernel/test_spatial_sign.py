@@ -106,7 +106,7 @@ def test_a_directly_built_transform_must_carry_the_bound_of_its_g(fields, patter
     """Audit item a: ``SpatialSign("identity", bound=1.0)`` was trusted and under-reported
     the sensitivity 5e5-fold with private=True.  The kernel computes g from the name
     (and radius), the privacy layer trusts ``bound``: they cannot disagree any more.
-    tests/privacy/test_sensitivity.py shows what such a transform would do."""
+    tests/privacy/test_sensitivity.py shows what such a spatial_sign would do."""
     with pytest.raises(ValueError, match=pattern):
         SpatialSign(**fields)
 
@@ -139,7 +139,7 @@ def test_named_transforms_compare_by_value():
     assert sphere() != winsor(1.0)
     assert hash(winsor(1.5)) == hash(winsor(1.5))
     with pytest.raises(AttributeError):
-        sphere().bound = 2.0  # frozen: a transform's bound cannot be changed after the check
+        sphere().bound = 2.0  # frozen: a spatial_sign's bound cannot be changed after the check
 
 
 # ---------------------------------------------------------------------------------------
@@ -255,7 +255,7 @@ def test_custom_xi_at_infinite_norm_takes_its_limit():
     st.sampled_from(["sphere", "winsor", "smooth", "spiky"]),
 )
 def test_every_pair_term_size_is_at_most_bound_squared(norm, name):
-    """xi(norm) in [0, G] and w(s2) * s2 = xi^2 <= G^2 for any norm, any transform."""
+    """xi(norm) in [0, G] and w(s2) * s2 = xi^2 <= G^2 for any norm, any spatial_sign."""
     g = {
         "sphere": sphere(),
         "winsor": winsor(0.3),
@@ -277,8 +277,8 @@ def test_custom_transforms_with_different_xi_are_not_equal():
     """Two customs with the same bound but different xi must not compare (or hash) equal.
 
     Known kernel-side bug (reported): ``xi_function`` is declared ``compare=False``, so
-    ``custom(f, 1) == custom(h, 1)`` is True and any cache keyed on the transform would
-    reuse one transform's result for the other.
+    ``custom(f, 1) == custom(h, 1)`` is True and any cache keyed on the spatial_sign would
+    reuse one spatial_sign's result for the other.
     """
     f = custom(lambda s: s / (1.0 + s), 1.0)
     h = custom(lambda s: np.minimum(s, 1.0), 1.0)
@@ -287,7 +287,7 @@ def test_custom_transforms_with_different_xi_are_not_equal():
 
 
 # ---------------------------------------------------------------------------------------
-# resolve_spatial_sign: the estimator's transform / radius parameters
+# resolve_spatial_sign: the estimator's spatial_sign / radius parameters
 # ---------------------------------------------------------------------------------------
 
 
@@ -326,7 +326,7 @@ def test_resolve_transform_refuses_a_radius_conflicting_with_a_winsor_transform(
     """``resolve_spatial_sign(winsor(1.0), radius=2.0)`` must not silently drop radius=2.0.
 
     Known bug (reported): today it returns winsor(1.0) and ignores the conflicting radius.
-    A radius equal to the transform's own is harmless and accepted.
+    A radius equal to the spatial_sign's own is harmless and accepted.
     """
     assert resolve_spatial_sign(winsor(1.0), radius=1.0) == winsor(1.0)
     with pytest.raises(ValueError, match=r"^radius:"):

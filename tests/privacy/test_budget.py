@@ -11,7 +11,7 @@ from dp_accounting import dp_event
 from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.privacy_accountant import NeighboringRelation
 
-from dask_dppca.privacy.budget import BudgetExceededError, PrivacyBudget, Release
+from dask_dppca.privacy.budget import BudgetExceededError, GaussianCharge, PrivacyBudget, Release
 from dask_dppca.privacy.charging import current_budget
 from dask_dppca.privacy.calibration import (
     analytic_gaussian_sigma,
@@ -58,7 +58,7 @@ def test_budget_is_popped_when_the_block_raises():
 def test_budget_works_as_a_plain_object_and_is_reentrant():
     budget = PrivacyBudget(1.0, 1e-6)
     assert current_budget() is None
-    budget.spend(1.0, 100.0)
+    budget.spend(GaussianCharge(1.0, 100.0))
     with budget:
         with budget:
             assert current_budget() is budget
@@ -96,9 +96,9 @@ def test_bad_budget_parameters_are_named(epsilon, delta, name):
 def test_bad_release_parameters_are_named(sens, sigma, name):
     budget = PrivacyBudget(1, 1e-6)
     with pytest.raises(ValueError, match=name):
-        budget.check(sens, sigma)
+        budget.check(GaussianCharge(sens, sigma))
     with pytest.raises(ValueError, match=name):
-        budget.spend(sens, sigma)
+        budget.spend(GaussianCharge(sens, sigma))
     assert budget.remaining_epsilon == 1  # nothing recorded
 
 
@@ -108,14 +108,14 @@ def test_bad_release_parameters_are_named(sens, sigma, name):
 def test_a_release_calibrated_to_the_whole_budget_fits_exactly_once():
     budget = PrivacyBudget(1.0, 1e-6)
     sigma = calibrate_sigma(0.3, 1.0, 1e-6)
-    budget.spend(0.3, sigma, label="fit 1")
+    budget.spend(GaussianCharge(0.3, sigma), label="fit 1")
     assert budget.releases == 1
     (release,) = budget.spent
     assert (release.sensitivity, release.sigma, release.label, release.excess) == (0.3, sigma, "fit 1", 0.0)
     assert release.state == "committed" and isinstance(release, Release)
     assert budget.spent_epsilon == pytest.approx(1.0, rel=1e-6)
     with pytest.raises(BudgetExceededError, match="exceed the budget"):
-        budget.spend(0.3, sigma * 100)  # even a tiny further release overspends
+        budget.spend(GaussianCharge(0.3, sigma * 100))  # even a tiny further release overspends
     assert budget.releases == 1  # a refused release is not recorded
 
 
@@ -123,11 +123,11 @@ def test_a_release_with_too_little_noise_is_refused_up_front():
     budget = PrivacyBudget(1.0, 1e-6)
     sigma = calibrate_sigma(1.0, 1.0, 1e-6)
     with pytest.raises(BudgetExceededError):
-        budget.check(1.0, sigma * 0.999)
+        budget.check(GaussianCharge(1.0, sigma * 0.999))
     with pytest.raises(BudgetExceededError):
-        budget.spend(1.0, sigma * 0.999)
+        budget.spend(GaussianCharge(1.0, sigma * 0.999))
     assert budget.releases == 0 and budget.spent_epsilon == 0.0
-    budget.check(1.0, sigma)  # the calibrated sigma is accepted
+    budget.check(GaussianCharge(1.0, sigma))  # the calibrated sigma is accepted
 
 
 def test_tight_composition_allows_what_summing_epsilons_refuses():
@@ -143,11 +143,11 @@ def test_tight_composition_allows_what_summing_epsilons_refuses():
     naive_releases = int(budget.epsilon // 1.0)
     assert naive_releases == 2
     for i in range(6):
-        budget.spend(sens, sigma, label=f"release {i}")
+        budget.spend(GaussianCharge(sens, sigma), label=f"release {i}")
     assert budget.releases == 6
     assert budget.spent_epsilon == pytest.approx(2.3526, abs=1e-3)
     with pytest.raises(BudgetExceededError, match="epsilon=2.56"):
-        budget.spend(sens, sigma)
+        budget.spend(GaussianCharge(sens, sigma))
     assert budget.releases == 6
     # The composition really is (2.5, 1e-5)-DP, by dp_accounting's PLD accountant:
     assert pld_epsilon([(sens, sigma)] * 6, 1e-5) <= 2.5
@@ -158,7 +158,7 @@ def test_composition_matches_dp_accounting_pld():
     releases = [(0.02, 0.05), (1.0, 7.0), (0.3, 0.9), (2.0, 3.5)]
     budget = PrivacyBudget(50.0, 1e-6)
     for sens, sigma in releases:
-        budget.spend(sens, sigma)
+        budget.spend(GaussianCharge(sens, sigma))
     # PLD discretisation is pessimistic: it may exceed the exact value, never undercut it much.
     pld = pld_epsilon(releases, 1e-6)
     assert budget.spent_epsilon == pytest.approx(pld, rel=2e-3)
@@ -169,20 +169,20 @@ def test_composition_is_one_gaussian_with_the_root_sum_of_squares():
     mus = [0.1, 0.25, 0.4]
     budget = PrivacyBudget(10.0, 1e-5)
     for mu in mus:
-        budget.spend(mu, 1.0)
+        budget.spend(GaussianCharge(mu, 1.0))
     single = PrivacyBudget(10.0, 1e-5)
-    single.spend(math.sqrt(sum(m * m for m in mus)), 1.0)
+    single.spend(GaussianCharge(math.sqrt(sum(m * m for m in mus)), 1.0))
     assert budget.spent_mu == pytest.approx(single.spent_mu, rel=1e-14)
     assert budget.spent_epsilon == pytest.approx(single.spent_epsilon, rel=1e-9)
 
 
 def test_min_sigma_is_the_boundary():
     budget = PrivacyBudget(2.0, 1e-5)
-    budget.spend(1.0, 3.0)
+    budget.spend(GaussianCharge(1.0, 3.0))
     sigma = budget.min_sigma(0.5)
-    budget.check(0.5, sigma)
+    budget.check(GaussianCharge(0.5, sigma))
     with pytest.raises(BudgetExceededError):
-        budget.check(0.5, sigma * (1 - 1e-6))
+        budget.check(GaussianCharge(0.5, sigma * (1 - 1e-6)))
     # On an empty budget it is the analytic calibration of the whole budget.
     fresh = PrivacyBudget(2.0, 1e-5).min_sigma(0.5)
     assert fresh == pytest.approx(analytic_gaussian_sigma(0.5, 2.0, 1e-5), rel=1e-9)
@@ -191,9 +191,9 @@ def test_min_sigma_is_the_boundary():
 def test_remaining_epsilon_is_reported_not_subtracted():
     budget = PrivacyBudget(2.0, 1e-5)
     assert budget.remaining_epsilon == 2.0
-    budget.spend(1.0, analytic_gaussian_sigma(1.0, 1.0, 1e-5))
+    budget.spend(GaussianCharge(1.0, analytic_gaussian_sigma(1.0, 1.0, 1e-5)))
     assert budget.remaining_epsilon == pytest.approx(1.0, rel=1e-6)
-    budget.spend(1.0, analytic_gaussian_sigma(1.0, 1.0, 1e-5))
+    budget.spend(GaussianCharge(1.0, analytic_gaussian_sigma(1.0, 1.0, 1e-5)))
     # Two (1, 1e-5) releases compose to less than epsilon 2 at 1e-5: room remains.
     assert 0.0 < budget.remaining_epsilon < 1.0
     mu = gaussian_dp_mu(1.0, 1e-5) * math.sqrt(2)
@@ -203,7 +203,7 @@ def test_remaining_epsilon_is_reported_not_subtracted():
 def test_an_exhausted_budget_leaves_only_useless_releases():
     budget = PrivacyBudget(1.0, 1e-6)
     sigma = calibrate_sigma(1.0, 1.0, 1e-6)
-    budget.spend(1.0, sigma)
+    budget.spend(GaussianCharge(1.0, sigma))
     # Calibration rounds sigma up by a few ulps; the sliver left needs ~1e6 x the noise.
     assert budget.min_sigma(1.0) > 1e6 * sigma
     with pytest.raises(BudgetExceededError, match="no room"):
@@ -213,11 +213,11 @@ def test_an_exhausted_budget_leaves_only_useless_releases():
 def test_sampler_excess_is_charged():
     exact = PrivacyBudget(1.0, 1e-6)
     sigma = calibrate_sigma(1.0, 1.0, 1e-6)
-    exact.check(1.0, sigma)
+    exact.check(GaussianCharge(1.0, sigma))
     with pytest.raises(BudgetExceededError):
-        exact.check(1.0, sigma, excess=1e-4)
+        exact.check(GaussianCharge(1.0, sigma, excess=1e-4))
     charged = calibrate_sigma(1.0, 1.0, 1e-6, excess=1e-4)
-    exact.spend(1.0, charged, excess=1e-4)
+    exact.spend(GaussianCharge(1.0, charged, excess=1e-4))
     assert exact.spent[0].excess == 1e-4
     assert exact.spent_epsilon <= 1.0
 
@@ -230,7 +230,7 @@ def test_concurrent_spending_never_overspends():
     def worker():
         for _ in range(5):
             try:
-                budget.spend(1.0, sigma)
+                budget.spend(GaussianCharge(1.0, sigma))
                 accepted.append(1)
             except BudgetExceededError:
                 pass

@@ -26,7 +26,7 @@ from sklearn.model_selection import cross_val_score
 from sklearn.pipeline import Pipeline
 
 import dask_dppca as dd
-from dask_dppca.privacy.budget import BudgetExceededError, LedgerError, PrivacyBudget
+from dask_dppca.privacy.budget import BudgetExceededError, GaussianCharge, LedgerError, PrivacyBudget
 from dask_dppca.privacy.charging import BUDGET_ENV, active_budgets, set_default_budget
 from dask_dppca.privacy.calibration import calibrate_sigma
 
@@ -75,7 +75,7 @@ def _drain(budget: PrivacyBudget) -> int:
     count = 0
     while True:
         try:
-            budget.spend(1.0, RACE_SIGMA)
+            budget.spend(GaussianCharge(1.0, RACE_SIGMA))
         except BudgetExceededError:
             return count
         count += 1
@@ -85,7 +85,7 @@ def _drain(budget: PrivacyBudget) -> int:
 
 
 def test_opening_with_other_totals_is_refused(ledger):
-    PrivacyBudget(2.0, 1e-5, ledger=ledger).spend(1.0, 5.0)
+    PrivacyBudget(2.0, 1e-5, ledger=ledger).spend(GaussianCharge(1.0, 5.0))
     same = PrivacyBudget(2.0, 1e-5, ledger=ledger)
     assert same.releases == 1
     with pytest.raises(ValueError, match=r"holds a budget of \(epsilon=2.0, delta=1e-05\)"):
@@ -119,18 +119,18 @@ def test_a_ledger_replaced_under_a_budget_is_refused(ledger):
     budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
     os.remove(ledger)
     with pytest.raises(LedgerError, match="cannot open"):
-        budget.spend(1.0, 5.0)  # never silently recreated empty
+        budget.spend(GaussianCharge(1.0, 5.0))  # never silently recreated empty
     PrivacyBudget(4.0, 1e-5, ledger=ledger)
     with pytest.raises(LedgerError, match="totals changed"):
-        budget.check(1.0, 5.0)
+        budget.check(GaussianCharge(1.0, 5.0))
 
 
 def test_a_new_process_sees_the_same_spent_and_remaining_and_the_env_default_charges_it(ledger):
     """Restart: spend here, read in a fresh process; a fit there under DASK_DPPCA_BUDGET is
     charged to the same file and seen here."""
     budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
-    budget.spend(1.0, RACE_SIGMA, label="first")
-    budget.reserve(1.0, RACE_SIGMA, label="crashed")  # never committed: counts
+    budget.spend(GaussianCharge(1.0, RACE_SIGMA), label="first")
+    budget.reserve(GaussianCharge(1.0, RACE_SIGMA), label="crashed")  # never committed: counts
     here = (budget.releases, repr(budget.spent_epsilon), repr(budget.remaining()), repr(budget.remaining(3)))
     process = _python(
         """
@@ -156,14 +156,14 @@ def test_a_new_process_sees_the_same_spent_and_remaining_and_the_env_default_cha
 @pytest.mark.parametrize("storage", ["memory", "ledger"])
 def test_a_reservation_counts_until_cancelled(storage, ledger):
     budget = PrivacyBudget(2.0, 1e-5, ledger=ledger if storage == "ledger" else None)
-    reservation = budget.reserve(1.0, RACE_SIGMA, fit_id="abc", dataset="x.zarr", epsilon=0.5, delta=1e-6)
+    reservation = budget.reserve(GaussianCharge(1.0, RACE_SIGMA, epsilon=0.5, delta=1e-6), fit_id="abc", dataset="x.zarr")
     assert budget.releases == 1 and budget.spent_epsilon > 0
     assert budget.spent[0].state == "reserved" and budget.spent[0].fit_id == "abc"
     reservation.cancel()
     assert budget.releases == 0 and budget.spent_epsilon == 0.0
     with pytest.raises(LedgerError, match="is cancelled, not reserved"):
         reservation.commit()
-    kept = budget.reserve(1.0, RACE_SIGMA)
+    kept = budget.reserve(GaussianCharge(1.0, RACE_SIGMA))
     kept.commit()
     with pytest.raises(LedgerError, match="is committed, not reserved"):
         kept.cancel()
@@ -175,8 +175,8 @@ def test_sigkill_between_reservation_and_commit_still_counts(ledger):
     process = _python(
         """
         import sys, time
-        from dask_dppca.privacy.budget import PrivacyBudget
-        PrivacyBudget.open(sys.argv[1]).reserve(1.0, float(sys.argv[2]), label="killed")
+        from dask_dppca.privacy.budget import GaussianCharge, PrivacyBudget
+        PrivacyBudget.open(sys.argv[1]).reserve(GaussianCharge(1.0, float(sys.argv[2])), label="killed")
         print("reserved", flush=True)
         time.sleep(120)
         """, ledger, repr(RACE_SIGMA))
@@ -230,49 +230,23 @@ def test_a_local_fit_that_fails_before_its_release_gives_the_reservation_back(de
 
 
 def test_a_fit_that_fails_after_its_release_began_stays_charged(default_ledger, monkeypatch):
-    from dask_dppca.privacy import release
+    from dask_dppca.privacy import mechanism
 
     def draw_and_die(*args, **kwargs):
         raise RuntimeError("died mid-draw")
 
-    monkeypatch.setattr(release, "add_symmetric_noise", draw_and_die)
+    monkeypatch.setattr(mechanism, "add_symmetric_noise", draw_and_die)
     with pytest.raises(RuntimeError, match="mid-draw"):
         dd.DPPCA(epsilon=0.5, scheduler="synchronous").fit(_x())
     (row,) = default_ledger.spent
     assert row.state == "reserved"
 
 
-@pytest.mark.cluster
-def test_a_submitted_release_that_never_started_is_abandoned_and_can_never_draw(cluster_client):
-    """On a cluster a failed fit proves "never drew" by taking the release's ticket first:
-    a release task that starts afterwards refuses; a ticket already taken proves nothing."""
-    from uuid import uuid4
-
-    from dask_dppca.privacy import release
-    from dask_dppca.privacy.noise import default_sampler
-
-    never_sent = uuid4().hex
-    assert release.abandon_release(never_sent, cluster_client)  # nothing was ever dispatched
-    late = uuid4().hex
-    release.mark_release_dispatched(late)
-    assert release.abandon_release(late, cluster_client)
-    task = cluster_client.submit(release.private_release, np.eye(3), 1, 1.0, 3, default_sampler(6),
-                                 late, pure=False)
-    with pytest.raises(release.ReleaseAlreadyDrawnError, match="abandoned"):
-        task.result(timeout=SUBPROCESS_TIMEOUT)
-    drawn = uuid4().hex
-    release.mark_release_dispatched(drawn)
-    cluster_client.submit(release.private_release, np.eye(3), 1, 1.0, 3, default_sampler(6),
-                          drawn, pure=False).result(timeout=SUBPROCESS_TIMEOUT)
-    assert not release.abandon_release(drawn, cluster_client)
-    assert not release.abandon_release(drawn, "threads")  # local: dispatched means drawn
-
-
 # -- concurrency: processes and threads --------------------------------------------------------
 
 _RACER = """
 import os, sys, time
-from dask_dppca.privacy.budget import BudgetExceededError, PrivacyBudget, Release
+from dask_dppca.privacy.budget import BudgetExceededError, GaussianCharge, PrivacyBudget, Release
 path, go, mode, sigma = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 budget = PrivacyBudget.open(path)
 open(f"{go}.ready.{os.getpid()}", "w").close()
@@ -284,11 +258,11 @@ won = 0
 while True:
     try:
         if mode == "reserve":
-            reservation = budget.reserve(1.0, sigma, label=str(os.getpid()))
+            reservation = budget.reserve(GaussianCharge(1.0, sigma), label=str(os.getpid()))
             time.sleep(0.01)  # the draw: the lock is free, the others get their turn
             reservation.commit()
         else:  # a naive ledger: check, then record without holding the lock
-            budget.check(1.0, sigma)
+            budget.check(GaussianCharge(1.0, sigma))
             time.sleep(0.2)
             budget._ledger.record(Release(1.0, sigma), lambda rows: None)
     except BudgetExceededError:
@@ -347,7 +321,7 @@ def test_threads_racing_on_a_ledger_never_overspend(ledger):
         mine = PrivacyBudget.open(ledger)  # its own object, the same file
         while True:
             try:
-                mine.reserve(1.0, RACE_SIGMA).commit()
+                mine.reserve(GaussianCharge(1.0, RACE_SIGMA)).commit()
             except BudgetExceededError:
                 return
             won.append(1)
@@ -402,7 +376,7 @@ def test_set_default_budget_exports_the_ledger_to_child_processes(default_ledger
 def test_a_ledger_budget_pickles_to_the_same_file(ledger):
     budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
     twin = pickle.loads(pickle.dumps(budget))
-    twin.spend(1.0, RACE_SIGMA)
+    twin.spend(GaussianCharge(1.0, RACE_SIGMA))
     assert budget.releases == 1 and twin.ledger == ledger
 
 
@@ -413,10 +387,10 @@ def test_an_in_memory_budget_pickles_to_itself_here_and_refuses_use_elsewhere():
     out = _finish(_python(
         """
         import base64, pickle, sys
-        from dask_dppca.privacy.budget import LedgerError
+        from dask_dppca.privacy.budget import GaussianCharge, LedgerError
         budget = pickle.loads(base64.b64decode(sys.argv[1]))
         try:
-            budget.spend(1.0, 10.0)
+            budget.spend(GaussianCharge(1.0, 10.0))
         except LedgerError as error:
             print("refused:", error)
         """, payload))
@@ -429,7 +403,7 @@ def test_a_forked_child_cannot_charge_its_copy_of_an_in_memory_budget():
     pid = os.fork()
     if pid == 0:  # the child: report what happened and leave at once
         try:
-            budget.spend(1.0, 10.0)
+            budget.spend(GaussianCharge(1.0, 10.0))
             os.write(write, b"charged its own copy")
         except LedgerError:
             os.write(write, b"refused")
@@ -519,17 +493,17 @@ def test_clones_and_copies_carry_the_budgets_they_were_made_under(ledger):
 @pytest.mark.parametrize("k", [1, 3])
 def test_k_releases_at_remaining_k_fit_and_slightly_more_do_not(storage, k, ledger):
     budget = PrivacyBudget(2.0, 1e-5, ledger=ledger if storage == "ledger" else None)
-    budget.spend(0.4, 1.0)
+    budget.spend(GaussianCharge(0.4, 1.0))
     epsilon = budget.remaining(k)
     assert 0.0 < epsilon < 2.0
     sigma = calibrate_sigma(1.0, epsilon, budget.delta)
     more = calibrate_sigma(1.0, epsilon * (1 + 1e-9), budget.delta)
     for _ in range(k - 1):
-        budget.spend(1.0, sigma)
-    budget.check(1.0, sigma)
+        budget.spend(GaussianCharge(1.0, sigma))
+    budget.check(GaussianCharge(1.0, sigma))
     with pytest.raises(BudgetExceededError):
-        budget.check(1.0, more)
-    budget.spend(1.0, sigma)
+        budget.check(GaussianCharge(1.0, more))
+    budget.spend(GaussianCharge(1.0, sigma))
     assert budget.remaining() < 1e-6
 
 
@@ -547,9 +521,9 @@ def test_remaining_on_an_empty_budget_is_its_epsilon_and_a_fit_there_fits(defaul
 
 def test_remaining_is_zero_when_nothing_fits_and_k_is_validated():
     budget = PrivacyBudget(1.0, 1e-6)
-    budget.spend(1.0, calibrate_sigma(1.0, 1.0, 1e-6))
+    budget.spend(GaussianCharge(1.0, calibrate_sigma(1.0, 1.0, 1e-6)))
     assert budget.remaining() < 1e-6
-    budget.spend(1.0, 1e9)
+    budget.spend(GaussianCharge(1.0, 1e9))
     assert budget.remaining() == 0.0 and budget.remaining(5) == 0.0
     with pytest.raises(ValueError, match="k: must be a positive integer"):
         budget.remaining(0)
@@ -562,9 +536,8 @@ def test_remaining_is_zero_when_nothing_fits_and_k_is_validated():
 
 def test_describe_and_html_show_spent_remaining_and_every_release(ledger):
     budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
-    budget.reserve(1.0, RACE_SIGMA, label="<b>x</b>", dataset="s3://bucket/x.zarr", epsilon=0.5,
-                   delta=1e-6).commit()
-    budget.reserve(1.0, RACE_SIGMA).cancel()
+    budget.reserve(GaussianCharge(1.0, RACE_SIGMA, epsilon=0.5, delta=1e-6), label="<b>x</b>", dataset="s3://bucket/x.zarr").commit()
+    budget.reserve(GaussianCharge(1.0, RACE_SIGMA)).cancel()
     text = budget.describe()
     assert f"remaining: one more release of epsilon <= {budget.remaining():.6g}" in text
     assert "1 counted (1 committed, 0 reserved), 1 cancelled" in text
@@ -577,7 +550,7 @@ def test_describe_and_html_show_spent_remaining_and_every_release(ledger):
 
 
 def test_the_ledger_is_plain_sqlite_readable_by_any_tool(ledger):
-    PrivacyBudget(2.0, 1e-5, ledger=ledger).spend(1.0, RACE_SIGMA, label="by hand")
+    PrivacyBudget(2.0, 1e-5, ledger=ledger).spend(GaussianCharge(1.0, RACE_SIGMA), label="by hand")
     with sqlite3.connect(ledger) as db:
         assert db.execute("SELECT epsilon, delta FROM budget").fetchall() == [(2.0, 1e-5)]
         assert db.execute("SELECT state, label, sigma FROM releases").fetchall() == [

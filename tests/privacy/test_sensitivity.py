@@ -51,15 +51,15 @@ def _adversarial_pairs(n, d, rng, unit=1.0):
     return cases
 
 
-@pytest.mark.parametrize("transform, radius", [("sphere", None), ("winsor", 0.7)])
-def test_adversarial_neighbours_reach_the_bound_and_never_exceed_it(transform, radius):
+@pytest.mark.parametrize("spatial_sign, radius", [("sphere", None), ("winsor", 0.7)])
+def test_adversarial_neighbours_reach_the_bound_and_never_exceed_it(spatial_sign, radius):
     n, d = 40, 3
-    bound = _reported_sensitivity(n, d, spatial_sign=transform, radius=radius)
-    g2 = 1.0 if transform == "sphere" else radius**2
+    bound = _reported_sensitivity(n, d, spatial_sign=spatial_sign, radius=radius)
+    g2 = 1.0 if spatial_sign == "sphere" else radius**2
     assert math.isclose(bound, 2 * math.sqrt(2) * g2 / n, rel_tol=1e-6)
     rng = np.random.default_rng(1)  # test data only
     for name, (s, s_prime) in _adversarial_pairs(n, d, rng).items():
-        gap = _distance(s, s_prime, spatial_sign=transform, radius=radius)
+        gap = _distance(s, s_prime, spatial_sign=spatial_sign, radius=radius)
         assert gap <= bound, name
         assert gap >= 0.95 * bound, name
 
@@ -78,15 +78,15 @@ def _hostile_rows(d):
     index=st.integers(0, 11),
     spatial_sign=st.sampled_from(["sphere", "winsor"]),
 )
-def test_random_neighbours_stay_within_the_bound(base, replacement, index, transform):
+def test_random_neighbours_stay_within_the_bound(base, replacement, index, spatial_sign):
     n = base.shape[0]
-    radius = 1.3 if transform == "winsor" else None
+    radius = 1.3 if spatial_sign == "winsor" else None
     s_prime = base.copy()
     s_prime[index % n] = replacement
     plan = CompleteDesign().plan((n,), base.shape[1])
-    g2 = 1.0 if transform == "sphere" else radius**2
+    g2 = 1.0 if spatial_sign == "sphere" else radius**2
     bound = plan.sensitivity(math.sqrt(g2))
-    gap = _distance(base, s_prime, spatial_sign=transform, radius=radius)
+    gap = _distance(base, s_prime, spatial_sign=spatial_sign, radius=radius)
     assert gap <= bound * (1 + 1e-9)
 
 
@@ -100,7 +100,7 @@ def test_a_broken_bound_is_caught():
 
 
 # ---------------------------------------------------------------------------------------
-# Every transform that can be built keeps its reported sensitivity (audit items a, c)
+# Every spatial_sign that can be built keeps its reported sensitivity (audit items a, c)
 # ---------------------------------------------------------------------------------------
 
 
@@ -108,7 +108,7 @@ def _smooth_xi(s):
     return 1.5 * -np.expm1(-np.asarray(s, dtype=float))
 
 
-CONSTRUCTIBLE = {  # name -> (transform, unit: the scale at which g saturates)
+CONSTRUCTIBLE = {  # name -> (spatial_sign, unit: the scale at which g saturates)
     "sphere": (sphere(), 1.0),
     "winsor-min-radius": (winsor(MIN_BOUND), MIN_BOUND),
     "winsor-1.13e-37": (winsor(1.13e-37), 1.13e-37),
@@ -119,17 +119,17 @@ CONSTRUCTIBLE = {  # name -> (transform, unit: the scale at which g saturates)
 }
 
 
-def _gaps_and_reported(transform, unit, n=40, d=3):
-    """||K(S) - K(S')||_F for adversarial neighbours at the transform's scale, and the
+def _gaps_and_reported(spatial_sign, unit, n=40, d=3):
+    """||K(S) - K(S')||_F for adversarial neighbours at the spatial_sign's scale, and the
     sensitivity a fit reports, all divided by G^2 (K's entries at G = 1e100 would
     overflow when squared)."""
-    g2 = transform.bound**2
-    est = dd.DPPCA(n_components=1, spatial_sign=transform, random_state=0, scheduler="synchronous")
+    g2 = spatial_sign.bound**2
+    est = dd.DPPCA(n_components=1, spatial_sign=spatial_sign, random_state=0, scheduler="synchronous")
     reported = est.fit(np.random.default_rng(0).standard_normal((n, d))).privacy_["sensitivity"]
     gaps = []
     for s, s_prime in _adversarial_pairs(n, d, np.random.default_rng(1), unit).values():
-        k = dd.kendall_matrix(s, transform, scheduler="synchronous")
-        k_prime = dd.kendall_matrix(s_prime, transform, scheduler="synchronous")
+        k = dd.kendall_matrix(s, spatial_sign, scheduler="synchronous")
+        k_prime = dd.kendall_matrix(s_prime, spatial_sign, scheduler="synchronous")
         gaps.append(np.linalg.norm((k - k_prime) / g2))
     return np.array(gaps), reported / g2
 

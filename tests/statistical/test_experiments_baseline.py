@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dask_dppca.datasets import make_elliptical, spiked_spectrum
-from dask_dppca.privacy.budget import BudgetExceededError, PrivacyBudget
+from dask_dppca.privacy.budget import BudgetExceededError, GaussianCharge, PrivacyBudget
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments.py"
 spec = importlib.util.spec_from_file_location("experiments", SCRIPT)
@@ -36,11 +36,11 @@ def test_two_stage_analyze_gauss_composes_to_its_target(eps, share):
     assert len(releases) == len(experiments.CENTRE_RADII) + 1
     within = PrivacyBudget(eps * (1 + 1e-6), experiments.DELTA)
     for sensitivity, sigma in releases:
-        within.spend(sensitivity, sigma)
+        within.spend(GaussianCharge(sensitivity, sigma))
     tighter = PrivacyBudget(eps * 0.999, experiments.DELTA)
     with pytest.raises(BudgetExceededError):
         for sensitivity, sigma in releases:
-            tighter.spend(sensitivity, sigma)
+            tighter.spend(GaussianCharge(sensitivity, sigma))
 
 
 def test_private_centre_finds_an_unknown_location_of_heavy_tailed_data():

@@ -53,27 +53,27 @@ def test_winsor_eigenvalues_limits_and_stderr():
     assert np.all(se0 == 0)
 
 
-@pytest.mark.parametrize("transform,radius,calibration,eps", [
+@pytest.mark.parametrize("spatial_sign,radius,calibration,eps", [
     ("sphere", None, "analytic", 1.0), ("sphere", None, "classical", 0.5),
     ("winsor", 3.0, "analytic", 4.0), ("winsor", 0.5, "classical", 0.2),
 ])
-def test_release_sigma_is_the_estimators(transform, radius, calibration, eps):
+def test_release_sigma_is_the_estimators(spatial_sign, radius, calibration, eps):
     X = np.random.default_rng(0).standard_normal((300, 12))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
-        est = dd.DPPCA(2, epsilon=eps, spatial_sign=transform, radius=radius, calibration=calibration,
+        est = dd.DPPCA(2, epsilon=eps, spatial_sign=spatial_sign, radius=radius, calibration=calibration,
                        design="complete", scheduler="synchronous", random_state=0).fit(X)
-    assert release_sigma(300, 12, eps, 1e-6, spatial_sign=transform, radius=radius,
+    assert release_sigma(300, 12, eps, 1e-6, spatial_sign=spatial_sign, radius=radius,
                          calibration=calibration) == est.privacy_["sigma"]
 
 
-def _measured_median(spectrum, m, n, eps, df, transform, radius, reps=20):
+def _measured_median(spectrum, m, n, eps, df, spatial_sign, radius, reps=20):
     d = spectrum.size
-    sigma = 0.0 if math.isinf(eps) else release_sigma(n, d, eps, spatial_sign=transform, radius=radius)
+    sigma = 0.0 if math.isinf(eps) else release_sigma(n, d, eps, spatial_sign=spatial_sign, radius=radius)
     errs = []
     for s in range(reps):
         X = make_elliptical(n, spectrum, np.eye(d), df=df, seed=100 + s)
-        K = dd.kendall_matrix(X, spatial_sign=transform, radius=radius, scheduler="synchronous")
+        K = dd.kendall_matrix(X, spatial_sign=spatial_sign, radius=radius, scheduler="synchronous")
         if sigma:
             K = add_symmetric_noise(K, sigma, SeededSampler(s))
         V = np.linalg.eigh(K)[1][:, ::-1][:, :m]
@@ -81,12 +81,12 @@ def _measured_median(spectrum, m, n, eps, df, transform, radius, reps=20):
     return float(np.median(errs))
 
 
-@pytest.mark.parametrize("df,transform,radius", [(1.0, "sphere", None), (None, "winsor", 3.0)])
-def test_planner_median_agrees_with_simulation_within_factor_two(df, transform, radius):
+@pytest.mark.parametrize("df,spatial_sign,radius", [(1.0, "sphere", None), (None, "winsor", 3.0)])
+def test_planner_median_agrees_with_simulation_within_factor_two(df, spatial_sign, radius):
     spectrum = spiked_spectrum(10, 2)
-    model = UtilityModel(spectrum, 2, transform, radius, df=df, n_triples=30_000)
+    model = UtilityModel(spectrum, 2, spatial_sign, radius, df=df, n_triples=30_000)
     for n, eps in [(400, 1.0), (400, math.inf), (1500, 0.5), (1500, 3.0)]:
-        measured = _measured_median(spectrum, 2, n, eps, df, transform, radius)
+        measured = _measured_median(spectrum, 2, n, eps, df, spatial_sign, radius)
         predicted = model.quantile(n, eps, 1e-6, p=0.5)
         assert 0.5 < predicted / measured < 2.0, (n, eps, predicted, measured)
 

@@ -1,0 +1,163 @@
+"""The trusted release: sealed lane sums, drawn-once ticket, placement on the trusted worker."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import dask_dppca as dd
+from dask_dppca.compute import TRUSTED_RESOURCE
+from dask_dppca.compute.release import release_task
+from dask_dppca.compute.tickets import RELEASE_METADATA_KEY, ReleaseAlreadyDrawnError
+from dask_dppca.compute.workers import prepare_workers
+from dask_dppca.design import CompleteDesign
+from dask_dppca.graph import ExactSumLeakError, LaneState
+from dask_dppca.graph import sealed as sealed_module
+from dask_dppca.kernel import ExactSum, sphere
+from dask_dppca.privacy import PrivacyTarget, ReleaseMechanism
+from dask_dppca.privacy.noise import SeededSampler
+
+pytestmark = pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning")
+
+
+def _mechanism(d: int, n: int = 6, sigma: float = 0.1) -> ReleaseMechanism:
+    """A release of ``n`` records of width ``d`` whose sigma is set to ``sigma`` (TEST noise)."""
+    design = CompleteDesign()
+    planned = ReleaseMechanism.plan_release(design, design.plan((n,), d), sphere(),
+                                            PrivacyTarget.of(1.0, 1e-6), SeededSampler(0))
+    return dataclasses.replace(planned, sigma=sigma)
+
+
+def _lane(matrix: np.ndarray) -> LaneState:
+    """A lane state holding the upper triangle of ``matrix`` (as the lanes do)."""
+    d = matrix.shape[0]
+    return LaneState(ExactSum((d * (d + 1) // 2,)).plus(matrix[np.triu_indices(d)]), {})
+
+
+def test_release_is_drawn_once_per_fit_id_locally():
+    fit_id = uuid.uuid4().hex
+    release_task(_mechanism(3), 2, fit_id, _lane(np.eye(3)))
+    with pytest.raises(ReleaseAlreadyDrawnError):
+        release_task(_mechanism(3), 2, fit_id, _lane(np.eye(3)))
+
+
+def test_the_release_task_adds_the_lanes_then_releases_once():
+    """Its input is the lanes' sums, their exact total is what the mechanism normalises."""
+    release = release_task(_mechanism(3, n=2, sigma=1e-9), 3, uuid.uuid4().hex,
+                           _lane(np.diag([1.0, 0.5, 0.0])), _lane(np.diag([2.0, 1.5, 1.0])))
+    assert np.allclose(release.eigenvalues, [3.0, 2.0, 1.0], atol=1e-6)   # |P| = 1
+    assert release.released_on == "this process"
+
+
+@pytest.mark.cluster
+def test_sealed_lane_sums_cannot_reach_the_client(cluster_client):
+    # This process first runs the embedded in-process cluster (which also registers the
+    # worker plugin, on a worker inside this process): that must not open the seal here.
+    dd.DPPCA(2).fit(np.random.default_rng(1).standard_normal((300, 3)))  # test data
+    assert not sealed_module.unsealing_allowed()
+    prepare_workers(cluster_client)
+    workers = sorted(cluster_client.scheduler_info(n_workers=-1)["workers"])
+    sealed = cluster_client.submit(_lane, np.eye(2), workers=workers[:1], pure=False)
+    with pytest.raises(ExactSumLeakError):
+        sealed.result()
+    # Between workers it moves freely: a task on the other worker can open it.
+    opened = cluster_client.submit(lambda s: float(s.total.to_float().sum()), sealed, pure=False,
+                                   workers=workers[1:], allow_other_workers=False)
+    assert opened.result() == 2.0
+
+
+@pytest.mark.cluster
+def test_cluster_fit_draws_once_and_a_rerun_refuses(cluster_client, elliptical):
+    x, _ = elliptical
+    est = dd.DPPCA(n_components=2, scheduler=cluster_client).fit(x[:600])
+    fit_id = est.privacy_["fit_id"]
+    tickets = cluster_client.get_metadata(list(RELEASE_METADATA_KEY))
+    assert fit_id in tickets  # exactly one ticket per fit id: a dict key
+    again = cluster_client.submit(release_task, _mechanism(6), 2, fit_id, _lane(np.eye(6)),
+                                  pure=False, retries=0)
+    with pytest.raises(ReleaseAlreadyDrawnError):
+        again.result()
+
+
+@pytest.mark.cluster
+def test_release_runs_on_the_worker_offering_the_trusted_resource(tmp_path):
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster, set_as_default=False) as client:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
+             "--nthreads", "1", "--resources", f"{TRUSTED_RESOURCE}=1", "--no-dashboard",
+             "--local-directory", str(tmp_path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            client.wait_for_workers(2, timeout=60)
+            info = client.scheduler_info(n_workers=-1)["workers"]
+            trusted = [a for a, w in info.items() if TRUSTED_RESOURCE in (w.get("resources") or {})]
+            assert len(trusted) == 1
+            rng = np.random.default_rng(3)  # test data only
+            est = dd.DPPCA(n_components=1, scheduler=client).fit(rng.standard_normal((300, 4)))
+            ticket = client.get_metadata([*RELEASE_METADATA_KEY, est.privacy_["fit_id"]])
+            assert ticket["worker"] == trusted[0]
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+
+
+@pytest.mark.cluster
+def test_named_trusted_worker_is_used_and_unknown_one_refused(cluster_client):
+    workers = sorted(cluster_client.scheduler_info(n_workers=-1)["workers"])
+    rng = np.random.default_rng(4)  # test data only
+    x = rng.standard_normal((200, 3))
+    est = dd.DPPCA(n_components=1, scheduler=cluster_client, trusted_worker=workers[-1]).fit(x)
+    ticket = cluster_client.get_metadata([*RELEASE_METADATA_KEY, est.privacy_["fit_id"]])
+    assert ticket["worker"] == workers[-1]
+    with pytest.raises(ValueError, match="trusted_worker"):
+        dd.DPPCA(scheduler=cluster_client, trusted_worker="tcp://127.0.0.1:9").fit(x)
+
+
+def test_sealed_bytes_made_here_reopen_here_and_foreign_ones_do_not(monkeypatch):
+    """Sealed bytes pickled and read back in this process reopen; the same bytes made by
+    another worker process (another token) are refused here; a process that hosts no
+    cluster worker pickles lane sums plainly (the local "processes" scheduler's pool)."""
+    import pickle
+
+    assert pickle.loads(pickle.dumps(_lane(np.eye(2)))).total.to_float().sum() == 2.0
+    monkeypatch.setitem(sealed_module._STATE, "worker_process", True)
+    here = pickle.dumps(_lane(np.eye(2)))
+    assert b"_unseal" in here
+    monkeypatch.setattr(sealed_module, "_PROCESS_TOKEN", "another process")
+    foreign = pickle.dumps(_lane(np.eye(2)))
+    monkeypatch.undo()
+    assert pickle.loads(here).total.to_float().sum() == 2.0
+    with pytest.raises(ExactSumLeakError):
+        pickle.loads(foreign)
+
+
+@pytest.mark.cluster
+def test_a_submitted_release_that_never_started_is_abandoned_and_can_never_draw(cluster_client):
+    """On a cluster a failed fit proves "never drew" by taking the release's ticket first:
+    a release task that starts afterwards refuses; a ticket already taken proves nothing."""
+    from dask_dppca.compute import ClusterTarget, LocalScheduler
+    from dask_dppca.compute.tickets import mark_release_dispatched
+
+    target = ClusterTarget(cluster_client)
+    never_sent = uuid.uuid4().hex
+    assert target.abandon(never_sent)  # nothing was ever dispatched
+    late = uuid.uuid4().hex
+    mark_release_dispatched(late)
+    assert target.abandon(late)
+    task = cluster_client.submit(release_task, _mechanism(3), 3, late, _lane(np.eye(3)), pure=False)
+    with pytest.raises(ReleaseAlreadyDrawnError, match="abandoned"):
+        task.result(timeout=120)
+    drawn = uuid.uuid4().hex
+    mark_release_dispatched(drawn)
+    cluster_client.submit(release_task, _mechanism(3), 3, drawn, _lane(np.eye(3)),
+                          pure=False).result(timeout=120)
+    assert not target.abandon(drawn)
+    assert not LocalScheduler("threads").abandon(drawn)  # local: dispatched means drawn
