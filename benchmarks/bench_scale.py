@@ -51,7 +51,7 @@ from threadpoolctl import threadpool_limits
 import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, random_directions, spiked_spectrum
 from dask_dppca.design import CompleteDesign, RegularDesign, auto_design
-from dask_dppca.io import as_dask_array
+from dask_dppca.io import open_records
 from dask_dppca.kernel import block_pair_sum
 
 
@@ -112,7 +112,7 @@ def _warm_worker() -> None:
     """What every fit on a fresh worker pays once, paid before the timed fit: the kernel's
     compilation and the imports behind a lane task (graph, Zarr input, release)."""
     import dask_dppca.graph  # noqa: F401
-    import dask_dppca.privacy.release  # noqa: F401
+    import dask_dppca.compute.release  # noqa: F401
     from dask_dppca.kernel import block_pair_sum
 
     block_pair_sum(np.eye(300, 4))
@@ -247,7 +247,7 @@ class HeldKeys(WorkerPlugin):
 def held_on_one_worker(path, design) -> dict:
     with LocalCluster(n_workers=1, threads_per_worker=2, memory_limit="2GB",
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        client.register_plugin(HeldKeys(as_dask_array(path).name), name="held-keys")
+        client.register_plugin(HeldKeys(open_records(path).array.name), name="held-keys")
         dd.DPPCA(n_components=2, design=design, scheduler=client).fit(path)
         (peak,) = client.run(lambda dask_worker: dict(dask_worker.dppca_peak_held)).values()
     return peak

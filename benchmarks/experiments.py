@@ -12,8 +12,8 @@ commands are in docs/results.md.
 Speed: for each data set the exact K_hat (every transform) and the covariance are
 computed once (dask_dppca.kendall_matrix, complete design), then the release is
 repeated for every epsilon and calibration with the estimator's own release code
-(dask_dppca.privacy.release.private_release) at the estimator's sigma
-(dask_dppca.theory.release_sigma, checked against DPPCA(...).fit(X).privacy_["sigma"]
+(dask_dppca.privacy.ReleaseMechanism.release) at the estimator's sigma
+(dask_dppca.planning.release_sigma, checked against DPPCA(...).fit(X).privacy_["sigma"]
 at start-up).  The noise comes from a SeededSampler (same Gaussian law, seeded, NOT
 PRIVATE: an experiment, not a release).
 
@@ -30,6 +30,7 @@ larger n.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import multiprocessing as mp
@@ -38,7 +39,6 @@ import sys
 import tempfile
 import time
 import types
-import uuid
 import warnings
 from pathlib import Path
 
@@ -48,8 +48,12 @@ import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, make_skewed, random_directions, spiked_spectrum
 from dask_dppca.privacy.calibration import calibrate_sigma, gaussian_dp_mu
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning, SeededSampler
-from dask_dppca.privacy.release import private_release
-from dask_dppca.theory import UtilityModel, breakdown_bound, release_sigma, sin_theta
+from dask_dppca.design import CompleteDesign
+from dask_dppca.kernel import sphere
+from dask_dppca.privacy import PrivacyTarget, ReleaseMechanism
+from dask_dppca.metrics import sin_theta
+from dask_dppca.planning import UtilityModel, release_sigma
+from dask_dppca.theory import breakdown_bound
 
 warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
 DELTA = 1e-6
@@ -93,8 +97,12 @@ def release(k_hat: np.ndarray, sigma: float, m: int, seed: int) -> np.ndarray:
     if sigma == 0.0:
         w, v = np.linalg.eigh(k_hat)
         return v[:, ::-1][:, :m]
-    out = private_release(k_hat, 1, sigma, m, SeededSampler(seed), uuid.uuid4().hex)
-    return out.components.T
+    design = CompleteDesign()   # two records: one pair, so the release divides by |P| = 1
+    mechanism = dataclasses.replace(
+        ReleaseMechanism.plan_release(design, design.plan((2,), k_hat.shape[0]), sphere(),
+                                      PrivacyTarget.of(1.0, DELTA), SeededSampler(seed)),
+        sigma=sigma)
+    return mechanism.release(k_hat, m).components.T
 
 
 def clip_rows(X: np.ndarray, c: float) -> np.ndarray:

@@ -32,6 +32,6 @@ def _close_the_embedded_cluster():
     """Stop the embedded cluster (if a test started one) while pytest still owns the
     output streams, rather than at interpreter exit."""
     yield
-    from dask_dppca.cluster import close_embedded_cluster
+    from dask_dppca.compute import close_embedded_cluster
 
     close_embedded_cluster()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 import uuid
@@ -16,28 +15,18 @@ from dask_dppca.compute import TRUSTED_RESOURCE
 from dask_dppca.compute.release import release_task
 from dask_dppca.compute.tickets import RELEASE_METADATA_KEY, ReleaseAlreadyDrawnError
 from dask_dppca.compute.workers import prepare_workers
-from dask_dppca.design import CompleteDesign
-from dask_dppca.graph import ExactSumLeakError, LaneState
+from dask_dppca.graph import ExactSumLeakError
 from dask_dppca.graph import sealed as sealed_module
-from dask_dppca.kernel import ExactSum, sphere
-from dask_dppca.privacy import PrivacyTarget, ReleaseMechanism
-from dask_dppca.privacy.noise import SeededSampler
+from tests.releases import lane_of, mechanism_for
 
 pytestmark = pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning")
 
 
-def _mechanism(d: int, n: int = 6, sigma: float = 0.1) -> ReleaseMechanism:
-    """A release of ``n`` records of width ``d`` whose sigma is set to ``sigma`` (TEST noise)."""
-    design = CompleteDesign()
-    planned = ReleaseMechanism.plan_release(design, design.plan((n,), d), sphere(),
-                                            PrivacyTarget.of(1.0, 1e-6), SeededSampler(0))
-    return dataclasses.replace(planned, sigma=sigma)
+def _mechanism(d: int, n: int = 6, sigma: float = 0.1):
+    return mechanism_for(n, d, sigma)
 
 
-def _lane(matrix: np.ndarray) -> LaneState:
-    """A lane state holding the upper triangle of ``matrix`` (as the lanes do)."""
-    d = matrix.shape[0]
-    return LaneState(ExactSum((d * (d + 1) // 2,)).plus(matrix[np.triu_indices(d)]), {})
+_lane = lane_of
 
 
 def test_release_is_drawn_once_per_fit_id_locally():

@@ -25,7 +25,7 @@ def fit(scheduler: str, n_workers: int, timeout: float) -> dict:
 
     import dask_dppca as dd
     from dask_dppca.datasets import random_directions, spiked_spectrum, write_elliptical_zarr
-    from dask_dppca.privacy.release import RELEASE_METADATA_KEY
+    from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
     from dask_dppca.compute.trust import worker_identities
 
     folder = tempfile.mkdtemp(prefix="dppca-live-", dir=os.environ.get("DASK_DPPCA_DATA_DIR"))

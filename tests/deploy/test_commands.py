@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from dask_dppca.cluster import DEFAULT_SCHEDULER_PORT
-from dask_dppca.privacy.release import TRUSTED_RESOURCE
+from dask_dppca.compute.cluster import DEFAULT_SCHEDULER_PORT
+from dask_dppca.compute import TRUSTED_RESOURCE
 from dask_dppca.compute.trust import TRUSTED_WORKER_COMMON_NAME
 from tests.deploy.recipes import COMMANDS, DEPLOY, check_tls_command, parse_dask_command
 

@@ -1,6 +1,6 @@
 """fit and theory cannot drift: the same sigma for every public configuration.
 
-``theory.release_sigma`` plans without data; ``DPPCA.fit`` plans from its input.  Both
+``planning.release_sigma`` plans without data; ``DPPCA.fit`` plans from its input.  Both
 build one ReleaseMechanism from the design plan, so for any (n, d, epsilon, delta,
 spatial_sign, calibration) their sigma must be bitwise equal, including the block and
 tile sizes behind the rounding slack and the sampler chosen by d.  The fits here do not
@@ -16,9 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dask_dppca as dd
+from dask_dppca import design as design_module
 from dask_dppca import estimator
-from dask_dppca.privacy.release import PrivateRelease
-from dask_dppca.theory import release_sigma
+from dask_dppca.compute import LocalScheduler
+from dask_dppca.planning import release_sigma
+from dask_dppca.privacy import PrivateRelease
 
 
 @pytest.fixture
@@ -26,12 +28,12 @@ def planned(monkeypatch):
     """Replace the release by a stub; collect the mechanisms fit planned."""
     mechanisms = []
 
-    def stub(mechanism, graph, target, n_components, fit_id, **kwargs):
+    def stub(self, mechanism, lane_sums, n_components, fit_id, **kwargs):
         mechanisms.append(mechanism)
         d = mechanism.plan.n_features
         return PrivateRelease(np.zeros(d), np.eye(d)[:n_components]), "stub"
 
-    monkeypatch.setattr(estimator, "run_release", stub)
+    monkeypatch.setattr(LocalScheduler, "release", stub)
     return mechanisms
 
 
@@ -64,10 +66,9 @@ def test_the_comparison_sees_a_drift(planned, monkeypatch):
     """A fit that planned its blocks differently (here: from 1000-row chunks it took as
     imposed by the input) is caught."""
     n, d = 50_000, 8
-    real = estimator.as_dask_array
-    monkeypatch.setattr(estimator, "as_dask_array",
-                        lambda X, component=None, **options:
-                        real(X, component, **options).rechunk({0: 1000}))
-    monkeypatch.setattr(estimator, "is_lazy_input", lambda X: True)
+    real = design_module.plan_blocks
+    monkeypatch.setattr(estimator, "plan_blocks",
+                        lambda n, d, row_chunks, design, threads:
+                        real(n, d, (1000,) * (n // 1000), design, threads))
     est = dd.DPPCA(1, design="complete", scheduler="threads").fit(np.broadcast_to(0.0, (n, d)))
     assert est.privacy_["sigma"] != release_sigma(n, d, 1.0, 1e-6)

@@ -28,7 +28,7 @@ import xarray as xr
 import zarr
 
 import dask_dppca as dd
-from dask_dppca import cluster
+from dask_dppca.compute import cluster
 from dask_dppca.cli import main
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 from dask_dppca.kernel.spatial_sign import custom
@@ -43,7 +43,7 @@ PENDING: dict[str, set[str]] = {"api": set(), "cli": set()}
 #: Rows run in a subprocess with a hard timeout, because the bug they check is a hang.
 MAY_HANG = {"scheduler-silent"}
 CLI_FLAGS = {"epsilon": "--epsilon", "delta": "--delta", "n_components": "-k",
-             "spatial_sign": "--spatial_sign", "radius": "--radius", "calibration": "--calibration",
+             "spatial_sign": "--spatial-sign", "radius": "--radius", "calibration": "--calibration",
              "design": "--design", "scheduler": "--scheduler", "component": "--component",
              "allow_fill_values": "--allow-fill-values"}
 #: Keyword arguments of ``fit`` (the others go to ``DPPCA(...)``).
@@ -193,7 +193,7 @@ def _run_in_subprocess(case: str, root: Path, which: str):
         import json, sys
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
-        from dask_dppca import cluster
+        from dask_dppca.compute import cluster
         cluster.CONNECT_TIMEOUT = {CONNECT_TIMEOUT}
         from tests.estimator import test_parameters as t
         row, root = t.BY_CASE[{case!r}], Path({str(root)!r})
@@ -248,7 +248,7 @@ def test_table_is_well_formed():
         if row["outcome"] != "fits":
             assert row["CLI"] in {"-", "2"}, row
     for required in ["epsilon-zero", "epsilon-nan", "delta-zero", "delta-one", "n_components-zero",
-                     "n_components-above-d", "radius-zero", "spatial_sign-unknown",
+                     "n_components-above-d", "radius-zero", "spatial-sign-unknown",
                      "custom-xi-unbounded", "X-1-D", "X-3-D", "X-no-columns", "X-one-record",
                      "X-strings", "zarr-missing", "zarr-group-wrong-name", "columns-chunked",
                      "scheduler-refused", "scheduler-silent"]:
@@ -284,9 +284,11 @@ def test_error_table_cli(case, root, capsys):
     assert len(lines) == 1, f"{case}: {len(lines)} lines on stderr:\n{stderr}"
     message = lines[0]
     assert message.startswith("dask-dppca"), message
-    # argparse names the flag (--epsilon) where the API names the parameter (epsilon)
+    # argparse names the flag (--epsilon, --spatial-sign, -k) where the API names the
+    # parameter (epsilon, spatial_sign, n_components)
     for needle in _needles(row):
-        assert needle in message or needle.replace("n_components", "-k") in message, (
+        flag = needle.replace("n_components", "-k").replace("_", "-")
+        assert needle in message or flag in message, (
             f"{case}: {needle!r} not in {message!r}")
 
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import dask_dppca as dd
-from dask_dppca import cluster, estimator
+from dask_dppca import estimator
+from dask_dppca.compute import target as target_module
 from tests.estimator.test_parameters import MAY_HANG, ROWS, _needles, evaluate_input
 
 #: ValueError rows of docs/robustness.md that can only be refused once the input is opened
@@ -50,9 +51,9 @@ def nothing_may_start(monkeypatch):
         started.append(args)
         raise AssertionError("fit started something before validating its parameters")
 
-    monkeypatch.setattr(cluster, "compute_target", refuse)
-    monkeypatch.setattr(cluster, "embedded_client", refuse)
-    monkeypatch.setattr(estimator, "as_dask_array", refuse)
+    monkeypatch.setattr(estimator, "compute_target", refuse)
+    monkeypatch.setattr(target_module, "embedded_client", refuse)
+    monkeypatch.setattr(estimator, "open_records", refuse)
     return started
 
 
@@ -85,5 +86,6 @@ def test_the_guard_itself_would_catch_a_late_check(nothing_may_start):
 
 def test_every_parameter_has_a_constraint():
     names = set(dd.DPPCA().get_params())
-    checked_elsewhere = {"epsilon", "delta", "spatial_sign", "radius"}  # privacy + spatial_sign checks
+    # the privacy target (PrivacyTarget.of) and the spatial sign (resolve_spatial_sign)
+    checked_elsewhere = {"epsilon", "delta", "calibration", "spatial_sign", "radius"}
     assert names == set(estimator.PARAMETER_CONSTRAINTS) | checked_elsewhere

@@ -20,7 +20,8 @@ import xarray as xr
 import zarr
 
 import dask_dppca as dd
-from dask_dppca.io import as_dask_array
+from dask_dppca.compute import LocalScheduler
+from dask_dppca.io import open_records
 
 N, D = 600, 5
 
@@ -92,7 +93,7 @@ def test_dask_dataframe_fits_with_lengths_counted_on_the_workers(poisoned, refer
 
 def test_dask_series_is_one_feature(x):
     series = ddf.from_pandas(pd.Series(x[:, 0], name="a"), npartitions=3)
-    array = as_dask_array(series, scheduler="synchronous")
+    array = open_records(series).counted(LocalScheduler("synchronous")).array
     assert array.shape == (N, 1)
     np.testing.assert_array_equal(array.compute(), x[:, :1])
 
@@ -149,7 +150,7 @@ def test_unsupported_inputs_get_one_clear_line(x, tmp_path, make, component, nee
     # The cases docs/robustness.md's table lacks; its rows (sparse, unnamed or misnamed
     # Dataset variables, a component that is a group, ...) run in test_parameters.py.
     with pytest.raises(ValueError) as error:
-        as_dask_array(make(x, tmp_path), component, scheduler="synchronous")
+        open_records(make(x, tmp_path), component).counted(LocalScheduler("synchronous"))
     message = str(error.value)
     assert "\n" not in message
     for needle in needles:

@@ -20,7 +20,7 @@ import zarr
 from zarr.storage import LocalStore, WrapperStore
 
 import dask_dppca as dd
-from dask_dppca.io import MissingChunkError, as_dask_array
+from dask_dppca.io import MissingChunkError, open_records
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning")
@@ -83,7 +83,7 @@ def test_a_chunk_missing_under_a_block_pair_task_stops_the_fit(tmp_path, x):
 def test_chunks_deleted_after_the_metadata_was_read(tmp_path, x, zarr_format):
     path = tmp_path / "x.zarr"
     _write(path, x, zarr_format=zarr_format)
-    data = as_dask_array(str(path))          # the client has read the metadata
+    data = open_records(str(path)).array     # the client has read the metadata
     doomed = _chunk_files(path)[1]
     doomed.unlink()                          # the workers' view: the chunk is gone
     with pytest.raises(MissingChunkError, match=re.escape(str(path))):
@@ -131,7 +131,7 @@ def test_a_relative_path_is_the_client_s_path(tmp_path, x, monkeypatch):
     """Resolved when opened: a worker in another directory reads the same store."""
     _write(tmp_path / "rel.zarr", x)
     monkeypatch.chdir(tmp_path)
-    data = as_dask_array("rel.zarr")
+    data = open_records("rel.zarr").array
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import zarr
 
-from dask_dppca import cluster
+from dask_dppca.compute import cluster
 from dask_dppca.cli import EXIT_USAGE, main
 from dask_dppca.cli.fit import storage_options
 from dask_dppca.io import check_writable, write_json
@@ -73,9 +73,9 @@ def test_a_missing_backend_names_the_extra(url, extra, tmp_path):
         import sys
         sys.modules["s3fs"] = None          # as if s3fs were not installed
         from dask_dppca.cli import main
-        from dask_dppca.io import as_dask_array
+        from dask_dppca.io import open_records
         try:
-            as_dask_array({url!r})
+            open_records({url!r})
         except ValueError as error:
             print("API:", error)
         sys.exit(main(["fit", {url!r}, "--scheduler", "synchronous",

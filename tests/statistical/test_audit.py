@@ -22,16 +22,15 @@ deliberately broken mechanism that the same check must reject:
 from __future__ import annotations
 
 import math
-import sys
-import uuid
 
 import numpy as np
 import pytest
 from scipy import stats
 
 import dask_dppca as dd
+from dask_dppca.privacy import ReleaseMechanism
 from dask_dppca.privacy.noise import default_sampler
-from dask_dppca.privacy.release import private_release
+from tests.releases import mechanism_for
 from tests.privacy.test_sensitivity import _adversarial_pairs
 
 SQRT2 = math.sqrt(2.0)
@@ -50,7 +49,7 @@ D_LAW = 4
 N_LAW = 40
 EPS_LAW = 1.0
 N_FITS = 600  # full DPPCA.fit calls (~2.5 ms each)
-N_RELEASES = 1500  # private_release on the precomputed exact sum (~1 ms each)
+N_RELEASES = 1500  # ReleaseMechanism.release on the precomputed exact sum (~1 ms each)
 ALPHA_LAW = 1e-4  # family-wise false-alarm rate of one law check (Bonferroni)
 
 
@@ -131,22 +130,26 @@ def test_fit_noise_has_the_vecd_law(fit_noise):
 
 @pytest.mark.statistical
 def test_release_noise_has_the_vecd_law(law_data, fit_noise):
-    """More draws, cheaper: private_release on the exact sum with the estimator's reported sigma."""
+    """More draws, cheaper: the mechanism's release on the exact sum with the estimator's
+    reported sigma."""
     _, k_hat = law_data
     _, sigma, n_pairs = fit_noise
     exact_sum = k_hat * n_pairs
-    sampler = default_sampler(D_LAW * (D_LAW + 1) // 2)
-    noise = np.stack([
-        recover_k_tilde(*_release(exact_sum, n_pairs, sigma, sampler)) - k_hat
-        for _ in range(N_RELEASES)
-    ])
+    mechanism = _mechanism(N_LAW, D_LAW, sigma)
+    assert mechanism.plan.n_pairs == n_pairs
+    noise = np.stack([recover_k_tilde(*_release(mechanism, exact_sum)) - k_hat
+                      for _ in range(N_RELEASES)])
     assert not law_rejections(noise, sigma), (law_rejections(noise, sigma),
                                               variance_ratios(noise, sigma))
 
 
-def _release(exact_sum, n_pairs, sigma, sampler):
-    d = exact_sum.shape[0]
-    r = private_release(exact_sum, n_pairs, sigma, d, sampler, uuid.uuid4().hex)
+def _mechanism(n: int, d: int, sigma: float) -> ReleaseMechanism:
+    """The release of n records of width d with the real default sampler, at ``sigma``."""
+    return mechanism_for(n, d, sigma, default_sampler(d * (d + 1) // 2))
+
+
+def _release(mechanism: ReleaseMechanism, exact_sum: np.ndarray):
+    r = mechanism.release(exact_sum, exact_sum.shape[0])
     return r.eigenvalues, r.components
 
 
@@ -217,7 +220,7 @@ class FittedMechanism:
 
     A real fit at (EPS_AUDIT, DELTA_AUDIT) gives the calibration the estimator *reports*
     (``privacy_``: sigma, n_pairs, the claimed epsilon and delta); each draw releases the data
-    set's exact pair sum (deterministic, so computed once) through ``private_release`` with
+    set's exact pair sum (deterministic, so computed once) through ``ReleaseMechanism.release`` with
     that reported sigma and the real default sampler (OS entropy), all d components, and
     post-processes the output into ``K_tilde``.  The audit sees only those draws and the claim.
     (A full ``fit`` per draw would cost ~20 ms; the fit's noise is pinned to this same law
@@ -231,12 +234,13 @@ class FittedMechanism:
         self.claimed_epsilon, self.claimed_delta = est.privacy_["epsilon"], est.privacy_["delta"]
         self.reported_sigma, self.n_pairs = est.privacy_["sigma"], est.privacy_["n_pairs"]
         self.exact_sum = dd.kendall_matrix(data, scheduler="synchronous") * self.n_pairs
-        self.sampler = default_sampler(D_AUDIT * (D_AUDIT + 1) // 2)
+        self.mechanism = _mechanism(data.shape[0], D_AUDIT, self.reported_sigma)
+        assert self.mechanism.plan.n_pairs == self.n_pairs
 
     def draw(self, n: int) -> np.ndarray:
         """``n`` independent releases, as ``K_tilde`` matrices."""
-        return np.stack([recover_k_tilde(*_release(self.exact_sum, self.n_pairs, self.reported_sigma,
-                                                   self.sampler)) for _ in range(n)])
+        return np.stack([recover_k_tilde(*_release(self.mechanism, self.exact_sum))
+                         for _ in range(n)])
 
 
 def clopper_pearson_upper(failures: int, trials: int, alpha: float) -> float:
@@ -319,14 +323,13 @@ def test_audit_cannot_certify_more_than_the_claimed_epsilon(exact_neighbours):
 
 
 def _calibrating_four_times_too_little_noise(monkeypatch) -> None:
-    """BROKEN on purpose: every caller of calibrate_sigma gets sigma / 4, so the estimator
-    draws at sigma / 4 AND reports sigma / 4 (true epsilon ~9.6 at delta 1e-6, claimed 2)."""
-    from dask_dppca.privacy import calibration
+    """BROKEN on purpose: every calibration of a privacy target gets sigma / 4, so the
+    estimator draws at sigma / 4 AND reports sigma / 4 (true epsilon ~9.6 at delta 1e-6,
+    claimed 2)."""
+    from dask_dppca.privacy.calibration import PrivacyTarget as Target
 
-    original = calibration.calibrate_sigma
-    for module in [m for name, m in sys.modules.items() if name.startswith("dask_dppca")]:
-        if getattr(module, "calibrate_sigma", None) is original:
-            monkeypatch.setattr(module, "calibrate_sigma", lambda *a, **k: original(*a, **k) / 4.0)
+    original = Target.sigma
+    monkeypatch.setattr(Target, "sigma", lambda self, *a, **k: original(self, *a, **k) / 4.0)
 
 
 @pytest.mark.statistical

@@ -12,16 +12,9 @@ import pytest
 import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, spiked_spectrum
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning, SeededSampler, add_symmetric_noise
-from dask_dppca.theory import (
-    UtilityModel,
-    breakdown_bound,
-    plan,
-    population_eigenvalues,
-    release_sigma,
-    sin_theta,
-    sphere_eigenvalues,
-    winsor_eigenvalues,
-)
+from dask_dppca.metrics import sin_theta
+from dask_dppca.planning import UtilityModel, plan, release_sigma
+from dask_dppca.theory import breakdown_bound, population_eigenvalues, sphere_eigenvalues, winsor_eigenvalues
 
 
 def test_sphere_eigenvalues_sum_to_one_and_equal_spectrum_is_uniform():

@@ -10,7 +10,7 @@ which is two calls: the diagonal (d values) and the strict upper triangle (d(d-1
   Dask recomputes the lost pieces); the fit completes, one new release ticket appears,
   and the noise was drawn exactly once.
 * ``test_rerun_of_a_killed_release_*``: the releasing worker itself is killed right after
-  it drew; Dask re-runs the task elsewhere.  ``private_release`` finds its ticket and
+  it drew; Dask re-runs the task elsewhere.  ``release_task`` finds its ticket and
   refuses (one draw); a deliberately broken release without the ticket draws a second,
   independent noise (the counter reads two), so the counter, and the ticket, matter.
 """
@@ -31,12 +31,11 @@ from distributed import Client, LocalCluster
 
 import dask_dppca as dd
 from dask_dppca import estimator
-from dask_dppca.privacy.noise import OpenDPSampler, add_symmetric_noise
-from dask_dppca.privacy.release import (
-    RELEASE_METADATA_KEY,
-    ReleaseAlreadyDrawnError,
-    private_release,
-)
+from dask_dppca.compute.release import release_task
+from dask_dppca.compute.tickets import RELEASE_METADATA_KEY, ReleaseAlreadyDrawnError
+from dask_dppca.graph import lanes_total
+from dask_dppca.privacy.noise import OpenDPSampler
+from tests.releases import lane_of, mechanism_for
 
 pytestmark = pytest.mark.cluster
 
@@ -91,11 +90,9 @@ def counting_sampler(monkeypatch):
     return sampler
 
 
-def _release_without_ticket(kernel_sum, n_pairs, sigma, n_components, sampler, fit_id):
-    """BROKEN on purpose: private_release minus the drawn-once ticket."""
-    k_hat = np.asarray(kernel_sum, dtype=np.float64) / float(n_pairs)
-    eigenvalues, _ = np.linalg.eigh(add_symmetric_noise(k_hat, sigma, sampler))
-    return eigenvalues[::-1]
+def _release_without_ticket(mechanism, n_components, fit_id, *lane_sums):
+    """BROKEN on purpose: the release task minus the drawn-once ticket."""
+    return mechanism.release(lanes_total(*lane_sums), n_components)
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +220,8 @@ PAUSE_S = 1.0
 def _run_and_kill_the_drawer(client, release, sampler):
     """Submit ``release`` like the estimator does; SIGKILL its worker right after the draw."""
     fit_id = uuid.uuid4().hex
-    future = client.submit(release, np.eye(D_SMALL) * 6.0, 6, 0.1, D_SMALL, sampler, fit_id,
+    future = client.submit(release, mechanism_for(4, D_SMALL, 0.1, sampler), D_SMALL, fit_id,
+                           lane_of(np.eye(D_SMALL) * 6.0),
                            key=f"dppca-release-{fit_id}", pure=False, retries=0)
     stop = time.monotonic() + 60
     while len(noise_calls(client, sampler)) < 2:  # the full vecd draw is done
@@ -236,7 +234,7 @@ def _run_and_kill_the_drawer(client, release, sampler):
 
 def test_rerun_of_a_killed_release_is_refused_and_draws_once(client):
     sampler = CountingSampler(pause=PAUSE_S)
-    future, drawer = _run_and_kill_the_drawer(client, private_release, sampler)
+    future, drawer = _run_and_kill_the_drawer(client, release_task, sampler)
     with pytest.raises(ReleaseAlreadyDrawnError):
         future.result(timeout=120)  # Dask re-ran it on another worker: refused
     _wait_for_full_cluster(client, drawer["worker"])
@@ -259,9 +257,9 @@ def test_rerun_of_a_killed_release_without_ticket_draws_twice(client):
 
 def test_fit_survives_a_worker_that_died_just_before_it(client, counting_sampler):
     """A worker that died an instant earlier (SIGKILL, scheduler not yet told) made the
-    sealing plugin's broadcast raise CommClosedError and the whole fit abort (reproduced
+    worker plugin's broadcast raise CommClosedError and the whole fit abort (reproduced
     4/4 before the fix), although the scheduler already stored the plugin and the dead
-    worker needs nothing.  Fixed: ``register_sealing`` catches ``OSError``
+    worker needs nothing.  Fixed: ``prepare_workers`` catches ``OSError``
     (``CommClosedError`` is one) and registers again once the scheduler has dropped the
     dead worker (``register_plugin`` is idempotent by name).
     """

@@ -24,7 +24,7 @@ import zarr
 from distributed import Client, LocalCluster
 
 import dask_dppca as dd
-from dask_dppca.cluster import TRUSTED_RESOURCE
+from dask_dppca.compute import TRUSTED_RESOURCE
 
 FEATURES, BLOCK = 512, 1024       # a block is 4 MiB of float64
 BLOCK_BUDGET = 128 * 2**20        # two threads' block pairs, their scratch, 4 lanes' exact sums (~90 MiB used)
@@ -54,7 +54,7 @@ def _warm_baseline_rss(path):
 
     def warm():
         import dask_dppca.graph  # noqa: F401  (the block-pair tasks)
-        import dask_dppca.privacy.release  # noqa: F401  (the release runs on this worker)
+        import dask_dppca.compute.release  # noqa: F401  (the release runs on this worker)
         from dask_dppca.kernel import block_pair_sum
 
         block = zarr.open_array(path, mode="r")[:BLOCK]

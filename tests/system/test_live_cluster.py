@@ -36,15 +36,13 @@ from threadpoolctl import threadpool_limits
 
 import dask_dppca as dd
 from dask_dppca import datasets
-from dask_dppca import cluster as dd_cluster
-from dask_dppca.privacy import release as release_module
-from dask_dppca.privacy.release import (
-    RELEASE_METADATA_KEY,
-    TRUSTED_RESOURCE,
-    ExactSumLeakError,
-    TrustedSum,
-    register_sealing,
-)
+from dask_dppca.compute import TRUSTED_RESOURCE
+from dask_dppca.compute import cluster as dd_cluster
+from dask_dppca.compute import placement as placement_module
+from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
+from dask_dppca.compute.workers import prepare_workers
+from dask_dppca.graph import ExactSumLeakError
+from dask_dppca.graph import sealed as sealed_module
 from tests.live import die_with_parent
 
 pytestmark = [
@@ -317,11 +315,11 @@ def test_exact_k_hat_is_bitwise_identical_on_1_2_and_3_workers(live, store, refe
 
 def test_python_api_fit_over_tls_releases_on_the_trusted_worker_only(live, store, tls, monkeypatch):
     cluster, client = live
-    # Any attempt to open the sealed exact sum in this (client) process would go through
-    # release._unseal_on_worker: count those calls.
+    # Any attempt to open a sealed exact sum in this (client) process would go through
+    # sealed._unseal: count those calls.
     opened = []
-    original = release_module._unseal_on_worker
-    monkeypatch.setattr(release_module, "_unseal_on_worker",
+    original = sealed_module._unseal
+    monkeypatch.setattr(sealed_module, "_unseal",
                         lambda *args: opened.append(1) or original(*args))
     with threadpool_limits(limits=1, user_api="blas"):  # as in the workers: see local_exact
         local = dd.DPPCA(n_components=2, random_state=11, scheduler="synchronous").fit(store)
@@ -342,19 +340,19 @@ def test_python_api_fit_over_tls_releases_on_the_trusted_worker_only(live, store
     assert opened == []
 
 
-def test_the_sealed_exact_sum_cannot_be_gathered_by_the_client(live, store):
+def test_the_sealed_lane_sums_cannot_be_gathered_by_the_client(live, store):
+    """The lanes' partial exact sums move between workers but never open on the client."""
     _, client = live
-    import dask
-    from dask_dppca.design import resolve_design
+    from dask_dppca.design import plan_blocks
     from dask_dppca.graph import kernel_sum_graph
-    from dask_dppca.io import as_dask_array
-    from dask_dppca.kernel.spatial_sign import resolve_spatial_sign
+    from dask_dppca.io import open_records
+    from dask_dppca.kernel import sphere
 
-    data = as_dask_array(store)
-    graph = kernel_sum_graph(data, resolve_design("complete").plan(data.chunks[0], data.shape[1]),
-                             resolve_spatial_sign("sphere", None), 2)
-    register_sealing(client)
-    sealed = client.compute(dask.delayed(TrustedSum, pure=True)(graph))
+    records = open_records(store)
+    _, plan = plan_blocks(*records.shape, records.row_chunks, "complete", 2)
+    lane_sums = kernel_sum_graph(records.blocks(plan.block_sizes), plan, sphere(), 2)
+    prepare_workers(client)
+    sealed = client.compute(lane_sums[0])
     try:
         with pytest.raises(ExactSumLeakError):
             sealed.result(timeout=FIT_TIMEOUT)
@@ -581,7 +579,7 @@ def test_an_impostor_claiming_the_trusted_resource_gets_no_release(tmp_path, tls
                 assert time.monotonic() < deadline, "the second impostor did not replace the trusted worker"
                 time.sleep(0.1)
             (second_address,) = client.scheduler_info(n_workers=-1)["workers"]
-            monkeypatch.setattr(release_module, "verified_placement", lambda client, p, r: p)
+            monkeypatch.setattr(placement_module, "verified_placement", lambda client, p, r: p)
             broken = dd.DPPCA(n_components=2, scheduler=client).fit(store).privacy_["fit_id"]
             assert client.get_metadata([*RELEASE_METADATA_KEY, broken])["worker"] == second_address
             monkeypatch.undo()

@@ -34,7 +34,7 @@ from distributed import Client
 import dask_dppca as dd
 from dask_dppca import estimator
 from dask_dppca.cli import EXIT_USAGE, main
-from dask_dppca.io import MissingChunkError, as_dask_array
+from dask_dppca.io import MissingChunkError, open_records
 from dask_dppca.privacy.noise import SeededSampler
 from tests.live import START_TIMEOUT, PlainCluster, die_with_parent, stop
 
@@ -255,7 +255,7 @@ def test_a_missing_chunk_on_s3_names_the_store_and_the_worker(s3, x, cluster):
 def test_what_prints_the_graph_shows_no_secret(s3, stores):
     """The read tasks carry the options (that is how they reach the workers) but their
     repr, the array's and the graph's never show them (dashboards, logs, errors)."""
-    data = as_dask_array(stores["v3"][0], storage_options=s3["options"])
+    data = open_records(stores["v3"][0], storage_options=s3["options"]).array
     graph = dict(data.__dask_graph__())
     _assert_no_secret(s3["secret"], repr(data), str(data.dask), *map(repr, graph.values()),
                       *map(str, graph.values()))

@@ -16,9 +16,9 @@ from distributed import Client, LocalCluster
 from distributed.core import Status
 
 import dask_dppca as dd
-from dask_dppca import cluster as dppca_cluster
-from dask_dppca.cluster import STALL_TIMEOUT_KEY
-from dask_dppca.privacy.release import RELEASE_METADATA_KEY
+from dask_dppca.compute import waits as dppca_cluster
+from dask_dppca.compute import STALL_TIMEOUT_KEY
+from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
 
 pytestmark = pytest.mark.cluster
 STALL_SECONDS = 3.0

@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, ".")
 import dask_dppca as dd  # noqa: E402
 from dask_dppca.datasets import make_elliptical, random_directions, spiked_spectrum  # noqa: E402
-from dask_dppca.theory import release_sigma  # noqa: E402
+from dask_dppca.planning import release_sigma  # noqa: E402
 from tests.estimator.test_pinned_fits import ADDED_KEYS, PARAMS  # noqa: E402
 
 PATH = Path("tests/estimator/data/pinned_fits.json")
