@@ -1,9 +1,9 @@
-"""Breakdown: how many adversarial records each estimator survives (method.md section 6).
+"""Breakdown: how many adversarial records each estimator survives (docs/method.md, section 6.4).
 
 Replace the first k of n records (i.i.d., so any k are as good) by adversarial points
 and measure sin theta between the estimated top-m subspace and the true one.  The
 subspace has *broken down* once sin theta > 0.5.  Printed next to the bound of
-method.md section 6: replacing k records changes a fraction p = k(2n-k-1)/(n(n-1)) of
+docs/method.md, section 6.4: replacing k records changes a fraction p = k(2n-k-1)/(n(n-1)) of
 the pair terms, each by at most G^2 in operator norm, so ||K_hat' - K_hat||_2 <= G^2 p
 and, by Weyl and Davis-Kahan, sin theta(K_hat', K_hat) <= G^2 p / (gap - G^2 p) < 1
 while G^2 p < gap / 2 (gap = lambda_m - lambda_{m+1} of the clean K_hat).

@@ -12,7 +12,7 @@ It prints, in one run,
     and the kernel's own dominant product shape (n x d) @ (d x n) (one tile, and a whole
     block), single-threaded;
  2. the kernel's effective rate for a complete within-block sum of n rows, counting
-    2 n^2 d flops (n^2 / 2 pairs, about 4 d flops each: method.md section 7), at d = 32
+    2 n^2 d flops (n^2 / 2 pairs, about 4 d flops each: docs/method.md, section 7), at d = 32
     and d = 256, as a fraction of the square GEMM rate: single-threaded, and with all
     threads (two block pairs at once on concurrent.futures threads, BLAS single-threaded
     in each; the kernel releases the GIL in numba and BLAS), against all-thread GEMM;
@@ -42,8 +42,8 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from dask_dppca.kernel import block_pair_sum
 from dask_dppca.kernel.spatial_sign import sphere, winsor
 
-GOALS = {32: (0.60, 0.70), 256: (0.85, 0.90)}  # d: (goal, stretch) as fraction of GEMM (issue 15)
-ADVERSARIAL_GOAL = 3.0  # an adversarial block at most this many times a clean one (issue 15)
+GOALS = {32: (0.60, 0.70), 256: (0.85, 0.90)}  # d: (goal, stretch), fraction of GEMM (the kernel's goals)
+ADVERSARIAL_GOAL = 3.0  # an adversarial block at most this many times a clean one (the same goals)
 
 
 def best_time(fn, repeats=3, min_time=0.0, clock=time.perf_counter):

@@ -24,7 +24,7 @@ It prints, in one run,
     held at once in the worker's memory, for growing n (a regular design with blocks of
     1024 rows, k = 1 and k = 3): it should not grow with n.
 
-Cost model (method.md sections 7-8): a design with |P| pairs costs its pairs at the
+Cost model (docs/method.md, sections 7-8): a design with |P| pairs costs its pairs at the
 kernel's single-core rate, spread over the threads; every block is read once (blocks
 are shared Dask keys), so bytes read are 8 n d.
 """

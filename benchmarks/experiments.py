@@ -199,7 +199,7 @@ def evaluate(model, n, seed, eps_list, noise_reps, record, radii=None, kernels=T
                     V = release(K, sigma, m, seed * 1000 + rep)
                     record(dict(base, method=f"g-DPPCA {name} ({cal})", eps=eps, err=err(V), rep=rep))
         for c, S in second.items():
-            # Analyze Gauss: ||x x^T - y y^T||_F <= sqrt2 c^2 for ||x||,||y|| <= c (as method.md 4)
+            # Analyze Gauss: ||x x^T - y y^T||_F <= sqrt2 c^2 for ||x||,||y|| <= c (as docs/method.md, section 4)
             sigma = calibrate_sigma(math.sqrt(2.0) * c * c / n, eps, DELTA, "analytic")
             for rep in range(noise_reps):
                 V = release(S, sigma, m, seed * 1000 + 500 + rep)
