@@ -1,10 +1,12 @@
 """No behaviour change across refactors: fits pinned (first at commit 96b673f;
-re-pinned for issue 15's kernel, whose summation order and corrected rounding bound moved
-the last bits and sigma by at most 4e-6 relative; the classical calibration, which has no
-rounding slack, moved by 2e-16).
+re-pinned once for the GEMM-rate kernel, whose summation order and corrected rounding
+bound moved the last bits and sigma by at most 4e-6 relative; the classical calibration,
+which has no rounding slack, moved by 2e-16).  The layered refactor (kernel/, compute/,
+a Dask-free privacy/) renamed one key of the privacy report, ``transform`` to
+``spatial_sign``, with the parameter; every value stayed bitwise the same.
 
 tests/estimator/data/pinned_fits.json holds, for four seeded fits (sphere/complete,
-winsor/classical, a regular design, a custom spatial_sign at d = 160), the components and
+winsor/classical, a regular design, a custom spatial sign at d = 160), the components and
 eigenvalues as float hex strings and the whole privacy report; and release_sigma for
 four public configurations (one with d = 160, the lattice sampler's range).  The
 script beside it made them.  The privacy reports and sigmas must match bitwise; the
@@ -29,9 +31,9 @@ from dask_dppca.planning import release_sigma
 PINNED = json.loads((Path(__file__).parent / "data" / "pinned_fits.json").read_text())
 #: privacy_ keys added since the pin, each for a reason (all public, none data-dependent).
 ADDED_KEYS = {
-    "tile_rows",          # the plan owns the kernel's tile size (issue 14)
-    "release_placement",  # where the release was placed (issue 11: trusted worker explicit)
-    "released_on",        # which worker drew the noise (issue 11)
+    "tile_rows",          # the plan owns the kernel's tile size
+    "release_placement",  # where the release was placed (the trusted worker made explicit)
+    "released_on",        # which worker drew the noise
 }
 PARAMS = {
     "sphere-complete": dict(n=700, d=5, params=dict(n_components=2, epsilon=1.0, delta=1e-6)),

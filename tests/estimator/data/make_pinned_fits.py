@@ -1,7 +1,7 @@
 """How tests/estimator/data/pinned_fits.json was made: run from the repository root as
 ``python tests/estimator/data/make_pinned_fits.py SOURCE`` (SOURCE names the commit, for
 the record).  It re-pins the cases of tests/estimator/test_pinned_fits.py; first pinned
-at 96b673f, re-pinned for issue 15's kernel (another summation order, the rounding
+at 96b673f, re-pinned for the GEMM-rate kernel (another summation order, the rounding
 bound counting both tile sums: the last bits and sigma moved, see the commit message).
 Seeds: TEST noise only.
 """
