@@ -4,7 +4,7 @@ Prints two comparisons, each measured in the same run so that the ratio means so
 on a busy machine too:
 
 1. the kernel against GEMM: a within-block sum of n rows (n^2 / 2 pairs, about 4 d flops
-   each, so 2 n^2 d flops, method.md section 7) against the numpy product of the same
+   each, so 2 n^2 d flops, docs/method.md, section 7) against the numpy product of the same
    shape, (n x d) @ (d x n), also 2 n^2 d flops, both on one thread;
 2. an end-to-end fit of an in-memory array on the default path (the active client or
    the embedded cluster; the first fit starts it) against ``scheduler="threads"``.

@@ -1,4 +1,4 @@
-"""Float-safe Gaussian noise for the release (method.md section 5, docs/privacy.md).
+"""Float-safe Gaussian noise for the release (docs/method.md, sections 5 and 13; docs/privacy.md).
 
 The mechanism adds ``E = vecd^-1(zeta)``, ``zeta ~ N(0, sigma^2 I)``, to ``K_hat``:
 diagonal entries get variance ``sigma^2``, off-diagonal ones ``sigma^2 / 2``, all
@@ -603,7 +603,7 @@ def add_symmetric_noise(matrix: np.ndarray, sigma: float, sampler: NoiseSampler)
     """``matrix + vecd^-1(zeta)``, ``zeta ~ N(0, sigma^2 I)``: the mechanism's noise.
 
     Diagonal entries get ``N(0, sigma^2)``, off-diagonal ones ``N(0, sigma^2 / 2)``,
-    independent, mirrored to keep the result exactly symmetric (method.md section 5).
+    independent, mirrored to keep the result exactly symmetric (docs/method.md, section 5).
     The noise is added to the entries directly, diagonal at ``sigma`` and strict upper
     triangle at (a float just above) ``sigma / sqrt2``: the same law as
     ``vecd^-1(vecd(M) + zeta)``, but without multiplying the private entries by

@@ -14,7 +14,7 @@
 #
 # Identities: each certificate's subject is "CN=dask-dppca ROLE".  The release of a fit
 # runs only on a worker whose certificate names "dask-dppca trusted-worker"
-# (dask_dppca/privacy/trust.py), so holding worker.key is not enough to claim it.
+# (dask_dppca/compute/trust.py), so holding worker.key is not enough to claim it.
 # Every certificate is valid for server and client authentication (Dask workers are
 # both) and names the given hosts (default: scheduler localhost 127.0.0.1; IPv4 and
 # IPv6 addresses become IP names); Dask checks the chain (mutual TLS), not host names.

@@ -1,4 +1,4 @@
-"""Robustness, measured: breakdown and gross contamination (method.md section 6).
+"""Robustness, measured: breakdown and gross contamination (docs/method.md, section 6).
 
 Small instances of benchmarks/bench_breakdown.py's claims:
 * covariance PCA breaks down with one adversarial record;

@@ -153,7 +153,7 @@ def test_block_rule_gives_work_to_every_thread_within_its_limits(n, d, threads):
 
 
 @pytest.mark.parametrize("n, d, threads, want", [
-    (8000, 256, 2, (2048, 2048, 2048, 1856)),      # the one-core case: 10 tasks now
+    (8000, 256, 2, (2048, 2048, 2048, 1856)),      # one block on one core before the block rule: 10 tasks now
     (16000, 32, 2, (4096, 4096, 4096, 3712)),
     (2000, 20, 2, (1024, 976)),
     (1000, 20, 2, (1000,)),                          # too little work to split

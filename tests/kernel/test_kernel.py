@@ -1,4 +1,4 @@
-"""Tests of the kernel, dask_dppca.kernel.block_pair_sum (method.md sections 3, 4, 7).
+"""Tests of the kernel, dask_dppca.kernel.block_pair_sum (docs/method.md, sections 3, 4, 7).
 
 Every result is checked against the independent pair-by-pair loop of tests/reference.py
 (relative Frobenius error <= 1e-10), for the sphere, winsor and bounded custom
@@ -6,7 +6,7 @@ transforms, within-block (pairs i < j) and cross-block (all of A x B), with the 
 tiles and with tiny tiles (tile_rows = 7, 2) so that tile boundaries, the diagonal-tile
 triangle and the exact path's chunking are all exercised.
 
-Then the invariants of method.md section 7 on adversarial matrices drawn by Hypothesis,
+Then the invariants of docs/method.md, section 7 on adversarial matrices drawn by Hypothesis,
 the per-pair bound ||g g^T||_F <= G^2 that the privacy proof needs (section 4), and the
 memory promise of the tiling.
 """

@@ -1,9 +1,9 @@
-"""Tests of the generalized spatial signs (method.md section 2): values, bounds, refusals.
+"""Tests of the generalized spatial signs (docs/method.md, section 2): values, bounds, refusals.
 
 The transforms feed the kernel two things, ``xi(norm)`` (exact path) and the pair
 weight ``w(s2) = xi(sqrt(s2))**2 / s2`` (fast path).  Both must stay within the
 declared bound ``G`` for every input, because the sensitivity proof needs every pair
-term to have Frobenius norm at most ``G**2`` (method.md section 4).
+term to have Frobenius norm at most ``G**2`` (docs/method.md, section 4).
 """
 
 from __future__ import annotations

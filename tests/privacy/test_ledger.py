@@ -30,7 +30,7 @@ from dask_dppca.privacy.budget import BudgetExceededError, GaussianCharge, Ledge
 from dask_dppca.privacy.charging import BUDGET_ENV, active_budgets, set_default_budget
 from dask_dppca.privacy.calibration import calibrate_sigma
 
-#: The issue's race: releases calibrated to epsilon = 0.5 (at DPPCA's default delta)
+#: The race of docs/privacy.md ("Concurrency, measured"): releases calibrated to epsilon = 0.5 (at DPPCA's default delta)
 #: against a (2, 1e-5) budget.
 RACE_SIGMA = calibrate_sigma(1.0, 0.5, 1e-6)
 SUBPROCESS_TIMEOUT = 120
@@ -510,7 +510,7 @@ def test_k_releases_at_remaining_k_fit_and_slightly_more_do_not(storage, k, ledg
 def test_remaining_on_an_empty_budget_is_its_epsilon_and_a_fit_there_fits(default_ledger):
     assert default_ledger.remaining() == pytest.approx(2.0, rel=1e-12)
     assert default_ledger.remaining() <= 2.0
-    dd.DPPCA(epsilon=1.0, scheduler="synchronous").fit(_x())  # the case: delta 1e-6
+    dd.DPPCA(epsilon=1.0, scheduler="synchronous").fit(_x())  # the example of docs/privacy.md ("Planning: remaining()"): delta 1e-6
     left = default_ledger.remaining()
     assert 1.0 < left < 2.0
     dd.DPPCA(epsilon=left, delta=1e-5, scheduler="synchronous").fit(_x())  # plan with it
