@@ -36,8 +36,26 @@ from dask_dppca.datasets import make_elliptical, random_directions, spiked_spect
 M = 2
 BREAKDOWN = 0.5
 RADIUS = 3.0  # public winsor radius, in units of the unit noise level (never tuned on data)
-FRACTIONS = [0.0, None, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.10,
-             0.12, 0.15, 0.20, 0.25, 0.30]  # None: exactly one record
+FRACTIONS = [
+    0.0,
+    None,
+    0.005,
+    0.01,
+    0.02,
+    0.03,
+    0.04,
+    0.05,
+    0.06,
+    0.07,
+    0.08,
+    0.09,
+    0.10,
+    0.12,
+    0.15,
+    0.20,
+    0.25,
+    0.30,
+]  # None: exactly one record
 METHODS = {  # name -> (kendall_matrix kwargs, G or None for unbounded)
     "sphere": ({"spatial_sign": "sphere"}, 1.0),
     "winsor": ({"spatial_sign": "winsor", "radius": RADIUS}, RADIUS),
@@ -74,7 +92,9 @@ def adversarial_rows(kind: str, k: int, directions: np.ndarray, seed: int) -> np
     raise ValueError(f"kind: unknown adversary {kind!r}")
 
 
-def contaminate(x: np.ndarray, kind: str, k: int, directions: np.ndarray, seed: int = 0) -> np.ndarray:
+def contaminate(
+    x: np.ndarray, kind: str, k: int, directions: np.ndarray, seed: int = 0
+) -> np.ndarray:
     y = x.copy()
     if k:
         y[:k] = adversarial_rows(kind, k, directions, seed)
@@ -96,8 +116,13 @@ def records_for(fraction, n):
 
 
 def private_subspace(x, method, epsilon):
-    est = dd.DPPCA(n_components=M, epsilon=epsilon, scheduler="threads", design="complete",
-                   **METHODS[method][0]).fit(x)
+    est = dd.DPPCA(
+        n_components=M,
+        epsilon=epsilon,
+        scheduler="threads",
+        design="complete",
+        **METHODS[method][0],
+    ).fit(x)
     return est.components_.T
 
 
@@ -118,13 +143,21 @@ def run(n: int, d: int, epsilon: float, seed: int = 1) -> list[dict]:
                 k_hat = dd.kendall_matrix(y, scheduler="threads", **kwargs)
                 curve.append((k, dd.sin_theta(top_subspace(k_hat), truth)))
                 if bound_g is not None and epsilon:
-                    private_curve.append((k, dd.sin_theta(private_subspace(y, method, epsilon), truth)))
-            rows.append({
-                "method": method, "adversary": kind, "gap": gap, "bound_k": k_bound,
-                "breakdown_k": _first_break(curve), "curve": curve,
-                "private_breakdown_k": _first_break(private_curve) if private_curve else None,
-                "private_curve": private_curve,
-            })
+                    private_curve.append(
+                        (k, dd.sin_theta(private_subspace(y, method, epsilon), truth))
+                    )
+            rows.append(
+                {
+                    "method": method,
+                    "adversary": kind,
+                    "gap": gap,
+                    "bound_k": k_bound,
+                    "breakdown_k": _first_break(curve),
+                    "curve": curve,
+                    "private_breakdown_k": _first_break(private_curve) if private_curve else None,
+                    "private_curve": private_curve,
+                }
+            )
     return rows
 
 
@@ -143,34 +176,46 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--d", type=int, default=10)
-    parser.add_argument("--epsilon", type=float, default=1.0,
-                        help="privacy epsilon of the private release (0: skip it)")
+    parser.add_argument(
+        "--epsilon",
+        type=float,
+        default=1.0,
+        help="privacy epsilon of the private release (0: skip it)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         rows = run(args.n, args.d, args.epsilon)
     n = args.n
-    print(f"n = {n}, d = {args.d}, m = {M}, spectrum (20, 10, 1, ...), Gaussian; "
-          f"breakdown = first fraction of replaced records with sin theta > {BREAKDOWN}")
+    print(
+        f"n = {n}, d = {args.d}, m = {M}, spectrum (20, 10, 1, ...), Gaussian; "
+        f"breakdown = first fraction of replaced records with sin theta > {BREAKDOWN}"
+    )
     print(f"private release: epsilon = {args.epsilon:g}, delta = 1e-6, complete design\n")
-    print("| estimator | adversary | eigengap of K_hat | bound: holds while k/n <= | "
-          "breakdown (K_hat) | breakdown (private) |")
+    print(
+        "| estimator | adversary | eigengap of K_hat | bound: holds while k/n <= | "
+        "breakdown (K_hat) | breakdown (private) |"
+    )
     print("|---|---|---|---|---|---|")
     for row in rows:
         bound = "1/n: none" if row["method"] == "covariance" else _fmt_k(row["bound_k"], n)
         private = "-" if row["method"] == "covariance" else _fmt_k(row["private_breakdown_k"], n)
-        print(f"| {row['method']} | {row['adversary']} | {row['gap']:.4g} | {bound} | "
-              f"{_fmt_k(row['breakdown_k'], n)} | {private} |")
+        print(
+            f"| {row['method']} | {row['adversary']} | {row['gap']:.4g} | {bound} | "
+            f"{_fmt_k(row['breakdown_k'], n)} | {private} |"
+        )
     print("\nsin theta to the truth by fraction of replaced records (K_hat; private in brackets):")
     header = " ".join(f"{('1 rec' if f is None else f'{f:.1%}'):>13s}" for f in FRACTIONS)
     print(f"{'':24s} {header}")
     for row in rows:
         cells = []
-        for i, (k, s) in enumerate(row["curve"]):
+        for i, (_, s) in enumerate(row["curve"]):
             p = row["private_curve"][i][1] if row["private_curve"] else math.nan
             cells.append(f"{s:5.3f} [{p:5.3f}]" if row["private_curve"] else f"{s:13.3f}")
-        print(f"{row['method'] + '/' + row['adversary']:24s} " + " ".join(f"{c:>13s}" for c in cells))
+        print(
+            f"{row['method'] + '/' + row['adversary']:24s} " + " ".join(f"{c:>13s}" for c in cells)
+        )
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 

@@ -63,8 +63,8 @@ def same_shape_gemm_seconds(n, d, repeats, clock=time.perf_counter):
 
     def product():
         for r0 in range(0, n, GEMM_ROW_BLOCK):
-            rows = a[r0:r0 + GEMM_ROW_BLOCK]
-            np.matmul(rows, bt, out=out[:len(rows)])
+            rows = a[r0 : r0 + GEMM_ROW_BLOCK]
+            np.matmul(rows, bt, out=out[: len(rows)])
 
     product()
     return best_time(product, repeats, clock)
@@ -72,20 +72,28 @@ def same_shape_gemm_seconds(n, d, repeats, clock=time.perf_counter):
 
 def section_cores(sizes, repeats):
     print("1. kendall_matrix(X) on numpy X (defaults) vs same-shape GEMM, 2 n^2 d flops each")
-    print(f"{'n':>6} {'d':>4} {'all cores':>10} {'one core':>9} {'speed-up':>9}"
-          f" {'GEMM 1 thr':>11} {'GEMM all':>9} {'of 1-thr GEMM':>14} {'of all-thr GEMM':>16}")
+    print(
+        f"{'n':>6} {'d':>4} {'all cores':>10} {'one core':>9} {'speed-up':>9}"
+        f" {'GEMM 1 thr':>11} {'GEMM all':>9} {'of 1-thr GEMM':>14} {'of all-thr GEMM':>16}"
+    )
     for n, d in sizes:
         x = np.random.default_rng(2).standard_normal((n, d))
-        dd.kendall_matrix(x[:64])                           # compile / load the kernel
+        dd.kendall_matrix(x[:64])  # compile / load the kernel
         every = best_time(lambda: dd.kendall_matrix(x), repeats)
-        one = best_time(lambda: dd.kendall_matrix(x, scheduler="synchronous"), repeats, time.thread_time)
+        one = best_time(
+            lambda: dd.kendall_matrix(x, scheduler="synchronous"), repeats, time.thread_time
+        )
         with threadpool_limits(1):
             gemm_one = same_shape_gemm_seconds(n, d, repeats, time.thread_time)
         gemm_all = same_shape_gemm_seconds(n, d, repeats)
-        print(f"{n:>6} {d:>4} {every:>8.3f} s {one:>7.3f} s {one / every:>8.2f}x"
-              f" {gemm_one:>9.3f} s {gemm_all:>7.3f} s {gemm_one / every:>14.2f} {gemm_all / every:>16.2f}")
-    print(f"  ({os.cpu_count()} CPUs; a ratio of 1 means kendall_matrix runs at that GEMM's rate;"
-          " one core and one-thread GEMM in thread CPU time, all cores in wall time)")
+        print(
+            f"{n:>6} {d:>4} {every:>8.3f} s {one:>7.3f} s {one / every:>8.2f}x"
+            f" {gemm_one:>9.3f} s {gemm_all:>7.3f} s {gemm_one / every:>14.2f} {gemm_all / every:>16.2f}"
+        )
+    print(
+        f"  ({os.cpu_count()} CPUs; a ratio of 1 means kendall_matrix runs at that GEMM's rate;"
+        " one core and one-thread GEMM in thread CPU time, all cores in wall time)"
+    )
 
 
 R_SCRIPT = """
@@ -117,11 +125,17 @@ def run_r(x, source):
         data, result, script = (os.path.join(scratch, name) for name in ("x.bin", "k.bin", "run.R"))
         x.astype("<f8").tofile(data)
         Path(script).write_text(R_SCRIPT)
-        done = subprocess.run([rscript, script, data, str(n), str(d), source or "", result],
-                              capture_output=True, text=True, timeout=3600)
+        done = subprocess.run(
+            [rscript, script, data, str(n), str(d), source or "", result],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         if "NO-PACKAGE" in done.stdout:
-            return None, ("the dppca R package is neither installed nor given "
-                          "(--dppca-source or DPPCA_R_SOURCE: a checkout of github.com/yejinjo0220/dppca)")
+            return None, (
+                "the dppca R package is neither installed nor given "
+                "(--dppca-source or DPPCA_R_SOURCE: a checkout of github.com/yejinjo0220/dppca)"
+            )
         if done.returncode != 0:
             return None, f"Rscript failed: {done.stderr.strip()[-300:]}"
         seconds = float(done.stdout.split("ELAPSED")[1].split()[0])
@@ -140,16 +154,21 @@ def section_r(n, d, repeats, source):
         return
     k = dd.kendall_matrix(x)
     agreement = np.linalg.norm(k - r_k) / np.linalg.norm(r_k)
-    print(f"  kendall_matrix {seconds * 1e3:.2f} ms (best of {repeats}), R tau_sph {r_seconds:.2f} s:"
-          f" {r_seconds / seconds:.0f}x faster; relative difference {agreement:.1e}")
+    print(
+        f"  kendall_matrix {seconds * 1e3:.2f} ms (best of {repeats}), R tau_sph {r_seconds:.2f} s:"
+        f" {r_seconds / seconds:.0f}x faster; relative difference {agreement:.1e}"
+    )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (seconds)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per timing (best of)")
-    parser.add_argument("--dppca-source", default=os.environ.get("DPPCA_R_SOURCE"),
-                        help="checkout of the dppca R package (if it is not installed)")
+    parser.add_argument(
+        "--dppca-source",
+        default=os.environ.get("DPPCA_R_SOURCE"),
+        help="checkout of the dppca R package (if it is not installed)",
+    )
     args = parser.parse_args(argv)
     sizes = [(600, 16), (900, 8)] if args.smoke else [(8000, 256), (16000, 32)]
     repeats = args.repeats or (1 if args.smoke else 3)

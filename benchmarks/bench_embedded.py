@@ -58,8 +58,13 @@ KINDS = ("threads", "in-process", "processes")
 
 
 def run(kind: str, n: int, d: int) -> tuple[float, float]:
-    done = subprocess.run([sys.executable, "-c", CHILD, kind, str(n), str(d)],
-                          capture_output=True, text=True, timeout=600, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, kind, str(n), str(d)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     first, second = json.loads(done.stdout.strip().splitlines()[-1])
     return first, second
 
@@ -80,13 +85,19 @@ def main() -> None:
             old = best.get(kind, (float("inf"), float("inf")))
             best[kind] = (min(old[0], first), min(old[1], second))
     print(f"n = {args.n}, d = {args.d}, best of {args.repeats} fresh interpreters (seconds):")
-    print(f"{'cluster':<12} {'first fit':>10} {'second fit':>11} {'first/threads':>14} {'second/threads':>15}")
+    print(
+        f"{'cluster':<12} {'first fit':>10} {'second fit':>11} {'first/threads':>14} {'second/threads':>15}"
+    )
     ref_first, ref_second = best["threads"]
     for kind in KINDS:
         first, second = best[kind]
-        print(f"{kind:<12} {first:>10.2f} {second:>11.2f} {first / ref_first:>14.2f} {second / ref_second:>15.2f}")
-    print(f"first in-process fit costs {best['in-process'][0] - ref_first:+.2f} s over threads "
-          "(goal for the embedded cluster: at most +1.5 s)")
+        print(
+            f"{kind:<12} {first:>10.2f} {second:>11.2f} {first / ref_first:>14.2f} {second / ref_second:>15.2f}"
+        )
+    print(
+        f"first in-process fit costs {best['in-process'][0] - ref_first:+.2f} s over threads "
+        "(goal for the embedded cluster: at most +1.5 s)"
+    )
 
 
 if __name__ == "__main__":

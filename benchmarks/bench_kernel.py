@@ -40,9 +40,12 @@ import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from dask_dppca.kernel import block_pair_sum
-from dask_dppca.kernel.spatial_sign import sphere, winsor
+from dask_dppca.kernel.spatial_sign import winsor
 
-GOALS = {32: (0.60, 0.70), 256: (0.85, 0.90)}  # d: (goal, stretch), fraction of GEMM (the kernel's goals)
+GOALS = {
+    32: (0.60, 0.70),
+    256: (0.85, 0.90),
+}  # d: (goal, stretch), fraction of GEMM (the kernel's goals)
 ADVERSARIAL_GOAL = 3.0  # an adversarial block at most this many times a clean one (the same goals)
 
 
@@ -94,8 +97,9 @@ def square_gemm_rate(size, repeats, clock=time.perf_counter):
     a = rng.normal(size=(size, size))
     b = rng.normal(size=(size, size))
     out = np.empty((size, size))
-    seconds = best_time(lambda: np.matmul(a, b, out=out), repeats, min_time=min(1.0, size / 2048),
-                        clock=clock)
+    seconds = best_time(
+        lambda: np.matmul(a, b, out=out), repeats, min_time=min(1.0, size / 2048), clock=clock
+    )
     return gflops(2.0 * size**3, seconds)
 
 
@@ -115,18 +119,24 @@ def section_gemm(args):
         single = square_gemm_rate(args.gemm_size, args.repeats, clock=ONE_THREAD)
     every = square_gemm_rate(args.gemm_size, args.repeats)
     print(f"square {args.gemm_size} GEMM, 1 thread      : {single:8.1f} GFLOP/s")
-    print(f"square {args.gemm_size} GEMM, all threads   : {every:8.1f} GFLOP/s  ({every / single:.2f}x)")
+    print(
+        f"square {args.gemm_size} GEMM, all threads   : {every:8.1f} GFLOP/s  ({every / single:.2f}x)"
+    )
     n_cpus = os.cpu_count() or 1
     if n_cpus > 1 and every < 1.3 * single:
-        print(f"  WARNING: all-thread GEMM is only {every / single:.2f}x single-threaded on {n_cpus}"
-              " CPUs: is the machine busy? Multi-thread ratios below are unreliable.")
+        print(
+            f"  WARNING: all-thread GEMM is only {every / single:.2f}x single-threaded on {n_cpus}"
+            " CPUs: is the machine busy? Multi-thread ratios below are unreliable."
+        )
     with threadpool_limits(1):
         for d in (32, 256):
             for n in (512, args.n):
                 rate = product_shape_rate(n, d, args.repeats)
                 label = "one 512-row tile" if n == 512 else "whole block"
-                print(f"({n} x {d}) @ ({d} x {n}), 1 thread: {rate:8.1f} GFLOP/s"
-                      f"  = {rate / single:5.1%} of square GEMM  [{label}]")
+                print(
+                    f"({n} x {d}) @ ({d} x {n}), 1 thread: {rate:8.1f} GFLOP/s"
+                    f"  = {rate / single:5.1%} of square GEMM  [{label}]"
+                )
     return single, every
 
 
@@ -167,11 +177,15 @@ def section_kernel_rate(args, gemm_single, gemm_all, n_threads):
         rate2 = gflops(2 * kernel_flops(args.n, d), t2)
         rows.append((d, t1, rate1, rate_one, rate2))
 
-    print(f"{'d':>4} {'1-thread time':>14} {'1-thread rate':>14} {'of 1-thr GEMM':>14}"
-          f" {'all-thr 1 call':>15} {'2 concurrent':>13} {'of all-thr GEMM':>16}")
+    print(
+        f"{'d':>4} {'1-thread time':>14} {'1-thread rate':>14} {'of 1-thr GEMM':>14}"
+        f" {'all-thr 1 call':>15} {'2 concurrent':>13} {'of all-thr GEMM':>16}"
+    )
     for d, t1, rate1, rate_one, rate2 in rows:
-        print(f"{d:>4} {t1:>12.3f} s {rate1:>8.1f} GF/s {rate1 / gemm_single:>14.1%}"
-              f" {rate_one:>9.1f} GF/s {rate2:>7.1f} GF/s {rate2 / gemm_all:>16.1%}")
+        print(
+            f"{d:>4} {t1:>12.3f} s {rate1:>8.1f} GF/s {rate1 / gemm_single:>14.1%}"
+            f" {rate_one:>9.1f} GF/s {rate2:>7.1f} GF/s {rate2 / gemm_all:>16.1%}"
+        )
     print()
     print(f"Ratios against goals (threads available: {n_threads}):")
     for d, _, rate1, rate_one, rate2 in rows:
@@ -179,10 +193,14 @@ def section_kernel_rate(args, gemm_single, gemm_all, n_threads):
         r1 = rate1 / gemm_single
         r2 = rate2 / gemm_all
         r_one = rate_one / gemm_all
-        print(f"  d = {d:>3}: single-threaded {r1:6.1%} of GEMM -> {verdict(r1, goal, stretch)}"
-              f"  (goal {goal:.0%}, stretch {stretch:.0%})")
-        print(f"           all threads, 2 concurrent block pairs {r2:6.1%} of all-thread GEMM"
-              f" -> {verdict(r2, goal, stretch)}")
+        print(
+            f"  d = {d:>3}: single-threaded {r1:6.1%} of GEMM -> {verdict(r1, goal, stretch)}"
+            f"  (goal {goal:.0%}, stretch {stretch:.0%})"
+        )
+        print(
+            f"           all threads, 2 concurrent block pairs {r2:6.1%} of all-thread GEMM"
+            f" -> {verdict(r2, goal, stretch)}"
+        )
         print(f"           all threads, 1 call (BLAS-threaded)   {r_one:6.1%} of all-thread GEMM")
 
 
@@ -196,7 +214,7 @@ def per_row_loop(x):
     d = x.shape[1]
     total = np.zeros((d, d))
     for i in range(len(x) - 1):
-        t = (x[i] - x[i + 1:]) / math.sqrt(2.0)
+        t = (x[i] - x[i + 1 :]) / math.sqrt(2.0)
         w = 1.0 / np.einsum("ij,ij->i", t, t)
         total += (t * w[:, None]).T @ t
     return total
@@ -225,14 +243,18 @@ def section_loops(args):
         t_row = best_time(lambda: per_row_loop(x), 1, clock=ONE_THREAD)
         err = np.linalg.norm(block_pair_sum(x) - per_row_loop(x)) / np.linalg.norm(per_row_loop(x))
     speed = t_row / t_kernel
-    print(f"per-row vectorised loop, n = {n}, d = {d}: loop {t_row:.3f} s, kernel {t_kernel:.4f} s"
-          f" -> {speed:.0f}x  (goal >= 30x: {'met' if speed >= 30 else 'NOT MET'});"
-          f" relative difference {err:.1e}")
+    print(
+        f"per-row vectorised loop, n = {n}, d = {d}: loop {t_row:.3f} s, kernel {t_kernel:.4f} s"
+        f" -> {speed:.0f}x  (goal >= 30x: {'met' if speed >= 30 else 'NOT MET'});"
+        f" relative difference {err:.1e}"
+    )
     loop_rate = gflops(float(n) * n * d * d, t_row)  # sum over i of 2 (n - i) d^2 flops
     kernel_rate = gflops(kernel_flops(n, d), t_kernel)
-    print(f"  the loop does n^2 d^2 flops in BLAS ({loop_rate:.1f} GF/s), the kernel 2 n^2 d"
-          f" ({kernel_rate:.1f} GF/s): speed-up = flop ratio d/2 x rate ratio ="
-          f" {d / 2:.0f} x {kernel_rate / loop_rate:.2f}")
+    print(
+        f"  the loop does n^2 d^2 flops in BLAS ({loop_rate:.1f} GF/s), the kernel 2 n^2 d"
+        f" ({kernel_rate:.1f} GF/s): speed-up = flop ratio d/2 x rate ratio ="
+        f" {d / 2:.0f} x {kernel_rate / loop_rate:.2f}"
+    )
 
     # The whole machine for both, as a user would run them: the loop with BLAS on all
     # threads; the kernel as three block pairs on two threads (what a Dask fit does).
@@ -249,24 +271,32 @@ def section_loops(args):
     # The loop's best configuration: threaded BLAS can be slower on its small products.
     t_row_all = min(t_row, t_row_threaded)
     speed_all = t_row_all / t_kernel_all
-    print(f"whole machine: loop at its best {t_row_all:.3f} s (BLAS threaded {t_row_threaded:.3f} s,"
-          f" single {t_row:.3f} s), kernel (2 block-pair threads) {t_kernel_all:.4f} s ->"
-          f" {speed_all:.0f}x  (goal >= 30x: {'met' if speed_all >= 30 else 'NOT MET'})")
+    print(
+        f"whole machine: loop at its best {t_row_all:.3f} s (BLAS threaded {t_row_threaded:.3f} s,"
+        f" single {t_row:.3f} s), kernel (2 block-pair threads) {t_kernel_all:.4f} s ->"
+        f" {speed_all:.0f}x  (goal >= 30x: {'met' if speed_all >= 30 else 'NOT MET'})"
+    )
 
     n_small = args.pair_n
     xs = rng.normal(size=(n_small, d))
     with threadpool_limits(1):
         t_pair = best_time(lambda: pair_loop(xs), 1, clock=ONE_THREAD)
-        t_kernel_small = best_time(lambda: block_pair_sum(xs), args.repeats, min_time=0.2, clock=ONE_THREAD)
+        t_kernel_small = best_time(
+            lambda: block_pair_sum(xs), args.repeats, min_time=0.2, clock=ONE_THREAD
+        )
         t_kernel_big = best_time(lambda: block_pair_sum(x), args.repeats, clock=ONE_THREAD)
     pairs_small = n_small * (n_small - 1) / 2
     pairs_big = n * (n - 1) / 2
-    print(f"pair-by-pair Python loop, n = {n_small}, d = {d}: loop {t_pair:.3f} s, kernel"
-          f" {t_kernel_small * 1e3:.2f} ms -> {t_pair / t_kernel_small:.0f}x")
-    print(f"  per pair: loop {t_pair / pairs_small * 1e9:.0f} ns, kernel at n = {n_small}"
-          f" {t_kernel_small / pairs_small * 1e9:.1f} ns, kernel at n = {n}"
-          f" {t_kernel_big / pairs_big * 1e9:.2f} ns -> {t_pair / pairs_small / (t_kernel_big / pairs_big):.0f}x"
-          f" per pair")
+    print(
+        f"pair-by-pair Python loop, n = {n_small}, d = {d}: loop {t_pair:.3f} s, kernel"
+        f" {t_kernel_small * 1e3:.2f} ms -> {t_pair / t_kernel_small:.0f}x"
+    )
+    print(
+        f"  per pair: loop {t_pair / pairs_small * 1e9:.0f} ns, kernel at n = {n_small}"
+        f" {t_kernel_small / pairs_small * 1e9:.1f} ns, kernel at n = {n}"
+        f" {t_kernel_big / pairs_big * 1e9:.2f} ns -> {t_pair / pairs_small / (t_kernel_big / pairs_big):.0f}x"
+        f" per pair"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -282,7 +312,7 @@ def section_adversarial(args):
     cases = {"clean N(0, I)": clean}
 
     twice = clean.copy()
-    twice[n // 2:] = twice[: n - n // 2]  # 50% of the rows are exact copies of the others
+    twice[n // 2 :] = twice[: n - n // 2]  # 50% of the rows are exact copies of the others
     cases["50% exact duplicates (every row twice)"] = twice[rng.permutation(n)]
 
     one = clean.copy()
@@ -290,7 +320,7 @@ def section_adversarial(args):
     cases["50% exact duplicates (one record)"] = one[rng.permutation(n)]
 
     near = clean.copy()
-    near[n // 2:] = clean[: n - n // 2] + 1e-9 * rng.normal(size=(n - n // 2, d))
+    near[n // 2 :] = clean[: n - n // 2] + 1e-9 * rng.normal(size=(n - n // 2, d))
     cases["50% near duplicates (1e-9)"] = near
 
     cases["common offset 1e8"] = clean + 1e8
@@ -325,7 +355,9 @@ def section_tiles(args, gemm_single):
         cells = []
         with threadpool_limits(1):
             for s in sizes:
-                t = best_time(lambda: block_pair_sum(x, tile_rows=s), args.repeats, clock=ONE_THREAD)
+                t = best_time(
+                    lambda: block_pair_sum(x, tile_rows=s), args.repeats, clock=ONE_THREAD
+                )
                 cells.append(f"{gflops(kernel_flops(args.n, d), t) / gemm_single:>11.1%}")
         print(f"{d:>4} " + " ".join(cells))
     print("(fraction of single-threaded square GEMM; the default tile is 512 rows)")
@@ -348,12 +380,19 @@ def main(argv=None):
     args.adv_n = 300 if args.smoke else 2000 if args.quick else 4000
     args.gemm_size = 256 if args.smoke else 2048
 
-    blas = [f"{i.get('internal_api')} {i.get('version')} ({i.get('num_threads')} threads)"
-            for i in threadpool_info() if i.get("user_api") == "blas"]
-    n_threads = max([i.get("num_threads", 1) for i in threadpool_info() if i.get("user_api") == "blas"] or [1])
-    print(f"bench_kernel: python {platform.python_version()}, numpy {np.__version__},"
-          f" {os.cpu_count()} CPUs, BLAS: {', '.join(blas) or 'unknown'}"
-          f"{'  [--quick]' if args.quick else ''}")
+    blas = [
+        f"{i.get('internal_api')} {i.get('version')} ({i.get('num_threads')} threads)"
+        for i in threadpool_info()
+        if i.get("user_api") == "blas"
+    ]
+    n_threads = max(
+        [i.get("num_threads", 1) for i in threadpool_info() if i.get("user_api") == "blas"] or [1]
+    )
+    print(
+        f"bench_kernel: python {platform.python_version()}, numpy {np.__version__},"
+        f" {os.cpu_count()} CPUs, BLAS: {', '.join(blas) or 'unknown'}"
+        f"{'  [--quick]' if args.quick else ''}"
+    )
     # Warm up: compile the numba pass (cached on disk after the first run).
     block_pair_sum(np.random.default_rng(9).normal(size=(64, 4)))
     block_pair_sum(np.random.default_rng(9).normal(size=(64, 4)), spatial_sign=winsor(1.0))

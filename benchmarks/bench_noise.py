@@ -57,10 +57,18 @@ def main() -> None:
 
     samplers = [
         ("OpenDP, k = -1074 (default)", OpenDPSampler(), args.max_opendp_entries),
-        ("OpenDP, k = floor(log2 sigma) - 40", OpenDPSampler(lattice_bits=40), args.max_opendp_entries),
+        (
+            "OpenDP, k = floor(log2 sigma) - 40",
+            OpenDPSampler(lattice_bits=40),
+            args.max_opendp_entries,
+        ),
         ("LatticeSampler (2^-40 sigma grid)", LatticeSampler(), None),
     ]
-    header = "| sampler | " + " | ".join(f"d = {d} ({d * (d + 1) // 2:,} entries)" for d in args.dims) + " |"
+    header = (
+        "| sampler | "
+        + " | ".join(f"d = {d} ({d * (d + 1) // 2:,} entries)" for d in args.dims)
+        + " |"
+    )
     print(header)
     print("|---" * (len(args.dims) + 1) + "|")
     for name, sampler, cap in samplers:

@@ -61,8 +61,12 @@ def model(n: int, d: int, design, n_threads: int, pair_rate: float) -> dict:
         n_pairs = n * (n - 1) // 2
     else:
         n_pairs = design.plan((n,), d).n_pairs
-    return {"pairs": n_pairs, "flops": 4.0 * d * n_pairs, "bytes_read": 8.0 * n * d,
-            "seconds": n_pairs / (pair_rate * n_threads)}
+    return {
+        "pairs": n_pairs,
+        "flops": 4.0 * d * n_pairs,
+        "bytes_read": 8.0 * n * d,
+        "seconds": n_pairs / (pair_rate * n_threads),
+    }
 
 
 def kernel_pair_rate(d: int, rows: int = 4096) -> float:
@@ -96,8 +100,15 @@ def timed_fit(path: str, n_workers: int, memory_limit, design) -> dict:
     The peak is each worker's own high-water mark (``getrusage``), read once after the
     fit: exact, and no polling competes with the fit for the cores.
     """
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, memory_limit=memory_limit,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            memory_limit=memory_limit,
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         client.run(_warm_worker)
         cpu_before = sum(client.run(_cpu_seconds).values())
         start = time.perf_counter()
@@ -111,8 +122,8 @@ def timed_fit(path: str, n_workers: int, memory_limit, design) -> dict:
 def _warm_worker() -> None:
     """What every fit on a fresh worker pays once, paid before the timed fit: the kernel's
     compilation and the imports behind a lane task (graph, Zarr input, release)."""
+    import dask_dppca.compute.release
     import dask_dppca.graph  # noqa: F401
-    import dask_dppca.compute.release  # noqa: F401
     from dask_dppca.kernel import block_pair_sum
 
     block_pair_sum(np.eye(300, 4))
@@ -133,10 +144,12 @@ def _cpu_seconds() -> float:
 def report(result, predicted, n_threads) -> str:
     """Wall time and the workers' CPU time, each against the model (CPU: the model's pair
     work on one core; this ratio holds on a machine busy with other work too)."""
-    return (f"wall {result['wall']:.1f} s, model {predicted['seconds']:.1f} s (measured/model "
-            f"{result['wall'] / predicted['seconds']:.2f}); workers' CPU {result['cpu']:.1f} s, model "
-            f"{predicted['seconds'] * n_threads:.1f} s (measured/model "
-            f"{result['cpu'] / (predicted['seconds'] * n_threads):.2f})")
+    return (
+        f"wall {result['wall']:.1f} s, model {predicted['seconds']:.1f} s (measured/model "
+        f"{result['wall'] / predicted['seconds']:.2f}); workers' CPU {result['cpu']:.1f} s, model "
+        f"{predicted['seconds'] * n_threads:.1f} s (measured/model "
+        f"{result['cpu'] / (predicted['seconds'] * n_threads):.2f})"
+    )
 
 
 def section_exact(scratch, n, d, rates):
@@ -145,8 +158,10 @@ def section_exact(scratch, n, d, rates):
     write_store(path, n, d, chunk_rows=8192)
     result = timed_fit(path, 2, "auto", "complete")
     predicted = model(n, d, CompleteDesign(), 2, rates[d])
-    print(f"  peak {result['peak_mib']:.0f} MiB per worker, {result['pairs'] / result['wall'] / 1e6:.1f}"
-          f" M pairs/s; {report(result, predicted, 2)}")
+    print(
+        f"  peak {result['peak_mib']:.0f} MiB per worker, {result['pairs'] / result['wall'] / 1e6:.1f}"
+        f" M pairs/s; {report(result, predicted, 2)}"
+    )
 
 
 def section_regular(scratch, n, d, rates):
@@ -156,12 +171,16 @@ def section_regular(scratch, n, d, rates):
     start = time.perf_counter()
     chunk_rows = design.block_size if isinstance(design, RegularDesign) else 8192
     write_store(path, n, d, chunk_rows=chunk_rows)
-    print(f"  store {n * d * 8 / 2**30:.2f} GiB written in {time.perf_counter() - start:.0f} s"
-          f" (chunks of {chunk_rows} rows)")
+    print(
+        f"  store {n * d * 8 / 2**30:.2f} GiB written in {time.perf_counter() - start:.0f} s"
+        f" (chunks of {chunk_rows} rows)"
+    )
     result = timed_fit(path, 2, "1GB", design)
     predicted = model(n, d, design, 2, rates[d])
-    print(f"  peak {result['peak_mib']:.0f} MiB per worker, {result['pairs'] / result['wall'] / 1e6:.1f}"
-          f" M pairs/s, {result['pairs']:.3g} pairs; {report(result, predicted, 2)}")
+    print(
+        f"  peak {result['peak_mib']:.0f} MiB per worker, {result['pairs'] / result['wall'] / 1e6:.1f}"
+        f" M pairs/s, {result['pairs']:.3g} pairs; {report(result, predicted, 2)}"
+    )
 
 
 def section_scaling(scratch, n, d):
@@ -170,7 +189,9 @@ def section_scaling(scratch, n, d):
     write_store(path, n, d, chunk_rows=4096)
     one = timed_fit(path, 1, "auto", "complete")["wall"]
     two = timed_fit(path, 2, "auto", "complete")["wall"]
-    print(f"  1 worker {one:.1f} s, 2 workers {two:.1f} s: speed-up {one / two:.2f}x (goal >= 1.7x)")
+    print(
+        f"  1 worker {one:.1f} s, 2 workers {two:.1f} s: speed-up {one / two:.2f}x (goal >= 1.7x)"
+    )
 
 
 def section_accuracy(n: int, d: int, repeats: int) -> None:
@@ -183,27 +204,34 @@ def section_accuracy(n: int, d: int, repeats: int) -> None:
     for rep in range(repeats):
         x = make_elliptical(n, spectrum, random_directions(d, seed=1), df=1.0, seed=100 + rep)
         for name, design in (("complete", "complete"), ("regular", regular)):
-            est = dd.DPPCA(n_components=2, epsilon=1.0, delta=1e-6, design=design,
-                           scheduler="threads").fit(x)
+            est = dd.DPPCA(
+                n_components=2, epsilon=1.0, delta=1e-6, design=design, scheduler="threads"
+            ).fit(x)
             errors[name].append(dd.sin_theta(est.components_.T, truth))
             pairs[name] = est.privacy_["n_pairs"]
     ratio = np.median(errors["regular"]) / np.median(errors["complete"])
     work = pairs["complete"] / pairs["regular"]
     print(f"  t_1 data n = {n}, d = {d}, epsilon = 1, {repeats} data sets")
     for name in errors:
-        print(f"  {name:9s} pairs {pairs[name]:.3g}  median sin theta {np.median(errors[name]):.4f}"
-              f"  (quartiles {np.percentile(errors[name], 25):.4f} .. {np.percentile(errors[name], 75):.4f})")
-    print(f"  regular / complete error ratio {ratio:.3f} (goal <= 1.10) with {work:.1f}x fewer pairs"
-          f" (goal >= 10x)")
+        print(
+            f"  {name:9s} pairs {pairs[name]:.3g}  median sin theta {np.median(errors[name]):.4f}"
+            f"  (quartiles {np.percentile(errors[name], 25):.4f} .. {np.percentile(errors[name], 75):.4f})"
+        )
+    print(
+        f"  regular / complete error ratio {ratio:.3f} (goal <= 1.10) with {work:.1f}x fewer pairs"
+        f" (goal >= 10x)"
+    )
 
 
 def section_model(rates):
     print("\n6. model: 100 nodes x 32 cores, n = 10^9, d = 32, design='auto'")
     design = auto_design(10**9, 32, 3200)
     predicted = model(10**9, 32, design, 3200, rates[32])
-    print(f"  design {design}: {predicted['pairs']:.3g} pairs, {predicted['flops']:.3g} flops, "
-          f"{predicted['bytes_read'] / 2**40:.2f} TiB read once, about {predicted['seconds'] / 60:.0f} min "
-          f"at this machine's per-core rate (network and I/O not modelled)")
+    print(
+        f"  design {design}: {predicted['pairs']:.3g} pairs, {predicted['flops']:.3g} flops, "
+        f"{predicted['bytes_read'] / 2**40:.2f} TiB read once, about {predicted['seconds'] / 60:.0f} min "
+        f"at this machine's per-core rate (network and I/O not modelled)"
+    )
 
 
 class HeldKeys(WorkerPlugin):
@@ -215,7 +243,7 @@ class HeldKeys(WorkerPlugin):
 
     def setup(self, worker):
         self.worker = worker
-        self.counted = {}                       # key in memory -> (blocks, partial sums)
+        self.counted = {}  # key in memory -> (blocks, partial sums)
         self.held = collections.Counter()
         worker.dppca_peak_held = self.peak = collections.Counter()
 
@@ -245,8 +273,12 @@ class HeldKeys(WorkerPlugin):
 
 
 def held_on_one_worker(path, design) -> dict:
-    with LocalCluster(n_workers=1, threads_per_worker=2, memory_limit="2GB",
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, memory_limit="2GB", dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         client.register_plugin(HeldKeys(open_records(path).array.name), name="held-keys")
         dd.DPPCA(n_components=2, design=design, scheduler=client).fit(path)
         (peak,) = client.run(lambda dask_worker: dict(dask_worker.dppca_peak_held)).values()
@@ -254,7 +286,9 @@ def held_on_one_worker(path, design) -> dict:
 
 
 def section_working_set(scratch, ladder, d, block, partners):
-    print(f"\n7. working set on one worker (2 threads): most keys held at once, blocks of {block} rows")
+    print(
+        f"\n7. working set on one worker (2 threads): most keys held at once, blocks of {block} rows"
+    )
     print(f"{'k':>3} {'n':>9} {'blocks':>7} {'held blocks':>12} {'held partial sums':>18}")
     for k in partners:
         for n in ladder:
@@ -262,7 +296,9 @@ def section_working_set(scratch, ladder, d, block, partners):
             if not os.path.exists(path):
                 write_store(path, n, d, chunk_rows=block)
             peak = held_on_one_worker(path, RegularDesign(k=k, block_size=block, seed=0))
-            print(f"{k:>3} {n:>9} {-(-n // block):>7} {peak.get('blocks', 0):>12} {peak.get('partials', 0):>18}")
+            print(
+                f"{k:>3} {n:>9} {-(-n // block):>7} {peak.get('blocks', 0):>12} {peak.get('partials', 0):>18}"
+            )
 
 
 def main(argv=None) -> None:
@@ -271,22 +307,29 @@ def main(argv=None) -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
     parser.add_argument("--sections", default="1,2,3,4,5,6,7", help="comma list of sections to run")
     args = parser.parse_args(argv)
-    warnings.simplefilter("ignore", UserWarning)   # e.g. "no dppca-trusted worker": a benchmark cluster
+    warnings.simplefilter(
+        "ignore", UserWarning
+    )  # e.g. "no dppca-trusted worker": a benchmark cluster
     sections = {int(s) for s in args.sections.split(",") if s}
     size = "smoke" if args.smoke else "quick" if args.quick else "full"
     exact_n, exact_d = {"smoke": (1500, 16), "quick": (20_000, 64), "full": (100_000, 64)}[size]
     big_n, big_d = {"smoke": (30_000, 32), "quick": (500_000, 32), "full": (10_000_000, 32)}[size]
     scaling_n = {"smoke": 1500, "quick": 20_000, "full": 50_000}[size]
     acc_n, acc_reps = {"smoke": (400, 1), "quick": (10_000, 3), "full": (50_000, 10)}[size]
-    ladder, held_d, held_block = {"smoke": ((2048,), 8, 512), "quick": ((16384, 65536), 16, 1024),
-                                  "full": ((16384, 65536, 262144), 16, 1024)}[size]
+    ladder, held_d, held_block = {
+        "smoke": ((2048,), 8, 512),
+        "quick": ((16384, 65536), 16, 1024),
+        "full": ((16384, 65536, 262144), 16, 1024),
+    }[size]
 
     rates = {}
     if sections & {1, 2, 3, 6}:
         print("1. kernel single-core rate")
         rates = {d: kernel_pair_rate(d) for d in sorted({exact_d, big_d, 32})}
         for d, rate in rates.items():
-            print(f"  d = {d}: {rate / 1e6:.1f} M pairs/s per core ({4 * d * rate / 1e9:.1f} GF/s effective)")
+            print(
+                f"  d = {d}: {rate / 1e6:.1f} M pairs/s per core ({4 * d * rate / 1e9:.1f} GF/s effective)"
+            )
     with tempfile.TemporaryDirectory(prefix="dppca-bench-") as scratch:
         if 2 in sections:
             section_exact(scratch, exact_n, exact_d, rates)

@@ -40,9 +40,12 @@ def _start_moto(folder: Path) -> tuple[subprocess.Popen, str]:
     import requests
 
     port = _free_port()
-    log = open(folder / "moto.log", "wb")  # noqa: SIM115 - closed with the process
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                               str(port)], stdout=log, stderr=subprocess.STDOUT)
+    log = open(folder / "moto.log", "wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -78,22 +81,35 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-storage-"))
     server, url = _start_moto(folder)
     try:
-        options = {"key": "bench", "secret": "bench",
-                   "client_kwargs": {"endpoint_url": url, "region_name": "us-east-1"}}
-        boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="bench",
-                     aws_secret_access_key="bench").create_bucket(Bucket="bench")
+        options = {
+            "key": "bench",
+            "secret": "bench",
+            "client_kwargs": {"endpoint_url": url, "region_name": "us-east-1"},
+        }
+        boto3.client(
+            "s3",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="bench",
+            aws_secret_access_key="bench",
+        ).create_bucket(Bucket="bench")
         x = np.random.default_rng(0).standard_normal((n, d))  # synthetic data
         for where, opts in ((str(folder / "x.zarr"), None), ("s3://bench/x.zarr", options)):
-            zarr.open_array(where, mode="w", shape=x.shape, chunks=(chunk, d), dtype="f8",
-                            storage_options=opts)[:] = x
+            zarr.open_array(
+                where, mode="w", shape=x.shape, chunks=(chunk, d), dtype="f8", storage_options=opts
+            )[:] = x
         cached = {"s3": options, "simplecache": {"cache_storage": str(folder / "cache")}}
         design = dd.RegularDesign(k=2, block_size=chunk, seed=0)
-        with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \
-                Client(cluster, set_as_default=False) as client:
+        with (
+            LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
+            Client(cluster, set_as_default=False) as client,
+        ):
+
             def fit(source, opts):
                 start = time.perf_counter()
                 dd.DPPCA(n_components=2, random_state=0, design=design, scheduler=client).fit(
-                    source, storage_options=opts)
+                    source, storage_options=opts
+                )
                 return time.perf_counter() - start
 
             fit(str(folder / "x.zarr"), None)  # warm-up: numba, imports on the workers
@@ -106,14 +122,26 @@ def main() -> None:
             rows.append(("s3:// (moto)", remote, f"{gets:g}"))
             start = (folder / "moto.log").stat().st_size
             first = fit("simplecache::s3://bench/x.zarr", cached)
-            rows.append(("simplecache::s3://, first fit", first,
-                         str(_gets_since(folder / "moto.log", start, "bench/x.zarr"))))
+            rows.append(
+                (
+                    "simplecache::s3://, first fit",
+                    first,
+                    str(_gets_since(folder / "moto.log", start, "bench/x.zarr")),
+                )
+            )
             start = (folder / "moto.log").stat().st_size
             again = min(fit("simplecache::s3://bench/x.zarr", cached) for _ in range(args.repeats))
-            rows.append(("simplecache::s3://, repeated", again,
-                         f"{_gets_since(folder / 'moto.log', start, 'bench/x.zarr') / args.repeats:g}"))
-        print(f"n = {n}, d = {d}, {n // chunk} chunks of {chunk} rows "
-              f"({x.nbytes / 2**20:.0f} MiB), 2 worker processes, best of {args.repeats}")
+            rows.append(
+                (
+                    "simplecache::s3://, repeated",
+                    again,
+                    f"{_gets_since(folder / 'moto.log', start, 'bench/x.zarr') / args.repeats:g}",
+                )
+            )
+        print(
+            f"n = {n}, d = {d}, {n // chunk} chunks of {chunk} rows "
+            f"({x.nbytes / 2**20:.0f} MiB), 2 worker processes, best of {args.repeats}"
+        )
         print(f"{'input':32s} {'seconds':>8s} {'x local':>8s} {'chunk GETs per fit':>19s}")
         for name, seconds, gets in rows:
             print(f"{name:32s} {seconds:8.2f} {seconds / local:8.2f} {gets:>19s}")

@@ -34,7 +34,6 @@ import dataclasses
 import json
 import math
 import multiprocessing as mp
-import os
 import sys
 import tempfile
 import time
@@ -46,13 +45,13 @@ import numpy as np
 
 import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, make_skewed, random_directions, spiked_spectrum
-from dask_dppca.privacy.calibration import calibrate_sigma, gaussian_dp_mu
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning, SeededSampler
 from dask_dppca.design import CompleteDesign
 from dask_dppca.kernel import sphere
-from dask_dppca.privacy import PrivacyTarget, ReleaseMechanism
 from dask_dppca.metrics import sin_theta
 from dask_dppca.planning import UtilityModel, release_sigma
+from dask_dppca.privacy import PrivacyTarget, ReleaseMechanism
+from dask_dppca.privacy.calibration import calibrate_sigma, gaussian_dp_mu
+from dask_dppca.privacy.noise import NonPrivateRandomStateWarning, SeededSampler
 from dask_dppca.theory import breakdown_bound
 
 warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
@@ -97,11 +96,17 @@ def release(k_hat: np.ndarray, sigma: float, m: int, seed: int) -> np.ndarray:
     if sigma == 0.0:
         w, v = np.linalg.eigh(k_hat)
         return v[:, ::-1][:, :m]
-    design = CompleteDesign()   # two records: one pair, so the release divides by |P| = 1
+    design = CompleteDesign()  # two records: one pair, so the release divides by |P| = 1
     mechanism = dataclasses.replace(
-        ReleaseMechanism.plan_release(design, design.plan((2,), k_hat.shape[0]), sphere(),
-                                      PrivacyTarget.of(1.0, DELTA), SeededSampler(seed)),
-        sigma=sigma)
+        ReleaseMechanism.plan_release(
+            design,
+            design.plan((2,), k_hat.shape[0]),
+            sphere(),
+            PrivacyTarget.of(1.0, DELTA),
+            SeededSampler(seed),
+        ),
+        sigma=sigma,
+    )
     return mechanism.release(k_hat, m).components.T
 
 
@@ -124,16 +129,18 @@ def _peer_child(name, X, m, eps, c, queue):
             sys.modules.setdefault("diffprivlib.models.forest", shim)
             from diffprivlib.models import PCA
 
-            est = PCA(n_components=m, epsilon=eps, data_norm=c, centered=True,
-                      random_state=None).fit(clip_rows(X, c))
+            est = PCA(
+                n_components=m, epsilon=eps, data_norm=c, centered=True, random_state=None
+            ).fit(clip_rows(X, c))
         else:
             import opendp.prelude as dp
 
             dp.enable_features("contrib", "honest-but-curious", "idealized-numerics")
             from opendp.extras.sklearn.decomposition import PCA
 
-            est = PCA(epsilon=eps, row_norm=c, n_samples=X.shape[0], n_features=X.shape[1],
-                      n_components=m).fit(clip_rows(X, c))
+            est = PCA(
+                epsilon=eps, row_norm=c, n_samples=X.shape[0], n_features=X.shape[1], n_components=m
+            ).fit(clip_rows(X, c))
         queue.put(np.asarray(est.components_, dtype=float))
     except Exception as error:  # reported, not fatal
         queue.put(repr(error)[:300])
@@ -181,13 +188,20 @@ def evaluate(model, n, seed, eps_list, noise_reps, record, radii=None, kernels=T
     k_hats = {}
     if kernels:
         w, v = np.linalg.eigh(X.T @ X / n)
-        record(dict(base, method="covariance (non-private)", eps=math.inf, err=err(v[:, ::-1][:, :m])))
+        record(
+            dict(base, method="covariance (non-private)", eps=math.inf, err=err(v[:, ::-1][:, :m]))
+        )
         k_hats["sphere"] = dd.kendall_matrix(X, scheduler="synchronous")
-        for r in (RADII if radii is None else radii):
-            k_hats[f"winsor r={r:g}"] = dd.kendall_matrix(X, spatial_sign="winsor", radius=r,
-                                                          scheduler="synchronous")
+        for r in RADII if radii is None else radii:
+            k_hats[f"winsor r={r:g}"] = dd.kendall_matrix(
+                X, spatial_sign="winsor", radius=r, scheduler="synchronous"
+            )
     for name, K in k_hats.items():
-        record(dict(base, method=f"g {name} (non-private)", eps=math.inf, err=err(release(K, 0.0, m, 0))))
+        record(
+            dict(
+                base, method=f"g {name} (non-private)", eps=math.inf, err=err(release(K, 0.0, m, 0))
+            )
+        )
     second = {c: clip_rows(X, c).T @ clip_rows(X, c) / n for c in CLIP_NORMS}
     for eps in eps_list:
         for name, K in k_hats.items():
@@ -197,7 +211,9 @@ def evaluate(model, n, seed, eps_list, noise_reps, record, radii=None, kernels=T
                 sigma = release_sigma(n, d, eps, DELTA, spatial_sign=tr, radius=r, calibration=cal)
                 for rep in range(noise_reps):
                     V = release(K, sigma, m, seed * 1000 + rep)
-                    record(dict(base, method=f"g-DPPCA {name} ({cal})", eps=eps, err=err(V), rep=rep))
+                    record(
+                        dict(base, method=f"g-DPPCA {name} ({cal})", eps=eps, err=err(V), rep=rep)
+                    )
         for c, S in second.items():
             # Analyze Gauss: ||x x^T - y y^T||_F <= sqrt2 c^2 for ||x||,||y|| <= c (as docs/method.md, section 4)
             sigma = calibrate_sigma(math.sqrt(2.0) * c * c / n, eps, DELTA, "analytic")
@@ -210,8 +226,15 @@ def evaluate(model, n, seed, eps_list, noise_reps, record, radii=None, kernels=T
                 for c in CLIP_NORMS:
                     S, sigma = centred_second_moment(X, centre, c, mu_rest)
                     V = release(S, sigma, m, seed * 1000 + 800 + rep)
-                    record(dict(base, method=f"Analyze Gauss private centre {share:g} c={c:g}", eps=eps,
-                                err=err(V), rep=rep))
+                    record(
+                        dict(
+                            base,
+                            method=f"Analyze Gauss private centre {share:g} c={c:g}",
+                            eps=eps,
+                            err=err(V),
+                            rep=rep,
+                        )
+                    )
     return X, U
 
 
@@ -261,33 +284,56 @@ def summarise(rows, keys=("model", "n", "eps", "method", "frac")):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--datasets", type=int, default=20)
-    ap.add_argument("--first-dataset", type=int, default=0,
-                    help="seed of the first data set (to add data sets to an earlier run)")
+    ap.add_argument(
+        "--first-dataset",
+        type=int,
+        default=0,
+        help="seed of the first data set (to add data sets to an earlier run)",
+    )
     ap.add_argument("--noise-reps", type=int, default=1)
     ap.add_argument("--n-max", type=int, default=30000)
-    ap.add_argument("--n-ref", type=int, default=10000, help="n of the epsilon and contamination sweeps")
+    ap.add_argument(
+        "--n-ref", type=int, default=10000, help="n of the epsilon and contamination sweeps"
+    )
     ap.add_argument("--models", default=",".join(m for m in MODELS if not m.startswith("contam_")))
     ap.add_argument("--peer-cap", type=float, default=20.0, help="seconds per peer fit")
     ap.add_argument("--out", default=str(ROOT / "docs"))
     ap.add_argument("--replot", action="store_true", help="redraw figures from docs/results.json")
     ap.add_argument("--radii", default="1,4,16", help="public winsor radii")
     ap.add_argument("--n-max-d100", type=int, default=100000, help="n cap for the d = 100 models")
-    ap.add_argument("--n-list", default=None, help="explicit n values of the n sweep (overrides --n-max)")
-    ap.add_argument("--winsor-n-max", type=int, default=10**9, help="winsor kernels only for n <= this")
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: contam,peers,wall,planner")
+    ap.add_argument(
+        "--n-list", default=None, help="explicit n values of the n sweep (overrides --n-max)"
+    )
+    ap.add_argument(
+        "--winsor-n-max", type=int, default=10**9, help="winsor kernels only for n <= this"
+    )
+    ap.add_argument(
+        "--skip", default="", help="comma list of parts to skip: contam,peers,wall,planner"
+    )
     ap.add_argument("--peer-ns", default="300,500,1000,3000,10000", help="n ladder of the peers")
     ap.add_argument("--peer-datasets", type=int, default=5)
     ap.add_argument("--peer-models", default="t1_d20_m2,gauss_d20_m2")
-    ap.add_argument("--ag-only", action="store_true",
-                    help="only the Analyze Gauss rows (no kernels): adds the baselines to an earlier run")
-    ap.add_argument("--merge", default=None,
-                    help="comma list of run directories (each with results.json and rows.json) to merge into --out")
-    ap.add_argument("--smoke", action="store_true",
-                    help="one model, n = 300, one data set, no peers (seconds); writes to a temporary "
-                         "directory unless --out is given")
+    ap.add_argument(
+        "--ag-only",
+        action="store_true",
+        help="only the Analyze Gauss rows (no kernels): adds the baselines to an earlier run",
+    )
+    ap.add_argument(
+        "--merge",
+        default=None,
+        help="comma list of run directories (each with results.json and rows.json) to merge into --out",
+    )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="one model, n = 300, one data set, no peers (seconds); writes to a temporary "
+        "directory unless --out is given",
+    )
     args = ap.parse_args(argv)
     if args.smoke:
         args.datasets, args.n_list, args.n_ref, args.models = 1, "300", 300, "t1_d20_m2"
@@ -321,9 +367,23 @@ def main(argv=None):
     # 0. the sigma shortcut is the estimator's sigma
     Xc = make_elliptical(600, spiked_spectrum(20, 2), np.eye(20), df=1.0, seed=0)
     for tr, r, cal, eps in (("sphere", None, "analytic", 1.0), ("winsor", 4.0, "classical", 0.5)):
-        fitted = dd.DPPCA(2, epsilon=eps, spatial_sign=tr, radius=r, calibration=cal, design="complete",
-                          scheduler="synchronous", random_state=0).fit(Xc).privacy_["sigma"]
-        assert fitted == release_sigma(600, 20, eps, DELTA, spatial_sign=tr, radius=r, calibration=cal)
+        fitted = (
+            dd.DPPCA(
+                2,
+                epsilon=eps,
+                spatial_sign=tr,
+                radius=r,
+                calibration=cal,
+                design="complete",
+                scheduler="synchronous",
+                random_state=0,
+            )
+            .fit(Xc)
+            .privacy_["sigma"]
+        )
+        assert fitted == release_sigma(
+            600, 20, eps, DELTA, spatial_sign=tr, radius=r, calibration=cal
+        )
 
     # 1. n sweep (epsilon 0.5 and 1) and epsilon sweep at n_ref, per model
     for model in models:
@@ -332,48 +392,75 @@ def main(argv=None):
                 continue
             for s in range(args.first_dataset, args.first_dataset + args.datasets):
                 eps_list = eps_grid if n == args.n_ref else [0.5, 1.0]
-                evaluate(model, n, s, eps_list, args.noise_reps, record,
-                         radii=RADII if n <= args.winsor_n_max else (), kernels=not args.ag_only)
+                evaluate(
+                    model,
+                    n,
+                    s,
+                    eps_list,
+                    args.noise_reps,
+                    record,
+                    radii=RADII if n <= args.winsor_n_max else (),
+                    kernels=not args.ag_only,
+                )
             print(f"[{time.time() - t0:6.0f}s] {model} n={n}", flush=True)
 
     # 2. contamination sweep (Gaussian d=20, m=2), with the breakdown bound
     bounds = []
     n_c = min(args.n_ref, 3000)
-    for frac in ([] if "contam" in skip else CONTAM_FRACS):
+    for frac in [] if "contam" in skip else CONTAM_FRACS:
         for s in range(args.datasets):
-            X, _ = evaluate(f"contam_{frac:g}", n_c, s, [1.0], args.noise_reps, record,
-                            kernels=not args.ag_only)
+            X, _ = evaluate(
+                f"contam_{frac:g}", n_c, s, [1.0], args.noise_reps, record, kernels=not args.ag_only
+            )
             if s == 0:
                 bounds.append(dict(frac=frac, **breakdown_bound(X, 2)))
         print(f"[{time.time() - t0:6.0f}s] contamination {frac}", flush=True)
 
     # 3. peers under a time cap (diffprivlib, OpenDP), t1 and Gaussian d=20, eps=1
     peer_rows = []
-    for model in ([] if "peers" in skip else args.peer_models.split(",")):
+    for model in [] if "peers" in skip else args.peer_models.split(","):
         d, m, df, frac = MODELS[model]
         for name in ("diffprivlib", "opendp"):
             for c in (5.0, 20.0):
                 gave_up = False
                 for n in [int(float(v)) for v in args.peer_ns.split(",")]:
                     if gave_up:
-                        peer_rows.append(dict(model=model, method=f"{name} c={c:g}", n=n, status="skipped",
-                                              cap=args.peer_cap))
+                        peer_rows.append(
+                            dict(
+                                model=model,
+                                method=f"{name} c={c:g}",
+                                n=n,
+                                status="skipped",
+                                cap=args.peer_cap,
+                            )
+                        )
                         continue
                     for s in range(args.peer_datasets):
                         spectrum, directions = spiked_spectrum(d, m), random_directions(d, 1000 + s)
                         X = make_elliptical(n, spectrum, directions, df=df, seed=s)
                         comp, wall, status = run_peer(name, X, m, 1.0, c, args.peer_cap)
                         e = sin_theta(comp.T, directions[:, :m]) if comp is not None else None
-                        peer_rows.append(dict(model=model, method=f"{name} c={c:g}", n=n, dataset=s,
-                                              cap=args.peer_cap,
-                                              wall=wall, status=status, err=e, eps=1.0, frac=0.0))
+                        peer_rows.append(
+                            dict(
+                                model=model,
+                                method=f"{name} c={c:g}",
+                                n=n,
+                                dataset=s,
+                                cap=args.peer_cap,
+                                wall=wall,
+                                status=status,
+                                err=e,
+                                eps=1.0,
+                                frac=0.0,
+                            )
+                        )
                         if status != "ok":
                             gave_up = True
                             break
                 print(f"[{time.time() - t0:6.0f}s] {name} c={c:g} {model}", flush=True)
     # our wall time for the same n (sphere fit through the estimator, synchronous)
     ours_wall = []
-    for n in ([] if "wall" in skip else (300, 500, 1000, 3000, 10000, 30000)):
+    for n in [] if "wall" in skip else (300, 500, 1000, 3000, 10000, 30000):
         X = make_elliptical(n, spiked_spectrum(20, 2), random_directions(20, 0), df=1.0, seed=0)
         start = time.perf_counter()
         dd.DPPCA(2, epsilon=1.0, design="complete", scheduler="synchronous").fit(X)
@@ -381,24 +468,47 @@ def main(argv=None):
 
     # 4. planner predictions for the n sweep (sphere, analytic, eps 1 and 0.5)
     plan_rows = []
-    for model in ([] if "planner" in skip else models):
+    for model in [] if "planner" in skip else models:
         d, m, df, frac = MODELS[model]
         if frac or isinstance(df, str):  # the planner's model is elliptical and clean
             continue
         um = UtilityModel(spiked_spectrum(d, m), m, df=df, n_triples=40000)
         for n in n_grid:
             for eps in (0.5, 1.0):
-                plan_rows.append(dict(model=model, n=n, eps=eps, pred=um.quantile(n, eps, DELTA),
-                                      pred_classical=um.quantile(n, eps, DELTA, calibration="classical")
-                                      if eps < 1 else None,
-                                      bound=um.utility_bound(n, eps, DELTA)["bound"]))
+                plan_rows.append(
+                    dict(
+                        model=model,
+                        n=n,
+                        eps=eps,
+                        pred=um.quantile(n, eps, DELTA),
+                        pred_classical=um.quantile(n, eps, DELTA, calibration="classical")
+                        if eps < 1
+                        else None,
+                        bound=um.utility_bound(n, eps, DELTA)["bound"],
+                    )
+                )
         for eps in eps_grid:
-            plan_rows.append(dict(model=model, n=args.n_ref, eps=eps, pred=um.quantile(args.n_ref, eps, DELTA),
-                                  sweep="eps"))
+            plan_rows.append(
+                dict(
+                    model=model,
+                    n=args.n_ref,
+                    eps=eps,
+                    pred=um.quantile(args.n_ref, eps, DELTA),
+                    sweep="eps",
+                )
+            )
 
-    results = dict(args=vars(args), n_grid=n_grid, eps_grid=eps_grid, summary=summarise(rows),
-                   contamination=bounds, peers=peer_rows, ours_wall=ours_wall, planner=plan_rows,
-                   seconds=time.time() - t0)
+    results = dict(
+        args=vars(args),
+        n_grid=n_grid,
+        eps_grid=eps_grid,
+        summary=summarise(rows),
+        contamination=bounds,
+        peers=peer_rows,
+        ours_wall=ours_wall,
+        planner=plan_rows,
+        seconds=time.time() - t0,
+    )
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     (out / "rows.json").write_text(json.dumps(rows, default=float))
     make_all(results, out / "figures")
@@ -415,7 +525,9 @@ def merge(dirs, out):
         for row in json.loads((Path(d) / "rows.json").read_text()):
             # runs overlap (an --ag-only pass repeats the known-centre Analyze Gauss rows,
             # bit for bit: same data and noise seeds): count each evaluation once
-            key = tuple(row.get(k) for k in ("model", "n", "eps", "method", "frac", "dataset", "rep"))
+            key = tuple(
+                row.get(k) for k in ("model", "n", "eps", "method", "frac", "dataset", "rep")
+            )
             if key not in seen:
                 seen.add(key)
                 rows.append(row)
@@ -435,15 +547,27 @@ def merge(dirs, out):
             r.setdefault("cap", p["args"]["peer_cap"])
             best_cap[r["model"]] = max(best_cap.get(r["model"], 0.0), r["cap"])
     peers = [r for p in parts for r in p["peers"] if r["cap"] == best_cap[r["model"]]]
-    args = dict(parts[0]["args"], out=out.name, models=",".join(models),
-                merged_from=[Path(d).name for d in dirs],
-                datasets=max(p["args"]["datasets"] for p in parts),
-                peer_cap=max(p["args"]["peer_cap"] for p in parts if p["peers"]) if peers else 0,
-                n_ref=first["args"]["n_ref"], runs=[dict(p["args"], out=Path(p["args"]["out"]).name) for p in parts])
-    results = dict(args=args, n_grid=n_grid, eps_grid=parts[0]["eps_grid"], summary=summarise(rows),
-                   contamination=first["contamination"], peers=peers,
-                   ours_wall=next((p["ours_wall"] for p in parts if p["ours_wall"]), []),
-                   planner=list(plan.values()), seconds=sum(p["seconds"] for p in parts))
+    args = dict(
+        parts[0]["args"],
+        out=out.name,
+        models=",".join(models),
+        merged_from=[Path(d).name for d in dirs],
+        datasets=max(p["args"]["datasets"] for p in parts),
+        peer_cap=max(p["args"]["peer_cap"] for p in parts if p["peers"]) if peers else 0,
+        n_ref=first["args"]["n_ref"],
+        runs=[dict(p["args"], out=Path(p["args"]["out"]).name) for p in parts],
+    )
+    results = dict(
+        args=args,
+        n_grid=n_grid,
+        eps_grid=parts[0]["eps_grid"],
+        summary=summarise(rows),
+        contamination=first["contamination"],
+        peers=peers,
+        ours_wall=next((p["ours_wall"] for p in parts if p["ours_wall"]), []),
+        planner=list(plan.values()),
+        seconds=sum(p["seconds"] for p in parts),
+    )
     (out / "figures").mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     make_all(results, out / "figures")
@@ -476,8 +600,11 @@ def _table(results):
 
 
 def _best(tab, model, n, eps, prefix, frac):
-    cands = [(v["median"], k[3]) for k, v in tab.items()
-             if k[0] == model and k[1] == n and k[2] == eps and k[4] == frac and k[3].startswith(prefix)]
+    cands = [
+        (v["median"], k[3])
+        for k, v in tab.items()
+        if k[0] == model and k[1] == n and k[2] == eps and k[4] == frac and k[3].startswith(prefix)
+    ]
     return min(cands) if cands else (None, None)
 
 
@@ -487,8 +614,16 @@ def _series(tab, model, xs, key, method, frac, eps=None, n=None):
         nn, ee = (x, eps) if key == "n" else (n, x)
         if method.startswith("best "):
             prefix = BEST_PREFIX[method]
-            cands = [v for k, v in tab.items() if k[0] == model and k[1] == nn and k[2] == ee
-                     and k[4] == frac and k[3].startswith(prefix) and "classical" not in k[3]]
+            cands = [
+                v
+                for k, v in tab.items()
+                if k[0] == model
+                and k[1] == nn
+                and k[2] == ee
+                and k[4] == frac
+                and k[3].startswith(prefix)
+                and "classical" not in k[3]
+            ]
             row = min(cands, key=lambda v: v["median"]) if cands else None
         else:
             e2 = math.inf if "non-private" in method else ee
@@ -514,34 +649,49 @@ def make_all(results, figdir):
     import matplotlib.pyplot as plt
 
     tab = _table(results)
-    models = [m for m in results["args"]["models"].split(",")]
+    models = results["args"]["models"].split(",")
     methods = list(STYLE)
     for key, xs, fixed, fname, title in (
         ("n", results["n_grid"], dict(eps=1.0), "error_vs_n.png", "epsilon = 1, delta = 1e-6"),
-        ("eps", results["eps_grid"], dict(n=results["args"]["n_ref"]), "error_vs_epsilon.png",
-         f"n = {results['args']['n_ref']}, delta = 1e-6"),
+        (
+            "eps",
+            results["eps_grid"],
+            dict(n=results["args"]["n_ref"]),
+            "error_vs_epsilon.png",
+            f"n = {results['args']['n_ref']}, delta = 1e-6",
+        ),
     ):
         cols = min(4, len(models))
         rows_ = math.ceil(len(models) / cols)
         fig, axes = plt.subplots(rows_, cols, figsize=(4.2 * cols, 3.4 * rows_), squeeze=False)
         for ax, model in zip(axes.flat, models):
             frac = MODELS[model][3]
-            series = {meth: _series(tab, model, xs, key, meth, frac, **fixed) for meth in methods
-                      if not (meth.endswith("(classical)"))}
+            series = {
+                meth: _series(tab, model, xs, key, meth, frac, **fixed)
+                for meth in methods
+                if not (meth.endswith("(classical)"))
+            }
             if key == "eps":
-                series["g-DPPCA sphere (classical)"] = [p for p in _series(
-                    tab, model, xs, key, "g-DPPCA sphere (classical)", frac, **fixed) if p[0] < 1]
+                series["g-DPPCA sphere (classical)"] = [
+                    p
+                    for p in _series(
+                        tab, model, xs, key, "g-DPPCA sphere (classical)", frac, **fixed
+                    )
+                    if p[0] < 1
+                ]
             _plot_lines(ax, series)
             ax.set_xscale("log"), ax.set_yscale("log")
             ax.set_title(model.replace("_", " "), fontsize=10)
             ax.set_xlabel("n (records)" if key == "n" else "epsilon")
             ax.set_ylabel("sin theta to the truth")
             ax.grid(alpha=0.3, which="both")
-        for ax in list(axes.flat)[len(models):]:
+        for ax in list(axes.flat)[len(models) :]:
             ax.axis("off")
         handles, labels = axes.flat[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
-        fig.suptitle(f"Subspace error (median, quartile band; {results['args']['datasets']} data sets), {title}")
+        fig.suptitle(
+            f"Subspace error (median, quartile band; {results['args']['datasets']} data sets), {title}"
+        )
         fig.tight_layout(rect=(0, 0.08, 1, 0.96))
         fig.savefig(figdir / fname, dpi=110)
         plt.close(fig)
@@ -553,8 +703,13 @@ def make_all(results, figdir):
         if model not in models:
             continue
         for cal, style in (("analytic", dict(color="C0")), ("classical", dict(color="C1"))):
-            pts = [p for p in _series(tab, model, results["n_grid"], "n", f"g-DPPCA sphere ({cal})", 0.0, eps=0.5)
-                   if p[2] is not None]
+            pts = [
+                p
+                for p in _series(
+                    tab, model, results["n_grid"], "n", f"g-DPPCA sphere ({cal})", 0.0, eps=0.5
+                )
+                if p[2] is not None
+            ]
             if not pts:
                 continue
             x, lo, med, hi = (np.array(v, dtype=float) for v in zip(*pts))
@@ -562,9 +717,13 @@ def make_all(results, figdir):
             ax.fill_between(x, lo, hi, alpha=0.15, color=style["color"])
             key = "pred" if cal == "analytic" else "pred_classical"
             pr = [plan[(model, n, 0.5)][key] for n in results["n_grid"] if (model, n, 0.5) in plan]
-            ax.plot(results["n_grid"][:len(pr)], pr, ls="--", label=f"planner, {cal}", **style)
+            ax.plot(results["n_grid"][: len(pr)], pr, ls="--", label=f"planner, {cal}", **style)
         ax.set_xscale("log"), ax.set_yscale("log"), ax.grid(alpha=0.3, which="both")
-        ax.set_title(f"{model}: sphere, epsilon = 0.5"), ax.set_xlabel("n"), ax.set_ylabel("sin theta")
+        (
+            ax.set_title(f"{model}: sphere, epsilon = 0.5"),
+            ax.set_xlabel("n"),
+            ax.set_ylabel("sin theta"),
+        )
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(figdir / "calibration_records.png", dpi=110)
@@ -600,14 +759,22 @@ def _public_clip_plot(results, tab, figdir, plt):
     x = np.arange(len(models))
     for i, c in enumerate(CLIP_NORMS):
         ratios = [_public_clip_ratio(tab, mo, n, c) for mo in models]
-        ax.plot(x, [np.nan if v is None else v for v in ratios], marker="o", label=f"c = {c:g}", color=plt.cm.viridis(i / (len(CLIP_NORMS) - 1)))
+        ax.plot(
+            x,
+            [np.nan if v is None else v for v in ratios],
+            marker="o",
+            label=f"c = {c:g}",
+            color=plt.cm.viridis(i / (len(CLIP_NORMS) - 1)),
+        )
     ax.axhline(1.0, color="k", lw=1)
     ax.text(-0.4, 1.05, "above the line: g-DPPCA better", ha="left", fontsize=8)
     ax.set_yscale("log"), ax.grid(alpha=0.3, which="both")
     ax.set_xticks(x, [mo.replace("_", " ") for mo in models], rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("error ratio: Analyze Gauss / g-DPPCA")
-    ax.set_title(f"Analyze Gauss (private centre) with ONE public clip c for all models; n = {n}, epsilon = 1",
-                 fontsize=9)
+    ax.set_title(
+        f"Analyze Gauss (private centre) with ONE public clip c for all models; n = {n}, epsilon = 1",
+        fontsize=9,
+    )
     ax.legend(fontsize=8, ncol=5)
     fig.tight_layout()
     fig.savefig(figdir / "public_clip.png", dpi=110)
@@ -618,9 +785,14 @@ def _contamination_plot(results, tab, figdir, plt):
     fig, ax = plt.subplots(figsize=(6, 4))
     fr = [b["frac"] for b in results["contamination"]]
     n_c = min(results["args"]["n_ref"], 3000)
-    for meth in ("covariance (non-private)", "g sphere (non-private)", "g-DPPCA sphere (analytic)",
-                 "best g-DPPCA winsor (analytic)", "best Analyze Gauss, known centre (oracle c)",
-                 "best Analyze Gauss, private centre (oracle c)"):
+    for meth in (
+        "covariance (non-private)",
+        "g sphere (non-private)",
+        "g-DPPCA sphere (analytic)",
+        "best g-DPPCA winsor (analytic)",
+        "best Analyze Gauss, known centre (oracle c)",
+        "best Analyze Gauss, private centre (oracle c)",
+    ):
         pts = []
         for f in fr:
             s = _series(tab, f"contam_{f:g}", [n_c], "n", meth, f, eps=1.0)[0]
@@ -638,7 +810,6 @@ def _contamination_plot(results, tab, figdir, plt):
     plt.close(fig)
 
 
-
 def _wall_plot(results, figdir, plt):
     fig, ax = plt.subplots(figsize=(6, 4))
     peers = {}
@@ -654,12 +825,22 @@ def _wall_plot(results, figdir, plt):
             if any(r["status"] == "gave up" for r in byn[n]):
                 ax.plot([n], [results["args"]["peer_cap"]], marker="x", ms=12, color=f"C{i + 3}")
     ow = results["ours_wall"]
-    ax.plot([r["n"] for r in ow], [r["wall"] for r in ow], marker="s", color="C0", lw=2,
-            label="g-DPPCA sphere (DPPCA.fit, complete)")
+    ax.plot(
+        [r["n"] for r in ow],
+        [r["wall"] for r in ow],
+        marker="s",
+        color="C0",
+        lw=2,
+        label="g-DPPCA sphere (DPPCA.fit, complete)",
+    )
     ax.axhline(results["args"]["peer_cap"], color="k", ls=":", lw=0.8)
     ax.text(300, results["args"]["peer_cap"] * 1.1, "time cap (x = gave up)", fontsize=8)
     ax.set_xscale("log"), ax.set_yscale("log"), ax.grid(alpha=0.3, which="both")
-    ax.set_xlabel("n"), ax.set_ylabel("wall seconds per fit"), ax.set_title("t_1, d = 20, m = 2, epsilon = 1")
+    (
+        ax.set_xlabel("n"),
+        ax.set_ylabel("wall seconds per fit"),
+        ax.set_title("t_1, d = 20, m = 2, epsilon = 1"),
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(figdir / "wall_time_peers.png", dpi=110)
@@ -670,15 +851,23 @@ def _cell(tab, model, n, eps):
     """sphere row, best winsor, best AG (known centre), best AG (private centre) of one cell."""
     frac = MODELS[model][3]
     ours = tab.get((model, n, eps, "g-DPPCA sphere (analytic)", frac))
-    return (ours,) + tuple(_best(tab, model, n, eps, BEST_PREFIX[k], frac) for k in
-                           ("best g-DPPCA winsor (analytic)", "best Analyze Gauss, known centre (oracle c)",
-                            "best Analyze Gauss, private centre (oracle c)"))
+    return (ours,) + tuple(
+        _best(tab, model, n, eps, BEST_PREFIX[k], frac)
+        for k in (
+            "best g-DPPCA winsor (analytic)",
+            "best Analyze Gauss, known centre (oracle c)",
+            "best Analyze Gauss, private centre (oracle c)",
+        )
+    )
 
 
 def _records_ratios(tab, n_grid, model):
     """n at which the analytic calibration reaches the classical's median, over the classical n."""
-    a = [p for p in _series(tab, model, n_grid, "n", "g-DPPCA sphere (analytic)", 0.0, eps=0.5)
-         if p[2] is not None]
+    a = [
+        p
+        for p in _series(tab, model, n_grid, "n", "g-DPPCA sphere (analytic)", 0.0, eps=0.5)
+        if p[2] is not None
+    ]
     c = _series(tab, model, n_grid, "n", "g-DPPCA sphere (classical)", 0.0, eps=0.5)
     if len(a) < 2:
         return {}
@@ -698,15 +887,20 @@ def headlines(results) -> str:
         ours, (wi, winame), (ag, agname), (agp, agpname) = _cell(tab, model, n_ref, 1.0)
         if ours is None or ag is None:
             continue
-        lines.append(f"{model}: n={n_ref} eps=1: sphere {ours['median']:.4f}, best winsor {wi} ({winame}), "
-                     f"best AG {ag:.4f} ({agname}), best AG private centre {agp} ({agpname}); "
-                     f"AG/sphere = {ag / ours['median']:.2f}"
-                     + (f", AG private/sphere = {agp / ours['median']:.2f}" if agp else ""))
+        lines.append(
+            f"{model}: n={n_ref} eps=1: sphere {ours['median']:.4f}, best winsor {wi} ({winame}), "
+            f"best AG {ag:.4f} ({agname}), best AG private centre {agp} ({agpname}); "
+            f"AG/sphere = {ag / ours['median']:.2f}"
+            + (f", AG private/sphere = {agp / ours['median']:.2f}" if agp else "")
+        )
     for model in results["args"]["models"].split(","):
         ratios = _records_ratios(tab, results["n_grid"], model)
         if ratios:
-            lines.append(f"{model}: records ratio analytic/classical at eps=0.5 ("
-                         + ", ".join(f"n={n}: {r:.2f}" for n, r in ratios.items()) + ")")
+            lines.append(
+                f"{model}: records ratio analytic/classical at eps=0.5 ("
+                + ", ".join(f"n={n}: {r:.2f}" for n, r in ratios.items())
+                + ")"
+            )
     return "\n".join(lines)
 
 
@@ -724,11 +918,13 @@ def tables(results) -> str:
     def r(x):
         return "—" if x is None else f"{x:.2f}"
 
-    out = [f"### Headline cells: n = {n_ref}, epsilon = 1",
-           "",
-           "| model | g-DPPCA sphere [quartiles] | best winsor | best AG, known centre | best AG, private centre "
-           "| AG known / sphere | AG private / sphere | g sphere, non-private | covariance, non-private | data sets |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"### Headline cells: n = {n_ref}, epsilon = 1",
+        "",
+        "| model | g-DPPCA sphere [quartiles] | best winsor | best AG, known centre | best AG, private centre "
+        "| AG known / sphere | AG private / sphere | g sphere, non-private | covariance, non-private | data sets |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for model in models:
         ours, (wi, winame), (ag, agname), (agp, agpname) = _cell(tab, model, n_ref, 1.0)
         if ours is None:
@@ -743,13 +939,20 @@ def tables(results) -> str:
             f"| {f(ag)} ({short(agname) if agname else ''}) | {f(agp)} ({short(agpname) if agpname else ''}) "
             f"| {r(ag / ours['median']) if ag else '—'} | {r(agp / ours['median']) if agp else '—'} "
             f"| {f(ref_g['median'] if ref_g else None)} | {f(ref_c['median'] if ref_c else None)} "
-            f"| {ours['count']} |")
-    for key, xs, label in (("eps", results["eps_grid"], f"Epsilon sweep, n = {n_ref}"),
-                           ("n", results["n_grid"], "n sweep, epsilon = 1")):
-        out += ["", f"### {label}: g-DPPCA sphere / best AG known centre / best AG private centre "
-                    "(AG private / sphere)", "",
-                "| model | " + " | ".join(f"{key} = {x:g}" for x in xs) + " |",
-                "|---|" + "---|" * len(xs)]
+            f"| {ours['count']} |"
+        )
+    for key, xs, label in (
+        ("eps", results["eps_grid"], f"Epsilon sweep, n = {n_ref}"),
+        ("n", results["n_grid"], "n sweep, epsilon = 1"),
+    ):
+        out += [
+            "",
+            f"### {label}: g-DPPCA sphere / best AG known centre / best AG private centre "
+            "(AG private / sphere)",
+            "",
+            "| model | " + " | ".join(f"{key} = {x:g}" for x in xs) + " |",
+            "|---|" + "---|" * len(xs),
+        ]
         for model in models:
             cells = []
             for x in xs:
@@ -759,44 +962,82 @@ def tables(results) -> str:
                     cells.append("not run")
                     continue
                 c = ours["count"]
-                cells.append(f"{f(ours['median'])} / {f(ag)} / {f(agp)} "
-                             f"({r(agp / ours['median']) if agp else '—'})" + ("" if c >= 20 else f" [{c} sets]"))
+                cells.append(
+                    f"{f(ours['median'])} / {f(ag)} / {f(agp)} "
+                    f"({r(agp / ours['median']) if agp else '—'})"
+                    + ("" if c >= 20 else f" [{c} sets]")
+                )
             if any(c != "not run" for c in cells):
                 out.append(f"| {model} | " + " | ".join(cells) + " |")
     for n in sorted({n_ref, max(results["n_grid"], default=n_ref)}):
         present = _models_run_at(tab, models, n)
-        out += ["", f"### One public clipping norm for every model, n = {n}, epsilon = 1: "
-                    "Analyze Gauss (private centre, share 0.1) / g-DPPCA sphere", "",
-                "| c | " + " | ".join(present) + " | **worst** |", "|---|" + "---|" * (len(present) + 1)]
+        out += [
+            "",
+            f"### One public clipping norm for every model, n = {n}, epsilon = 1: "
+            "Analyze Gauss (private centre, share 0.1) / g-DPPCA sphere",
+            "",
+            "| c | " + " | ".join(present) + " | **worst** |",
+            "|---|" + "---|" * (len(present) + 1),
+        ]
         for c in CLIP_NORMS:
             ratios = [_public_clip_ratio(tab, mo, n, c) for mo in present]
             known = [x for x in ratios if x is not None]
-            out.append(f"| {c:g} | " + " | ".join(r(x) for x in ratios)
-                       + f" | **{r(max(known)) if known else '—'}** |")
-    out += ["", "### Records ratio (analytic / classical calibration, epsilon = 0.5)", "",
-            "| model | " + " | ".join(f"n = {n:g}" for n in results["n_grid"]) + " |",
-            "|---|" + "---|" * len(results["n_grid"])]
+            out.append(
+                f"| {c:g} | "
+                + " | ".join(r(x) for x in ratios)
+                + f" | **{r(max(known)) if known else '—'}** |"
+            )
+    out += [
+        "",
+        "### Records ratio (analytic / classical calibration, epsilon = 0.5)",
+        "",
+        "| model | " + " | ".join(f"n = {n:g}" for n in results["n_grid"]) + " |",
+        "|---|" + "---|" * len(results["n_grid"]),
+    ]
     for model in models:
         ratios = _records_ratios(tab, results["n_grid"], model)
         if ratios:
-            out.append(f"| {model} | " + " | ".join(r(ratios.get(n)) for n in results["n_grid"]) + " |")
+            out.append(
+                f"| {model} | " + " | ".join(r(ratios.get(n)) for n in results["n_grid"]) + " |"
+            )
     if results["contamination"]:
         fracs = [b["frac"] for b in results["contamination"]]
         n_c = min(n_ref, 3000)
-        out += ["", f"### Contamination: Gaussian d=20 m=2, n = {n_c}, epsilon = 1, a tight far cluster", "",
-                "| fraction | " + " | ".join(f"{x:g}" for x in fracs) + " |", "|---|" + "---|" * len(fracs)]
-        for meth in ("covariance (non-private)", "g sphere (non-private)", "g-DPPCA sphere (analytic)",
-                     "best g-DPPCA winsor (analytic)", "Analyze Gauss c=2", "Analyze Gauss c=5",
-                     "Analyze Gauss c=10", "best Analyze Gauss, private centre (oracle c)"):
-            cells = [_series(tab, f"contam_{x:g}", [n_c], "n", meth, x, eps=1.0)[0][2] for x in fracs]
+        out += [
+            "",
+            f"### Contamination: Gaussian d=20 m=2, n = {n_c}, epsilon = 1, a tight far cluster",
+            "",
+            "| fraction | " + " | ".join(f"{x:g}" for x in fracs) + " |",
+            "|---|" + "---|" * len(fracs),
+        ]
+        for meth in (
+            "covariance (non-private)",
+            "g sphere (non-private)",
+            "g-DPPCA sphere (analytic)",
+            "best g-DPPCA winsor (analytic)",
+            "Analyze Gauss c=2",
+            "Analyze Gauss c=5",
+            "Analyze Gauss c=10",
+            "best Analyze Gauss, private centre (oracle c)",
+        ):
+            cells = [
+                _series(tab, f"contam_{x:g}", [n_c], "n", meth, x, eps=1.0)[0][2] for x in fracs
+            ]
             if any(c is not None for c in cells):
                 out.append(f"| {meth} | " + " | ".join(f(c) for c in cells) + " |")
     if results["peers"]:
-        out += ["", "### Peers: median sin theta (median wall seconds) per rung, epsilon = 1", "",
-                "| model | peer | time cap (s) | rungs |", "|---|---|---|---|"]
+        out += [
+            "",
+            "### Peers: median sin theta (median wall seconds) per rung, epsilon = 1",
+            "",
+            "| model | peer | time cap (s) | rungs |",
+            "|---|---|---|---|",
+        ]
         byrung = {}
         for row in results["peers"]:
-            byrung.setdefault((row["model"], row["method"]), {}).setdefault(row["n"], []).append(row)
+            byrung.setdefault((row["model"], row["method"]), {}).setdefault(row["n"], []).append(
+                row
+            )
         for (model, meth), rungs in sorted(byrung.items()):
             cells = []
             for n, rows_n in sorted(rungs.items()):
@@ -804,15 +1045,25 @@ def tables(results) -> str:
                 if status == {"skipped"}:
                     continue
                 if status == {"ok"}:
-                    cells.append(f"n = {n}: {f(np.median([row['err'] for row in rows_n]))} "
-                                 f"({np.median([row['wall'] for row in rows_n]):.1f} s, {len(rows_n)} sets)")
+                    cells.append(
+                        f"n = {n}: {f(np.median([row['err'] for row in rows_n]))} "
+                        f"({np.median([row['wall'] for row in rows_n]):.1f} s, {len(rows_n)} sets)"
+                    )
                 else:
-                    cells.append(f"**gave up at n = {n}**" if "gave up" in status else f"n = {n}: {sorted(status)}")
+                    cells.append(
+                        f"**gave up at n = {n}**"
+                        if "gave up" in status
+                        else f"n = {n}: {sorted(status)}"
+                    )
             out.append(f"| {model} | {meth} | {rows_n[0]['cap']:g} | " + "; ".join(cells) + " |")
     plan = {(p["model"], p["n"], p["eps"]): p for p in results["planner"] if "sweep" not in p}
-    out += ["", "### Planner check: predicted median / measured median (sphere, analytic)", "",
-            "| model | epsilon | " + " | ".join(f"n = {n:g}" for n in results["n_grid"]) + " |",
-            "|---|---|" + "---|" * len(results["n_grid"])]
+    out += [
+        "",
+        "### Planner check: predicted median / measured median (sphere, analytic)",
+        "",
+        "| model | epsilon | " + " | ".join(f"n = {n:g}" for n in results["n_grid"]) + " |",
+        "|---|---|" + "---|" * len(results["n_grid"]),
+    ]
     for model in models:
         for eps in (0.5, 1.0):
             cells = []

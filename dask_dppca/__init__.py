@@ -46,15 +46,15 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from .compute.placement import UntrustedReleaseWarning
-    from .compute.waits import ClusterStalledError
-    from .design import CompleteDesign, RegularDesign
-    from .estimator import DPPCA
-    from .kernel.spatial_sign import SpatialSign, custom, sphere, winsor
-    from .metrics import sin_theta
-    from .privacy.budget import BudgetExceededError, GaussianCharge, LedgerError, PrivacyBudget
-    from .privacy.charging import active_budgets, set_default_budget
-    from .reference import kendall_matrix
+    from .compute.placement import UntrustedReleaseWarning  # noqa: F401
+    from .compute.waits import ClusterStalledError  # noqa: F401
+    from .design import CompleteDesign, RegularDesign  # noqa: F401
+    from .estimator import DPPCA  # noqa: F401
+    from .kernel.spatial_sign import SpatialSign, custom, sphere, winsor  # noqa: F401
+    from .metrics import sin_theta  # noqa: F401
+    from .privacy.budget import BudgetExceededError, GaussianCharge, LedgerError, PrivacyBudget  # noqa: F401
+    from .privacy.charging import active_budgets, set_default_budget  # noqa: F401
+    from .reference import kendall_matrix  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["spiked_spectrum", "random_directions", "make_elliptical", "make_skewed", "write_elliptical_zarr"]
+__all__ = [
+    "make_elliptical",
+    "make_skewed",
+    "random_directions",
+    "spiked_spectrum",
+    "write_elliptical_zarr",
+]
 
 SKEWED_MARGINALS = ("lognormal", "pareto")
 
@@ -120,11 +126,16 @@ def write_elliptical_zarr(
     """
     import zarr
 
-    store = zarr.open_array(path, mode="w", shape=(n, len(spectrum)),
-                            chunks=(chunk_rows, len(spectrum)), dtype="f8")
+    store = zarr.open_array(
+        path, mode="w", shape=(n, len(spectrum)), chunks=(chunk_rows, len(spectrum)), dtype="f8"
+    )
     for k, start in enumerate(range(0, n, chunk_rows)):
         stop = min(start + chunk_rows, n)
-        store[start:stop] = make_elliptical(stop - start, spectrum, directions,
-                                            seed=np.random.SeedSequence([seed, k]).generate_state(1)[0],
-                                            **kwargs)
+        store[start:stop] = make_elliptical(
+            stop - start,
+            spectrum,
+            directions,
+            seed=np.random.SeedSequence([seed, k]).generate_state(1)[0],
+            **kwargs,
+        )
     return store

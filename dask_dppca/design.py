@@ -27,8 +27,18 @@ import numpy as np
 
 from .kernel import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_budget
 
-__all__ = ["CompleteDesign", "RegularDesign", "Design", "DesignPlan", "auto_design", "block_rows",
-           "check_design", "complete_blocks", "plan_blocks", "resolve_design"]
+__all__ = [
+    "CompleteDesign",
+    "Design",
+    "DesignPlan",
+    "RegularDesign",
+    "auto_design",
+    "block_rows",
+    "check_design",
+    "complete_blocks",
+    "plan_blocks",
+    "resolve_design",
+]
 
 
 @dataclass(frozen=True)
@@ -82,8 +92,9 @@ class DesignPlan:
 
     def rounding_error(self) -> float:
         """Worst-case ``||K_hat_computed - K_hat_exact||_F / G^2`` for these blocks and tiles."""
-        return rounding_error_bound(self.n_features, max(self.block_sizes),
-                                    len(self.block_pairs), self.tile_rows)
+        return rounding_error_bound(
+            self.n_features, max(self.block_sizes), len(self.block_pairs), self.tile_rows
+        )
 
     def sensitivity(self, bound: float) -> float:
         """Frobenius sensitivity ``sqrt(2) G^2 max_degree / |P|`` of the averaged K_hat."""
@@ -220,22 +231,37 @@ class RegularDesign:
         # In walk order: each block's own pairs, then its edges to blocks met before it.
         step = np.empty(len(sizes), dtype=int)
         step[self.walk(len(sizes))] = np.arange(len(sizes))
-        pairs = sorted([(i, i) for i in range(len(sizes))] + list(edges),
-                       key=lambda pair: (max(step[pair[0]], step[pair[1]]), pair[0] != pair[1],
-                                         min(step[pair[0]], step[pair[1]])))
+        pairs = sorted(
+            [(i, i) for i in range(len(sizes))] + list(edges),
+            key=lambda pair: (
+                max(step[pair[0]], step[pair[1]]),
+                pair[0] != pair[1],
+                min(step[pair[0]], step[pair[1]]),
+            ),
+        )
         plan = _plan(sizes, tuple(pairs), n_pairs, max(degree), n_features)
         return dataclasses.replace(plan, task_sizes=_walk_tasks(plan))
 
     def describe(self) -> dict:
         """Public parameters of the design."""
-        return {"design": self.name, "partners_k": self.k, "block_size": self.block_size,
-                "design_seed": self.seed}
+        return {
+            "design": self.name,
+            "partners_k": self.k,
+            "block_size": self.block_size,
+            "design_seed": self.seed,
+        }
 
 
 def _plan(sizes, pairs, n_pairs, max_degree, n_features) -> DesignPlan:
     d = int(n_features)
-    return DesignPlan(sizes, pairs, n_pairs=n_pairs, max_degree=max_degree, n_features=d,
-                      tile_rows=tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d))
+    return DesignPlan(
+        sizes,
+        pairs,
+        n_pairs=n_pairs,
+        max_degree=max_degree,
+        n_features=d,
+        tile_rows=tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d),
+    )
 
 
 #: Work a graph task of a regular design aims at (flops, 4 d per pair: about 100 ms of a
@@ -291,7 +317,7 @@ def block_rows(n_samples: int, n_features: int, n_threads: int) -> int:
     largest = max(tile, min(MAX_BLOCK_ROWS, MAX_BLOCK_BYTES // (8 * d)) // tile * tile)
     smallest = max(tile, math.ceil(math.sqrt(MIN_BLOCK_PAIR_FLOPS / (2.0 * d))))
     wanted = BLOCK_PAIRS_PER_THREAD * max(int(n_threads), 1)
-    n_blocks = math.ceil((math.sqrt(8.0 * wanted + 1.0) - 1.0) / 2.0)   # B (B + 1) / 2 >= wanted
+    n_blocks = math.ceil((math.sqrt(8.0 * wanted + 1.0) - 1.0) / 2.0)  # B (B + 1) / 2 >= wanted
     n_blocks = max(min(n_blocks, n // smallest), math.ceil(n / largest), 1)
     if n_blocks == 1:
         return max(n, 1)
@@ -303,7 +329,8 @@ def block_rows(n_samples: int, n_features: int, n_threads: int) -> int:
 
 def complete_blocks(n_samples: int, n_features: int, n_threads: int) -> tuple[int, ...]:
     """Row blocks of the complete design for an input without row chunks of its own:
-    blocks of :func:`block_rows`, the last one shorter."""
+    blocks of :func:`block_rows`, the last one shorter.
+    """
     target = block_rows(n_samples, n_features, n_threads)
     full, tail = divmod(int(n_samples), target)
     return (target,) * full + ((tail,) if tail else ())
@@ -334,7 +361,7 @@ def auto_design(n_samples: int, n_features: int, n_threads: int) -> CompleteDesi
     tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
     largest = int(min(16384, max(1024, _AUTO_BLOCK_BYTES // (8 * d))))
     block = int(min(largest, max(1024, budget / (4.0 * d * n_samples))))
-    block = max(tile, block // tile * tile)      # whole kernel tiles: no ragged tile per block
+    block = max(tile, block // tile * tile)  # whole kernel tiles: no ragged tile per block
     k = int(budget / (2.0 * n_samples * block * d)) - 1
     n_blocks = -(-n_samples // block)
     return RegularDesign(k=max(1, min(k, n_blocks - 1)), block_size=block, seed=0)

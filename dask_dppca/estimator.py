@@ -168,8 +168,15 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         self.random_state = random_state
         self.progress = progress
 
-    def fit(self, X: Any, y: None = None, *, component: str | None = None,
-            storage_options: dict | None = None, allow_fill_values: bool = False) -> DPPCA:
+    def fit(
+        self,
+        X: Any,
+        y: None = None,
+        *,
+        component: str | None = None,
+        storage_options: dict | None = None,
+        allow_fill_values: bool = False,
+    ) -> DPPCA:
         """Compute the private principal directions of ``X``.
 
         Parameters
@@ -194,8 +201,9 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         self
         """
         params = self._validated()
-        records = open_records(X, component, storage_options=storage_options,
-                               allow_fill_values=allow_fill_values)
+        records = open_records(
+            X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
+        )
         if hasattr(X, "shape") or not is_lazy_input(X):  # metadata only: names and width
             validate_data(self, X, reset=True, skip_check_array=True)
         n_components = _check_n_components(params.n_components, records.shape[1])
@@ -203,38 +211,58 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
             records = records.counted(target)
             n, d = records.shape
             design, plan = plan_blocks(n, d, records.row_chunks, params.design, target.n_threads)
-            mechanism = ReleaseMechanism.plan_release(design, plan, params.spatial_sign,
-                                                      params.target,
-                                                      _noise_sampler(d, params.random_state))
+            mechanism = ReleaseMechanism.plan_release(
+                design,
+                plan,
+                params.spatial_sign,
+                params.target,
+                _noise_sampler(d, params.random_state),
+            )
             fit_id = uuid.uuid4().hex
             # Every active budget reserves the release before any data is read and
             # commits it after the draw (docs/privacy.md, "Budget").
-            with reserve_release(mechanism, fit_id=fit_id, dataset=records.dataset,
-                                 carried=self.carried_budgets,
-                                 abandon=lambda: target.abandon(fit_id)):
-                lane_sums = kernel_sum_graph(records.blocks(plan.block_sizes), plan,
-                                             params.spatial_sign, target.n_threads)
+            with reserve_release(
+                mechanism,
+                fit_id=fit_id,
+                dataset=records.dataset,
+                carried=self.carried_budgets,
+                abandon=lambda: target.abandon(fit_id),
+            ):
+                lane_sums = kernel_sum_graph(
+                    records.blocks(plan.block_sizes), plan, params.spatial_sign, target.n_threads
+                )
                 release, placement = target.release(
-                    mechanism, lane_sums, n_components, fit_id,
-                    trusted_worker=params.trusted_worker, require_trusted=params.require_trusted,
-                    progress=params.progress)
+                    mechanism,
+                    lane_sums,
+                    n_components,
+                    fit_id,
+                    trusted_worker=params.trusted_worker,
+                    require_trusted=params.require_trusted,
+                    progress=params.progress,
+                )
 
         self.components_ = release.components
         self.eigenvalues_ = release.eigenvalues
         self.explained_variance_ = release.eigenvalues[:n_components].copy()
         positive = np.clip(release.eigenvalues, 0.0, None)
         total = positive.sum()
-        self.explained_variance_ratio_ = (positive[:n_components] / total if total > 0
-                                          else np.zeros(n_components))
+        self.explained_variance_ratio_ = (
+            positive[:n_components] / total if total > 0 else np.zeros(n_components)
+        )
         self.n_features_in_ = plan.n_features
         self.n_samples_ = plan.n_samples
-        self.privacy_ = {**mechanism.describe(), "fit_id": fit_id,
-                         "release_placement": placement, "released_on": release.released_on}
+        self.privacy_ = {
+            **mechanism.describe(),
+            "fit_id": fit_id,
+            "release_placement": placement,
+            "released_on": release.released_on,
+        }
         return self
 
     def _validated(self) -> _Parameters:
         """Every parameter checked once (the constraint table, the privacy target, the
-        spatial sign), before anything starts or is read."""
+        spatial sign), before anything starts or is read.
+        """
         params = self.get_params(deep=False)
         checked = {name: check(name, params[name]) for name, check in PARAMETER_CONSTRAINTS.items()}
         target = PrivacyTarget.of(params["epsilon"], params["delta"], params["calibration"])
@@ -246,8 +274,14 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
             )
         return _Parameters(target=target, spatial_sign=g, **checked)
 
-    def transform(self, X: Any, *, component: str | None = None,
-                  storage_options: dict | None = None, allow_fill_values: bool = False) -> Any:
+    def transform(
+        self,
+        X: Any,
+        *,
+        component: str | None = None,
+        storage_options: dict | None = None,
+        allow_fill_values: bool = False,
+    ) -> Any:
         """Scores ``X @ components_.T`` (not centred).
 
         The estimator holds no location estimate (releasing one would need its own
@@ -263,8 +297,9 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         """
         check_is_fitted(self, "components_")
         if is_lazy_input(X):
-            records = open_records(X, component, storage_options=storage_options,
-                                   allow_fill_values=allow_fill_values)
+            records = open_records(
+                X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
+            )
             _check_width(records.shape[1], self.n_features_in_)
             return records.array.astype(np.float64) @ self.components_.T
         # In memory: scikit-learn's checks (width, column names) and wording.  NaN and

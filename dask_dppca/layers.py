@@ -13,25 +13,55 @@ __all__ = ["FORBIDDEN_IMPORTS", "LAYERS"]
 
 #: ``(layer name, top-level modules of dask_dppca in it, what it holds)``, lowest first.
 LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
-    ("base", frozenset({"validation", "datasets", "layers"}),
-     "parameter checks, synthetic data sets"),
-    ("kernel", frozenset({"kernel"}),
-     "spatial signs; exact block-pair sums of g g^T (numpy + numba); exact summation; "
-     "the rounding bound"),
-    ("design", frozenset({"design"}),
-     "pair designs, block planning and the plan (pairs, degrees, blocks, tiles)"),
-    ("graph", frozenset({"io", "graph"}),
-     "inputs (numpy, dask, Zarr, xarray, DataFrames; storage, result files); the lanes of "
-     "block-pair tasks"),
-    ("privacy", frozenset({"privacy"}),
-     "calibration, float-safe noise, the release mechanism, the budget and its ledger "
-     "(no Dask)"),
-    ("compute", frozenset({"compute"}),
-     "compute targets (embedded cluster, addresses, clients), bounded waits, progress, "
-     "BLAS policy, the trusted release, tickets, placement"),
-    ("shells", frozenset({"estimator", "reference", "metrics", "planning", "theory", "cli",
-                          "__init__", "__main__"}),
-     "DPPCA, the non-private kendall_matrix, sin theta, the planner, theory, the command line"),
+    (
+        "base",
+        frozenset({"validation", "datasets", "layers"}),
+        "parameter checks, synthetic data sets",
+    ),
+    (
+        "kernel",
+        frozenset({"kernel"}),
+        "spatial signs; exact block-pair sums of g g^T (numpy + numba); exact summation; "
+        "the rounding bound",
+    ),
+    (
+        "design",
+        frozenset({"design"}),
+        "pair designs, block planning and the plan (pairs, degrees, blocks, tiles)",
+    ),
+    (
+        "graph",
+        frozenset({"io", "graph"}),
+        "inputs (numpy, dask, Zarr, xarray, DataFrames; storage, result files); the lanes of "
+        "block-pair tasks",
+    ),
+    (
+        "privacy",
+        frozenset({"privacy"}),
+        "calibration, float-safe noise, the release mechanism, the budget and its ledger (no Dask)",
+    ),
+    (
+        "compute",
+        frozenset({"compute"}),
+        "compute targets (embedded cluster, addresses, clients), bounded waits, progress, "
+        "BLAS policy, the trusted release, tickets, placement",
+    ),
+    (
+        "shells",
+        frozenset(
+            {
+                "estimator",
+                "reference",
+                "metrics",
+                "planning",
+                "theory",
+                "cli",
+                "__init__",
+                "__main__",
+            }
+        ),
+        "DPPCA, the non-private kendall_matrix, sin theta, the planner, theory, the command line",
+    ),
 )
 
 #: Top-level packages a layer may not import at all.

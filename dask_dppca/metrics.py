@@ -8,7 +8,7 @@ __all__ = ["sin_theta"]
 
 
 def sin_theta(V1: np.ndarray, V2: np.ndarray, form: str = "operator") -> float:
-    """sin Theta distance between the column spaces of two orthonormal bases.
+    """Sin Theta distance between the column spaces of two orthonormal bases.
 
     Parameters
     ----------

@@ -1,5 +1,6 @@
 """Planning a release before any data is read: its sigma, and a first-order model of its
-accuracy (docs/method.md, section 6)."""
+accuracy (docs/method.md, section 6).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from .design import plan_blocks
 from .kernel import resolve_spatial_sign
 from .privacy import PrivacyTarget, ReleaseMechanism
 from .privacy.noise import default_sampler
-from .theory import _check_spectrum, _draw_elliptical, _g, _model_spatial_sign, population_eigenvalues
+from .theory import (
+    _check_spectrum,
+    _draw_elliptical,
+    _g,
+    _model_spatial_sign,
+    population_eigenvalues,
+)
 
 __all__ = ["UtilityModel", "plan", "release_sigma"]
 
@@ -22,9 +29,17 @@ _SQRT2 = math.sqrt(2.0)
 # -- the release's sigma, without data ----------------------------------------------
 
 
-def release_sigma(n: int, d: int, epsilon: float, delta: float = 1e-6, *,
-                  spatial_sign: str = "sphere", radius: float | None = None,
-                  calibration: str = "analytic", n_threads: int | None = None) -> float:
+def release_sigma(
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float = 1e-6,
+    *,
+    spatial_sign: str = "sphere",
+    radius: float | None = None,
+    calibration: str = "analytic",
+    n_threads: int | None = None,
+) -> float:
     """The noise scale ``sigma`` of ``DPPCA(design="complete")`` on an (n, d) numpy input.
 
     Builds the plan ``fit`` builds for a numpy input (the block rule on n, d and
@@ -40,8 +55,9 @@ def release_sigma(n: int, d: int, epsilon: float, delta: float = 1e-6, *,
     threads = (os.cpu_count() or 1) if n_threads is None else n_threads
     design, block_plan = plan_blocks(n, d, None, "complete", threads)
     sampler = default_sampler(d * (d + 1) // 2)
-    return ReleaseMechanism.plan_release(design, block_plan, g,
-                                         PrivacyTarget.of(epsilon, delta, calibration), sampler).sigma
+    return ReleaseMechanism.plan_release(
+        design, block_plan, g, PrivacyTarget.of(epsilon, delta, calibration), sampler
+    ).sigma
 
 
 # -- utility: first-order perturbation model ------------------------------------------
@@ -83,9 +99,18 @@ class UtilityModel:
     seed : int
     """
 
-    def __init__(self, spectrum, n_components: int, spatial_sign: str = "sphere",
-                 radius: float | None = None, *, df: float | None = None,
-                 n_triples: int = 100_000, seed: int = 0, n_draws: int = 400) -> None:
+    def __init__(
+        self,
+        spectrum,
+        n_components: int,
+        spatial_sign: str = "sphere",
+        radius: float | None = None,
+        *,
+        df: float | None = None,
+        n_triples: int = 100_000,
+        seed: int = 0,
+        n_draws: int = 400,
+    ) -> None:
         lam = _check_spectrum(spectrum)
         if np.any(np.diff(lam) > 0):
             raise ValueError("spectrum: must be in decreasing order")
@@ -93,10 +118,17 @@ class UtilityModel:
         m = int(n_components)
         if not 1 <= m < lam.size:
             raise ValueError(f"n_components: must be in 1..{lam.size - 1}, got {n_components!r}")
-        self.spectrum, self.m, self.spatial_sign, self.radius, self.df = lam, m, spatial_sign, radius, df
+        self.spectrum, self.m, self.spatial_sign, self.radius, self.df = (
+            lam,
+            m,
+            spatial_sign,
+            radius,
+            df,
+        )
         self.d = lam.size
-        self.phi, self.phi_stderr = population_eigenvalues(lam, spatial_sign, radius, df=df,
-                                                           n_samples=2 * n_triples, seed=seed)
+        self.phi, self.phi_stderr = population_eigenvalues(
+            lam, spatial_sign, radius, df=df, n_samples=2 * n_triples, seed=seed
+        )
         self.gap = float(self.phi[m - 1] - self.phi[m])
         rng = np.random.default_rng(seed + 1)
         z1 = np.zeros((self.d, self.d))
@@ -129,22 +161,38 @@ class UtilityModel:
         """The estimator's sigma (0 for epsilon = inf: the non-private reference)."""
         if math.isinf(epsilon):
             return 0.0
-        return release_sigma(int(n), self.d, epsilon, delta, spatial_sign=self.spatial_sign,
-                             radius=self.radius, calibration=calibration)
+        return release_sigma(
+            int(n),
+            self.d,
+            epsilon,
+            delta,
+            spatial_sign=self.spatial_sign,
+            radius=self.radius,
+            calibration=calibration,
+        )
 
     def _tangents(self, n: int, sigma: float) -> np.ndarray:
         scale = np.sqrt((self.sampling_variance(n) + 0.5 * sigma**2) * self._inv_gap2)
         return np.linalg.norm(self._gauss * scale, ord=2, axis=(1, 2))
 
-    def quantile(self, n: int, epsilon: float, delta: float = 1e-6, p: float = 0.5,
-                 calibration: str = "analytic", *, sigma: float | None = None) -> float:
+    def quantile(
+        self,
+        n: int,
+        epsilon: float,
+        delta: float = 1e-6,
+        p: float = 0.5,
+        calibration: str = "analytic",
+        *,
+        sigma: float | None = None,
+    ) -> float:
         """Predicted p-quantile of the operator sin Theta error."""
         s = self.sigma(n, epsilon, delta, calibration) if sigma is None else sigma
         tan = float(np.quantile(self._tangents(n, s), p))
         return tan / math.sqrt(1.0 + tan * tan)
 
-    def utility_bound(self, n: int, epsilon: float, delta: float = 1e-6,
-                      calibration: str = "analytic") -> dict:
+    def utility_bound(
+        self, n: int, epsilon: float, delta: float = 1e-6, calibration: str = "analytic"
+    ) -> dict:
         """The paper's shape, ``min(1, (sampling + privacy) / gap)``, closed form.
 
         ``sampling = sqrt(max_j sum_k v_kj) + sqrt(max_k sum_j v_kj)`` (the Gaussian
@@ -157,12 +205,23 @@ class UtilityModel:
         v = self.sampling_variance(n)
         sampling = math.sqrt(v.sum(axis=0).max()) + math.sqrt(v.sum(axis=1).max())
         privacy = s / _SQRT2 * (math.sqrt(self.d - self.m) + math.sqrt(self.m))
-        return {"sampling": sampling, "privacy": privacy, "gap": self.gap, "sigma": s,
-                "bound": min(1.0, (sampling + privacy) / self.gap)}
+        return {
+            "sampling": sampling,
+            "privacy": privacy,
+            "gap": self.gap,
+            "sigma": s,
+            "bound": min(1.0, (sampling + privacy) / self.gap),
+        }
 
-    def plan_records(self, target: float, p: float = 0.9, epsilon: float = 1.0,
-                     delta: float = 1e-6, calibration: str = "analytic",
-                     n_max: int = 10**12) -> int:
+    def plan_records(
+        self,
+        target: float,
+        p: float = 0.9,
+        epsilon: float = 1.0,
+        delta: float = 1e-6,
+        calibration: str = "analytic",
+        n_max: int = 10**12,
+    ) -> int:
         """Smallest n with predicted ``P(sin Theta <= target) >= p`` (``n_max + 1`` if none)."""
         ok = lambda n: self.quantile(n, epsilon, delta, p, calibration) <= target  # noqa: E731
         lo, hi = 2, 4
@@ -175,8 +234,14 @@ class UtilityModel:
             lo, hi = (lo, mid) if ok(mid) else (mid, hi)
         return hi
 
-    def plan_epsilon(self, target: float, n: int, p: float = 0.9, delta: float = 1e-6,
-                     calibration: str = "analytic") -> float:
+    def plan_epsilon(
+        self,
+        target: float,
+        n: int,
+        p: float = 0.9,
+        delta: float = 1e-6,
+        calibration: str = "analytic",
+    ) -> float:
         """Smallest epsilon with predicted ``P(sin Theta <= target) >= p`` (inf if none)."""
         if self.quantile(n, math.inf, delta, p) > target:
             return math.inf
@@ -194,10 +259,21 @@ class UtilityModel:
         return hi
 
 
-def plan(target: float, spectrum, n_components: int, *, p: float = 0.9,
-         n: int | None = None, epsilon: float | None = None, delta: float = 1e-6,
-         spatial_sign: str = "sphere", radius: float | None = None, df: float | None = None,
-         calibration: str = "analytic", seed: int = 0) -> dict:
+def plan(
+    target: float,
+    spectrum,
+    n_components: int,
+    *,
+    p: float = 0.9,
+    n: int | None = None,
+    epsilon: float | None = None,
+    delta: float = 1e-6,
+    spatial_sign: str = "sphere",
+    radius: float | None = None,
+    df: float | None = None,
+    calibration: str = "analytic",
+    seed: int = 0,
+) -> dict:
     """How many records (given epsilon) or what epsilon (given n) for
     ``P(sin Theta <= target) >= p``.
 
@@ -211,6 +287,8 @@ def plan(target: float, spectrum, n_components: int, *, p: float = 0.9,
     if n is None:
         need = model.plan_records(target, p, epsilon, delta, calibration)
         return {"n": need, "epsilon": epsilon, "gap": model.gap}
-    return {"n": n, "epsilon": model.plan_epsilon(target, n, p, delta, calibration), "gap": model.gap}
-
-
+    return {
+        "n": n,
+        "epsilon": model.plan_epsilon(target, n, p, delta, calibration),
+        "gap": model.gap,
+    }

@@ -62,14 +62,16 @@ def kendall_matrix(
     """
     g = resolve_spatial_sign(spatial_sign, radius)
     check_scheduler(scheduler)
-    records = open_records(X, component, storage_options=storage_options,
-                           allow_fill_values=allow_fill_values)
+    records = open_records(
+        X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
+    )
     with compute_target(scheduler) as target:
         records = records.counted(target)
         n, d = records.shape
         _, plan = plan_blocks(n, d, records.row_chunks, design, target.n_threads)
         lane_sums = kernel_sum_graph(records.blocks(plan.block_sizes), plan, g, target.n_threads)
         # The total is a key here (nothing private): the lanes' sums stay sealed on the workers.
-        (total,) = target.compute([dask.delayed(lanes_total, pure=True)(*lane_sums)],
-                                  "kendall_matrix")
+        (total,) = target.compute(
+            [dask.delayed(lanes_total, pure=True)(*lane_sums)], "kendall_matrix"
+        )
     return total / plan.n_pairs

@@ -1,5 +1,6 @@
 """Theory (docs/method.md, section 6): population eigenvalues of K_g, and the breakdown
-lower bound of the (non-private) g-subspace."""
+lower bound of the (non-private) g-subspace.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ _SQRT2 = math.sqrt(2.0)
 def _check_spectrum(spectrum) -> np.ndarray:
     lam = np.asarray(spectrum, dtype=np.float64)
     if lam.ndim != 1 or lam.size < 1 or not np.all(np.isfinite(lam)) or np.any(lam <= 0):
-        raise ValueError(f"spectrum: must be a 1-D array of positive finite eigenvalues, got {spectrum!r}")
+        raise ValueError(
+            f"spectrum: must be a 1-D array of positive finite eigenvalues, got {spectrum!r}"
+        )
     return lam
 
 
@@ -64,12 +67,16 @@ def sphere_eigenvalues(spectrum) -> np.ndarray:
     for j in range(lam.size):
         key = float(lam[j])
         if key not in cache:  # equal eigenvalues share their phi
-            cache[key] = quad(integrand, 0.0, 1.0, args=(j,), epsabs=0.0, epsrel=1e-10, limit=200)[0]
+            cache[key] = quad(integrand, 0.0, 1.0, args=(j,), epsabs=0.0, epsrel=1e-10, limit=200)[
+                0
+            ]
         out[j] = cache[key]
     return out
 
 
-def _draw_elliptical(rng: np.random.Generator, size: int, lam: np.ndarray, df: float | None) -> np.ndarray:
+def _draw_elliptical(
+    rng: np.random.Generator, size: int, lam: np.ndarray, df: float | None
+) -> np.ndarray:
     """Rows of EC_d(0, diag(lam)): Gaussian (``df=None``) or multivariate t with ``df``."""
     z = rng.standard_normal((size, lam.size)) * np.sqrt(lam)
     if df is not None:
@@ -78,7 +85,9 @@ def _draw_elliptical(rng: np.random.Generator, size: int, lam: np.ndarray, df: f
 
 
 def _model_spatial_sign(spatial_sign: str, radius: float | None) -> SpatialSign:
-    """The sphere or winsor spatial sign these models cover (``resolve_spatial_sign`` checks the radius)."""
+    """The sphere or winsor spatial sign these models cover (``resolve_spatial_sign``
+    checks the radius).
+    """
     if spatial_sign not in ("sphere", "winsor"):
         raise ValueError(f"spatial_sign: must be 'sphere' or 'winsor', got {spatial_sign!r}")
     return resolve_spatial_sign(spatial_sign, radius)
@@ -91,8 +100,9 @@ def _g(t: np.ndarray, g: SpatialSign) -> np.ndarray:
         return np.where(norms > 0, t * (g.xi(norms) / norms), 0.0)
 
 
-def winsor_eigenvalues(spectrum, radius: float, *, df: float | None = None,
-                       n_samples: int = 200_000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def winsor_eigenvalues(
+    spectrum, radius: float, *, df: float | None = None, n_samples: int = 200_000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Monte Carlo eigenvalues of the population winsorized matrix ``K_wins^(r)``.
 
     ``phi_j(r) = E[T_j^2 min(1, r^2 / ||T||^2)]``, ``T = (X - X') / sqrt2`` in Sigma's
@@ -138,8 +148,15 @@ def winsor_eigenvalues(spectrum, radius: float, *, df: float | None = None,
     return mean, np.sqrt(var / done)
 
 
-def population_eigenvalues(spectrum, spatial_sign: str = "sphere", radius: float | None = None, *,
-                           df: float | None = None, n_samples: int = 200_000, seed: int = 0):
+def population_eigenvalues(
+    spectrum,
+    spatial_sign: str = "sphere",
+    radius: float | None = None,
+    *,
+    df: float | None = None,
+    n_samples: int = 200_000,
+    seed: int = 0,
+):
     """Eigenvalues of ``K_g`` for an elliptical law: ``(phi, stderr)``.
 
     ``sphere``: the exact one-dimensional integral (stderr 0); ``winsor``: Monte Carlo
@@ -155,8 +172,14 @@ def population_eigenvalues(spectrum, spatial_sign: str = "sphere", radius: float
 # -- breakdown ---------------------------------------------------------------------------
 
 
-def breakdown_bound(X, n_components: int, spatial_sign: str = "sphere", radius: float | None = None,
-                    *, scheduler: str = "synchronous") -> dict:
+def breakdown_bound(
+    X,
+    n_components: int,
+    spatial_sign: str = "sphere",
+    radius: float | None = None,
+    *,
+    scheduler: str = "synchronous",
+) -> dict:
     """Lower bound on the breakdown point of the (non-private) g-subspace of ``X``.
 
     Replacing k records changes a fraction ``p(k) = k (2n - k - 1) / (n (n - 1))`` of

@@ -1,5 +1,6 @@
 """Validation of public numeric parameters (one wording, the parameter named first), and
-the one rule for which data dtypes are real numbers."""
+the one rule for which data dtypes are real numbers.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +9,16 @@ import numbers
 
 import numpy as np
 
-__all__ = ["real_number", "nonnegative_finite", "positive_finite", "integer_at_least", "boolean",
-           "one_of", "optional_string", "is_real_numeric_dtype"]
+__all__ = [
+    "boolean",
+    "integer_at_least",
+    "is_real_numeric_dtype",
+    "nonnegative_finite",
+    "one_of",
+    "optional_string",
+    "positive_finite",
+    "real_number",
+]
 
 
 def real_number(name: str, value: object) -> float:
@@ -40,7 +49,11 @@ def positive_finite(name: str, value: object) -> float:
 
 def integer_at_least(name: str, value: object, low: int) -> int:
     """``value`` as an int >= ``low``; booleans and floats are refused."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < low:
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, numbers.Integral)
+        or value < low
+    ):
         raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
     return int(value)
 
@@ -56,7 +69,9 @@ def one_of(name: str, value: object, choices: tuple) -> object:
     """``value`` if it is one of ``choices``."""
     if isinstance(value, str) and value in choices:
         return value
-    raise ValueError(f"{name}: unknown value {value!r}; expected one of {', '.join(map(repr, choices))}")
+    raise ValueError(
+        f"{name}: unknown value {value!r}; expected one of {', '.join(map(repr, choices))}"
+    )
 
 
 def optional_string(name: str, value: object) -> str | None:
@@ -79,5 +94,8 @@ def is_real_numeric_dtype(dtype: object) -> bool:
         return False
     if dtype == np.bool_:
         return True
-    return (np.issubdtype(dtype, np.number) and not np.issubdtype(dtype, np.complexfloating)
-            and dtype.kind not in "mM")
+    return (
+        np.issubdtype(dtype, np.number)
+        and not np.issubdtype(dtype, np.complexfloating)
+        and dtype.kind not in "mM"
+    )

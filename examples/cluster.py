@@ -34,12 +34,21 @@ def run(n_samples: int, store: str, plot: str | None, progress: bool = False) ->
 
     d = 8
     truth = random_directions(d, seed=1)  # seeds: synthetic DATA only
-    write_elliptical_zarr(store, n_samples, spiked_spectrum(d, n_spikes=2, spike=8.0), truth,
-                          df=1.0, outlier_fraction=0.02, chunk_rows=max(500, n_samples // 4), seed=2)
+    write_elliptical_zarr(
+        store,
+        n_samples,
+        spiked_spectrum(d, n_spikes=2, spike=8.0),
+        truth,
+        df=1.0,
+        outlier_fraction=0.02,
+        chunk_rows=max(500, n_samples // 4),
+        seed=2,
+    )
     with connect() as client:
         with dask_dppca.PrivacyBudget(epsilon=2, delta=1e-5) as budget:
-            est = dask_dppca.DPPCA(n_components=2, epsilon=1.0, delta=1e-6,
-                                   scheduler=client, progress=progress).fit(store)
+            est = dask_dppca.DPPCA(
+                n_components=2, epsilon=1.0, delta=1e-6, scheduler=client, progress=progress
+            ).fit(store)
         scores = np.asarray(est.transform(store))
     error = dask_dppca.sin_theta(est.components_.T, truth[:, :2])
     print(f"sin theta to the true subspace: {error:.3f}")
@@ -70,8 +79,9 @@ def main() -> None:
     args = parser.parse_args()
     # The workers must read the store: DASK_DPPCA_DATA_DIR names a folder they share
     # (/data in deploy/docker/compose.yaml); without it, a temporary folder here.
-    with tempfile.TemporaryDirectory(prefix="dask-dppca-example-",
-                                     dir=os.environ.get("DASK_DPPCA_DATA_DIR")) as scratch:
+    with tempfile.TemporaryDirectory(
+        prefix="dask-dppca-example-", dir=os.environ.get("DASK_DPPCA_DATA_DIR")
+    ) as scratch:
         run(args.n_samples, args.store or os.path.join(scratch, "data.zarr"), args.plot)
 
 

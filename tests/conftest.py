@@ -11,8 +11,9 @@ from dask_dppca.datasets import make_elliptical, random_directions, spiked_spect
 @pytest.fixture(scope="session")
 def cluster_client():
     """A real distributed LocalCluster: two worker processes, one thread each."""
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster:
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
         with Client(cluster, set_as_default=False) as client:
             yield client
 
@@ -22,8 +23,9 @@ def elliptical():
     """t_1 data (d = 6) with two strong spikes; returns (X, true directions U[:, :2])."""
     d = 6
     directions = random_directions(d, seed=11)
-    x = make_elliptical(3000, spiked_spectrum(d, n_spikes=2, spike=8.0), directions,
-                        df=1.0, seed=12)
+    x = make_elliptical(
+        3000, spiked_spectrum(d, n_spikes=2, spike=8.0), directions, df=1.0, seed=12
+    )
     return x, directions[:, :2]
 
 

@@ -42,8 +42,20 @@ class PlainCluster:
 
     def __enter__(self) -> PlainCluster:
         scheduler_file = self.folder / "scheduler.json"
-        process = self._spawn("scheduler", [*DASK, "scheduler", "--host", "127.0.0.1", "--port", "0",
-                                            "--no-dashboard", "--scheduler-file", str(scheduler_file)])
+        process = self._spawn(
+            "scheduler",
+            [
+                *DASK,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(scheduler_file),
+            ],
+        )
         deadline = time.monotonic() + START_TIMEOUT
         while not self.address:
             if process.poll() is not None or time.monotonic() > deadline:
@@ -62,23 +74,48 @@ class PlainCluster:
         """Start ``dask worker`` (one thread) and wait until the scheduler knows it."""
         local = self.folder / name
         local.mkdir()
-        self._spawn(name, [*DASK, "worker", self.address, "--nthreads", "1", "--host", "127.0.0.1",
-                           "--no-dashboard", "--name", name, "--local-directory", str(local),
-                           "--death-timeout", "30", *extra])
+        self._spawn(
+            name,
+            [
+                *DASK,
+                "worker",
+                self.address,
+                "--nthreads",
+                "1",
+                "--host",
+                "127.0.0.1",
+                "--no-dashboard",
+                "--name",
+                name,
+                "--local-directory",
+                str(local),
+                "--death-timeout",
+                "30",
+                *extra,
+            ],
+        )
         from distributed import Client
 
         with Client(self.address, timeout=START_TIMEOUT, set_as_default=False) as client:
             deadline = time.monotonic() + START_TIMEOUT
-            while name not in {w["name"] for w in client.scheduler_info(n_workers=-1)["workers"].values()}:
+            while name not in {
+                w["name"] for w in client.scheduler_info(n_workers=-1)["workers"].values()
+            }:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"worker {name} did not join: {self.log(name)}")
                 time.sleep(0.2)
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         with open(self.folder / f"{name}.log", "wb") as log:
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                       start_new_session=True, cwd=self.folder,
-                                       preexec_fn=die_with_parent)
+            process = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+                cwd=self.folder,
+                preexec_fn=die_with_parent,
+            )
         self.processes.append(process)
         return process
 

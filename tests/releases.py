@@ -18,13 +18,19 @@ from dask_dppca.privacy import PrivacyTarget, ReleaseMechanism
 from dask_dppca.privacy.noise import NoiseSampler, SeededSampler
 
 
-def mechanism_for(n: int, d: int, sigma: float, sampler: NoiseSampler | None = None) -> ReleaseMechanism:
+def mechanism_for(
+    n: int, d: int, sigma: float, sampler: NoiseSampler | None = None
+) -> ReleaseMechanism:
     """The sphere release of n records of width d (complete design: |P| = n (n - 1) / 2),
     its sigma set to ``sigma``; the sampler a seeded TEST one unless given."""
     design = CompleteDesign()
-    planned = ReleaseMechanism.plan_release(design, design.plan((n,), d), sphere(),
-                                            PrivacyTarget.of(1.0, 1e-6),
-                                            SeededSampler(0) if sampler is None else sampler)
+    planned = ReleaseMechanism.plan_release(
+        design,
+        design.plan((n,), d),
+        sphere(),
+        PrivacyTarget.of(1.0, 1e-6),
+        SeededSampler(0) if sampler is None else sampler,
+    )
     return dataclasses.replace(planned, sigma=sigma)
 
 

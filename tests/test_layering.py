@@ -33,9 +33,13 @@ def imports(path: Path, root: Path = PACKAGE) -> tuple[set[str], set[str]]:
                 inside.add(".".join(base + [node.module]))
                 continue
             for alias in node.names:  # `from . import x`: a module x, or a name of the package
-                is_module = root.joinpath(*base, alias.name).with_suffix(".py").exists() or \
-                    root.joinpath(*base, alias.name).is_dir()
-                inside.add(".".join(base + [alias.name]) if is_module else ".".join(base) or "__init__")
+                is_module = (
+                    root.joinpath(*base, alias.name).with_suffix(".py").exists()
+                    or root.joinpath(*base, alias.name).is_dir()
+                )
+                inside.add(
+                    ".".join(base + [alias.name]) if is_module else ".".join(base) or "__init__"
+                )
         elif isinstance(node, ast.ImportFrom):
             name = node.module or ""
             if name.startswith(f"{root.name}."):
@@ -51,7 +55,9 @@ def imports(path: Path, root: Path = PACKAGE) -> tuple[set[str], set[str]]:
     return inside, outside
 
 
-def violations(root: Path = PACKAGE, layers=LAYERS, forbidden=FORBIDDEN_IMPORTS) -> tuple[list[str], int]:
+def violations(
+    root: Path = PACKAGE, layers=LAYERS, forbidden=FORBIDDEN_IMPORTS
+) -> tuple[list[str], int]:
     """The imports in ``root`` that go up a layer or reach a forbidden package, and how
     many imports were checked."""
     found, checked = [], 0
@@ -82,10 +88,18 @@ def test_privacy_imports_no_dask_in_fact():
     import subprocess
     import sys
 
-    code = ("import sys, dask_dppca.privacy, dask_dppca.privacy.mechanism; "
-            "print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT, check=True).stdout
+    code = (
+        "import sys, dask_dppca.privacy, dask_dppca.privacy.mechanism; "
+        "print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=True,
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -102,8 +116,10 @@ def test_the_check_catches_an_upward_import_and_a_planted_distributed(tmp_path):
     assert imports(root / "kernel.py", root) == ({"privacy"}, set())
     assert imports(root / "privacy" / "runner.py", root) == (set(), {"distributed"})
     found, _ = violations(root, layers, forbidden)
-    assert found == ["kernel imports privacy (a layer above)",
-                     "privacy.runner imports distributed (forbidden in its layer)"]
+    assert found == [
+        "kernel imports privacy (a layer above)",
+        "privacy.runner imports distributed (forbidden in its layer)",
+    ]
     assert layer("graph") > layer("kernel")
     assert layer("compute.release") > layer("privacy.mechanism")
     assert not layer("estimator") <= layer("privacy.mechanism")
@@ -120,7 +136,8 @@ def test_the_readme_layer_table_is_the_package_s():
     for row, (_, modules, _) in zip(rows[1:], LAYERS):
         listed = set(re.findall(r"`([a-z_]+)[/.]?(?:py)?`", row.split("|")[2]))
         assert listed == set(modules) - {"__init__", "__main__"}, row
-    tops = {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.iterdir()
-                                                     if (p / "__init__.py").exists()}
+    tops = {p.stem for p in PACKAGE.glob("*.py")} | {
+        p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()
+    }
     owners = [sum(top in modules for _, modules, _ in LAYERS) for top in tops]
     assert owners == [1] * len(tops), sorted(tops)

@@ -11,11 +11,15 @@ MARKER = re.compile(r"^(<{7} |>{7} |={7}$)", re.M)
 
 
 def test_no_merge_conflict_markers():
-    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                           check=True, timeout=60).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
     assert len(files) > 100
-    marked = [name for name in files
-              if (ROOT / name).is_file() and MARKER.search((ROOT / name).read_text(errors="replace"))]
+    marked = [
+        name
+        for name in files
+        if (ROOT / name).is_file() and MARKER.search((ROOT / name).read_text(errors="replace"))
+    ]
     assert marked == []
 
 

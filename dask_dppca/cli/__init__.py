@@ -18,7 +18,7 @@ import warnings
 from .. import __version__
 from . import bench, budget, demo, fit
 
-__all__ = ["EXIT_USAGE", "EXIT_CLUSTER", "EXIT_UNEXPECTED", "build_parser", "main"]
+__all__ = ["EXIT_CLUSTER", "EXIT_UNEXPECTED", "EXIT_USAGE", "build_parser", "main"]
 
 EXIT_USAGE = 2
 EXIT_CLUSTER = 3
@@ -46,8 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND",
-                                     parser_class=_OneLineParser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     commands.required = True
     for command in COMMANDS:
         command.add_parser(commands)
@@ -82,6 +81,6 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("dask-dppca: interrupted", file=sys.stderr)
         return 130
-    except Exception as error:  # noqa: BLE001 - one line, never a traceback
+    except Exception as error:
         print(f"dask-dppca: unexpected error: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_UNEXPECTED

@@ -33,14 +33,24 @@ def add_parser(commands) -> None:
             "figures; nothing passes or fails."
         ),
     )
-    bench.add_argument("--block-rows", type=int, default=2048,
-                       help="rows of the kernel's block (default 2048)")
-    bench.add_argument("--n-samples", type=int, default=20_000,
-                       help="records of the fitted data (default 20000)")
-    bench.add_argument("--n-features", type=int, default=30,
-                       help="features, for the kernel and the fit (default 30)")
-    bench.add_argument("--repeats", type=int, default=3,
-                       help="timed repeats of the kernel and GEMM; the best is shown (default 3)")
+    bench.add_argument(
+        "--block-rows", type=int, default=2048, help="rows of the kernel's block (default 2048)"
+    )
+    bench.add_argument(
+        "--n-samples", type=int, default=20_000, help="records of the fitted data (default 20000)"
+    )
+    bench.add_argument(
+        "--n-features",
+        type=int,
+        default=30,
+        help="features, for the kernel and the fit (default 30)",
+    )
+    bench.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed repeats of the kernel and GEMM; the best is shown (default 3)",
+    )
     bench.set_defaults(run=run)
 
 
@@ -53,9 +63,11 @@ def run(args: argparse.Namespace) -> int:
 
     if min(args.block_rows, args.n_samples, args.n_features) < 2 or args.repeats < 1:
         raise ValueError("--block-rows, --n-samples and --n-features must be >= 2, --repeats >= 1")
-    print(f"dask-dppca {__version__} on {platform.node() or 'this machine'}: "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, "
-          f"numba {numba.__version__}")
+    print(
+        f"dask-dppca {__version__} on {platform.node() or 'this machine'}: "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, "
+        f"numba {numba.__version__}"
+    )
     _kernel_against_gemm(args.block_rows, args.n_features, args.repeats)
     _default_path_against_threads(args.n_samples, args.n_features)
     return 0
@@ -76,10 +88,13 @@ def _kernel_against_gemm(n: int, d: int, repeats: int) -> None:
         kernel = _best_time(lambda: block_pair_sum(rows), repeats)
         gemm = _best_time(lambda: np.matmul(rows, other.T, out=product), repeats)
     flops = 2.0 * n * n * d
-    print(f"\nkernel: within-block sum of {n} rows x {d} features (sphere), 1 thread, "
-          f"2 n^2 d flops")
-    print(f"  kernel                          {kernel:8.4f} s  {flops / kernel / 1e9:7.2f} GFLOP/s"
-          f"  {n * (n - 1) / 2 / kernel / 1e6:8.1f} Mpairs/s")
+    print(
+        f"\nkernel: within-block sum of {n} rows x {d} features (sphere), 1 thread, 2 n^2 d flops"
+    )
+    print(
+        f"  kernel                          {kernel:8.4f} s  {flops / kernel / 1e9:7.2f} GFLOP/s"
+        f"  {n * (n - 1) / 2 / kernel / 1e6:8.1f} Mpairs/s"
+    )
     print(f"  GEMM ({n} x {d}) @ ({d} x {n})  {gemm:8.4f} s  {flops / gemm / 1e9:7.2f} GFLOP/s")
     print(f"  kernel rate / GEMM rate         {gemm / kernel:8.3f}")
 
@@ -91,8 +106,13 @@ def _default_path_against_threads(n: int, d: int) -> None:
     from ..datasets import make_elliptical, random_directions, spiked_spectrum
 
     entropy = np.random.SeedSequence().generate_state(2)  # fresh data each run, from the OS
-    data = make_elliptical(n, spiked_spectrum(d, n_spikes=2),
-                           random_directions(d, seed=int(entropy[0])), df=1.0, seed=int(entropy[1]))
+    data = make_elliptical(
+        n,
+        spiked_spectrum(d, n_spikes=2),
+        random_directions(d, seed=int(entropy[0])),
+        df=1.0,
+        seed=int(entropy[1]),
+    )
 
     def fit(scheduler=None, rows=data):
         DPPCA(n_components=2, scheduler=scheduler, progress=False).fit(rows)
@@ -103,8 +123,10 @@ def _default_path_against_threads(n: int, d: int) -> None:
     first = _best_time(fit, 1)
     later = _best_time(fit, 1)
     print(f"  scheduler='threads'             {threads:8.3f} s")
-    print(f"  default path, first fit         {first:8.3f} s  {first / threads:6.2f} x threads"
-          "  (starts the embedded cluster unless a client is active)")
+    print(
+        f"  default path, first fit         {first:8.3f} s  {first / threads:6.2f} x threads"
+        "  (starts the embedded cluster unless a client is active)"
+    )
     print(f"  default path, second fit        {later:8.3f} s  {later / threads:6.2f} x threads")
 
 

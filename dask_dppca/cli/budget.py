@@ -20,15 +20,21 @@ def add_parser(commands) -> None:
     )
     actions = budget.add_subparsers(dest="action", metavar="ACTION", parser_class=type(budget))
     actions.required = True
-    create = actions.add_parser("create", help="create a new ledger with its totals",
-                                description="Create a new ledger file holding the budget's totals.")
+    create = actions.add_parser(
+        "create",
+        help="create a new ledger with its totals",
+        description="Create a new ledger file holding the budget's totals.",
+    )
     create.add_argument("ledger", help="ledger file to create (a local path)")
     create.add_argument("--epsilon", type=float, required=True, help="total epsilon > 0")
     create.add_argument("--delta", type=float, required=True, help="total delta in (0, 1)")
     create.set_defaults(run=run_create)
-    show = actions.add_parser("show", help="print the releases and what remains",
-                              description="Print a ledger's totals, spent and remaining epsilon, "
-                              "and a table of every release.")
+    show = actions.add_parser(
+        "show",
+        help="print the releases and what remains",
+        description="Print a ledger's totals, spent and remaining epsilon, "
+        "and a table of every release.",
+    )
     show.add_argument("ledger", help="ledger file")
     show.set_defaults(run=run_show)
 
@@ -39,8 +45,9 @@ def run_create(args: argparse.Namespace) -> int:
     from ..privacy.ledger import ledger_path
 
     if os.path.exists(ledger_path(args.ledger)):
-        raise ValueError(f"ledger: {args.ledger} already exists "
-                         f"(see: dask-dppca budget show {args.ledger})")
+        raise ValueError(
+            f"ledger: {args.ledger} already exists (see: dask-dppca budget show {args.ledger})"
+        )
     budget = PrivacyBudget(args.epsilon, args.delta, ledger=args.ledger)
     print(budget.describe())
     return 0
@@ -58,6 +65,8 @@ def open_ledger(path: str):
     from ..privacy.ledger import ledger_path
 
     if not os.path.isfile(ledger_path(path)):
-        raise ValueError(f"ledger: {path} does not exist; create it with "
-                         f"'dask-dppca budget create {path} --epsilon E --delta D'")
+        raise ValueError(
+            f"ledger: {path} does not exist; create it with "
+            f"'dask-dppca budget create {path} --epsilon E --delta D'"
+        )
     return PrivacyBudget.open(path)

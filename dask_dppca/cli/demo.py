@@ -25,8 +25,12 @@ def add_parser(commands) -> None:
     demo.add_argument("--epsilon", type=float, default=1.0, help="privacy epsilon (default 1)")
     demo.add_argument("--delta", type=float, default=1e-6, help="privacy delta (default 1e-6)")
     demo.add_argument("--store", help="where to write the Zarr store (default: a temporary folder)")
-    demo.add_argument("--seed", type=int, default=2025,
-                      help="seed of the synthetic DATA only (the privacy noise uses OS entropy)")
+    demo.add_argument(
+        "--seed",
+        type=int,
+        default=2025,
+        help="seed of the synthetic DATA only (the privacy noise uses OS entropy)",
+    )
     demo.set_defaults(run=run)
 
 
@@ -44,25 +48,41 @@ def run(args: argparse.Namespace) -> int:
     truth = random_directions(d, args.seed)
     with tempfile.TemporaryDirectory(prefix="dask-dppca-demo-") as scratch:
         store = args.store or os.path.join(scratch, "demo.zarr")
-        write_elliptical_zarr(store, n, spectrum, truth, df=1.0, outlier_fraction=0.03,
-                              chunk_rows=max(1000, n // 8), seed=args.seed)
-        print(f"data: {n} records x {d} features, multivariate t (1 d.f.), "
-              f"3% gross outliers -> {store}")
+        write_elliptical_zarr(
+            store,
+            n,
+            spectrum,
+            truth,
+            df=1.0,
+            outlier_fraction=0.03,
+            chunk_rows=max(1000, n // 8),
+            seed=args.seed,
+        )
+        print(
+            f"data: {n} records x {d} features, multivariate t (1 d.f.), "
+            f"3% gross outliers -> {store}"
+        )
         started = time.perf_counter()
         est = DPPCA(n_components=m, epsilon=args.epsilon, delta=args.delta).fit(store)
         fit_seconds = time.perf_counter() - started
         covariance = kendall_matrix(store, spatial_sign="identity")
     cov_directions = np.linalg.eigh(covariance)[1][:, ::-1][:, :m]
     rows = [
-        (f"g-DPPCA sphere (eps={args.epsilon:g}, delta={args.delta:g})",
-         sin_theta(est.components_.T, truth[:, :m])),
+        (
+            f"g-DPPCA sphere (eps={args.epsilon:g}, delta={args.delta:g})",
+            sin_theta(est.components_.T, truth[:, :m]),
+        ),
         ("covariance PCA (NOT private)", sin_theta(cov_directions, truth[:, :m])),
     ]
-    print(f"\nsin theta to the true {m}-dimensional principal subspace (0 = exact, 1 = orthogonal):")
+    print(
+        f"\nsin theta to the true {m}-dimensional principal subspace (0 = exact, 1 = orthogonal):"
+    )
     for name, error in rows:
         print(f"  {name:<44s} {error:.4f}")
     p = est.privacy_
-    print(f"\nprivacy: sensitivity {p['sensitivity']:.3g}, sigma {p['sigma']:.3g} "
-          f"({p['calibration']} calibration, {p['neighbours']} neighbours, n = {p['n_samples']})")
+    print(
+        f"\nprivacy: sensitivity {p['sensitivity']:.3g}, sigma {p['sigma']:.3g} "
+        f"({p['calibration']} calibration, {p['neighbours']} neighbours, n = {p['n_samples']})"
+    )
     print(f"fit: {fit_seconds:.1f} s on the embedded LocalCluster")
     return 0

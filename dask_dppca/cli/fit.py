@@ -15,60 +15,128 @@ def add_parser(commands) -> None:
         help="fit g-DPPCA on a Zarr store and write the private result",
         description="Fit g-DPPCA on the records (rows) of a Zarr array and release the result.",
     )
-    fit.add_argument("store", help="Zarr store (local path or fsspec URL such as "
-                     "s3://bucket/data.zarr) holding an n x d array, one record per row")
+    fit.add_argument(
+        "store",
+        help="Zarr store (local path or fsspec URL such as "
+        "s3://bucket/data.zarr) holding an n x d array, one record per row",
+    )
     fit.add_argument("--component", help="array inside a Zarr group (nested paths: sub/X)")
-    fit.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
-                     help="fsspec option for URLs (input and --output), repeatable; nested "
-                     "keys with dots (client_kwargs.endpoint_url=http://host:9000); VALUE is "
-                     "read as JSON when it parses (true, 3), else as text. Secrets are better "
-                     "kept in --storage-options-json or the backend's own configuration")
-    fit.add_argument("--storage-options-json", metavar="FILE",
-                     help="JSON object of fsspec options (--storage-option entries override it)")
-    fit.add_argument("--allow-fill-values", action="store_true",
-                     help="read chunks missing from the store as its fill value (a store "
-                     "written sparsely on purpose); by default a missing chunk stops the fit")
-    fit.add_argument("-k", "--n-components", type=int, default=2,
-                     help="number of private principal directions (default 2)")
+    fit.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option for URLs (input and --output), repeatable; nested "
+        "keys with dots (client_kwargs.endpoint_url=http://host:9000); VALUE is "
+        "read as JSON when it parses (true, 3), else as text. Secrets are better "
+        "kept in --storage-options-json or the backend's own configuration",
+    )
+    fit.add_argument(
+        "--storage-options-json",
+        metavar="FILE",
+        help="JSON object of fsspec options (--storage-option entries override it)",
+    )
+    fit.add_argument(
+        "--allow-fill-values",
+        action="store_true",
+        help="read chunks missing from the store as its fill value (a store "
+        "written sparsely on purpose); by default a missing chunk stops the fit",
+    )
+    fit.add_argument(
+        "-k",
+        "--n-components",
+        type=int,
+        default=2,
+        help="number of private principal directions (default 2)",
+    )
     fit.add_argument("--epsilon", type=float, default=1.0, help="privacy epsilon > 0 (default 1)")
-    fit.add_argument("--delta", type=float, default=1e-6, help="privacy delta in (0, 1) (default 1e-6)")
-    fit.add_argument("--spatial-sign", default="sphere", choices=["sphere", "winsor"],
-                     help="generalized spatial sign g (default sphere)")
-    fit.add_argument("--radius", type=float,
-                     help="public winsorization radius (with --spatial-sign winsor); never tune it on the data")
-    fit.add_argument("--calibration", default="analytic", choices=["analytic", "classical"],
-                     help="noise calibration (default analytic: tight, any epsilon)")
-    fit.add_argument("--design", default="auto", choices=["auto", "complete", "regular"],
-                     help="which pairs are averaged: auto (complete while the work is modest, "
-                     "else regular), complete (all pairs), regular (within-block pairs plus "
-                     "--partners partner blocks per block)")
-    fit.add_argument("--partners", type=int, metavar="K",
-                     help="partner blocks per block for --design regular")
-    fit.add_argument("--block-size", type=int, metavar="B",
-                     help="rows per block for --design regular")
-    fit.add_argument("--design-seed", type=int, default=0,
-                     help="public seed of the regular design's block graph (default 0)")
-    fit.add_argument("--scheduler",
-                     help="Dask scheduler address, e.g. tls://host:8786 (default: embedded LocalCluster)")
-    fit.add_argument("--trusted-worker", help="worker address that adds the noise when none offers "
-                     "the 'dppca-trusted' resource")
-    fit.add_argument("--require-trusted", action="store_true",
-                     help="refuse to release unless a worker offers 'dppca-trusted' (or "
-                     "--trusted-worker names one); by default such a fit warns and releases "
-                     "on any worker, recorded in the result's privacy.released_on")
-    fit.add_argument("--tls-ca-file", help="CA certificate (PEM) for a tls:// scheduler "
-                     "(default: the Dask configuration, distributed.comm.tls.ca-file)")
-    fit.add_argument("--tls-cert", help="client certificate (PEM) for a tls:// scheduler "
-                     "(default: distributed.comm.tls.client.cert)")
-    fit.add_argument("--tls-key", help="client private key (PEM) for a tls:// scheduler "
-                     "(default: distributed.comm.tls.client.key)")
-    fit.add_argument("--budget", metavar="LEDGER", help="privacy budget ledger to charge (made "
-                     "with 'dask-dppca budget create'); the fit is refused if it does not fit")
-    fit.add_argument("--output", default="result.json",
-                     help="result file: local path or fsspec URL (default result.json); "
-                     "checked before the fit, written atomically where the store allows")
-    fit.add_argument("--no-progress", action="store_true",
-                     help="hide the progress bar (shown when the output is a terminal)")
+    fit.add_argument(
+        "--delta", type=float, default=1e-6, help="privacy delta in (0, 1) (default 1e-6)"
+    )
+    fit.add_argument(
+        "--spatial-sign",
+        default="sphere",
+        choices=["sphere", "winsor"],
+        help="generalized spatial sign g (default sphere)",
+    )
+    fit.add_argument(
+        "--radius",
+        type=float,
+        help="public winsorization radius (with --spatial-sign winsor); never tune it on the data",
+    )
+    fit.add_argument(
+        "--calibration",
+        default="analytic",
+        choices=["analytic", "classical"],
+        help="noise calibration (default analytic: tight, any epsilon)",
+    )
+    fit.add_argument(
+        "--design",
+        default="auto",
+        choices=["auto", "complete", "regular"],
+        help="which pairs are averaged: auto (complete while the work is modest, "
+        "else regular), complete (all pairs), regular (within-block pairs plus "
+        "--partners partner blocks per block)",
+    )
+    fit.add_argument(
+        "--partners", type=int, metavar="K", help="partner blocks per block for --design regular"
+    )
+    fit.add_argument(
+        "--block-size", type=int, metavar="B", help="rows per block for --design regular"
+    )
+    fit.add_argument(
+        "--design-seed",
+        type=int,
+        default=0,
+        help="public seed of the regular design's block graph (default 0)",
+    )
+    fit.add_argument(
+        "--scheduler",
+        help="Dask scheduler address, e.g. tls://host:8786 (default: embedded LocalCluster)",
+    )
+    fit.add_argument(
+        "--trusted-worker",
+        help="worker address that adds the noise when none offers the 'dppca-trusted' resource",
+    )
+    fit.add_argument(
+        "--require-trusted",
+        action="store_true",
+        help="refuse to release unless a worker offers 'dppca-trusted' (or "
+        "--trusted-worker names one); by default such a fit warns and releases "
+        "on any worker, recorded in the result's privacy.released_on",
+    )
+    fit.add_argument(
+        "--tls-ca-file",
+        help="CA certificate (PEM) for a tls:// scheduler "
+        "(default: the Dask configuration, distributed.comm.tls.ca-file)",
+    )
+    fit.add_argument(
+        "--tls-cert",
+        help="client certificate (PEM) for a tls:// scheduler "
+        "(default: distributed.comm.tls.client.cert)",
+    )
+    fit.add_argument(
+        "--tls-key",
+        help="client private key (PEM) for a tls:// scheduler "
+        "(default: distributed.comm.tls.client.key)",
+    )
+    fit.add_argument(
+        "--budget",
+        metavar="LEDGER",
+        help="privacy budget ledger to charge (made "
+        "with 'dask-dppca budget create'); the fit is refused if it does not fit",
+    )
+    fit.add_argument(
+        "--output",
+        default="result.json",
+        help="result file: local path or fsspec URL (default result.json); "
+        "checked before the fit, written atomically where the store allows",
+    )
+    fit.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="hide the progress bar (shown when the output is a terminal)",
+    )
     fit.set_defaults(run=run)
 
 
@@ -84,8 +152,10 @@ def run(args: argparse.Namespace) -> int:
 
     options = storage_options(args.storage_options_json, args.storage_option)
     if options and not (is_url(args.store) or is_url(args.output)):
-        raise ValueError("--storage-option: fsspec options apply to URLs (s3://, gs://, ...); "
-                         "neither STORE nor --output is one")
+        raise ValueError(
+            "--storage-option: fsspec options apply to URLs (s3://, gs://, ...); "
+            "neither STORE nor --output is one"
+        )
     input_options = options if is_url(args.store) else None
     output_options = options if is_url(args.output) else None
     check_writable(args.output, output_options, name="--output")  # before data or cluster
@@ -98,16 +168,26 @@ def run(args: argparse.Namespace) -> int:
     elif args.partners is not None or args.block_size is not None:
         raise ValueError("--partners and --block-size go with --design regular")
     est = DPPCA(
-        n_components=args.n_components, epsilon=args.epsilon, delta=args.delta,
-        spatial_sign=args.spatial_sign, radius=args.radius, design=design,
-        calibration=args.calibration, scheduler=args.scheduler,
-        trusted_worker=args.trusted_worker, require_trusted=args.require_trusted,
+        n_components=args.n_components,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        spatial_sign=args.spatial_sign,
+        radius=args.radius,
+        design=design,
+        calibration=args.calibration,
+        scheduler=args.scheduler,
+        trusted_worker=args.trusted_worker,
+        require_trusted=args.require_trusted,
         progress=not args.no_progress and sys.stdout.isatty(),
     )
     budget = open_ledger(args.budget) if args.budget else nullcontext()
     with budget, tls_config(args.tls_ca_file, args.tls_cert, args.tls_key):
-        est.fit(args.store, component=args.component, storage_options=input_options,
-                allow_fill_values=args.allow_fill_values)
+        est.fit(
+            args.store,
+            component=args.component,
+            storage_options=input_options,
+            allow_fill_values=args.allow_fill_values,
+        )
     result = {
         "components": est.components_.tolist(),
         "eigenvalues": est.eigenvalues_.tolist(),
@@ -115,17 +195,21 @@ def run(args: argparse.Namespace) -> int:
         "privacy": est.privacy_,
     }
     write_json(args.output, result, output_options, name="--output")
-    print(f"wrote {display_location(args.output)}: {args.n_components} private components of "
-          f"{est.n_features_in_} features from {est.n_samples_} records "
-          f"(epsilon={args.epsilon:g}, delta={args.delta:g}, sigma={est.privacy_['sigma']:.3g})")
+    print(
+        f"wrote {display_location(args.output)}: {args.n_components} private components of "
+        f"{est.n_features_in_} features from {est.n_samples_} records "
+        f"(epsilon={args.epsilon:g}, delta={args.delta:g}, sigma={est.privacy_['sigma']:.3g})"
+    )
     if args.budget:
-        print(f"budget {args.budget}: epsilon {budget.remaining():.6g} left for one more "
-              f"release at delta={budget.delta:g}")
+        print(
+            f"budget {args.budget}: epsilon {budget.remaining():.6g} left for one more "
+            f"release at delta={budget.delta:g}"
+        )
     return 0
 
 
 def storage_options(json_file: str | None, entries: list[str]) -> dict:
-    """fsspec options from ``--storage-options-json FILE`` and ``--storage-option K=V``.
+    """Fsspec options from ``--storage-options-json FILE`` and ``--storage-option K=V``.
 
     ``a.b=v`` sets ``{"a": {"b": v}}``; entries override the file's values.  Values are
     never echoed in errors (they may be secrets).
@@ -136,23 +220,31 @@ def storage_options(json_file: str | None, entries: list[str]) -> dict:
             with open(json_file) as stream:
                 options = json.load(stream)
         except (OSError, ValueError) as error:
-            raise ValueError(f"--storage-options-json: cannot read {json_file!r} "
-                             f"({type(error).__name__}: {error})") from None
+            raise ValueError(
+                f"--storage-options-json: cannot read {json_file!r} "
+                f"({type(error).__name__}: {error})"
+            ) from None
         if not isinstance(options, dict):
-            raise ValueError(f"--storage-options-json: {json_file!r} must hold a JSON object, "
-                             f"got {type(options).__name__}")
+            raise ValueError(
+                f"--storage-options-json: {json_file!r} must hold a JSON object, "
+                f"got {type(options).__name__}"
+            )
     for entry in entries:
         key, sep, text = entry.partition("=")
         names = key.strip().split(".")
         if not sep or not all(names):
-            raise ValueError("--storage-option: expected KEY=VALUE with a non-empty KEY "
-                             "(nested: client_kwargs.endpoint_url=URL)")
+            raise ValueError(
+                "--storage-option: expected KEY=VALUE with a non-empty KEY "
+                "(nested: client_kwargs.endpoint_url=URL)"
+            )
         level = options
         for depth, name in enumerate(names[:-1]):
             level = level.setdefault(name, {})
             if not isinstance(level, dict):
-                raise ValueError(f"--storage-option: {'.'.join(names[:depth + 1])!r} is "
-                                 "already set to a value, not a group of options")
+                raise ValueError(
+                    f"--storage-option: {'.'.join(names[: depth + 1])!r} is "
+                    "already set to a value, not a group of options"
+                )
         level[names[-1]] = _option_value(text)
     return options
 

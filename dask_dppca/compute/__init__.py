@@ -16,6 +16,16 @@ from .placement import UntrustedReleaseWarning
 from .target import ClusterTarget, ComputeTarget, LocalScheduler, compute_target
 from .waits import STALL_TIMEOUT_KEY, ClusterStalledError
 
-__all__ = ["STALL_TIMEOUT_KEY", "TRUSTED_RESOURCE", "ClusterStalledError", "ClusterTarget",
-           "ComputeTarget", "LocalScheduler", "UntrustedReleaseWarning", "check_scheduler",
-           "close_embedded_cluster", "compute_target", "tls_config"]
+__all__ = [
+    "STALL_TIMEOUT_KEY",
+    "TRUSTED_RESOURCE",
+    "ClusterStalledError",
+    "ClusterTarget",
+    "ComputeTarget",
+    "LocalScheduler",
+    "UntrustedReleaseWarning",
+    "check_scheduler",
+    "close_embedded_cluster",
+    "compute_target",
+    "tls_config",
+]

@@ -20,14 +20,27 @@ from typing import Any
 
 import distributed
 
-__all__ = ["LOCAL_SCHEDULERS", "TRUSTED_RESOURCE", "check_scheduler", "close_embedded_cluster",
-           "connect", "embedded_client", "in_this_process", "tls_config",
-           "workers_in_this_process"]
+__all__ = [
+    "LOCAL_SCHEDULERS",
+    "TRUSTED_RESOURCE",
+    "check_scheduler",
+    "close_embedded_cluster",
+    "connect",
+    "embedded_client",
+    "in_this_process",
+    "tls_config",
+    "workers_in_this_process",
+]
 
 #: Dask's in-process schedulers, accepted by name.
-LOCAL_SCHEDULERS = {"synchronous": "synchronous", "sync": "synchronous",
-                    "single-threaded": "synchronous", "threads": "threads",
-                    "threading": "threads", "processes": "processes"}
+LOCAL_SCHEDULERS = {
+    "synchronous": "synchronous",
+    "sync": "synchronous",
+    "single-threaded": "synchronous",
+    "threads": "threads",
+    "threading": "threads",
+    "processes": "processes",
+}
 #: Seconds to wait for a scheduler address to answer before giving up.
 CONNECT_TIMEOUT = 10
 #: Worker resource that marks the trusted node (``dask worker --resources "dppca-trusted=1"``).
@@ -71,20 +84,28 @@ def connect(address: str) -> distributed.Client:
     """A client of the scheduler at ``address``; fails within ``CONNECT_TIMEOUT`` seconds."""
     security = distributed.Security()  # TLS material from the Dask configuration
     if address.startswith("tls://"):
-        missing = [TLS_CONFIG_KEYS[name] for name, value in (
-            ("ca_file", security.tls_ca_file), ("cert", security.tls_client_cert),
-            ("key", security.tls_client_key)) if not value]
+        missing = [
+            TLS_CONFIG_KEYS[name]
+            for name, value in (
+                ("ca_file", security.tls_ca_file),
+                ("cert", security.tls_client_cert),
+                ("key", security.tls_client_key),
+            )
+            if not value
+        ]
         if missing:
             raise ValueError(
                 f"scheduler: {address!r} needs TLS client certificates; set "
-                f"{', '.join(missing)} in the Dask configuration (or the DASK_DISTRIBUTED__COMM__TLS__* "
+                f"{', '.join(missing)} in the Dask configuration (or the "
+                "DASK_DISTRIBUTED__COMM__TLS__* "
                 "environment variables, or dask-dppca's --tls-ca-file/--tls-cert/--tls-key), "
                 "or pass a distributed.Client made with security=distributed.Security(...)"
             )
     _check_answers(address, security)
     try:
-        return distributed.Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False,
-                                  security=security)
+        return distributed.Client(
+            address, timeout=CONNECT_TIMEOUT, set_as_default=False, security=security
+        )
     except (OSError, TimeoutError) as error:
         raise ValueError(
             f"scheduler: no Dask scheduler answered at {address!r} within "
@@ -101,8 +122,9 @@ def _check_answers(address: str, security: distributed.Security) -> None:
     from distributed.comm import connect
 
     async def handshake():
-        comm = await connect(address, timeout=CONNECT_TIMEOUT,
-                             **security.get_connection_args("client"))
+        comm = await connect(
+            address, timeout=CONNECT_TIMEOUT, **security.get_connection_args("client")
+        )
         await comm.close()
 
     try:  # in its own thread: works under a running event loop (notebooks) too
@@ -116,8 +138,9 @@ def _check_answers(address: str, security: distributed.Security) -> None:
 
 
 @contextmanager
-def tls_config(ca_file: str | None = None, cert: str | None = None,
-               key: str | None = None) -> Iterator[None]:
+def tls_config(
+    ca_file: str | None = None, cert: str | None = None, key: str | None = None
+) -> Iterator[None]:
     """Within the block, connect to ``tls://`` addresses with these client certificates.
 
     Sets the Dask configuration keys of :data:`TLS_CONFIG_KEYS` (those left ``None``
@@ -126,9 +149,11 @@ def tls_config(ca_file: str | None = None, cert: str | None = None,
     """
     import dask
 
-    values = {TLS_CONFIG_KEYS[name]: value
-              for name, value in (("ca_file", ca_file), ("cert", cert), ("key", key))
-              if value is not None}
+    values = {
+        TLS_CONFIG_KEYS[name]: value
+        for name, value in (("ca_file", ca_file), ("cert", cert), ("key", key))
+        if value is not None
+    }
     if not values:
         yield
         return
@@ -143,7 +168,8 @@ def embedded_client() -> distributed.Client:
     spends its time in numba and BLAS, which release the GIL, so threads keep every core
     busy; nothing is spawned, so a script without an ``if __name__ == "__main__":``
     guard works and the first fit does not pay for starting and importing in new
-    interpreters (benchmarks/README.md, bench_embedded).  One worker, so Dask's memory limit (80% pause threshold)
+    interpreters (benchmarks/README.md, bench_embedded).  One worker, so Dask's memory
+    limit (80% pause threshold)
     applies to this one process as a whole, as it should.  The worker offers the
     ``dppca-trusted`` resource: the release is placed like on any cluster, and on this
     machine the client process holds the exact K_hat anyway (docs/privacy.md, threat
@@ -174,7 +200,8 @@ def in_this_process(address: str) -> bool:
 
 def workers_in_this_process(client: distributed.Client) -> bool:
     """Whether the client's workers all run inside this process (the embedded cluster,
-    ``LocalCluster(processes=False)``)."""
+    ``LocalCluster(processes=False)``).
+    """
     workers = client.scheduler_info(n_workers=-1)["workers"]
     return bool(workers) and all(in_this_process(address) for address in workers)
 

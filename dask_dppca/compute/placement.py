@@ -14,8 +14,13 @@ from typing import Any
 from .cluster import TRUSTED_RESOURCE
 from .trust import verified_placement
 
-__all__ = ["UntrustedReleaseWarning", "choose_placement", "describe_placement",
-           "placement_available", "release_placement"]
+__all__ = [
+    "UntrustedReleaseWarning",
+    "choose_placement",
+    "describe_placement",
+    "placement_available",
+    "release_placement",
+]
 
 
 class UntrustedReleaseWarning(UserWarning):
@@ -24,9 +29,12 @@ class UntrustedReleaseWarning(UserWarning):
 
 def placement_available(placement: dict, workers: dict) -> bool:
     """Whether a worker in ``workers`` (the scheduler's worker info) can run a task
-    placed by :func:`release_placement`'s ``placement``."""
+    placed by :func:`release_placement`'s ``placement``.
+    """
     if "workers" in placement:  # pinned (a named or a certificate-verified trusted worker)
-        workers = {address: workers[address] for address in placement["workers"] if address in workers}
+        workers = {
+            address: workers[address] for address in placement["workers"] if address in workers
+        }
     if "resources" in placement:
         return any(TRUSTED_RESOURCE in (info.get("resources") or {}) for info in workers.values())
     return bool(workers)
@@ -62,7 +70,8 @@ def choose_placement(client: Any, trusted_worker: str | None, require_trusted: b
             f"no worker offers the {TRUSTED_RESOURCE!r} resource and no trusted_worker was "
             "named: the noise is added on whichever worker the scheduler picks (recorded in "
             "privacy_['released_on']); pass require_trusted=True to refuse instead",
-            UntrustedReleaseWarning, stacklevel=5,
+            UntrustedReleaseWarning,
+            stacklevel=5,
         )
     return placement
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-__all__ = ["local_progress", "cluster_progress", "in_notebook"]
+__all__ = ["cluster_progress", "in_notebook", "local_progress"]
 
 #: Seconds the bar's thread may take to draw its last state after the work ended.
 _FINAL_DRAW_WAIT = 2.0
@@ -58,14 +58,17 @@ def cluster_progress(client: Any, futures: list, enabled: bool) -> Iterator[None
     if in_notebook():
         from IPython.display import display
 
-        bar = MultiProgressWidget(futures, scheduler=address, complete=True,
-                                  interval=_UPDATE_INTERVAL)
+        bar = MultiProgressWidget(
+            futures, scheduler=address, complete=True, interval=_UPDATE_INTERVAL
+        )
         display(bar.widget)
     else:
-        bar = TextProgressBar(futures, scheduler=address, complete=True, start=False,
-                              interval=_UPDATE_INTERVAL)
-    listener = threading.Thread(target=asyncio.run, args=(bar.listen(),),
-                                name="dask-dppca-progress", daemon=True)
+        bar = TextProgressBar(
+            futures, scheduler=address, complete=True, start=False, interval=_UPDATE_INTERVAL
+        )
+    listener = threading.Thread(
+        target=asyncio.run, args=(bar.listen(),), name="dask-dppca-progress", daemon=True
+    )
     listener.start()
     try:
         yield

@@ -31,8 +31,9 @@ from .workers import prepare_workers, single_threaded_blas
 __all__ = ["release_here", "release_on_cluster", "release_task"]
 
 
-def release_task(mechanism: ReleaseMechanism, n_components: int, fit_id: str,
-                 *lane_sums: Any) -> PrivateRelease:
+def release_task(
+    mechanism: ReleaseMechanism, n_components: int, fit_id: str, *lane_sums: Any
+) -> PrivateRelease:
     """The release, where it runs: the lanes' exact total, the ticket, the noise, eigh."""
     kernel_sum = lanes_total(*lane_sums)
     worker = claim_release_ticket(fit_id)
@@ -40,8 +41,16 @@ def release_task(mechanism: ReleaseMechanism, n_components: int, fit_id: str,
     return mechanism.release(kernel_sum, n_components, released_on=released_on)
 
 
-def release_here(scheduler: str, mechanism: ReleaseMechanism, lane_sums: list, n_components: int,
-                 fit_id: str, *, require_trusted: bool, progress: bool) -> tuple[PrivateRelease, str]:
+def release_here(
+    scheduler: str,
+    mechanism: ReleaseMechanism,
+    lane_sums: list,
+    n_components: int,
+    fit_id: str,
+    *,
+    require_trusted: bool,
+    progress: bool,
+) -> tuple[PrivateRelease, str]:
     """The release on a local scheduler: the sums computed and released in this process."""
     if require_trusted:
         raise ValueError(
@@ -55,10 +64,18 @@ def release_here(scheduler: str, mechanism: ReleaseMechanism, lane_sums: list, n
     return release, f"this process (local scheduler {scheduler!r})"
 
 
-def release_on_cluster(client: distributed.Client, in_process: bool, mechanism: ReleaseMechanism,
-                       lane_sums: list, n_components: int, fit_id: str, *,
-                       trusted_worker: str | None, require_trusted: bool,
-                       progress: bool) -> tuple[PrivateRelease, str]:
+def release_on_cluster(
+    client: distributed.Client,
+    in_process: bool,
+    mechanism: ReleaseMechanism,
+    lane_sums: list,
+    n_components: int,
+    fit_id: str,
+    *,
+    trusted_worker: str | None,
+    require_trusted: bool,
+    progress: bool,
+) -> tuple[PrivateRelease, str]:
     """The release on a cluster: one non-retried task on the trusted worker; only it is gathered."""
     placement = choose_placement(client, trusted_worker, require_trusted)
     described = describe_placement(placement)
@@ -74,13 +91,21 @@ def release_on_cluster(client: distributed.Client, in_process: bool, mechanism: 
         lane_futures = client.compute(lane_sums)
         mark_release_dispatched(fit_id)  # before it can draw (abandon_release)
         release_future = client.submit(
-            release_task, mechanism, n_components, fit_id, *lane_futures,
-            key=f"dppca-release-{fit_id}", pure=False, retries=0, **placement,
+            release_task,
+            mechanism,
+            n_components,
+            fit_id,
+            *lane_futures,
+            key=f"dppca-release-{fit_id}",
+            pure=False,
+            retries=0,
+            **placement,
         )
         try:
             with cluster_progress(client, [*lane_futures, release_future], progress):
-                release = await_result(client, release_future, f"release {fit_id}",
-                                       needed=trusted_worker_present)
+                release = await_result(
+                    client, release_future, f"release {fit_id}", needed=trusted_worker_present
+                )
         except ClusterStalledError as error:
             raise ClusterStalledError(f"{error}; nothing was released") from None
         except distributed.KilledWorker as error:

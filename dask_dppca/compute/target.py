@@ -21,7 +21,13 @@ import dask
 import distributed
 
 from ..privacy import PrivateRelease, ReleaseMechanism
-from .cluster import LOCAL_SCHEDULERS, check_scheduler, connect, embedded_client, workers_in_this_process
+from .cluster import (
+    LOCAL_SCHEDULERS,
+    check_scheduler,
+    connect,
+    embedded_client,
+    workers_in_this_process,
+)
 from .progress import cluster_progress, local_progress
 from .release import release_here, release_on_cluster
 from .tickets import abandon_release
@@ -49,9 +55,17 @@ class ComputeTarget(ABC):
         """Compute Dask collections and return their values; every wait bounded."""
 
     @abstractmethod
-    def release(self, mechanism: ReleaseMechanism, lane_sums: list, n_components: int,
-                fit_id: str, *, trusted_worker: str | None = None, require_trusted: bool = False,
-                progress: bool = False) -> tuple[PrivateRelease, str]:
+    def release(
+        self,
+        mechanism: ReleaseMechanism,
+        lane_sums: list,
+        n_components: int,
+        fit_id: str,
+        *,
+        trusted_worker: str | None = None,
+        require_trusted: bool = False,
+        progress: bool = False,
+    ) -> tuple[PrivateRelease, str]:
         """Run ``mechanism`` once on the lanes' exact sums; the release and where it ran."""
 
     @abstractmethod
@@ -67,22 +81,43 @@ class LocalScheduler(ComputeTarget):
 
     @property
     def n_threads(self) -> int:
+        """Worker threads the target offers."""
         return 1 if self.name == "synchronous" else (os.cpu_count() or 1)
 
     @property
     def in_process(self) -> bool:
+        """Whether the work runs in this process."""
         return True
 
     def compute(self, collections: list, label: str, progress: bool = False) -> list:
+        """Compute Dask collections and return their values; every wait bounded."""
         with local_progress(progress), single_threaded_blas(True):
             return list(dask.compute(*collections, scheduler=self.name))
 
-    def release(self, mechanism, lane_sums, n_components, fit_id, *, trusted_worker=None,
-                require_trusted=False, progress=False):
-        return release_here(self.name, mechanism, lane_sums, n_components, fit_id,
-                            require_trusted=require_trusted, progress=progress)
+    def release(
+        self,
+        mechanism,
+        lane_sums,
+        n_components,
+        fit_id,
+        *,
+        trusted_worker=None,
+        require_trusted=False,
+        progress=False,
+    ):
+        """Run ``mechanism`` once on the lanes' exact sums; the release and where it ran."""
+        return release_here(
+            self.name,
+            mechanism,
+            lane_sums,
+            n_components,
+            fit_id,
+            require_trusted=require_trusted,
+            progress=progress,
+        )
 
     def abandon(self, fit_id: str) -> bool:
+        """For a failed fit: True if its release provably never drew (and now never will)."""
         return abandon_release(fit_id, None)
 
     def __repr__(self) -> str:
@@ -97,14 +132,17 @@ class ClusterTarget(ComputeTarget):
 
     @property
     def n_threads(self) -> int:
+        """Worker threads the target offers."""
         workers = self.client.scheduler_info(n_workers=-1)["workers"]
         return max(1, sum(int(info.get("nthreads", 1)) for info in workers.values()))
 
     @property
     def in_process(self) -> bool:
+        """Whether the work runs in this process."""
         return workers_in_this_process(self.client)
 
     def compute(self, collections: list, label: str, progress: bool = False) -> list:
+        """Compute Dask collections and return their values; every wait bounded."""
         prepare_workers(self.client)
         with single_threaded_blas(self.in_process):
             futures = self.client.compute(collections)
@@ -115,13 +153,32 @@ class ClusterTarget(ComputeTarget):
                 for future in futures:
                     future.release()
 
-    def release(self, mechanism, lane_sums, n_components, fit_id, *, trusted_worker=None,
-                require_trusted=False, progress=False):
-        return release_on_cluster(self.client, self.in_process, mechanism, lane_sums,
-                                  n_components, fit_id, trusted_worker=trusted_worker,
-                                  require_trusted=require_trusted, progress=progress)
+    def release(
+        self,
+        mechanism,
+        lane_sums,
+        n_components,
+        fit_id,
+        *,
+        trusted_worker=None,
+        require_trusted=False,
+        progress=False,
+    ):
+        """Run ``mechanism`` once on the lanes' exact sums; the release and where it ran."""
+        return release_on_cluster(
+            self.client,
+            self.in_process,
+            mechanism,
+            lane_sums,
+            n_components,
+            fit_id,
+            trusted_worker=trusted_worker,
+            require_trusted=require_trusted,
+            progress=progress,
+        )
 
     def abandon(self, fit_id: str) -> bool:
+        """For a failed fit: True if its release provably never drew (and now never will)."""
         return abandon_release(fit_id, self.client)
 
     def __repr__(self) -> str:

@@ -67,8 +67,9 @@ def abandon_release(fit_id: str, client: distributed.Client | None) -> bool:
         return True
     if client is None:
         return False
-    lock = distributed.Lock(f"dask-dppca-release-{fit_id}", scheduler_rpc=client.scheduler,
-                            loop=client.loop)
+    lock = distributed.Lock(
+        f"dask-dppca-release-{fit_id}", scheduler_rpc=client.scheduler, loop=client.loop
+    )
     try:
         if not lock.acquire(timeout=ABANDON_TIMEOUT):
             return False
@@ -105,8 +106,9 @@ def claim_release_ticket(fit_id: str) -> Any:
     key = [*RELEASE_METADATA_KEY, fit_id]
     with distributed.Lock(f"dask-dppca-release-{fit_id}"):
         if client.get_metadata([*ABANDONED_METADATA_KEY, fit_id], default=None) is not None:
-            raise ReleaseAlreadyDrawnError(f"release {fit_id} was abandoned by its failed fit; "
-                                           "refusing to draw")
+            raise ReleaseAlreadyDrawnError(
+                f"release {fit_id} was abandoned by its failed fit; refusing to draw"
+            )
         ticket = client.get_metadata(key, default=None)
         if ticket is not None:
             raise ReleaseAlreadyDrawnError(

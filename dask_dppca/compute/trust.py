@@ -19,8 +19,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["TRUSTED_WORKER_COMMON_NAME", "UntrustedWorkerError", "verified_placement",
-           "worker_identities"]
+__all__ = [
+    "TRUSTED_WORKER_COMMON_NAME",
+    "UntrustedWorkerError",
+    "verified_placement",
+    "worker_identities",
+]
 
 #: Common name of the trusted worker's certificate subject (``CN=dask-dppca trusted-worker``).
 TRUSTED_WORKER_COMMON_NAME = "dask-dppca trusted-worker"
@@ -30,7 +34,8 @@ IDENTITY_WAIT = 10.0
 
 class UntrustedWorkerError(RuntimeError):
     """A worker claims the trusted resource without the trusted worker's certificate,
-    or the scheduler could not tell who its workers are."""
+    or the scheduler could not tell who its workers are.
+    """
 
 
 def worker_identities(dask_scheduler=None) -> dict[str, dict[str, Any]]:
@@ -49,8 +54,10 @@ def worker_identities(dask_scheduler=None) -> dict[str, dict[str, Any]]:
         stream = dask_scheduler.stream_comms.get(address)
         comm = getattr(stream, "comm", None)
         peercert = comm.extra_info.get("peercert") if comm is not None else None
-        identities[address] = {"common_name": _common_name(peercert),
-                               "resources": dict(state.resources)}
+        identities[address] = {
+            "common_name": _common_name(peercert),
+            "resources": dict(state.resources),
+        }
     return identities
 
 
@@ -85,9 +92,12 @@ def verified_placement(client: Any, placement: dict, resource: str) -> dict:
                 f"({type(error).__name__}: {error}); install dask-dppca where the scheduler "
                 "runs: the release is not placed on an unverified worker"
             ) from None
-        claimants = {a: i["common_name"] for a, i in identities.items() if resource in i["resources"]}
-        impostors = {a: n for a, n in claimants.items()
-                     if n is not None and n != TRUSTED_WORKER_COMMON_NAME}
+        claimants = {
+            a: i["common_name"] for a, i in identities.items() if resource in i["resources"]
+        }
+        impostors = {
+            a: n for a, n in claimants.items() if n is not None and n != TRUSTED_WORKER_COMMON_NAME
+        }
         if impostors:
             raise UntrustedWorkerError(
                 f"worker(s) {sorted(impostors)} claim the {resource!r} resource but their TLS "

@@ -16,8 +16,13 @@ from typing import Any
 import dask
 import distributed
 
-__all__ = ["DEFAULT_STALL_TIMEOUT", "STALL_TIMEOUT_KEY", "ClusterStalledError", "await_result",
-           "stall_timeout"]
+__all__ = [
+    "DEFAULT_STALL_TIMEOUT",
+    "STALL_TIMEOUT_KEY",
+    "ClusterStalledError",
+    "await_result",
+    "stall_timeout",
+]
 
 #: Dask configuration key: seconds a fit waits on a cluster that cannot make progress
 #: (environment variable ``DASK_DASK_DPPCA__STALL_TIMEOUT``).
@@ -107,8 +112,10 @@ def _stall_reason(workers: dict) -> str | None:
     if any(_executing(info) for info in workers.values()):
         return None
     states = sorted({str(info.get("status")) for info in workers.values()})
-    return (f"no worker can run tasks (worker status: {', '.join(states)}; a paused worker "
-            "is over its memory pause threshold)")
+    return (
+        f"no worker can run tasks (worker status: {', '.join(states)}; a paused worker "
+        "is over its memory pause threshold)"
+    )
 
 
 def _executing(info: dict) -> int:

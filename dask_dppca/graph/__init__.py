@@ -11,5 +11,11 @@ from .lane_task import LaneState, lanes_total
 from .lanes import LANES_PER_SUM_TASK, LANES_PER_THREAD, kernel_sum_graph
 from .sealed import ExactSumLeakError
 
-__all__ = ["LANES_PER_SUM_TASK", "LANES_PER_THREAD", "ExactSumLeakError", "LaneState",
-           "kernel_sum_graph", "lanes_total"]
+__all__ = [
+    "LANES_PER_SUM_TASK",
+    "LANES_PER_THREAD",
+    "ExactSumLeakError",
+    "LaneState",
+    "kernel_sum_graph",
+    "lanes_total",
+]

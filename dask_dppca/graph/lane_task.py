@@ -67,20 +67,26 @@ def lane_task(step: Step, reader, state: LaneState | None, *given) -> LaneState:
     blocks, inputs = {}, iter(given)
     for (index, rows), source in zip(step.declared, step.sources):
         if source == CARRIED:
-            blocks[index] = state.blocks[index]        # checked when it reached the lane
+            blocks[index] = state.blocks[index]  # checked when it reached the lane
             continue
         block = reader[source, :] if isinstance(source, slice) else next(inputs)
         _check_block(block, index, rows, step.n_features)
         blocks[index] = block
-    sums = [block_pair_sum(blocks[i], None if i == j else blocks[j], step.spatial_sign,
-                           tile_rows=step.tile_rows) for i, j in step.pairs]
+    sums = [
+        block_pair_sum(
+            blocks[i], None if i == j else blocks[j], step.spatial_sign, tile_rows=step.tile_rows
+        )
+        for i, j in step.pairs
+    ]
     # The sums are symmetric bit for bit (the kernel returns (S + S^T) / 2): the lane adds
     # their upper triangles only.
     d = step.n_features
     total = ExactSum((d * (d + 1) // 2,)) if state is None else state.total
     carried = {**(state.blocks if state is not None else {}), **blocks}
-    return LaneState(total.plus(pairwise_sum(sums)[np.triu_indices(d)]),
-                     {block: carried[block] for block in step.keep})
+    return LaneState(
+        total.plus(pairwise_sum(sums)[np.triu_indices(d)]),
+        {block: carried[block] for block in step.keep},
+    )
 
 
 def _check_block(block, index: int, rows: int, n_features: int) -> None:
@@ -100,7 +106,8 @@ def merge_lanes(*states: LaneState) -> LaneState:
 
 def lanes_total(*states: LaneState) -> np.ndarray:
     """The exact total of the lanes, correctly rounded to float64 (one rounding), as the
-    symmetric d x d matrix."""
+    symmetric d x d matrix.
+    """
     upper = merge_lanes(*states).total.to_float()
     d = int((math.isqrt(8 * upper.size + 1) - 1) // 2)
     total = np.zeros((d, d))

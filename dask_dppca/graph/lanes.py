@@ -84,11 +84,17 @@ def kernel_sum_graph(
                 lanes_of_block[block].add(number)
     shared = {block for block, users in lanes_of_block.items() if len(users) > 1}
     reader = chunk_reader(data)
-    reader_task = None if reader is None else dask.delayed(
-        reader, name=f"dppca-reader-{data.name}", traverse=False)
+    reader_task = (
+        None
+        if reader is None
+        else dask.delayed(reader, name=f"dppca-reader-{data.name}", traverse=False)
+    )
     bounds = np.cumsum((0,) + plan.block_sizes)
-    read_rows = {} if reader is None else {
-        block: slice(int(bounds[block]), int(bounds[block + 1])) for block in lanes_of_block}
+    read_rows = (
+        {}
+        if reader is None
+        else {block: slice(int(bounds[block]), int(bounds[block + 1])) for block in lanes_of_block}
+    )
     # One graph layer of plain tasks (a tuple per task, Dask's graph specification):
     # a dask.delayed call per task would make a layer per task, and looking keys up
     # across thousands of layers made building the graph quadratic in the task count.
@@ -96,17 +102,24 @@ def kernel_sum_graph(
     layer, lane_ends = {}, []
     for number, lane in enumerate(lanes):
         previous = None
-        for task, step, given in _lane_steps(lane, tasks, blocks_of, shared, read_rows, plan,
-                                             spatial_sign):
+        for task, step, given in _lane_steps(
+            lane, tasks, blocks_of, shared, read_rows, plan, spatial_sign
+        ):
             key = f"{name}-{number}-{task}"
-            layer[key] = (lane_task, step, None if reader_task is None else reader_task.key,
-                          previous, *[(data.name, block, 0) for block in given])
+            layer[key] = (
+                lane_task,
+                step,
+                None if reader_task is None else reader_task.key,
+                previous,
+                *[(data.name, block, 0) for block in given],
+            )
             previous = key
         lane_ends.append(previous)
     dependencies = [data] if reader_task is None else [data, reader_task]
     graph = HighLevelGraph.from_collections(name, layer, dependencies=dependencies)
-    return _merge_down([Delayed(key, graph, layer=name) for key in lane_ends],
-                       key_prefix=f"dppca-sum-{token}")
+    return _merge_down(
+        [Delayed(key, graph, layer=name) for key in lane_ends], key_prefix=f"dppca-sum-{token}"
+    )
 
 
 def _lane_steps(lane, tasks, blocks_of, shared, read_rows, plan, spatial_sign):
@@ -132,8 +145,19 @@ def _lane_steps(lane, tasks, blocks_of, shared, read_rows, plan, spatial_sign):
             delivered.add(block)
         keep = tuple(sorted(block for block in delivered - shared if last_use[block] > task))
         declared = tuple((block, plan.block_sizes[block]) for block in blocks_of[task])
-        yield task, Step(spatial_sign, plan.tile_rows, plan.n_features, declared, tasks[task],
-                          tuple(sources), keep), given
+        yield (
+            task,
+            Step(
+                spatial_sign,
+                plan.tile_rows,
+                plan.n_features,
+                declared,
+                tasks[task],
+                tuple(sources),
+                keep,
+            ),
+            given,
+        )
 
 
 def _lanes(n_tasks: int, n_lanes: int) -> list[range]:
@@ -148,12 +172,17 @@ LANES_PER_SUM_TASK = 8
 
 
 def _merge_down(lane_ends: list[Delayed], key_prefix: str) -> list[Delayed]:
-    """The lanes' sums added exactly, ``LANES_PER_SUM_TASK`` at a time, down to at most that many."""
+    """The lanes' sums added exactly, ``LANES_PER_SUM_TASK`` at a time, down to at most
+    that many.
+    """
     level = 0
     while len(lane_ends) > LANES_PER_SUM_TASK:
-        lane_ends = [dask.delayed(merge_lanes, pure=True)(
-                         *lane_ends[k:k + LANES_PER_SUM_TASK],
-                         dask_key_name=f"{key_prefix}-{level}-{k // LANES_PER_SUM_TASK}")
-                     for k in range(0, len(lane_ends), LANES_PER_SUM_TASK)]
+        lane_ends = [
+            dask.delayed(merge_lanes, pure=True)(
+                *lane_ends[k : k + LANES_PER_SUM_TASK],
+                dask_key_name=f"{key_prefix}-{level}-{k // LANES_PER_SUM_TASK}",
+            )
+            for k in range(0, len(lane_ends), LANES_PER_SUM_TASK)
+        ]
         level += 1
     return lane_ends

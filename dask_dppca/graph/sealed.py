@@ -49,7 +49,8 @@ def seal(rebuild: Any, state: tuple) -> tuple:
     """``__reduce__`` value for an object rebuilt as ``rebuild(*state)``, sealed when
     pickled in a worker process of a cluster (Data moving between workers is
     serialised by the worker's communication code, outside any task, so "inside a
-    task" cannot be the test: "in a process that hosts a worker" is.)"""
+    task" cannot be the test: "in a process that hosts a worker" is.)
+    """
     if unsealing_allowed():
         return (_unseal, (rebuild, state, _PROCESS_TOKEN))
     return (rebuild, state)

@@ -14,5 +14,12 @@ from .output import check_writable, write_json
 from .records import Records, is_lazy_input, open_records
 from .zarr_input import MissingChunkError, chunk_reader
 
-__all__ = ["MissingChunkError", "Records", "check_writable", "chunk_reader", "is_lazy_input",
-           "open_records", "write_json"]
+__all__ = [
+    "MissingChunkError",
+    "Records",
+    "check_writable",
+    "chunk_reader",
+    "is_lazy_input",
+    "open_records",
+    "write_json",
+]

@@ -50,20 +50,25 @@ def from_xarray(data: Any, component: str | None) -> Any:
         names = [str(name) for name in data.data_vars]
         if component is None:
             if len(names) != 1:
-                raise ValueError("component: the xarray Dataset holds several variables; "
-                                 f"name the records with component=, one of {names}")
+                raise ValueError(
+                    "component: the xarray Dataset holds several variables; "
+                    f"name the records with component=, one of {names}"
+                )
             component = names[0]
         if component not in data.data_vars:
-            raise ValueError(f"component: no variable {component!r} in the xarray Dataset; "
-                             f"it holds {names}")
+            raise ValueError(
+                f"component: no variable {component!r} in the xarray Dataset; it holds {names}"
+            )
         data = data[component]
     elif component is not None:
-        raise ValueError(f"component: {component!r} names a variable of a Dataset; "
-                         "X is a DataArray")
+        raise ValueError(
+            f"component: {component!r} names a variable of a Dataset; X is a DataArray"
+        )
     if data.ndim != 2:
         raise ValueError(
             f"X: expected a 2-D DataArray (records x features), got dims {data.dims} with "
-            f"shape {data.shape}")
+            f"shape {data.shape}"
+        )
     if data.chunks is None:  # in memory or a lazy backend array: one chunk, cut later
         records, features = data.dims
         data = data.chunk({records: -1, features: -1})
@@ -74,15 +79,20 @@ def check_frame_dtypes(frame: Any) -> None:
     """Refuse a DataFrame (or Series) with a column that is not a real number."""
     import dask.dataframe as dd
 
-    dtypes = {frame.name: frame.dtype} if isinstance(frame, dd.Series) else dict(frame.dtypes.items())
-    bad = {str(name): str(dtype) for name, dtype in dtypes.items() if not is_real_numeric_dtype(dtype)}
+    dtypes = (
+        {frame.name: frame.dtype} if isinstance(frame, dd.Series) else dict(frame.dtypes.items())
+    )
+    bad = {
+        str(name): str(dtype) for name, dtype in dtypes.items() if not is_real_numeric_dtype(dtype)
+    }
     if bad:
         raise ValueError(f"X: the DataFrame's columns must be numeric; not numeric: {bad}")
 
 
 def frame_rows(frame: Any, target: Any) -> da.Array:
     """Rows of a dask DataFrame (or one column, a Series), partition lengths counted on
-    ``target`` (``target.compute(collections, label)``, bounded), never on the client."""
+    ``target`` (``target.compute(collections, label)``, bounded), never on the client.
+    """
     counts = [dask.delayed(len, pure=True)(part) for part in frame.to_delayed()]
     lengths = [int(length) for length in target.compute(counts, "counting the DataFrame's rows")]
     array = frame.to_dask_array(lengths=lengths)

@@ -30,8 +30,9 @@ from .storage import (
 __all__ = ["check_writable", "write_json"]
 
 
-def check_writable(location: str | os.PathLike, storage_options: dict | None = None,
-                   name: str = "output") -> None:
+def check_writable(
+    location: str | os.PathLike, storage_options: dict | None = None, name: str = "output"
+) -> None:
     """Refuse a result location that cannot be written, without writing the result.
 
     A local path needs an existing folder (or a creatable one) where a file can be made;
@@ -55,15 +56,20 @@ def check_writable(location: str | os.PathLike, storage_options: dict | None = N
         fs.pipe_file(probe, b"")
         try:
             fs.rm_file(probe)
-        except Exception:  # noqa: BLE001 - write-only prefix: an empty probe object remains
+        except Exception:
             pass
-    except Exception as error:  # noqa: BLE001 - credentials, bucket, endpoint: one line
-        raise ValueError(f"{name}: cannot write {display_location(location)!r} "
-                         f"({remote_error(error, options)})") from None
+    except Exception as error:
+        raise ValueError(
+            f"{name}: cannot write {display_location(location)!r} ({remote_error(error, options)})"
+        ) from None
 
 
-def write_json(location: str | os.PathLike, payload: Any,
-               storage_options: dict | None = None, name: str = "output") -> None:
+def write_json(
+    location: str | os.PathLike,
+    payload: Any,
+    storage_options: dict | None = None,
+    name: str = "output",
+) -> None:
     """Write ``payload`` as JSON to a local path or fsspec URL, atomically where possible."""
     options = check_storage_options(storage_options, location, name)
     data = (json.dumps(payload, indent=2, default=_json_default) + "\n").encode()
@@ -74,9 +80,10 @@ def write_json(location: str | os.PathLike, payload: Any,
     fs, path = filesystem(os.fspath(location), options, name)
     try:
         fs.pipe_file(path, data)
-    except Exception as error:  # noqa: BLE001 - one line, no secret
-        raise ValueError(f"{name}: cannot write {display_location(location)!r} "
-                         f"({remote_error(error, options)})") from None
+    except Exception as error:
+        raise ValueError(
+            f"{name}: cannot write {display_location(location)!r} ({remote_error(error, options)})"
+        ) from None
 
 
 def _local_path(location: str | os.PathLike) -> Path | None:

@@ -29,8 +29,9 @@ __all__ = ["Records", "RowCounter", "is_lazy_input", "open_records"]
 
 def is_lazy_input(data: Any) -> bool:
     """Whether ``data`` is read lazily (dask, Zarr, xarray, dask DataFrame), not in memory."""
-    return (isinstance(data, da.Array) or is_zarr_input(data) or is_xarray(data)
-            or is_dask_frame(data))
+    return (
+        isinstance(data, da.Array) or is_zarr_input(data) or is_xarray(data) or is_dask_frame(data)
+    )
 
 
 class RowCounter(Protocol):
@@ -71,7 +72,8 @@ class Records:
     @property
     def dataset(self) -> str:
         """What a ledger records as the data set: the location, or the input's type and
-        (public) shape.  Never computed from the values."""
+        (public) shape.  Never computed from the values.
+        """
         if self.location is not None:
             return self.location
         return f"{self.input_type} {' x '.join(str(int(s)) if s == s else '?' for s in self.shape)}"
@@ -172,19 +174,30 @@ xarray.DataArray, xarray.Dataset, dask DataFrame or Series
     # The wording after the first clause is scikit-learn's, so that its conformance
     # checks (and users who know its messages) recognise the error.
     if d == 0:
-        raise ValueError(f"X: has no columns (d = 0): 0 feature(s) (shape={array.shape}) while a "
-                         "minimum of 1 is required.")
+        raise ValueError(
+            f"X: has no columns (d = 0): 0 feature(s) (shape={array.shape}) while a "
+            "minimum of 1 is required."
+        )
     if n == n and n < 2:  # NaN: a DataFrame's rows, counted later
-        raise ValueError(f"X: needs at least 2 records to form a pair, got n = {n} (n_samples = {n})")
+        raise ValueError(
+            f"X: needs at least 2 records to form a pair, got n = {n} (n_samples = {n})"
+        )
     if np.issubdtype(array.dtype, np.complexfloating):
-        raise ValueError(f"X: needs a real numeric dtype, got {array.dtype} (Complex data not supported)")
+        raise ValueError(
+            f"X: needs a real numeric dtype, got {array.dtype} (Complex data not supported)"
+        )
     if not is_real_numeric_dtype(array.dtype):
         raise ValueError(f"X: needs a real numeric dtype, got {array.dtype}")
     if isinstance(array, da.Array) and len(array.chunks[1]) != 1:
         array = array.rechunk({1: -1})
     own_chunks = not (is_xarray(data) and _unchunked_xarray(data, component))
-    return Records(array, _location(data, component), type(data).__name__,
-                   frame=data if is_dask_frame(data) else None, own_chunks=own_chunks)
+    return Records(
+        array,
+        _location(data, component),
+        type(data).__name__,
+        frame=data if is_dask_frame(data) else None,
+        own_chunks=own_chunks,
+    )
 
 
 def _unchunked_xarray(data: Any, component: str | None) -> bool:

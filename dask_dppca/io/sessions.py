@@ -61,7 +61,7 @@ class _CloseSessions(WorkerPlugin):
         for fs in filesystems:
             try:
                 sync(_close(fs), timeout=CLOSE_TIMEOUT)
-            except Exception:  # noqa: BLE001 - shutting down: an unclosable session is moot
+            except Exception:
                 pass
 
 

@@ -14,15 +14,38 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["BACKEND_EXTRAS", "check_storage_options", "describe_error", "display_location",
-           "filesystem", "is_url", "remote_error"]
+__all__ = [
+    "BACKEND_EXTRAS",
+    "check_storage_options",
+    "describe_error",
+    "display_location",
+    "filesystem",
+    "is_url",
+    "remote_error",
+]
 
 #: URL scheme -> the dask-dppca extra that installs its fsspec backend.
-BACKEND_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure",
-                  "abfs": "azure", "abfss": "azure", "adl": "azure"}
+BACKEND_EXTRAS = {
+    "s3": "s3",
+    "s3a": "s3",
+    "gs": "gcs",
+    "gcs": "gcs",
+    "az": "azure",
+    "abfs": "azure",
+    "abfss": "azure",
+    "adl": "azure",
+}
 #: An option whose name contains one of these holds a secret (masked in messages).
-_SECRET_WORDS = ("secret", "token", "password", "key", "credential", "sas", "signature",
-                 "connection_string")
+_SECRET_WORDS = (
+    "secret",
+    "token",
+    "password",
+    "key",
+    "credential",
+    "sas",
+    "signature",
+    "connection_string",
+)
 _MESSAGE_LIMIT = 300
 
 
@@ -53,13 +76,18 @@ def check_storage_options(storage_options: Any, location: Any, name: str = "X") 
     """
     if storage_options is None or (isinstance(storage_options, Mapping) and not storage_options):
         return None
-    if not isinstance(storage_options, Mapping) or not all(isinstance(key, str)
-                                                           for key in storage_options):
-        raise ValueError("storage_options: must be a dict of fsspec keyword arguments "
-                         f"(str keys), got {type(storage_options).__name__}")
+    if not isinstance(storage_options, Mapping) or not all(
+        isinstance(key, str) for key in storage_options
+    ):
+        raise ValueError(
+            "storage_options: must be a dict of fsspec keyword arguments "
+            f"(str keys), got {type(storage_options).__name__}"
+        )
     if not is_url(location):
-        raise ValueError(f"storage_options: apply to fsspec URLs (s3://, gs://, az://, ...); "
-                         f"{name} is {_describe_input(location)}")
+        raise ValueError(
+            f"storage_options: apply to fsspec URLs (s3://, gs://, az://, ...); "
+            f"{name} is {_describe_input(location)}"
+        )
     return dict(storage_options)
 
 
@@ -71,9 +99,11 @@ def filesystem(location: str, storage_options: dict | None, name: str = "X"):
         return fsspec.core.url_to_fs(location, **(storage_options or {}))
     except ImportError as error:
         raise ValueError(_missing_backend(location, name, error)) from None
-    except Exception as error:  # noqa: BLE001 - any backend failure is one line for the user
-        raise ValueError(f"{name}: cannot use {display_location(location)!r} "
-                         f"({remote_error(error, storage_options)})") from None
+    except Exception as error:
+        raise ValueError(
+            f"{name}: cannot use {display_location(location)!r} "
+            f"({remote_error(error, storage_options)})"
+        ) from None
 
 
 def describe_error(error: BaseException, storage_options: Mapping | None = None) -> str:
@@ -98,8 +128,11 @@ def _secrets(options: Mapping) -> list[str]:
     for key, value in options.items():
         if isinstance(value, Mapping):
             found += _secrets(value)
-        elif isinstance(value, str) and len(value) >= 4 and any(
-                word in str(key).lower() for word in _SECRET_WORDS):
+        elif (
+            isinstance(value, str)
+            and len(value) >= 4
+            and any(word in str(key).lower() for word in _SECRET_WORDS)
+        ):
             found.append(value)
     return found
 
@@ -109,10 +142,14 @@ def _missing_backend(location: str, name: str, error: ImportError) -> str:
     extras = sorted({BACKEND_EXTRAS[s] for s in schemes if s in BACKEND_EXTRAS})
     if extras:
         install = " ".join(f"'dask-dppca[{extra}]'" for extra in extras)
-        return (f"{name}: reading {display_location(location)!r} needs an fsspec backend that "
-                f"is not installed: pip install {install}")
-    return (f"{name}: no fsspec backend installed for {display_location(location)!r} "
-            f"({describe_error(error)})")
+        return (
+            f"{name}: reading {display_location(location)!r} needs an fsspec backend that "
+            f"is not installed: pip install {install}"
+        )
+    return (
+        f"{name}: no fsspec backend installed for {display_location(location)!r} "
+        f"({describe_error(error)})"
+    )
 
 
 def _describe_input(location: Any) -> str:

@@ -38,8 +38,14 @@ from zarr.storage import FsspecStore, LocalStore, StorePath, WrapperStore
 from .sessions import close_at_worker_shutdown
 from .storage import describe_error, display_location, filesystem, is_url, remote_error
 
-__all__ = ["ChunkCheckingStore", "MissingChunkError", "ZarrBlocks", "chunk_reader",
-           "is_zarr_input", "open_zarr_input"]
+__all__ = [
+    "ChunkCheckingStore",
+    "MissingChunkError",
+    "ZarrBlocks",
+    "chunk_reader",
+    "is_zarr_input",
+    "open_zarr_input",
+]
 
 #: Keys holding Zarr metadata: a missing one is how Zarr tells v2 from v3, not an error.
 METADATA_KEYS = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
@@ -65,12 +71,14 @@ class ChunkCheckingStore(WrapperStore):
     """A Zarr store wrapper for which a missing chunk is an error, never a fill value."""
 
     async def get(self, key, prototype, byte_range=None):
+        """The wrapped store's value for ``key``; a missing chunk raises."""
         value = await self._store.get(key, prototype, byte_range)
         if value is None and not _is_metadata(key):
             raise _ChunkAbsent(key)
         return value
 
     async def get_partial_values(self, prototype, key_ranges):
+        """The wrapped store's values for ``key_ranges``; a missing chunk raises."""
         key_ranges = list(key_ranges)
         values = await self._store.get_partial_values(prototype, key_ranges)
         for (key, _), value in zip(key_ranges, values):
@@ -140,8 +148,9 @@ def is_zarr_input(data: Any) -> bool:
     return type(data).__name__ == "FSMap" and type(data).__module__.startswith("fsspec")
 
 
-def open_zarr_input(data: Any, component: str | None, storage_options: dict | None,
-                    allow_fill_values: bool) -> da.Array:
+def open_zarr_input(
+    data: Any, component: str | None, storage_options: dict | None, allow_fill_values: bool
+) -> da.Array:
     """A Zarr input as a dask array whose read tasks check that every chunk exists."""
     if isinstance(data, (zarr.Array, zarr.Group)):
         node, label = data, _store_label(data.store, data.path)
@@ -159,18 +168,24 @@ def _with_store(array, store):
     """``array`` read through ``store``, from the metadata already read (no request)."""
     # ``Array.config`` (the runtime settings, e.g. memory order) is public from zarr 3.1.6;
     # before it, the array gets zarr's defaults, which are what ``zarr.open`` gave it.
-    return zarr.Array(zarr.AsyncArray(metadata=array.metadata,
-                                      config=getattr(array, "config", None),
-                                      store_path=StorePath(store, array.path)))
+    return zarr.Array(
+        zarr.AsyncArray(
+            metadata=array.metadata,
+            config=getattr(array, "config", None),
+            store_path=StorePath(store, array.path),
+        )
+    )
 
 
 def _open_node(data: Any, storage_options: dict | None):
     store = _open_store(data, storage_options)
     try:
         return zarr.open(store=store, mode="r")
-    except Exception as error:  # noqa: BLE001 - zarr raises several types for a non-store
-        raise ValueError(f"X: cannot open {_location_label(data)} as a Zarr store "
-                         f"({describe_error(error, storage_options)})") from None
+    except Exception as error:
+        raise ValueError(
+            f"X: cannot open {_location_label(data)} as a Zarr store "
+            f"({describe_error(error, storage_options)})"
+        ) from None
 
 
 def _open_store(data: Any, storage_options: dict | None):
@@ -191,8 +206,7 @@ def _open_store(data: Any, storage_options: dict | None):
         # zarr's from_url would make the backend asynchronous under it, which breaks.
         from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
 
-        return FsspecStore(AsyncFileSystemWrapper(fs, asynchronous=True), path=path,
-                           read_only=True)
+        return FsspecStore(AsyncFileSystemWrapper(fs, asynchronous=True), path=path, read_only=True)
     return FsspecStore.from_url(location, storage_options=storage_options, read_only=True)
 
 
@@ -210,9 +224,11 @@ def _reachable_filesystem(location: str, storage_options: dict | None):
         return fs, path
     except FileNotFoundError:
         raise ValueError(f"X: Zarr store {display_location(location)!r} does not exist") from None
-    except Exception as error:  # noqa: BLE001 - credentials, endpoint, network: one line
-        raise ValueError(f"X: cannot read {display_location(location)!r} "
-                         f"({remote_error(error, storage_options)})") from None
+    except Exception as error:
+        raise ValueError(
+            f"X: cannot read {display_location(location)!r} "
+            f"({remote_error(error, storage_options)})"
+        ) from None
 
 
 def _select_array(node, component: str | None, label: str):
@@ -221,8 +237,9 @@ def _select_array(node, component: str | None, label: str):
         if component is not None:
             raise ValueError(f"component: {label} holds a single array, not a group")
         return node, ""
-    arrays = sorted(name for name, member in node.members(max_depth=None)
-                    if isinstance(member, zarr.Array))
+    arrays = sorted(
+        name for name, member in node.members(max_depth=None) if isinstance(member, zarr.Array)
+    )
     if component is None:
         if len(arrays) == 1:
             return node[arrays[0]], arrays[0]
@@ -231,11 +248,15 @@ def _select_array(node, component: str | None, label: str):
     try:
         member = node[name]
     except KeyError:
-        raise ValueError(f"component: no array {component!r} in {label}; it holds {arrays}") from None
+        raise ValueError(
+            f"component: no array {component!r} in {label}; it holds {arrays}"
+        ) from None
     if not isinstance(member, zarr.Array):
         inside = [a for a in arrays if a.startswith(name + "/")]
-        raise ValueError(f"component: {component!r} in {label} is a group, not an array; "
-                         f"name one of its arrays {inside}")
+        raise ValueError(
+            f"component: {component!r} in {label} is a group, not an array; "
+            f"name one of its arrays {inside}"
+        )
     return member, name
 
 
@@ -247,9 +268,13 @@ def _read_tasks(array, label: str, allow_fill_values: bool) -> da.Array:
     token = dask.base.tokenize(label, shape, str(blocks.dtype), chunk_shape, allow_fill_values)
     name = f"dppca-read-{token}"
     _readers[name] = blocks
-    return da.from_array(blocks, chunks=chunks, name=name,
-                         meta=np.empty((0,) * len(shape), dtype=blocks.dtype),
-                         inline_array=False)
+    return da.from_array(
+        blocks,
+        chunks=chunks,
+        name=name,
+        meta=np.empty((0,) * len(shape), dtype=blocks.dtype),
+        inline_array=False,
+    )
 
 
 #: The reader behind each Zarr input's read tasks, by the dask array's name (weakly: the

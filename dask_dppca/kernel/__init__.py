@@ -15,8 +15,30 @@
 from .exact_sum import ExactSum
 from .pair_sum import block_pair_sum, pairwise_sum
 from .rounding import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_budget
-from .spatial_sign import MAX_BOUND, MIN_BOUND, SpatialSign, custom, identity, resolve_spatial_sign, sphere, winsor
+from .spatial_sign import (
+    MAX_BOUND,
+    MIN_BOUND,
+    SpatialSign,
+    custom,
+    identity,
+    resolve_spatial_sign,
+    sphere,
+    winsor,
+)
 
-__all__ = ["DEFAULT_MEMORY_BUDGET", "MAX_BOUND", "MIN_BOUND", "ExactSum", "SpatialSign",
-           "block_pair_sum", "custom", "identity", "pairwise_sum", "resolve_spatial_sign",
-           "rounding_error_bound", "sphere", "tile_rows_for_budget", "winsor"]
+__all__ = [
+    "DEFAULT_MEMORY_BUDGET",
+    "MAX_BOUND",
+    "MIN_BOUND",
+    "ExactSum",
+    "SpatialSign",
+    "block_pair_sum",
+    "custom",
+    "identity",
+    "pairwise_sum",
+    "resolve_spatial_sign",
+    "rounding_error_bound",
+    "sphere",
+    "tile_rows_for_budget",
+    "winsor",
+]

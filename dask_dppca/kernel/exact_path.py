@@ -55,8 +55,9 @@ def _exact_units(rows_a, index_a, rows_b, index_b, unit, norm_t):  # pragma: no 
         norm_t[p] = peak * length * (2.0 if halved else 1.0) / _SQRT2
 
 
-def exact_pair_sum(rows_a, index_a, rows_b, index_b, multiplicity, spatial_sign: SpatialSign,
-                   chunk_rows):
+def exact_pair_sum(
+    rows_a, index_a, rows_b, index_b, multiplicity, spatial_sign: SpatialSign, chunk_rows
+):
     """Sum of ``multiplicity * g g^T`` over the given pairs, from their raw differences.
 
     Pairs go chunk by chunk, so scratch stays at a few ``chunk_rows x d`` arrays.
@@ -68,6 +69,6 @@ def exact_pair_sum(rows_a, index_a, rows_b, index_b, multiplicity, spatial_sign:
         unit = np.empty((k1 - k0, d))
         norm_t = np.empty(k1 - k0)
         _exact_units(rows_a, index_a[k0:k1], rows_b, index_b[k0:k1], unit, norm_t)
-        length = spatial_sign.xi(norm_t)                     # xi(||t||) <= G
+        length = spatial_sign.xi(norm_t)  # xi(||t||) <= G
         total += unit.T @ ((length * length * multiplicity[k0:k1])[:, None] * unit)
     return total

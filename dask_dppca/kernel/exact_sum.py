@@ -50,10 +50,10 @@ class ExactSum:
         # top one, which carries the sign.
         self.low = 0
         self.digits = np.zeros((1, math.prod(self.shape)), dtype=np.int64)
-        self.special = np.zeros(math.prod(self.shape))   # non-finite values, in float
+        self.special = np.zeros(math.prod(self.shape))  # non-finite values, in float
 
     def plus(self, values: np.ndarray) -> ExactSum:
-        """This sum plus ``values``, as a new sum."""
+        """The sum of these values and ``values``, as a new sum."""
         values = np.asarray(values, dtype=np.float64)
         if values.shape != self.shape:
             raise ValueError(f"values: expected shape {self.shape}, got {values.shape}")
@@ -71,7 +71,7 @@ class ExactSum:
         for other in sums[1:]:
             total._widen(other.low, other.low + len(other.digits))
             start = other.low - total.low
-            total.digits[start:start + len(other.digits)] += other.digits
+            total.digits[start : start + len(other.digits)] += other.digits
             total._normalise()
             total.special += other.special
         return total
@@ -79,10 +79,10 @@ class ExactSum:
     def to_float(self) -> np.ndarray:
         """The total, correctly rounded to float64 (one rounding), in the added shape."""
         out = np.empty(self.digits.shape[1])
-        for start in range(0, out.size, _CHUNK):        # small temporaries, as in plus()
+        for start in range(0, out.size, _CHUNK):  # small temporaries, as in plus()
             part = slice(start, start + _CHUNK)
             out[part] = _rounded(self.digits[:, part], self.low)
-        out = np.where(self.special == 0.0, out, self.special)   # NaN != 0: kept
+        out = np.where(self.special == 0.0, out, self.special)  # NaN != 0: kept
         return out.reshape(self.shape)
 
     # -- internals -----------------------------------------------------------------
@@ -95,7 +95,7 @@ class ExactSum:
 
     def _add(self, values: np.ndarray) -> None:
         finite = np.isfinite(values)
-        with np.errstate(invalid="ignore"):             # inf - inf: NaN, as in any order
+        with np.errstate(invalid="ignore"):  # inf - inf: NaN, as in any order
             self.special += np.where(finite, 0.0, values)
         # A chunk of entries at a time: a dozen temporaries per entry stay small.
         for start in range(0, values.size, _CHUNK):
@@ -113,7 +113,7 @@ class ExactSum:
         m = np.where(mantissa[nonzero] < 0, -m[nonzero], m[nonzero])
         lsb = exponent[nonzero].astype(np.int64) - 53
         digit = np.floor_divide(lsb, _DIGIT_BITS)
-        shift = lsb - digit * _DIGIT_BITS                   # in [0, 60)
+        shift = lsb - digit * _DIGIT_BITS  # in [0, 60)
         magnitude = np.abs(m)
         low_part = (magnitude & ((np.int64(1) << (_DIGIT_BITS - shift)) - 1)) << shift
         high_part = magnitude >> (_DIGIT_BITS - shift)
@@ -132,12 +132,13 @@ class ExactSum:
             return
         grown = np.zeros((new_high - new_low, self.digits.shape[1]), dtype=np.int64)
         start = self.low - new_low
-        grown[start:start + len(self.digits)] = self.digits
+        grown[start : start + len(self.digits)] = self.digits
         self.low, self.digits = new_low, grown
 
     def _normalise(self) -> None:
         """Carry every digit but the top one into [0, 2^60); a top digit that reached
-        2^60 carries into a new digit above it."""
+        2^60 carries into a new digit above it.
+        """
         _carry(self.digits)
         while np.any(np.abs(self.digits[-1]) >= _DIGIT):
             self._widen(self.low, self.low + len(self.digits) + 1)
@@ -158,30 +159,34 @@ def _carry(digits: np.ndarray) -> None:
 
 def _rounded(digits: np.ndarray, low: int) -> np.ndarray:
     """The values of normalised ``digits`` (lowest of weight 2^(60 low)), each correctly
-    rounded to float64."""
+    rounded to float64.
+    """
     magnitude = digits.copy()
-    negative = magnitude[-1] < 0            # the top digit carries the sign
+    negative = magnitude[-1] < 0  # the top digit carries the sign
     magnitude[:, negative] *= -1
-    _carry(magnitude)                       # now every digit in [0, 2^60)
+    _carry(magnitude)  # now every digit in [0, 2^60)
     nonzero = magnitude != 0
-    top = len(magnitude) - 1 - np.argmax(nonzero[::-1], axis=0)   # highest nonzero digit
+    top = len(magnitude) - 1 - np.argmax(nonzero[::-1], axis=0)  # highest nonzero digit
     columns = np.arange(magnitude.shape[1])
     first = magnitude[top, columns]
     second = np.where(top >= 1, magnitude[np.maximum(top - 1, 0), columns], 0)
-    below = np.cumsum(nonzero, axis=0)      # nonzero digits at or under each one
+    below = np.cumsum(nonzero, axis=0)  # nonzero digits at or under each one
     rest = np.where(top >= 2, below[np.maximum(top - 2, 0), columns], 0) > 0
     # The top 55 bits and a sticky bit (round to odd): one rounding to 53 bits is then
     # the correct rounding of the exact value.  Scaling by 2^exponent is exact: a total
     # below the normal range is a multiple of 2^-1074 (as every float is), so a
     # subnormal total is a float already.
     bits = np.frexp(first.astype(np.float64))[1].astype(np.int64)
-    bits -= (first >> np.maximum(bits - 1, 0)) == 0         # the float may round up a bit
-    shift = 55 - bits                       # 55 - 60 to 54
+    bits -= (first >> np.maximum(bits - 1, 0)) == 0  # the float may round up a bit
+    shift = 55 - bits  # 55 - 60 to 54
     up, down = np.maximum(shift, 0), np.maximum(-shift, 0)
     one = np.int64(1)
     kept = np.where(shift >= 0, (first << up) | (second >> (_DIGIT_BITS - up)), first >> down)
-    dropped = np.where(shift >= 0, second & ((one << (_DIGIT_BITS - up)) - 1),
-                       (first & ((one << down) - 1)) | second)
+    dropped = np.where(
+        shift >= 0,
+        second & ((one << (_DIGIT_BITS - up)) - 1),
+        (first & ((one << down) - 1)) | second,
+    )
     kept |= ((dropped != 0) | rest).astype(np.int64)
     exponent = _DIGIT_BITS * (low + top) - shift
     with np.errstate(over="ignore"):

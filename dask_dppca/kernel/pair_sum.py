@@ -48,8 +48,6 @@ whatever the block sizes.
 
 from __future__ import annotations
 
-from __future__ import annotations
-
 import numpy as np
 
 from .rounding import CLASS_BITS, DEFAULT_MEMORY_BUDGET, tile_rows_for_budget
@@ -132,6 +130,8 @@ def pairwise_sum(parts: list[np.ndarray]) -> np.ndarray:
     one tree over all the block pairs would be, plus one level.
     """
     while len(parts) > 1:
-        parts = [parts[k] + parts[k + 1] if k + 1 < len(parts) else parts[k]
-                 for k in range(0, len(parts), 2)]
+        parts = [
+            parts[k] + parts[k + 1] if k + 1 < len(parts) else parts[k]
+            for k in range(0, len(parts), 2)
+        ]
     return parts[0]

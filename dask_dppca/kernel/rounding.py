@@ -12,8 +12,17 @@ import math
 
 import numpy as np
 
-__all__ = ["BAND_TILES", "CLASS_BITS", "CONDITION_LIMIT", "DEFAULT_MEMORY_BUDGET", "MAX_TILE_ROWS",
-           "MIN_SQUARED_DISTANCE", "TILE_ARRAYS", "rounding_error_bound", "tile_rows_for_budget"]
+__all__ = [
+    "BAND_TILES",
+    "CLASS_BITS",
+    "CONDITION_LIMIT",
+    "DEFAULT_MEMORY_BUDGET",
+    "MAX_TILE_ROWS",
+    "MIN_SQUARED_DISTANCE",
+    "TILE_ARRAYS",
+    "rounding_error_bound",
+    "tile_rows_for_budget",
+]
 
 #: Default scratch budget of one block-pair sum, in bytes.
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
@@ -87,6 +96,12 @@ def rounding_error_bound(
     ``tile_rows`` must be the tile size the kernel was run with (``DesignPlan.tile_rows``).
     """
     tile = int(tile_rows)
-    depth = (2 * tile + 2 * math.ceil(max_block_rows / tile) + n_features
-             + math.log2(max(n_block_pairs, 1)) + _FIXED_ROUNDINGS + math.log2(_MAX_CLASSES**2))
+    depth = (
+        2 * tile
+        + 2 * math.ceil(max_block_rows / tile)
+        + n_features
+        + math.log2(max(n_block_pairs, 1))
+        + _FIXED_ROUNDINGS
+        + math.log2(_MAX_CLASSES**2)
+    )
     return 4.0 * CONDITION_LIMIT * depth * float(np.finfo(np.float64).eps)

@@ -29,6 +29,7 @@ _HASH_LANES = 8
 
 
 def as_float_rows(block: np.ndarray) -> np.ndarray:
+    """A block's rows as a C-contiguous float64 array (real values only)."""
     rows = np.asarray(block)
     if rows.ndim != 2:
         raise ValueError(f"block: expected a 2-D array of rows, got {rows.ndim} dimension(s)")
@@ -50,9 +51,10 @@ def centring_point(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
     no arithmetic on them can overflow or warn.
     """
     step = max(1, index.shape[0] // _CENTRE_SAMPLE_ROWS)
-    sample = np.ascontiguousarray(rows[index[::step]].T)   # one row per coordinate
+    sample = np.ascontiguousarray(rows[index[::step]].T)  # one row per coordinate
     middle = (sample.shape[1] - 1) // 2
     return np.partition(sample, middle, axis=1)[:, middle].copy()
+
 
 def distinct_finite_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Indices of the distinct finite rows (first occurrences, in order) and their counts.
@@ -90,7 +92,7 @@ def _row_hashes(rows, finite):  # pragma: no cover - compiled
     for r in range(finite.shape[0]):
         row = rows[finite[r]]
         lanes[:] = np.uint64(0x9E3779B97F4A7C15)
-        for k0 in range(0, d, _HASH_LANES):    # independent lanes: no long dependency chain
+        for k0 in range(0, d, _HASH_LANES):  # independent lanes: no long dependency chain
             for lane in range(_HASH_LANES):
                 values[lane] = row[k0 + lane] + 0.0 if k0 + lane < d else 0.0
             for lane in range(_HASH_LANES):
@@ -107,8 +109,8 @@ def _row_hashes(rows, finite):  # pragma: no cover - compiled
 def _group_rows(rows, finite, hashes):  # pragma: no cover - compiled
     """Distinct rows among ``rows[finite]`` and their counts, given any hash of each row."""
     n_finite, d = finite.shape[0], rows.shape[1]
-    order = np.argsort(hashes, kind="mergesort")   # stable: first occurrences first
-    owner = np.arange(n_finite)                      # position of each row's first copy
+    order = np.argsort(hashes, kind="mergesort")  # stable: first occurrences first
+    owner = np.arange(n_finite)  # position of each row's first copy
     start = 0
     while start < n_finite:
         stop = start + 1
@@ -165,5 +167,3 @@ def scale_classes(rows, index, centre, scaled):  # pragma: no cover - compiled
             exponent = math.frexp(largest)[1] + 2
             classes[r] = (exponent + CLASS_BITS // 2) // CLASS_BITS
     return classes
-
-

@@ -20,15 +20,15 @@ import numpy as np
 from ..validation import positive_finite
 
 __all__ = [
+    "MAX_BOUND",
+    "MIN_BOUND",
     "SpatialSign",
+    "bound_in_range",
+    "custom",
+    "identity",
+    "resolve_spatial_sign",
     "sphere",
     "winsor",
-    "identity",
-    "custom",
-    "resolve_spatial_sign",
-    "bound_in_range",
-    "MIN_BOUND",
-    "MAX_BOUND",
 ]
 
 # Norms at which a custom xi is checked against its declared bound when it is built.
@@ -85,12 +85,16 @@ class SpatialSign:
             bound_in_range("radius", self.radius)
         if self.name == "custom":
             if not callable(self.xi_function):
-                raise ValueError("spatial_sign: a 'custom' SpatialSign needs a callable xi_function")
+                raise ValueError(
+                    "spatial_sign: a 'custom' SpatialSign needs a callable xi_function"
+                )
             bound_in_range("bound", self.bound)
         elif self.xi_function is not None:
             raise ValueError(f"spatial_sign: a {self.name!r} SpatialSign takes no xi_function")
         if self.name != "winsor" and self.radius is not None:
-            raise ValueError(f"spatial_sign: a {self.name!r} SpatialSign takes no radius, got {self.radius!r}")
+            raise ValueError(
+                f"spatial_sign: a {self.name!r} SpatialSign takes no radius, got {self.radius!r}"
+            )
         if self.name in expected and self.bound != expected[self.name]:
             raise ValueError(
                 f"spatial_sign: a {self.name!r} SpatialSign has bound {expected[self.name]!r}, "
@@ -175,7 +179,8 @@ def custom(xi: Callable[[np.ndarray], np.ndarray], bound: float) -> SpatialSign:
         Vectorised ``xi(norm) -> length`` on arrays of norms (``norm >= 0``, ``inf``
         included).  It must be a fixed public function, not tuned on the data.
     bound : float
-        Declared ``G = sup xi``, between ``MIN_BOUND`` and ``MAX_BOUND``.  ``xi`` is checked against it on a grid of norms from
+        Declared ``G = sup xi``, between ``MIN_BOUND`` and ``MAX_BOUND``.  ``xi`` is
+        checked against it on a grid of norms from
         1e-300 to 1e300 when the spatial sign is built, and its values are clamped to
         ``[0, bound]`` whenever it is used, so the privacy proof holds even between
         grid points.
@@ -216,7 +221,9 @@ def bound_in_range(name: str, value: object) -> float:
     return number
 
 
-def resolve_spatial_sign(spatial_sign: str | SpatialSign, radius: float | None = None) -> SpatialSign:
+def resolve_spatial_sign(
+    spatial_sign: str | SpatialSign, radius: float | None = None
+) -> SpatialSign:
     """Turn the estimator's ``spatial_sign`` / ``radius`` parameters into a :class:`SpatialSign`.
 
     Raises
@@ -227,10 +234,13 @@ def resolve_spatial_sign(spatial_sign: str | SpatialSign, radius: float | None =
     """
     if isinstance(spatial_sign, SpatialSign):
         if radius is not None and spatial_sign.name != "winsor":
-            raise ValueError(f"radius: given ({radius!r}) but spatial sign {spatial_sign.name!r} takes none")
+            raise ValueError(
+                f"radius: given ({radius!r}) but spatial sign {spatial_sign.name!r} takes none"
+            )
         if radius is not None and radius != spatial_sign.radius:
             raise ValueError(
-                f"radius: given ({radius!r}) but the winsor spatial sign has radius {spatial_sign.radius!r}"
+                f"radius: given ({radius!r}) but the winsor spatial sign has radius "
+                f"{spatial_sign.radius!r}"
             )
         return spatial_sign
     if spatial_sign == "sphere":

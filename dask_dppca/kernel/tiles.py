@@ -44,20 +44,28 @@ class WeightKind:
     @staticmethod
     def of(spatial_sign: SpatialSign) -> int:
         """The kind for a spatial sign (custom ones are computed in Python)."""
-        return {"sphere": WeightKind.SPHERE, "winsor": WeightKind.WINSOR,
-                "identity": WeightKind.IDENTITY}.get(spatial_sign.name, WeightKind.SQUARED_NORM)
+        return {
+            "sphere": WeightKind.SPHERE,
+            "winsor": WeightKind.WINSOR,
+            "identity": WeightKind.IDENTITY,
+        }.get(spatial_sign.name, WeightKind.SQUARED_NORM)
 
 
 # The kinds as module constants: the compiled pass reads globals, not class attributes.
-_SPHERE, _WINSOR, _IDENTITY, _SQUARED_NORM = (WeightKind.SPHERE, WeightKind.WINSOR,
-                                              WeightKind.IDENTITY, WeightKind.SQUARED_NORM)
+_SPHERE, _WINSOR, _IDENTITY, _SQUARED_NORM = (
+    WeightKind.SPHERE,
+    WeightKind.WINSOR,
+    WeightKind.IDENTITY,
+    WeightKind.SQUARED_NORM,
+)
 
 
 @dataclass
 class ClassPair:
     """The class pair a :class:`TileSummer` is running: its two sides, the centring point,
     the power-of-two ``scale`` of its rows, the weight ``cap`` (``1/scale^2``) and the
-    second side's running weight sums ``colsum`` (``W^T 1``)."""
+    second side's running weight sums ``colsum`` (``W^T 1``).
+    """
 
     side_a: Side
     side_b: Side
@@ -84,8 +92,12 @@ class _TileSlot:
 
     def __init__(self, tile: int, d: int) -> None:
         self.d = d
-        self.memory = [np.empty(tile * d), np.empty(tile * (d + 1)), np.empty(tile),
-                       np.empty(tile * (d + 1))]
+        self.memory = [
+            np.empty(tile * d),
+            np.empty(tile * (d + 1)),
+            np.empty(tile),
+            np.empty(tile * (d + 1)),
+        ]
         self.start = self.stop = 0
 
     def __len__(self) -> int:
@@ -95,13 +107,15 @@ class _TileSlot:
         """Rows ``start:stop`` of ``side``, centred and scaled."""
         m, d = stop - start, self.d
         rows, cols, norm2, partners = self.memory
-        self.rows = rows[:m * d].reshape(m, d)
-        self.cols = cols[:m * (d + 1)].reshape(d + 1, m)
+        self.rows = rows[: m * d].reshape(m, d)
+        self.cols = cols[: m * (d + 1)].reshape(d + 1, m)
         self.norm2 = norm2[:m]
-        self.partners = partners[:m * (d + 1)].reshape(d + 1, m)   # [W B | W 1]^T
+        self.partners = partners[: m * (d + 1)].reshape(d + 1, m)  # [W B | W 1]^T
         self.partners[:] = 0.0
         self.start, self.stop = start, stop
-        _load_tile(side.raw, side.index[start:stop], centre, scale, self.rows, self.cols, self.norm2)
+        _load_tile(
+            side.raw, side.index[start:stop], centre, scale, self.rows, self.cols, self.norm2
+        )
         return self
 
 
@@ -127,8 +141,9 @@ class TileSummer:
         self.weights, self.product, self.side, self.slots = _scratch(tile, d)
         self.diagonal_rows = max(32, int(math.sqrt(_DIAGONAL_SPLIT_FLOPS / d)))
 
-    def run(self, side_a: Side, side_b: Side, within: bool, centre: np.ndarray,
-            exponent: int) -> np.ndarray:
+    def run(
+        self, side_a: Side, side_b: Side, within: bool, centre: np.ndarray, exponent: int
+    ) -> np.ndarray:
         """``S`` over the pairs of ``side_a x side_b`` (``i < j`` when ``within``).
 
         Rows are centred and multiplied by ``2^exponent``; the fast-path weights are
@@ -147,14 +162,17 @@ class TileSummer:
         band_rows = tile * BAND_TILES
         for band0 in range(0, len(side_a), band_rows):
             starts = range(band0, min(band0 + band_rows, len(side_a)), tile)
-            band = [slot.load(side_a, i0, min(i0 + tile, len(side_a)), centre, scale)
-                    for slot, i0 in zip(self.slots, starts)]
+            band = [
+                slot.load(side_a, i0, min(i0 + tile, len(side_a)), centre, scale)
+                for slot, i0 in zip(self.slots, starts)
+            ]
             for j0 in range(band0 if within else 0, len(side_b), tile):
                 if within and j0 < band0 + band_rows:
-                    b_tile = band[(j0 - band0) // tile]          # already loaded
+                    b_tile = band[(j0 - band0) // tile]  # already loaded
                 else:
-                    b_tile = self.slots[-1].load(side_b, j0, min(j0 + tile, len(side_b)),
-                                                 centre, scale)
+                    b_tile = self.slots[-1].load(
+                        side_b, j0, min(j0 + tile, len(side_b)), centre, scale
+                    )
                 for a_tile in band:
                     if within and j0 == a_tile.start:
                         exact += self._diagonal(a_tile, 0, len(a_tile))
@@ -165,20 +183,21 @@ class TileSummer:
                 # c (W^T 1, only from tiles up to this one).
                 half_weight = 0.5 * a_tile.partners[d]
                 if within:
-                    half_weight += 0.5 * colsum[a_tile.start:a_tile.stop]
+                    half_weight += 0.5 * colsum[a_tile.start : a_tile.stop]
                 twice_sym += self._side(a_tile, half_weight, subtract=True) @ a_tile.rows
         if not within:
             for j0 in range(0, len(side_b), tile):
                 b_tile = self.slots[-1].load(side_b, j0, min(j0 + tile, len(side_b)), centre, scale)
-                twice_sym += self._side(b_tile, 0.5 * colsum[j0:b_tile.stop]) @ b_tile.rows
+                twice_sym += self._side(b_tile, 0.5 * colsum[j0 : b_tile.stop]) @ b_tile.rows
         return 0.5 * (twice_sym + twice_sym.T) + exact
 
     def _side(self, tile: _TileSlot, half_weight: np.ndarray, subtract: bool = False) -> np.ndarray:
         """``diag(half_weight) rows`` of a loaded tile, transposed (d x m), minus its partner
         sums ``(W B)^T`` when ``subtract``: in a kept buffer, since a fresh d x T array per
-        tile is a fresh mapping of pages under Dask's malloc settings."""
+        tile is a fresh mapping of pages under Dask's malloc settings.
+        """
         d, m = self.d, len(tile)
-        side = self.side[:d * m].reshape(d, m)
+        side = self.side[: d * m].reshape(d, m)
         np.multiply(tile.cols[:d], half_weight, out=side)
         if subtract:
             np.subtract(side, tile.partners[:d], out=side)
@@ -189,29 +208,42 @@ class TileSummer:
         if hi - lo <= self.diagonal_rows:
             return self._tile_pair(tile, lo, hi, tile, lo, hi, diagonal=True)
         mid = (lo + hi) // 2
-        return (self._diagonal(tile, lo, mid) + self._tile_pair(tile, lo, mid, tile, mid, hi)
-                + self._diagonal(tile, mid, hi))
+        return (
+            self._diagonal(tile, lo, mid)
+            + self._tile_pair(tile, lo, mid, tile, mid, hi)
+            + self._diagonal(tile, mid, hi)
+        )
 
     def _tile_pair(self, a_tile, a_lo, a_hi, b_tile, b_lo, b_hi, diagonal=False) -> np.ndarray:
         """Add ``[W B | W 1]^T`` of rows ``a_lo:a_hi`` x ``b_lo:b_hi`` of two loaded tiles
-        to the first one's partner sums; return the exact-path sum."""
+        to the first one's partner sums; return the exact-path sum.
+        """
         pair = self.pair
         side_a, side_b, colsum = pair.side_a, pair.side_b, pair.colsum
         d = self.d
         i0, i1 = a_tile.start + a_lo, a_tile.start + a_hi
         j0, j1 = b_tile.start + b_lo, b_tile.start + b_hi
-        weights = self.weights[:(i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
+        weights = self.weights[: (i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
         cols_b = b_tile.cols[:, b_lo:b_hi]
         np.matmul(a_tile.rows[a_lo:a_hi], cols_b[:d], out=weights)
         n_exact = _fast_path_weights(
-            weights, a_tile.norm2[a_lo:a_hi], b_tile.norm2[b_lo:b_hi], side_a.count[i0:i1],
-            side_b.count[j0:j1], diagonal, self.kind, pair.cap, self.radius2x2, colsum[j0:j1],
+            weights,
+            a_tile.norm2[a_lo:a_hi],
+            b_tile.norm2[b_lo:b_hi],
+            side_a.count[i0:i1],
+            side_b.count[j0:j1],
+            diagonal,
+            self.kind,
+            pair.cap,
+            self.radius2x2,
+            colsum[j0:j1],
         )
         exact = self._exact_pairs(weights, side_a, i0, side_b, j0) if n_exact else 0.0
         if self.kind == WeightKind.SQUARED_NORM:
-            self._custom_weights(weights, side_a.count[i0:i1], side_b.count[j0:j1],
-                                 pair.scale, colsum[j0:j1])
-        product = self.product[:(d + 1) * (i1 - i0)].reshape(d + 1, i1 - i0)
+            self._custom_weights(
+                weights, side_a.count[i0:i1], side_b.count[j0:j1], pair.scale, colsum[j0:j1]
+            )
+        product = self.product[: (d + 1) * (i1 - i0)].reshape(d + 1, i1 - i0)
         np.matmul(cols_b, weights.T, out=product)
         a_tile.partners[:, a_lo:a_hi] += product
         return exact
@@ -221,22 +253,28 @@ class TileSummer:
         local_i, local_j = np.nonzero(weights < 0)
         weights[local_i, local_j] = 0.0
         return exact_pair_sum(
-            side_a.raw, side_a.index[i0 + local_i], side_b.raw, side_b.index[j0 + local_j],
-            side_a.count[i0 + local_i] * side_b.count[j0 + local_j], self.spatial_sign, self.tile,
+            side_a.raw,
+            side_a.index[i0 + local_i],
+            side_b.raw,
+            side_b.index[j0 + local_j],
+            side_a.count[i0 + local_i] * side_b.count[j0 + local_j],
+            self.spatial_sign,
+            self.tile,
         )
 
     def _custom_weights(self, weights, count_a, count_b, scale, colsum) -> None:
         """A custom xi is plain Python: weights ``xi(||t'|| / s)^2 / ||t'||^2`` from the
-        squared norms the fused pass left, a few rows at a time (small temporaries)."""
+        squared norms the fused pass left, a few rows at a time (small temporaries).
+        """
         strip = max(1, _CUSTOM_STRIP_ELEMENTS // max(weights.shape[1], 1))
         for r0 in range(0, weights.shape[0], strip):
-            part = weights[r0:r0 + strip]
+            part = weights[r0 : r0 + strip]
             kept = part > 0
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 s2 = part[kept]
                 xi = self.spatial_sign.xi(np.sqrt(s2) / scale)
                 part[kept] = xi * xi / s2
-            part *= count_a[r0:r0 + strip, None] * count_b[None, :]
+            part *= count_a[r0 : r0 + strip, None] * count_b[None, :]
         colsum += weights.sum(axis=0)
 
 
@@ -246,11 +284,17 @@ _thread_scratch = threading.local()
 def _scratch(tile: int, d: int):
     """The tile loop's buffers (weights, product, side, tile slots), kept by each thread from one
     call to the next: allocating and first touching a few MiB per block pair costs about
-    a millisecond, as much as a small block's pairs.  Within the memory budget either way."""
+    a millisecond, as much as a small block's pairs.  Within the memory budget either way.
+    """
     kept = getattr(_thread_scratch, "buffers", None)
     if kept is None or kept[0] != (tile, d):
-        kept = ((tile, d), np.empty(tile * tile), np.empty(tile * (d + 1)), np.empty(tile * d),
-                [_TileSlot(tile, d) for _ in range(BAND_TILES + 1)])
+        kept = (
+            (tile, d),
+            np.empty(tile * tile),
+            np.empty(tile * (d + 1)),
+            np.empty(tile * d),
+            [_TileSlot(tile, d) for _ in range(BAND_TILES + 1)],
+        )
         _thread_scratch.buffers = kept
     return kept[1:]
 
@@ -259,7 +303,8 @@ def _scratch(tile: int, d: int):
 def _load_tile(rows, index, centre, scale, out_rows, out_cols, norm2):  # pragma: no cover
     """``out_rows = (rows[index] - centre) * scale`` (as ``x s - c s`` when s < 1, so
     nothing overflows), ``out_cols`` its transpose with a last row of ones, and the
-    squared norms of the scaled rows."""
+    squared norms of the scaled rows.
+    """
     d = rows.shape[1]
     shifted = centre * scale
     for r in range(index.shape[0]):
@@ -271,7 +316,7 @@ def _load_tile(rows, index, centre, scale, out_rows, out_cols, norm2):  # pragma
             for k in range(d):
                 out_rows[r, k] = (row[k] - centre[k]) * scale
         out_cols[d, r] = 1.0
-    for r0 in range(0, index.shape[0], 16):     # transposed in blocks of rows (cache)
+    for r0 in range(0, index.shape[0], 16):  # transposed in blocks of rows (cache)
         for k in range(d):
             for r in range(r0, min(r0 + 16, index.shape[0])):
                 out_cols[k, r] = out_rows[r, k]
@@ -289,8 +334,9 @@ def _squared_norms(rows, out):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, error_model="numpy")
-def _fast_path_weights(prod, norm2_a, norm2_b, count_a, count_b, diagonal,
-                       kind, cap, radius2x2, colsum):  # pragma: no cover - compiled
+def _fast_path_weights(
+    prod, norm2_a, norm2_b, count_a, count_b, diagonal, kind, cap, radius2x2, colsum
+):  # pragma: no cover - compiled
     # One pass over the tile (the element-wise work would otherwise cost ~10 numpy
     # passes): prod[i, j] holds a_i . b_j on entry and the pair weight (times the two
     # multiplicities) on exit; -1 marks a pair for the exact path.  For a custom xi
@@ -304,12 +350,17 @@ def _fast_path_weights(prod, norm2_a, norm2_b, count_a, count_b, diagonal,
     for i in range(prod.shape[0]):
         start = min(i + 1, n_cols) if diagonal else 0
         prod[i, :start] = 0.0
-        row, row_norm2, row_count, row_colsum = prod[i, start:], norm2_b[start:], count_b[start:], colsum[start:]
+        row, row_norm2, row_count, row_colsum = (
+            prod[i, start:],
+            norm2_b[start:],
+            count_b[start:],
+            colsum[start:],
+        )
         norm2_i = norm2_a[i]
         count_i = count_a[i]
         for j in range(row.shape[0]):
             bound = norm2_i + row_norm2[j]
-            squared = bound - 2.0 * row[j]               # ||a - b||^2 = 2 ||t'||^2
+            squared = bound - 2.0 * row[j]  # ||a - b||^2 = 2 ||t'||^2
             fast = squared > max(bound * inv_limit, MIN_SQUARED_DISTANCE)
             # Transform.xi(||t'|| / s)^2 / ||t'||^2, inlined for numba: keep in step
             if kind == _SPHERE:
@@ -326,4 +377,3 @@ def _fast_path_weights(prod, norm2_a, norm2_b, count_a, count_b, diagonal,
             row[j] = weight if fast else -1.0
             n_exact += 0 if fast else 1
     return n_exact
-

@@ -10,8 +10,14 @@ arguments.  The compute layer (:mod:`dask_dppca.compute`) runs a mechanism on a 
 tests/test_layering.py keeps dask and distributed out of this package.
 """
 
-from .budget import BudgetExceededError, GaussianCharge, LedgerError, PrivacyBudget, Release, Reservation
-from .charging import active_budgets, current_budget, reserve_release, set_default_budget
+from .budget import (
+    BudgetExceededError,
+    GaussianCharge,
+    LedgerError,
+    PrivacyBudget,
+    Release,
+    Reservation,
+)
 from .calibration import (
     PrivacyTarget,
     analytic_gaussian_sigma,
@@ -23,6 +29,8 @@ from .calibration import (
     gaussian_dp_mu,
     validate_privacy_parameters,
 )
+from .charging import active_budgets, current_budget, reserve_release, set_default_budget
+from .mechanism import PrivateRelease, ReleaseMechanism
 from .noise import (
     LatticeSampler,
     NoiseSampler,
@@ -36,38 +44,36 @@ from .noise import (
     vecd_inverse,
 )
 
-from .mechanism import PrivateRelease, ReleaseMechanism
-
 __all__ = [
     "BudgetExceededError",
     "GaussianCharge",
+    "LatticeSampler",
+    "LedgerError",
+    "NoiseSampler",
+    "NonPrivateRandomStateWarning",
+    "OpenDPSampler",
+    "PrivacyBudget",
     "PrivacyTarget",
     "PrivateRelease",
-    "ReleaseMechanism",
-    "PrivacyBudget",
     "Release",
-    "current_budget",
-    "LedgerError",
+    "ReleaseMechanism",
     "Reservation",
+    "SeededSampler",
     "active_budgets",
-    "reserve_release",
-    "set_default_budget",
+    "add_symmetric_noise",
     "analytic_gaussian_sigma",
     "calibrate_sigma",
     "classical_gaussian_sigma",
+    "current_budget",
+    "default_sampler",
     "gaussian_delta",
     "gaussian_dp_delta",
     "gaussian_dp_epsilon",
     "gaussian_dp_mu",
-    "validate_privacy_parameters",
-    "LatticeSampler",
-    "NoiseSampler",
-    "NonPrivateRandomStateWarning",
-    "OpenDPSampler",
-    "SeededSampler",
-    "add_symmetric_noise",
-    "default_sampler",
     "lattice_step",
+    "reserve_release",
+    "set_default_budget",
+    "validate_privacy_parameters",
     "vecd",
     "vecd_inverse",
 ]

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..validation import nonnegative_finite, positive_finite
 from .calibration import (
     DELTA_RELATIVE_ERROR,
     _apply_excess,
@@ -53,7 +54,6 @@ from .calibration import (
     validate_privacy_parameters,
 )
 from .ledger import LedgerError, MemoryLedger, Release, SQLiteLedger, UnreachableLedger, ledger_path
-from ..validation import nonnegative_finite, positive_finite
 
 __all__ = [
     "BudgetExceededError",
@@ -85,8 +85,9 @@ class BudgetExceededError(RuntimeError):
 class GaussianCharge:
     """What a budget charges for one Gaussian release: ``mu = sensitivity / sigma``.
 
-    A mechanism offers its charge as ``mechanism.charge``; the budget's :meth:`~PrivacyBudget.check`,
-    :meth:`~PrivacyBudget.reserve` and :meth:`~PrivacyBudget.spend` take either.
+    A mechanism offers its charge as ``mechanism.charge``; the budget's
+    :meth:`~PrivacyBudget.check`, :meth:`~PrivacyBudget.reserve` and
+    :meth:`~PrivacyBudget.spend` take either.
 
     Attributes
     ----------
@@ -112,14 +113,19 @@ def _charge_of(item: Any) -> GaussianCharge:
     """The charge of a mechanism (``.charge``) or a charge itself."""
     charge = getattr(item, "charge", item)
     if not isinstance(charge, GaussianCharge):
-        raise TypeError(f"charge: expected a GaussianCharge or a mechanism with .charge, got "
-                        f"{type(item).__name__}")
+        raise TypeError(
+            f"charge: expected a GaussianCharge or a mechanism with .charge, got "
+            f"{type(item).__name__}"
+        )
     return charge
 
 
 def _check_release(sensitivity: float, sigma: float, excess: float) -> tuple[float, float, float]:
-    return (nonnegative_finite("sensitivity", sensitivity), positive_finite("sigma", sigma),
-            nonnegative_finite("excess", excess))
+    return (
+        nonnegative_finite("sensitivity", sensitivity),
+        positive_finite("sigma", sigma),
+        nonnegative_finite("excess", excess),
+    )
 
 
 def _positive_count(k: Any) -> int:
@@ -157,8 +163,9 @@ class PrivacyBudget:
         Without it the releases are kept in this process only.
     """
 
-    def __init__(self, epsilon: float, delta: float,
-                 ledger: str | os.PathLike | None = None) -> None:
+    def __init__(
+        self, epsilon: float, delta: float, ledger: str | os.PathLike | None = None
+    ) -> None:
         epsilon, delta = validate_privacy_parameters(epsilon, delta)
         if ledger is None:
             self._setup(epsilon, delta, MemoryLedger(), token=uuid.uuid4().hex)
@@ -179,8 +186,9 @@ class PrivacyBudget:
         return cls._from(*store.totals, store)
 
     @classmethod
-    def _from(cls, epsilon: float, delta: float, store: Any,
-              token: str | None = None) -> PrivacyBudget:
+    def _from(
+        cls, epsilon: float, delta: float, store: Any, token: str | None = None
+    ) -> PrivacyBudget:
         budget = cls.__new__(cls)
         budget._setup(epsilon, delta, store, token)
         return budget
@@ -227,8 +235,9 @@ class PrivacyBudget:
         return [row for row in self._ledger.rows() if row.counted]
 
     @staticmethod
-    def _composed(rows: Sequence[Release],
-                  extra: Sequence[tuple[float, float]] = ()) -> tuple[float, float]:
+    def _composed(
+        rows: Sequence[Release], extra: Sequence[tuple[float, float]] = ()
+    ) -> tuple[float, float]:
         """(mu, excess) of ``rows`` plus extra (mu, excess) pairs, mu rounded up."""
         squares = [r.mu**2 for r in rows] + [mu**2 for mu, _ in extra]
         excess = [r.excess for r in rows] + [exc for _, exc in extra]
@@ -281,8 +290,9 @@ class PrivacyBudget:
         c = _charge_of(charge)
         self._admit(*_check_release(c.sensitivity, c.sigma, c.excess), self._counted())
 
-    def reserve(self, charge: GaussianCharge | Any, *, label: str = "", fit_id: str = "",
-                dataset: str = "") -> Reservation:
+    def reserve(
+        self, charge: GaussianCharge | Any, *, label: str = "", fit_id: str = "", dataset: str = ""
+    ) -> Reservation:
         """Check and record one release as *reserved*, atomically; it counts as spent.
 
         Call it before the noise is drawn, then :meth:`Reservation.commit` after (or
@@ -304,7 +314,9 @@ class PrivacyBudget:
         BudgetExceededError
             Nothing is recorded then.
         """
-        return Reservation(self, self._record("reserved", _charge_of(charge), label, fit_id, dataset))
+        return Reservation(
+            self, self._record("reserved", _charge_of(charge), label, fit_id, dataset)
+        )
 
     def spend(self, charge: GaussianCharge | Any, label: str = "") -> None:
         """Check, then record one Gaussian release as committed, atomically.
@@ -323,12 +335,22 @@ class PrivacyBudget:
         """
         self._record("committed", _charge_of(charge), label, "", "")
 
-    def _record(self, state: str, charge: GaussianCharge, label: str, fit_id: str,
-                dataset: str) -> Release:
+    def _record(
+        self, state: str, charge: GaussianCharge, label: str, fit_id: str, dataset: str
+    ) -> Release:
         sens, sig, exc = _check_release(charge.sensitivity, charge.sigma, charge.excess)
-        release = Release(sens, sig, str(label), exc, str(fit_id), str(dataset),
-                          None if charge.epsilon is None else float(charge.epsilon),
-                          None if charge.delta is None else float(charge.delta), state, time.time())
+        release = Release(
+            sens,
+            sig,
+            str(label),
+            exc,
+            str(fit_id),
+            str(dataset),
+            None if charge.epsilon is None else float(charge.epsilon),
+            None if charge.delta is None else float(charge.delta),
+            state,
+            time.time(),
+        )
         return self._ledger.record(release, lambda rows: self._admit(sens, sig, exc, rows))
 
     def min_sigma(self, sensitivity: float, excess: float = 0.0) -> float:
@@ -457,24 +479,44 @@ class PrivacyBudget:
     def _summary(self) -> tuple[list[Release], list[tuple[str, str]]]:
         rows = self._ledger.rows()
         counted = [r for r in rows if r.counted]
-        states = {state: sum(r.state == state for r in rows)
-                  for state in ("committed", "reserved", "cancelled")}
+        states = {
+            state: sum(r.state == state for r in rows)
+            for state in ("committed", "reserved", "cancelled")
+        }
         # Every figure from this one read: a concurrent fit cannot split the report.
         plans = ", or ".join(f"{k} of {self._remaining(counted, k):.4g} each" for k in (2, 4))
         facts = [
             ("budget", f"epsilon={self.epsilon:g}, delta={self.delta:g}"),
             ("ledger", self.ledger or "(in memory, this process only)"),
-            ("releases", f"{len(counted)} counted ({states['committed']} committed, "
-                         f"{states['reserved']} reserved), {states['cancelled']} cancelled"),
-            ("spent", f"epsilon={self._spent_epsilon(counted):.6g} at delta={self.delta:g} "
-                      f"(mu={self._composed(counted)[0] if counted else 0.0:.6g})"),
-            ("remaining", f"one more release of epsilon <= {self._remaining(counted, 1):.6g} at delta="
-                          f"{self.delta:g}, or {plans}"),
+            (
+                "releases",
+                f"{len(counted)} counted ({states['committed']} committed, "
+                f"{states['reserved']} reserved), {states['cancelled']} cancelled",
+            ),
+            (
+                "spent",
+                f"epsilon={self._spent_epsilon(counted):.6g} at delta={self.delta:g} "
+                f"(mu={self._composed(counted)[0] if counted else 0.0:.6g})",
+            ),
+            (
+                "remaining",
+                f"one more release of epsilon <= {self._remaining(counted, 1):.6g} at delta="
+                f"{self.delta:g}, or {plans}",
+            ),
         ]
         return rows, facts
 
-    _COLUMNS = ("id", "state", "reserved (UTC)", "epsilon", "delta", "sensitivity", "sigma",
-                "dataset", "label")
+    _COLUMNS = (
+        "id",
+        "state",
+        "reserved (UTC)",
+        "epsilon",
+        "delta",
+        "sensitivity",
+        "sigma",
+        "dataset",
+        "label",
+    )
 
     @staticmethod
     def _cells(row: Release) -> tuple[str, ...]:
@@ -482,8 +524,17 @@ class PrivacyBudget:
             return "-" if value is None else f"{value:.4g}"
 
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row.reserved_at))
-        return (str(row.id), row.state, when, number(row.epsilon), number(row.delta),
-                f"{row.sensitivity:.4g}", f"{row.sigma:.4g}", row.dataset, row.label)
+        return (
+            str(row.id),
+            row.state,
+            when,
+            number(row.epsilon),
+            number(row.delta),
+            f"{row.sensitivity:.4g}",
+            f"{row.sigma:.4g}",
+            row.dataset,
+            row.label,
+        )
 
     def describe(self) -> str:
         """A plain-text report: totals, spent, remaining, and a table of every release."""
@@ -493,22 +544,27 @@ class PrivacyBudget:
             table = [self._COLUMNS] + [self._cells(r) for r in rows]
             widths = [max(len(line[i]) for line in table) for i in range(len(self._COLUMNS))]
             lines.append("")
-            lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip()
-                      for line in table]
+            lines += [
+                "  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table
+            ]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         rows, facts = self._summary()
         out = ["<div><table>"]
-        out += [f"<tr><th style='text-align:left'>{html.escape(name)}</th>"
-                f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
-                for name, value in facts]
+        out += [
+            f"<tr><th style='text-align:left'>{html.escape(name)}</th>"
+            f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
+            for name, value in facts
+        ]
         out.append("</table>")
         if rows:
             header = "".join(f"<th>{html.escape(c)}</th>" for c in self._COLUMNS)
             out.append(f"<table><tr>{header}</tr>")
-            out += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>"
-                    for r in rows]
+            out += [
+                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>"
+                for r in rows
+            ]
             out.append("</table>")
         return "".join(out) + "</div>"
 
@@ -531,9 +587,11 @@ def _find_in_memory(token: str, pid: int, epsilon: float, delta: float) -> Priva
     found = _IN_MEMORY.get(token) if pid == os.getpid() else None
     if found is not None:
         return found
-    reason = (f"PrivacyBudget(epsilon={epsilon:g}, delta={delta:g}) has no ledger file: it lives "
-              f"in process {pid} only and cannot be charged from process {os.getpid()}; create it "
-              "with ledger=PATH so that other processes can charge it")
+    reason = (
+        f"PrivacyBudget(epsilon={epsilon:g}, delta={delta:g}) has no ledger file: it lives "
+        f"in process {pid} only and cannot be charged from process {os.getpid()}; create it "
+        "with ledger=PATH so that other processes can charge it"
+    )
     return PrivacyBudget._from(epsilon, delta, UnreachableLedger(reason), token)
 
 

@@ -39,8 +39,8 @@ from ..validation import nonnegative_finite, positive_finite, real_number
 
 __all__ = [
     "CALIBRATIONS",
-    "PrivacyTarget",
     "DELTA_RELATIVE_ERROR",
+    "PrivacyTarget",
     "analytic_gaussian_sigma",
     "calibrate_sigma",
     "check_calibration_range",
@@ -133,8 +133,10 @@ class PrivacyTarget:
             Naming ``epsilon``, ``delta`` or ``calibration``.
         """
         if not (isinstance(calibration, str) and calibration in CALIBRATIONS):
-            raise ValueError(f"calibration: unknown value {calibration!r}; expected one of "
-                             f"{', '.join(map(repr, CALIBRATIONS))}")
+            raise ValueError(
+                f"calibration: unknown value {calibration!r}; expected one of "
+                f"{', '.join(map(repr, CALIBRATIONS))}"
+            )
         eps, dlt = validate_privacy_parameters(epsilon, delta)
         check_calibration_range(calibration, eps)
         return cls(eps, dlt, calibration)
@@ -174,7 +176,7 @@ def _erfcx_difference(p: float, width: float) -> float:
 
 
 def _log_delta(epsilon: float, mu: float) -> float:
-    """log of the Balle-Wang delta for GDP parameter ``mu`` (``-inf`` when it is 0).
+    """Log of the Balle-Wang delta for GDP parameter ``mu`` (``-inf`` when it is 0).
 
     With ``x = mu/2 - epsilon/mu`` the profile is ``Phi(x) - e^epsilon Phi(x - mu)``.
     For ``x < 0`` (the useful range, epsilon > mu^2/2) the identity
@@ -263,8 +265,12 @@ def _find_monotone_root(func, lo: float, hi: float) -> float:
     if lo == hi:
         return lo
     root = brentq(
-        lambda t: finite(math.exp(t)), math.log(lo), math.log(hi),
-        xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500,
+        lambda t: finite(math.exp(t)),
+        math.log(lo),
+        math.log(hi),
+        xtol=1e-300,
+        rtol=4 * np.finfo(float).eps,
+        maxiter=500,
     )
     return math.exp(root)
 
@@ -327,7 +333,9 @@ def gaussian_dp_epsilon(mu: float, delta: float) -> float:
         if _log_delta(eps, m) <= target:
             return eps
         eps = math.nextafter(eps, math.inf)
-    raise RuntimeError("gaussian_dp_epsilon: failed to reach a conservative epsilon")  # pragma: no cover
+    raise RuntimeError(
+        "gaussian_dp_epsilon: failed to reach a conservative epsilon"
+    )  # pragma: no cover
 
 
 # -- calibrations ----------------------------------------------------------------------
@@ -365,7 +373,9 @@ def analytic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) ->
         if _log_delta(eps, sens / sigma * MU_ROUND_UP) <= target:
             return sigma
         sigma = math.nextafter(sigma, math.inf)
-    raise RuntimeError("analytic_gaussian_sigma: failed to reach a conservative sigma")  # pragma: no cover
+    raise RuntimeError(
+        "analytic_gaussian_sigma: failed to reach a conservative sigma"
+    )  # pragma: no cover
 
 
 def classical_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
@@ -446,7 +456,7 @@ def calibrate_sigma(
     *,
     excess: float = 0.0,
 ) -> float:
-    """sigma for the Gaussian mechanism of l2 ``sensitivity`` at (epsilon, delta).
+    """Sigma for the Gaussian mechanism of l2 ``sensitivity`` at (epsilon, delta).
 
     Parameters
     ----------

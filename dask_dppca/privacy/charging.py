@@ -113,7 +113,8 @@ def _unique(budgets: Iterable[PrivacyBudget]) -> tuple[PrivacyBudget, ...]:
 
 def active_budgets() -> tuple[PrivacyBudget, ...]:
     """The budgets a fit in this process charges now: the default, then every open ``with``
-    block (in any thread), outermost first; one entry per ledger."""
+    block (in any thread), outermost first; one entry per ledger.
+    """
     default = default_budget()
     return _unique(([default] if default is not None else []) + open_budgets())
 
@@ -154,8 +155,11 @@ def reserve_release(
     reservations: list[Reservation] = []
     try:
         for budget in budgets:
-            reservations.append(budget.reserve(mechanism, label=label or f"DPPCA fit {fit_id}",
-                                               fit_id=fit_id, dataset=dataset))
+            reservations.append(
+                budget.reserve(
+                    mechanism, label=label or f"DPPCA fit {fit_id}", fit_id=fit_id, dataset=dataset
+                )
+            )
     except BaseException:
         _settle(reservations, "cancel")
         raise
@@ -174,8 +178,12 @@ def _settle(reservations: Sequence[Reservation], action: str) -> None:
         try:
             getattr(reservation, action)()
         except (LedgerError, TimeoutError) as error:
-            warnings.warn(f"could not {action} {reservation!r} ({error}); it stays reserved "
-                          "and counts as spent", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"could not {action} {reservation!r} ({error}); it stays reserved "
+                "and counts as spent",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
 
 class BudgetCarrier:

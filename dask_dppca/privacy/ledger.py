@@ -78,8 +78,21 @@ CREATE TABLE IF NOT EXISTS releases (
 );
 """
 
-_COLUMNS = ("id", "state", "reserved_at", "settled_at", "fit_id", "label", "dataset",
-            "sensitivity", "sigma", "excess", "epsilon", "delta", "pid")
+_COLUMNS = (
+    "id",
+    "state",
+    "reserved_at",
+    "settled_at",
+    "fit_id",
+    "label",
+    "dataset",
+    "sensitivity",
+    "sigma",
+    "excess",
+    "epsilon",
+    "delta",
+    "pid",
+)
 
 #: States that count as spent.
 COUNTED = ("reserved", "committed")
@@ -157,8 +170,9 @@ def ledger_path(ledger: str | os.PathLike) -> str:
     if "://" in text:
         scheme, _, rest = text.partition("://")
         if scheme != "file":
-            raise ValueError(f"ledger: only local files (a path or file:// URL) are supported, "
-                             f"got {text!r}")
+            raise ValueError(
+                f"ledger: only local files (a path or file:// URL) are supported, got {text!r}"
+            )
         text = rest
     return os.path.abspath(os.path.expanduser(text))
 
@@ -256,17 +270,22 @@ class SQLiteLedger:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with _connect(path, create=True) as db:
             db.execute("BEGIN IMMEDIATE")
-            tables = {name for (name,) in
-                      db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            tables = {
+                name
+                for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
             if tables and "budget" not in tables:  # someone else's database: leave it alone
                 db.execute("ROLLBACK")
-                raise LedgerError(f"ledger {path}: not a dask-dppca ledger (a SQLite file with "
-                                  f"other tables: {sorted(tables)})")
+                raise LedgerError(
+                    f"ledger {path}: not a dask-dppca ledger (a SQLite file with "
+                    f"other tables: {sorted(tables)})"
+                )
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 db.execute(statement)
             if db.execute("SELECT COUNT(*) FROM budget").fetchone()[0] == 0:
-                db.execute("INSERT INTO budget VALUES (?, ?, ?, ?)",
-                           (epsilon, delta, time.time(), _FORMAT))
+                db.execute(
+                    "INSERT INTO budget VALUES (?, ?, ?, ?)", (epsilon, delta, time.time(), _FORMAT)
+                )
             db.execute("COMMIT")
             found = _read_totals(db, path)
         if found != (epsilon, delta):
@@ -319,17 +338,22 @@ class SQLiteLedger:
             values = [getattr(row, name) for name in _COLUMNS[1:]]
             cursor = db.execute(
                 f"INSERT INTO releases ({', '.join(_COLUMNS[1:])}) "
-                f"VALUES ({', '.join('?' * len(values))})", values)
+                f"VALUES ({', '.join('?' * len(values))})",
+                values,
+            )
             return replace(row, id=cursor.lastrowid)
 
     def settle(self, release_id: int, state: str) -> None:
         """Mark a reserved row committed or cancelled."""
         with self._transaction(write=True) as db:
-            (current,) = db.execute("SELECT state FROM releases WHERE id = ?",
-                                    (release_id,)).fetchone()
+            (current,) = db.execute(
+                "SELECT state FROM releases WHERE id = ?", (release_id,)
+            ).fetchone()
             _check_settle(current, state, release_id)
-            db.execute("UPDATE releases SET state = ?, settled_at = ? WHERE id = ?",
-                       (state, time.time(), release_id))
+            db.execute(
+                "UPDATE releases SET state = ?, settled_at = ? WHERE id = ?",
+                (state, time.time(), release_id),
+            )
 
     def rows(self) -> list[Release]:
         """Every row, oldest first."""
@@ -341,8 +365,9 @@ def _check_settle(current: str, state: str, release_id: int) -> None:
     if state not in ("committed", "cancelled"):
         raise ValueError(f"state: must be 'committed' or 'cancelled', got {state!r}")
     if current != "reserved":
-        raise LedgerError(f"release {release_id} is {current}, not reserved: "
-                          f"it cannot become {state}")
+        raise LedgerError(
+            f"release {release_id} is {current}, not reserved: it cannot become {state}"
+        )
 
 
 @contextmanager
@@ -357,16 +382,19 @@ def _connect(path: str, create: bool = False) -> Iterator[sqlite3.Connection]:
     try:
         db = sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT, isolation_level=None)
     except sqlite3.OperationalError as error:
-        raise LedgerError(f"ledger {path}: cannot open it ({error}); create it first with "
-                          "`dask-dppca budget create` or PrivacyBudget(epsilon, delta, "
-                          "ledger=...)") from None
+        raise LedgerError(
+            f"ledger {path}: cannot open it ({error}); create it first with "
+            "`dask-dppca budget create` or PrivacyBudget(epsilon, delta, "
+            "ledger=...)"
+        ) from None
     try:
         db.execute("PRAGMA synchronous = FULL")
         yield db
     except sqlite3.OperationalError as error:
         if "locked" in str(error) or "busy" in str(error):
-            raise TimeoutError(f"ledger {path}: still locked by another process after "
-                               f"{LOCK_TIMEOUT:g} s") from None
+            raise TimeoutError(
+                f"ledger {path}: still locked by another process after {LOCK_TIMEOUT:g} s"
+            ) from None
         raise LedgerError(f"ledger {path}: {error}") from None
     except sqlite3.DatabaseError as error:
         raise LedgerError(f"ledger {path}: not a dask-dppca ledger ({error})") from None

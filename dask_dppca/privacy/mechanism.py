@@ -124,8 +124,9 @@ class ReleaseMechanism:
             For an unbounded spatial sign (no finite sensitivity).
         """
         if not spatial_sign.is_bounded:
-            raise ValueError(f"spatial_sign: {spatial_sign.name!r} is unbounded and has no "
-                             "finite sensitivity")
+            raise ValueError(
+                f"spatial_sign: {spatial_sign.name!r} is unbounded and has no finite sensitivity"
+            )
         g2 = spatial_sign.bound**2
         if target.calibration == "classical":
             rounding, design_sensitivity = 0.0, plan.paper_sensitivity(spatial_sign.bound)
@@ -138,8 +139,19 @@ class ReleaseMechanism:
         slack = sampler.sensitivity_slack(n_entries, 2.0 * first_sigma)
         excess = sampler.privacy_excess(n_entries, 2.0 * first_sigma)
         sigma = target.sigma(sensitivity + slack, excess=excess)
-        return cls(design, plan, spatial_sign, target, sampler, design_sensitivity, rounding,
-                   slack, excess, sensitivity + slack, sigma)
+        return cls(
+            design,
+            plan,
+            spatial_sign,
+            target,
+            sampler,
+            design_sensitivity,
+            rounding,
+            slack,
+            excess,
+            sensitivity + slack,
+            sigma,
+        )
 
     @property
     def epsilon(self) -> float:
@@ -159,16 +171,18 @@ class ReleaseMechanism:
     @property
     def charge(self) -> GaussianCharge:
         """What every active budget charges for this release."""
-        return GaussianCharge(self.sensitivity, self.sigma, self.sampler_excess,
-                              self.epsilon, self.delta)
+        return GaussianCharge(
+            self.sensitivity, self.sigma, self.sampler_excess, self.epsilon, self.delta
+        )
 
     @property
     def is_private(self) -> bool:
         """False when the sampler must never be used for a real release (a test seed)."""
         return bool(self.sampler.is_private)
 
-    def release(self, kernel_sum: np.ndarray, n_components: int,
-                released_on: str = "this process") -> PrivateRelease:
+    def release(
+        self, kernel_sum: np.ndarray, n_components: int, released_on: str = "this process"
+    ) -> PrivateRelease:
         """Normalise the exact sum, add the noise once, and eigendecompose.
 
         The only function that sees the exact K_hat and the only one that draws noise;
@@ -192,8 +206,9 @@ class ReleaseMechanism:
         components = eigenvectors[:, order[:n_components]].T.copy()
         peaks = np.argmax(np.abs(components), axis=1)
         components *= np.sign(components[np.arange(len(peaks)), peaks])[:, None]
-        return PrivateRelease(eigenvalues=eigenvalues, components=components,
-                              released_on=released_on)
+        return PrivateRelease(
+            eigenvalues=eigenvalues, components=components, released_on=released_on
+        )
 
     def describe(self) -> dict[str, Any]:
         """Everything needed to re-derive sigma by hand (``DPPCA.privacy_``)."""
@@ -210,10 +225,13 @@ class ReleaseMechanism:
             "calibration": self.calibration,
             "sensitivity": self.sensitivity,
             "sensitivity_formula": (
-                "2 G^2 max_degree / n_pairs (paper: 4 G^2 / n)" if self.calibration == "classical"
+                "2 G^2 max_degree / n_pairs (paper: 4 G^2 / n)"
+                if self.calibration == "classical"
                 else "sqrt(2) G^2 max_degree / n_pairs + rounding_slack + sampler_slack"
             ),
-            "sigma_formula": "calibrate_sigma(sensitivity, epsilon, delta, calibration, excess=sampler_excess)",
+            "sigma_formula": (
+                "calibrate_sigma(sensitivity, epsilon, delta, calibration, excess=sampler_excess)"
+            ),
             "rounding_slack": self.rounding_slack,
             "sampler_slack": self.sampler_slack,
             "sampler_excess": self.sampler_excess,

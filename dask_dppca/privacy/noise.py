@@ -25,26 +25,26 @@ from __future__ import annotations
 
 import math
 import os
-from abc import ABC, abstractmethod
 import warnings
+from abc import ABC, abstractmethod
 
 import numpy as np
 
 from ..validation import positive_finite
 
 __all__ = [
-    "NonPrivateRandomStateWarning",
-    "NoiseSampler",
-    "OpenDPSampler",
-    "LatticeSampler",
-    "SeededSampler",
-    "default_sampler",
-    "add_symmetric_noise",
-    "vecd",
-    "vecd_inverse",
-    "lattice_step",
     "DEFAULT_LATTICE_BITS",
     "OPENDP_MAX_ENTRIES",
+    "LatticeSampler",
+    "NoiseSampler",
+    "NonPrivateRandomStateWarning",
+    "OpenDPSampler",
+    "SeededSampler",
+    "add_symmetric_noise",
+    "default_sampler",
+    "lattice_step",
+    "vecd",
+    "vecd_inverse",
 ]
 
 _SQRT2 = math.sqrt(2.0)
@@ -299,7 +299,9 @@ class OpenDPSampler(NoiseSampler):
         if lattice_bits is not None and not (
             isinstance(lattice_bits, (int, np.integer)) and 20 <= lattice_bits <= 60
         ):
-            raise ValueError(f"lattice_bits: must be None or an integer in [20, 60], got {lattice_bits!r}")
+            raise ValueError(
+                f"lattice_bits: must be None or an integer in [20, 60], got {lattice_bits!r}"
+            )
         self.lattice_bits = lattice_bits
 
     def _k(self, sigma: float) -> int:

@@ -28,14 +28,16 @@ def tls_security(tls_dir: str | os.PathLike) -> Security:
     """Scheduler, client and (for the job scripts) worker certificates of the role
     folders of ``tls_dir``; encryption required."""
     tls = Path(tls_dir).expanduser()
-    return Security(tls_ca_file=str(tls / "scheduler" / "ca.pem"),
-                    tls_scheduler_cert=str(tls / "scheduler" / "scheduler.pem"),
-                    tls_scheduler_key=str(tls / "scheduler" / "scheduler.key"),
-                    tls_worker_cert=str(tls / "worker" / "worker.pem"),
-                    tls_worker_key=str(tls / "worker" / "worker.key"),
-                    tls_client_cert=str(tls / "client" / "client.pem"),
-                    tls_client_key=str(tls / "client" / "client.key"),
-                    require_encryption=True)
+    return Security(
+        tls_ca_file=str(tls / "scheduler" / "ca.pem"),
+        tls_scheduler_cert=str(tls / "scheduler" / "scheduler.pem"),
+        tls_scheduler_key=str(tls / "scheduler" / "scheduler.key"),
+        tls_worker_cert=str(tls / "worker" / "worker.pem"),
+        tls_worker_key=str(tls / "worker" / "worker.key"),
+        tls_client_cert=str(tls / "client" / "client.pem"),
+        tls_client_key=str(tls / "client" / "client.key"),
+        require_encryption=True,
+    )
 
 
 def load_config() -> None:

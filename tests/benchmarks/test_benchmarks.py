@@ -39,13 +39,21 @@ def test_smallest_run_exits_cleanly(command, tmp_path):
     # system has only python3
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    wrapper = bin_dir / "python"   # a script, not a symlink: a venv is found from its own path
+    wrapper = bin_dir / "python"  # a script, not a symlink: a venv is found from its own path
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     wrapper.chmod(0o755)
-    env = dict(os.environ, TMPDIR=str(tmp_path), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = dict(
+        os.environ, TMPDIR=str(tmp_path), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    )
     try:
-        done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=SMOKE_LIMIT)
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SMOKE_LIMIT,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{command!r} still running after {SMOKE_LIMIT} s")
     assert done.returncode == 0, f"{command!r} exited {done.returncode}:\n{done.stderr[-3000:]}"

@@ -20,5 +20,10 @@ def write_store(path: Path, n: int = 300, d: int = 4) -> str:
 
 def run_cli(*args: str, timeout: float = 240, **options) -> subprocess.CompletedProcess:
     """``python -m dask_dppca.cli ARGS`` in a subprocess, output captured as text."""
-    return subprocess.run([sys.executable, "-m", "dask_dppca.cli", *args],
-                          capture_output=True, text=True, timeout=timeout, **options)
+    return subprocess.run(
+        [sys.executable, "-m", "dask_dppca.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **options,
+    )

@@ -1,4 +1,5 @@
-"""``dask-dppca budget create|show`` and ``fit --budget``, and the README's budget lines as written."""
+"""``dask-dppca budget create|show`` and ``fit --budget``, and the README's budget lines
+as written."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import pytest
 from dask_dppca.cli import EXIT_CLUSTER, EXIT_USAGE, main
 from dask_dppca.privacy.budget import PrivacyBudget
 from dask_dppca.privacy.charging import BUDGET_ENV
-
 from tests.cli import run_cli, write_store
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -28,8 +28,19 @@ def test_create_show_and_fit_until_the_budget_refuses(tmp_path, capsys):
     ledger, store = str(tmp_path / "study.ledger"), write_store(tmp_path / "x.zarr")
     assert main(["budget", "create", ledger, "--epsilon", "2", "--delta", "1e-5"]) == 0
     assert "remaining: one more release of epsilon <= 2 " in capsys.readouterr().out
-    fit = ["fit", store, "--epsilon", "1", "--scheduler", "threads", "--no-progress",
-           "--output", str(tmp_path / "r.json"), "--budget", ledger]
+    fit = [
+        "fit",
+        store,
+        "--epsilon",
+        "1",
+        "--scheduler",
+        "threads",
+        "--no-progress",
+        "--output",
+        str(tmp_path / "r.json"),
+        "--budget",
+        ledger,
+    ]
     # Exact composition: four (1, 1e-6) fits fit in (2, 1e-5), the fifth does not.
     for _ in range(4):
         assert main(fit) == 0
@@ -49,7 +60,10 @@ def test_create_show_and_fit_until_the_budget_refuses(tmp_path, capsys):
         (["budget", "create", "LEDGER", "--epsilon", "2", "--delta", "1e-5"], "already exists"),
         (["budget", "create", "LEDGER.new", "--epsilon", "0", "--delta", "1e-5"], "epsilon"),
         (["budget", "create", "LEDGER.new", "--epsilon", "1", "--delta", "2"], "delta"),
-        (["fit", "STORE", "--budget", "LEDGER.missing", "--scheduler", "threads"], "does not exist"),
+        (
+            ["fit", "STORE", "--budget", "LEDGER.missing", "--scheduler", "threads"],
+            "does not exist",
+        ),
     ],
 )
 def test_budget_errors_are_one_line_with_exit_2(tmp_path, args, needle):
@@ -76,15 +90,29 @@ def test_the_readme_budget_lines_run_as_written(tmp_path):
     (fits on the default embedded cluster, as a user's would)."""
     write_store(tmp_path / "data.zarr")
     for line in _readme_block("bash", "budget create").strip().splitlines():
-        done = subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=240,
-                              cwd=tmp_path, env=_clean_env())
+        done = subprocess.run(
+            shlex.split(line),
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=tmp_path,
+            env=_clean_env(),
+        )
         assert done.returncode == 0, (line, done.stderr)
     assert "1 counted (1 committed" in done.stdout and "data.zarr" in done.stdout
-    code = ("import numpy as np\nimport dask_dppca as dd\n"
-            "X = np.random.default_rng(1).standard_normal((300, 4))  # test data only\n"
-            + _readme_block("python", "set_default_budget"))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=240, cwd=tmp_path, env=_clean_env())
+    code = (
+        "import numpy as np\nimport dask_dppca as dd\n"
+        "X = np.random.default_rng(1).standard_normal((300, 4))  # test data only\n"
+        + _readme_block("python", "set_default_budget")
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+        env=_clean_env(),
+    )
     assert done.returncode == 0, done.stderr
     budget = PrivacyBudget.open(tmp_path / "study.ledger")
     assert budget.releases == 2 and done.stdout.startswith(repr(budget.remaining()))

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from dask_dppca.cli import EXIT_USAGE, main
-
 from tests.cli import run_cli, write_store
 
 
@@ -16,7 +15,9 @@ from tests.cli import run_cli, write_store
 def test_demo_runs_on_the_embedded_cluster_and_beats_pca(tmp_path):
     done = run_cli("demo", "--n-samples", "4000", "--store", str(tmp_path / "demo.zarr"))
     assert done.returncode == 0, done.stderr
-    lines = {line.split()[0]: line for line in done.stdout.splitlines() if "  " in line and line.strip()}
+    lines = {
+        line.split()[0]: line for line in done.stdout.splitlines() if "  " in line and line.strip()
+    }
     dppca = float(lines["g-DPPCA"].split()[-1])
     pca = float(lines["covariance"].split()[-1])
     assert dppca < 0.3 < pca
@@ -25,8 +26,21 @@ def test_demo_runs_on_the_embedded_cluster_and_beats_pca(tmp_path):
 def test_fit_writes_the_result_file(tmp_path):
     store = write_store(tmp_path / "x.zarr")
     out = tmp_path / "out" / "result.json"
-    code = main(["fit", store, "-k", "2", "--epsilon", "0.5", "--output", str(out),
-                 "--scheduler", "threads", "--no-progress"])
+    code = main(
+        [
+            "fit",
+            store,
+            "-k",
+            "2",
+            "--epsilon",
+            "0.5",
+            "--output",
+            str(out),
+            "--scheduler",
+            "threads",
+            "--no-progress",
+        ]
+    )
     assert code == 0
     result = json.loads(out.read_text())
     assert np.array(result["components"]).shape == (2, 4)
@@ -59,8 +73,16 @@ def test_user_errors_are_one_line_with_a_nonzero_exit(tmp_path, args, needle):
 def test_help_explains_every_option():
     done = run_cli("fit", "--help", timeout=60)
     assert done.returncode == 0
-    for option in ["--component", "--epsilon", "--delta", "--spatial-sign", "--radius",
-                   "--design", "--scheduler", "--output"]:
+    for option in [
+        "--component",
+        "--epsilon",
+        "--delta",
+        "--spatial-sign",
+        "--radius",
+        "--design",
+        "--scheduler",
+        "--output",
+    ]:
         assert option in done.stdout
 
 

@@ -38,7 +38,9 @@ def readme_fit_line() -> list[str]:
 def write_store(folder: Path, n: int = 3000, d: int = 6) -> None:
     """data.zarr in ``folder``: heavy-tailed TEST data with a fixed seed."""
     x = np.random.default_rng(3).standard_t(1, size=(n, d))
-    z = zarr.open_array(str(folder / "data.zarr"), mode="w", shape=x.shape, chunks=(1000, d), dtype="f8")
+    z = zarr.open_array(
+        str(folder / "data.zarr"), mode="w", shape=x.shape, chunks=(1000, d), dtype="f8"
+    )
     z[:] = x
 
 
@@ -54,8 +56,9 @@ def check_result(folder: Path, k: int, d: int) -> dict:
 
 def test_readme_cli_line_runs_as_written_on_the_embedded_cluster(tmp_path):
     write_store(tmp_path)
-    done = subprocess.run([*CLI, *readme_fit_line()], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=240)
+    done = subprocess.run(
+        [*CLI, *readme_fit_line()], cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no warning: the embedded worker offers dppca-trusted
     assert done.stdout.startswith("wrote result.json: 3 private components")
@@ -68,8 +71,13 @@ def test_readme_cli_line_runs_against_a_live_scheduler_and_worker(tmp_path):
     write_store(tmp_path)
     with PlainCluster(tmp_path) as live:
         live.add_worker("trusted", "--resources", "dppca-trusted=1")
-        done = subprocess.run([*CLI, *readme_fit_line(), "--scheduler", live.address], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=240)
+        done = subprocess.run(
+            [*CLI, *readme_fit_line(), "--scheduler", live.address],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
     assert done.returncode == 0, done.stderr
     result = check_result(tmp_path, 3, 6)
     assert result["privacy"]["released_on"].startswith("tcp://127.0.0.1:")
@@ -79,15 +87,26 @@ def test_untrusted_cluster_warns_in_one_line_and_require_trusted_refuses(tmp_pat
     write_store(tmp_path)
     with PlainCluster(tmp_path) as live:
         live.add_worker("ordinary")
-        warned = subprocess.run([*CLI, *readme_fit_line(), "--scheduler", live.address], cwd=tmp_path,
-                                capture_output=True, text=True, timeout=240)
+        warned = subprocess.run(
+            [*CLI, *readme_fit_line(), "--scheduler", live.address],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         privacy = json.loads((tmp_path / "result.json").read_text())["privacy"]
         (tmp_path / "result.json").unlink()
-        refused = subprocess.run([*CLI, *readme_fit_line(), "--scheduler", live.address,
-                                  "--require-trusted"], cwd=tmp_path, capture_output=True, text=True,
-                                 timeout=240)
+        refused = subprocess.run(
+            [*CLI, *readme_fit_line(), "--scheduler", live.address, "--require-trusted"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
     assert warned.returncode == 0, warned.stderr
-    assert warned.stderr.count("\n") == 1 and warned.stderr.startswith("dask-dppca: warning: no worker")
+    assert warned.stderr.count("\n") == 1 and warned.stderr.startswith(
+        "dask-dppca: warning: no worker"
+    )
     assert privacy["release_placement"] == "any worker (none offers 'dppca-trusted')"
     assert privacy["released_on"].startswith("tcp://127.0.0.1:")
     assert refused.returncode == 2 and "require_trusted" in refused.stderr
@@ -98,8 +117,9 @@ def test_untrusted_cluster_warns_in_one_line_and_require_trusted_refuses(tmp_pat
 def run_in_terminal(argv: list[str], cwd: Path, timeout: float = 240) -> tuple[int, str]:
     """Run ``argv`` with a pseudo-terminal as stdout/stderr; (exit code, everything shown)."""
     controller, terminal = pty.openpty()
-    process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=terminal,
-                               stderr=terminal, close_fds=True)
+    process = subprocess.Popen(
+        argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal, close_fds=True
+    )
     os.close(terminal)
     shown = bytearray()
     deadline = time.monotonic() + timeout
@@ -140,8 +160,9 @@ def test_a_plain_script_without_a_main_guard_fits_on_the_default_path(tmp_path):
         "est = dd.DPPCA(2, progress=True).fit(x)\n"
         "print('fitted', est.components_.shape, est.privacy_['release_placement'])\n"
     )
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=240)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
     assert done.returncode == 0, done.stderr
     assert "fitted (2, 5) a worker offering 'dppca-trusted'" in done.stdout
     assert "Completed" in done.stdout  # progress=True draws its bar even without a terminal

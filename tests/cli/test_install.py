@@ -17,10 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_package_imports_from_outside_the_checkout(tmp_path):
-    code = ("import json, dask_dppca as dd; from dask_dppca import DPPCA, PrivacyBudget; "
-            "print(json.dumps({'file': dd.__file__, 'version': dd.__version__}))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)
+    code = (
+        "import json, dask_dppca as dd; from dask_dppca import DPPCA, PrivacyBudget; "
+        "print(json.dumps({'file': dd.__file__, 'version': dd.__version__}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     found = json.loads(done.stdout)
     # None (a namespace package) when a leftover folder shadows the install.

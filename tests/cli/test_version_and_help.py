@@ -9,15 +9,27 @@ from importlib.metadata import version
 import pytest
 
 from tests.cli import CONSOLE_SCRIPT
+
 #: Imported by a fit, never by the parser (they cost seconds together).
-HEAVY = {"numpy", "scipy", "dask", "distributed", "numba", "zarr", "sklearn", "opendp",
-         "dp_accounting", "pandas"}
+HEAVY = {
+    "numpy",
+    "scipy",
+    "dask",
+    "distributed",
+    "numba",
+    "zarr",
+    "sklearn",
+    "opendp",
+    "dp_accounting",
+    "pandas",
+}
 
 
 def _console(*args, env=None):
     assert CONSOLE_SCRIPT.exists(), f"{CONSOLE_SCRIPT} missing: pip install -e '.[test]'"
-    return subprocess.run([str(CONSOLE_SCRIPT), *args], capture_output=True, text=True,
-                          timeout=60, env=env)
+    return subprocess.run(
+        [str(CONSOLE_SCRIPT), *args], capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 def test_version_comes_from_the_package_metadata():
@@ -32,7 +44,10 @@ def test_help_imports_no_heavy_library(command):
     done = _console(*command, "--help", env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
     assert done.returncode == 0, done.stderr
     assert "usage: dask-dppca" in done.stdout
-    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0]
-                for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert "argparse" in imported       # the profile is there to read
+    imported = {
+        line.rsplit("|", 1)[-1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "argparse" in imported  # the profile is there to read
     assert not imported & HEAVY, sorted(imported & HEAVY)

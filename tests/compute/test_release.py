@@ -19,7 +19,9 @@ from dask_dppca.graph import ExactSumLeakError
 from dask_dppca.graph import sealed as sealed_module
 from tests.releases import lane_of, mechanism_for
 
-pytestmark = pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+)
 
 
 def _mechanism(d: int, n: int = 6, sigma: float = 0.1):
@@ -38,9 +40,14 @@ def test_release_is_drawn_once_per_fit_id_locally():
 
 def test_the_release_task_adds_the_lanes_then_releases_once():
     """Its input is the lanes' sums, their exact total is what the mechanism normalises."""
-    release = release_task(_mechanism(3, n=2, sigma=1e-9), 3, uuid.uuid4().hex,
-                           _lane(np.diag([1.0, 0.5, 0.0])), _lane(np.diag([2.0, 1.5, 1.0])))
-    assert np.allclose(release.eigenvalues, [3.0, 2.0, 1.0], atol=1e-6)   # |P| = 1
+    release = release_task(
+        _mechanism(3, n=2, sigma=1e-9),
+        3,
+        uuid.uuid4().hex,
+        _lane(np.diag([1.0, 0.5, 0.0])),
+        _lane(np.diag([2.0, 1.5, 1.0])),
+    )
+    assert np.allclose(release.eigenvalues, [3.0, 2.0, 1.0], atol=1e-6)  # |P| = 1
     assert release.released_on == "this process"
 
 
@@ -56,8 +63,13 @@ def test_sealed_lane_sums_cannot_reach_the_client(cluster_client):
     with pytest.raises(ExactSumLeakError):
         sealed.result()
     # Between workers it moves freely: a task on the other worker can open it.
-    opened = cluster_client.submit(lambda s: float(s.total.to_float().sum()), sealed, pure=False,
-                                   workers=workers[1:], allow_other_workers=False)
+    opened = cluster_client.submit(
+        lambda s: float(s.total.to_float().sum()),
+        sealed,
+        pure=False,
+        workers=workers[1:],
+        allow_other_workers=False,
+    )
     assert opened.result() == 2.0
 
 
@@ -68,21 +80,37 @@ def test_cluster_fit_draws_once_and_a_rerun_refuses(cluster_client, elliptical):
     fit_id = est.privacy_["fit_id"]
     tickets = cluster_client.get_metadata(list(RELEASE_METADATA_KEY))
     assert fit_id in tickets  # exactly one ticket per fit id: a dict key
-    again = cluster_client.submit(release_task, _mechanism(6), 2, fit_id, _lane(np.eye(6)),
-                                  pure=False, retries=0)
+    again = cluster_client.submit(
+        release_task, _mechanism(6), 2, fit_id, _lane(np.eye(6)), pure=False, retries=0
+    )
     with pytest.raises(ReleaseAlreadyDrawnError):
         again.result()
 
 
 @pytest.mark.cluster
 def test_release_runs_on_the_worker_offering_the_trusted_resource(tmp_path):
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         worker = subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
-             "--nthreads", "1", "--resources", f"{TRUSTED_RESOURCE}=1", "--no-dashboard",
-             "--local-directory", str(tmp_path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_worker",
+                cluster.scheduler_address,
+                "--nthreads",
+                "1",
+                "--resources",
+                f"{TRUSTED_RESOURCE}=1",
+                "--no-dashboard",
+                "--local-directory",
+                str(tmp_path),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             client.wait_for_workers(2, timeout=60)
@@ -146,7 +174,8 @@ def test_a_submitted_release_that_never_started_is_abandoned_and_can_never_draw(
         task.result(timeout=120)
     drawn = uuid.uuid4().hex
     mark_release_dispatched(drawn)
-    cluster_client.submit(release_task, _mechanism(3), 3, drawn, _lane(np.eye(3)),
-                          pure=False).result(timeout=120)
+    cluster_client.submit(
+        release_task, _mechanism(3), 3, drawn, _lane(np.eye(3)), pure=False
+    ).result(timeout=120)
     assert not target.abandon(drawn)
     assert not LocalScheduler("threads").abandon(drawn)  # local: dispatched means drawn

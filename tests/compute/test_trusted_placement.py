@@ -35,7 +35,9 @@ def test_require_trusted_refuses_before_computing_and_charges_nothing(cluster_cl
         with pytest.raises(ValueError, match="^require_trusted: no worker offers"):
             dd.DPPCA(2, scheduler=cluster_client, require_trusted=True).fit(X)
     assert budget.releases == 0
-    assert set(cluster_client.get_metadata(list(RELEASE_METADATA_KEY), default={})) == tickets_before
+    assert (
+        set(cluster_client.get_metadata(list(RELEASE_METADATA_KEY), default={})) == tickets_before
+    )
 
 
 @pytest.mark.cluster
@@ -54,7 +56,9 @@ def test_require_trusted_accepts_a_named_trusted_worker(cluster_client):
     named = sorted(cluster_client.scheduler_info(n_workers=-1)["workers"])[0]
     with warnings.catch_warnings():
         warnings.simplefilter("error", dd.UntrustedReleaseWarning)
-        est = dd.DPPCA(2, scheduler=cluster_client, trusted_worker=named, require_trusted=True).fit(X)
+        est = dd.DPPCA(2, scheduler=cluster_client, trusted_worker=named, require_trusted=True).fit(
+            X
+        )
     assert est.privacy_["released_on"] == named
 
 

@@ -24,15 +24,22 @@ def fit(scheduler: str, n_workers: int, timeout: float) -> dict:
     from distributed import Client
 
     import dask_dppca as dd
-    from dask_dppca.datasets import random_directions, spiked_spectrum, write_elliptical_zarr
     from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
     from dask_dppca.compute.trust import worker_identities
+    from dask_dppca.datasets import random_directions, spiked_spectrum, write_elliptical_zarr
 
     folder = tempfile.mkdtemp(prefix="dppca-live-", dir=os.environ.get("DASK_DPPCA_DATA_DIR"))
     store = os.path.join(folder, "x.zarr")
     # Seeds generate TEST DATA.
-    write_elliptical_zarr(store, 3000, spiked_spectrum(6, 2, 8.0), random_directions(6, seed=1),
-                          df=1.0, chunk_rows=500, seed=2)
+    write_elliptical_zarr(
+        store,
+        3000,
+        spiked_spectrum(6, 2, 8.0),
+        random_directions(6, seed=1),
+        df=1.0,
+        chunk_rows=500,
+        seed=2,
+    )
     with Client(scheduler, timeout=30) as client:  # TLS from the Dask configuration
         client.wait_for_workers(n_workers, timeout=timeout)
         with warnings.catch_warnings():
@@ -41,12 +48,20 @@ def fit(scheduler: str, n_workers: int, timeout: float) -> dict:
         ticket = client.get_metadata([*RELEASE_METADATA_KEY, est.privacy_["fit_id"]])
         workers = client.scheduler_info(n_workers=-1)["workers"]
         identities = client.run_on_scheduler(worker_identities)
-    return {"store": store, "components": est.components_.tolist(),
-            "eigenvalues": est.eigenvalues_.tolist(), "release_worker": ticket["worker"],
-            "workers": {address: {"name": str(info.get("name")),
-                                  "resources": info.get("resources") or {},
-                                  "certificate": identities[address]["common_name"]}
-                        for address, info in workers.items()}}
+    return {
+        "store": store,
+        "components": est.components_.tolist(),
+        "eigenvalues": est.eigenvalues_.tolist(),
+        "release_worker": ticket["worker"],
+        "workers": {
+            address: {
+                "name": str(info.get("name")),
+                "resources": info.get("resources") or {},
+                "certificate": identities[address]["common_name"],
+            }
+            for address, info in workers.items()
+        },
+    }
 
 
 def run_notebook(path: str, timeout: float) -> dict:
@@ -55,11 +70,18 @@ def run_notebook(path: str, timeout: float) -> dict:
 
     notebook = nbformat.read(path, as_version=4)
     nbclient.NotebookClient(notebook, timeout=timeout, kernel_name="python3").execute()
-    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
-    return {"errors": [o.get("ename", "") for o in outputs if o.get("output_type") == "error"],
-            "text": "".join(o.get("text", "") for o in outputs),
-            "results": [o.get("data", {}).get("text/plain", "") for o in outputs
-                        if o.get("output_type") == "execute_result"]}
+    outputs = [
+        o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])
+    ]
+    return {
+        "errors": [o.get("ename", "") for o in outputs if o.get("output_type") == "error"],
+        "text": "".join(o.get("text", "") for o in outputs),
+        "results": [
+            o.get("data", {}).get("text/plain", "")
+            for o in outputs
+            if o.get("output_type") == "execute_result"
+        ],
+    }
 
 
 def main() -> None:

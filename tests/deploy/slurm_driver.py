@@ -36,8 +36,21 @@ TIMEOUT = 120
 def fit(address: str, tls: Path, results: Path) -> None:
     results.mkdir()
     env = {**os.environ, **client_tls_env(tls / "client")}
-    subprocess.run([sys.executable, str(CLIENT), "--scheduler", address, "--workers", "3",
-                    "--results", str(results)], env=env, check=True, timeout=TIMEOUT)
+    subprocess.run(
+        [
+            sys.executable,
+            str(CLIENT),
+            "--scheduler",
+            address,
+            "--workers",
+            "3",
+            "--results",
+            str(results),
+        ],
+        env=env,
+        check=True,
+        timeout=TIMEOUT,
+    )
 
 
 def jobs_alive(standin_state: Path) -> list[str]:
@@ -59,10 +72,20 @@ def jobs_alive(standin_state: Path) -> list[str]:
 
 
 def launch_run(tls: Path, state: Path, results: Path, standin_state: Path) -> dict:
-    env = {**os.environ, "DPPCA_TLS": str(tls), "DPPCA_STATE": str(state),
-           "DPPCA_TRUSTED_SBATCH": "--nodelist=secure01"}
-    started = subprocess.run([*LAUNCH, "start", "2"], env=env, capture_output=True, text=True,
-                             timeout=TIMEOUT, check=True)
+    env = {
+        **os.environ,
+        "DPPCA_TLS": str(tls),
+        "DPPCA_STATE": str(state),
+        "DPPCA_TRUSTED_SBATCH": "--nodelist=secure01",
+    }
+    started = subprocess.run(
+        [*LAUNCH, "start", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    )
     address = started.stdout.strip().splitlines()[-1]
     job_ids = (state / "jobs").read_text().split()
     try:
@@ -70,8 +93,12 @@ def launch_run(tls: Path, state: Path, results: Path, standin_state: Path) -> di
     finally:
         subprocess.run([*LAUNCH, "stop"], env=env, timeout=TIMEOUT, check=True)
     trusted_flags = (standin_state / f"{job_ids[-1]}.flags").read_text().split("\n")
-    return {"address": address, "jobs": job_ids, "trusted_flags": [f for f in trusted_flags if f],
-            "left_running": jobs_alive(standin_state)}
+    return {
+        "address": address,
+        "jobs": job_ids,
+        "trusted_flags": [f for f in trusted_flags if f],
+        "left_running": jobs_alive(standin_state),
+    }
 
 
 def jobqueue_run(tls: Path, state: Path, results: Path, standin_state: Path) -> dict:

@@ -37,14 +37,21 @@ SHIMS = DEPLOY / "docker" / "bin"
 def build_context() -> set[str]:
     """The files `docker build -f deploy/docker/Dockerfile .` sends, by docker-py's
     implementation of the .dockerignore rules."""
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     return set(exclude_paths(str(ROOT), patterns, dockerfile="deploy/docker/Dockerfile"))
 
 
 def test_dockerfile_passes_hadolint():
-    done = subprocess.run([tool("hadolint"), "--no-color", str(DOCKERFILE)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [tool("hadolint"), "--no-color", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -62,8 +69,9 @@ def test_build_context_has_every_copy_source_and_no_key_or_history(tmp_path):
         if op == "COPY":
             for source in [p for p in shlex.split(args) if not p.startswith("--")][:-1]:
                 assert source.rstrip("/") in context, f"COPY {source}: not in the build context"
-    leaked = sorted(p for p in context if p.endswith((".key", ".pem")) or p.startswith(".git/")
-                    or "/tls/" in p)
+    leaked = sorted(
+        p for p in context if p.endswith((".key", ".pem")) or p.startswith(".git/") or "/tls/" in p
+    )
     assert leaked == []
 
 
@@ -79,15 +87,21 @@ def test_image_runs_as_uid_1000_with_one_blas_thread_and_the_chart_commands():
 
 
 def test_the_chart_command_shims_run_the_dask_subcommands(tmp_path):
-    done = subprocess.run([tool("shellcheck"), *map(str, SHIMS.iterdir())], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [tool("shellcheck"), *map(str, SHIMS.iterdir())], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout
     # Run each shim with a stand-in `dask` that prints what it was given.
     (tmp_path / "dask").write_text('#!/bin/sh\nprintf "%s|" "$@"\n')
     (tmp_path / "dask").chmod(0o755)
     for shim, subcommand in (("dask-scheduler", "scheduler"), ("dask-worker", "worker")):
-        done = subprocess.run([str(SHIMS / shim), "--a b", "c"], capture_output=True, text=True,
-                              env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=30)
+        done = subprocess.run(
+            [str(SHIMS / shim), "--a b", "c"],
+            capture_output=True,
+            text=True,
+            env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+            timeout=30,
+        )
         assert done.stdout == f"{subcommand}|--a b|c|"
 
 
@@ -112,8 +126,12 @@ def test_compose_services_run_the_commands_with_their_own_certificates(tmp_path)
     service's own role folder, read-only; the CA key is mounted nowhere."""
     tls = make_certs(tmp_path / "tls")
     services = load_compose()["services"]
-    roles = {"scheduler": "scheduler", "worker": "worker", "trusted-worker": "trusted-worker",
-             "notebook": "client"}
+    roles = {
+        "scheduler": "scheduler",
+        "worker": "worker",
+        "trusted-worker": "trusted-worker",
+        "notebook": "client",
+    }
     assert set(services) == set(roles)
     for name, service in services.items():
         volumes = [v.split(":") for v in service["volumes"]]

@@ -34,21 +34,32 @@ from tests.deploy.recipes import (
     strict_schema,
 )
 
-CRDS = (Path(dask_kubernetes.__file__).parent / "operator" / "deployment" / "helm"
-        / "dask-kubernetes-operator" / "crds")
+CRDS = (
+    Path(dask_kubernetes.__file__).parent
+    / "operator"
+    / "deployment"
+    / "helm"
+    / "dask-kubernetes-operator"
+    / "crds"
+)
 IMAGE = "dask-dppca:0.1.0"
-TLS_ENV = {"ca": "DASK_DISTRIBUTED__COMM__TLS__CA_FILE",
-           "cert": "DASK_DISTRIBUTED__COMM__TLS__{ROLE}__CERT",
-           "key": "DASK_DISTRIBUTED__COMM__TLS__{ROLE}__KEY"}
+TLS_ENV = {
+    "ca": "DASK_DISTRIBUTED__COMM__TLS__CA_FILE",
+    "cert": "DASK_DISTRIBUTED__COMM__TLS__{ROLE}__CERT",
+    "key": "DASK_DISTRIBUTED__COMM__TLS__{ROLE}__KEY",
+}
 
 
 def image_commands() -> set[str]:
     """The commands the image built from deploy/docker/Dockerfile has on its PATH for
     Dask: the console scripts of dask, distributed and dask-dppca (pip install .), and
     the files it copies into /usr/local/bin."""
-    scripts = {entry.name for name in ("dask", "distributed", "dask-dppca")
-               for entry in importlib.metadata.distribution(name).entry_points
-               if entry.group == "console_scripts"}
+    scripts = {
+        entry.name
+        for name in ("dask", "distributed", "dask-dppca")
+        for entry in importlib.metadata.distribution(name).entry_points
+        if entry.group == "console_scripts"
+    }
     return scripts | image_config()["bin"]
 
 
@@ -81,8 +92,12 @@ def crd_validator(kind: str, api_version: str) -> jsonschema.Draft7Validator:
     (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
     schema = served["schema"]["openAPIV3Schema"]
     # Every object has these; the API server checks them, not the CRD.
-    schema["properties"] = {"apiVersion": {"enum": [api_version]}, "kind": {"enum": [kind]},
-                            "metadata": {"type": "object"}, **schema["properties"]}
+    schema["properties"] = {
+        "apiVersion": {"enum": [api_version]},
+        "kind": {"enum": [kind]},
+        "metadata": {"type": "object"},
+        **schema["properties"],
+    }
     return jsonschema.Draft7Validator(strict_schema(schema))
 
 
@@ -122,15 +137,20 @@ def test_operator_pods_run_the_commands_with_their_own_secret(operator_objects, 
         assert mount["readOnly"]
         env = {e["name"]: e.get("value") for e in container.get("env", [])}
         # Kubernetes expands $(VAR) in args from the container's environment.
-        args = [arg.replace("$(DASK_WORKER_NAME)", env.get("DASK_WORKER_NAME", "$(DASK_WORKER_NAME)"))
-                for arg in container["args"]]
+        args = [
+            arg.replace("$(DASK_WORKER_NAME)", env.get("DASK_WORKER_NAME", "$(DASK_WORKER_NAME)"))
+            for arg in container["args"]
+        ]
         assert "$(" not in " ".join(args)
         params = parse_dask_command(args, {mount["mountPath"]: tls / role})
         check_tls_command(params, role, tls / role)
         if role == "scheduler":
             ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-            assert {p["targetPort"]: p["port"] for p in service["spec"]["ports"]}["tcp-comm"] == \
-                ports["tcp-comm"] == COMMANDS["scheduler_port"]
+            assert (
+                {p["targetPort"]: p["port"] for p in service["spec"]["ports"]}["tcp-comm"]
+                == ports["tcp-comm"]
+                == COMMANDS["scheduler_port"]
+            )
         else:
             assert params["scheduler"] == f"tls://{scheduler_host}:{COMMANDS['scheduler_port']}"
             assert {k: env[k] for k in BLAS_ENV} == BLAS_ENV
@@ -143,15 +163,25 @@ def test_operator_pods_run_the_commands_with_their_own_secret(operator_objects, 
 def test_readme_image_step_replaces_every_image_of_the_operator_manifest():
     """deploy/README.md's sed line, run as written: no pod keeps the local image name."""
     readme = (DEPLOY / "README.md").read_text()
-    (line,) = [line for line in readme.splitlines() if line.startswith("sed ") and "daskcluster" in line]
+    (line,) = [
+        line for line in readme.splitlines() if line.startswith("sed ") and "daskcluster" in line
+    ]
     command = line.split(" | kubectl")[0]
-    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30,
-                          cwd=DEPLOY.parent, env={"IMAGE": "registry.example/team/dask-dppca:0.1.0",
-                                                  "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        ["bash", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=DEPLOY.parent,
+        env={"IMAGE": "registry.example/team/dask-dppca:0.1.0", "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr
-    images = [c["image"] for doc in yaml.safe_load_all(done.stdout)
-              for c in (doc["spec"].get("worker") or {}).get("spec", {}).get("containers", [])
-              + doc["spec"].get("scheduler", {}).get("spec", {}).get("containers", [])]
+    images = [
+        c["image"]
+        for doc in yaml.safe_load_all(done.stdout)
+        for c in (doc["spec"].get("worker") or {}).get("spec", {}).get("containers", [])
+        + doc["spec"].get("scheduler", {}).get("spec", {}).get("containers", [])
+    ]
     assert images and set(images) == {"registry.example/team/dask-dppca:0.1.0"}
 
 
@@ -182,8 +212,9 @@ def unknown_keys(ours: dict, chart: dict, templates: str, path: str = "") -> lis
             unknown.append(path + key)
         elif key == "additional_worker_groups":
             for group in value:
-                unknown += unknown_keys(group, {**chart["worker"], "name": None}, templates,
-                                        f"{path}{key}[].")
+                unknown += unknown_keys(
+                    group, {**chart["worker"], "name": None}, templates, f"{path}{key}[]."
+                )
         elif isinstance(value, dict) and isinstance(chart.get(key), dict) and chart[key]:
             unknown += unknown_keys(value, chart[key], templates, f"{path}{key}.")
     return unknown
@@ -195,8 +226,12 @@ def test_helm_values_use_only_keys_the_chart_reads(helm_path):
     assert unknown_keys(yaml.safe_load(HELM_VALUES.read_text()), chart_values, templates) == []
     # What an ignored key looks like (the keys an earlier version of this file used).
     ignored = {"scheduler": {"args": [], "mounts": {}}, "trustedWorker": {}, "worker": {"args": []}}
-    assert unknown_keys(ignored, chart_values, templates) == ["scheduler.args", "scheduler.mounts",
-                                                   "trustedWorker", "worker.args"]
+    assert unknown_keys(ignored, chart_values, templates) == [
+        "scheduler.args",
+        "scheduler.mounts",
+        "trustedWorker",
+        "worker.args",
+    ]
     helm(helm_path, "lint", str(CHART), "-f", str(HELM_VALUES))
 
 
@@ -206,8 +241,11 @@ def test_rendered_chart_is_valid_kubernetes(rendered):
 
 
 def test_rendered_pods_run_image_commands_with_tls_from_their_own_secret(rendered):
-    (service,) = [d for d in rendered if d["kind"] == "Service"
-                  and d["spec"]["selector"].get("component") == "scheduler"]
+    (service,) = [
+        d
+        for d in rendered
+        if d["kind"] == "Service" and d["spec"]["selector"].get("component") == "scheduler"
+    ]
     (scheduler_port,) = [p for p in service["spec"]["ports"] if p["name"].endswith("-scheduler")]
     deployments = {}
     for deployment in [d for d in rendered if d["kind"] == "Deployment"]:
@@ -222,14 +260,19 @@ def test_rendered_pods_run_image_commands_with_tls_from_their_own_secret(rendere
         tls_role = "SCHEDULER" if role == "scheduler" else "WORKER"
         for part, variable in TLS_ENV.items():
             key = env[variable.format(ROLE=tls_role)]["valueFrom"]["secretKeyRef"]["key"]
-            assert key == ("ca.pem" if part == "ca" else f"{role}.{'pem' if part == 'cert' else 'key'}")
+            assert key == (
+                "ca.pem" if part == "ca" else f"{role}.{'pem' if part == 'cert' else 'key'}"
+            )
         assert env["DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION"]["value"] == "True"
         params = parse_dask_command(args)
         check_tls_command(params, role, None)
         if role == "scheduler":
             assert int(params["port"]) == scheduler_port["targetPort"]
         else:
-            assert params["scheduler"] == f"tls://{service['metadata']['name']}:{scheduler_port['port']}"
+            assert (
+                params["scheduler"]
+                == f"tls://{service['metadata']['name']}:{scheduler_port['port']}"
+            )
             assert {k: env[k]["value"] for k in BLAS_ENV} == BLAS_ENV
     assert sorted(deployments) == ["scheduler", "trusted-worker", "worker"]
     (trusted,) = deployments["trusted-worker"]

@@ -21,8 +21,9 @@ STANDINS = Path(__file__).with_name("standins")
 
 def test_shell_scripts_pass_shellcheck():
     scripts = [SLURM / "launch.sh", DEPLOY / "tls" / "make-certs.sh", *STANDINS.iterdir()]
-    done = subprocess.run([tool("shellcheck"), *map(str, scripts)], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [tool("shellcheck"), *map(str, scripts)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout
 
 
@@ -40,20 +41,27 @@ def slurm_cluster_module():
     sys.path.insert(0, str(SLURM))
     try:
         import slurm_cluster
+
         yield slurm_cluster
     finally:
         sys.path.remove(str(SLURM))
 
 
-def test_jobqueue_job_script_runs_a_tls_worker_with_the_worker_certificate(tmp_path, slurm_cluster_module):
+def test_jobqueue_job_script_runs_a_tls_worker_with_the_worker_certificate(
+    tmp_path, slurm_cluster_module
+):
     """The job script of jobqueue's own SLURMJob, made as SLURMCluster makes it from
     slurm_cluster.py's configuration and Security (the live run starts the cluster)."""
     from dask_jobqueue.slurm import SLURMJob
 
     tls = make_certs(tmp_path / "tls")
     slurm_cluster_module.load_config()
-    job = SLURMJob(scheduler="tls://login01:8786", name="dppca", protocol="tls://",
-                   security=slurm_cluster_module.tls_security(tls))
+    job = SLURMJob(
+        scheduler="tls://login01:8786",
+        name="dppca",
+        protocol="tls://",
+        security=slurm_cluster_module.tls_security(tls),
+    )
     script = job.job_script()
     assert "#SBATCH --cpus-per-task=4" in script and "#SBATCH -t 04:00:00" in script
     assert "export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1" in script
@@ -66,8 +74,10 @@ def test_jobqueue_job_script_runs_a_tls_worker_with_the_worker_certificate(tmp_p
     check_tls_command(params, "worker", None)
     # One Security holds one CA file for every role (the CA certificate is public).
     assert Path(params["tls_ca_file"]) == tls / "scheduler" / "ca.pem"
-    assert (Path(params["tls_cert"]), Path(params["tls_key"])) == \
-        (tls / "worker" / "worker.pem", tls / "worker" / "worker.key")
+    assert (Path(params["tls_cert"]), Path(params["tls_key"])) == (
+        tls / "worker" / "worker.pem",
+        tls / "worker" / "worker.key",
+    )
     assert params["nthreads"] == 4
 
 
@@ -84,22 +94,38 @@ def test_launch_script_submits_quoted_commands(tmp_path):
     scheduler_file.write_text('{"address": "tls://10.0.0.1:8786"}')
     recorder = tmp_path / "bin"
     recorder.mkdir()
-    (recorder / "sbatch").write_text('#!/bin/bash\nfor a in "$@"; do case $a in --wrap=*) '
-                                     'printf "%s\\n" "${a#--wrap=}" >> "$RECORD";; esac; done\n'
-                                     f'cp {shlex.quote(str(scheduler_file))} "$DPPCA_STATE/"\n'
-                                     'echo 1\n')
+    (recorder / "sbatch").write_text(
+        '#!/bin/bash\nfor a in "$@"; do case $a in --wrap=*) '
+        'printf "%s\\n" "${a#--wrap=}" >> "$RECORD";; esac; done\n'
+        f'cp {shlex.quote(str(scheduler_file))} "$DPPCA_STATE/"\n'
+        "echo 1\n"
+    )
     (recorder / "sbatch").chmod(0o755)
     record = tmp_path / "wraps"
-    env = {"PATH": f"{recorder}:/usr/bin:/bin", "HOME": str(tmp_path), "RECORD": str(record),
-           "DPPCA_TLS": str(tls), "DPPCA_STATE": str(state)}
-    done = subprocess.run(["bash", str(SLURM / "launch.sh"), "start", "2"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    env = {
+        "PATH": f"{recorder}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "RECORD": str(record),
+        "DPPCA_TLS": str(tls),
+        "DPPCA_STATE": str(state),
+    }
+    done = subprocess.run(
+        ["bash", str(SLURM / "launch.sh"), "start", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "tls://10.0.0.1:8786"
     roles = []
     for wrap in record.read_text().splitlines():
-        argv = subprocess.run(["sh", "-c", f"for a in {wrap}; do printf '%s\\0' \"$a\"; done"],
-                              capture_output=True, text=True, timeout=30).stdout.split("\0")[:-1]
+        argv = subprocess.run(
+            ["sh", "-c", f"for a in {wrap}; do printf '%s\\0' \"$a\"; done"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.split("\0")[:-1]
         params = parse_dask_command(argv)
         role = Path(params["tls_cert"]).stem
         roles.append(role)

@@ -28,9 +28,18 @@ def test_each_role_gets_its_own_folder_and_the_ca_key_stays_apart(tmp_path):
         assert {p.name for p in folder.iterdir()} == ROLE_FILES[role]  # no ca.key, no other key
         context = ssl.create_default_context(cafile=str(folder / "ca.pem"))
         context.load_cert_chain(folder / f"{role}.pem", folder / f"{role}.key")
-        verified = subprocess.run(["openssl", "verify", "-CAfile", str(out / "ca" / "ca.pem"),
-                                   str(folder / f"{role}.pem")], capture_output=True, text=True,
-                                  timeout=30)
+        verified = subprocess.run(
+            [
+                "openssl",
+                "verify",
+                "-CAfile",
+                str(out / "ca" / "ca.pem"),
+                str(folder / f"{role}.pem"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert verified.returncode == 0, verified.stdout + verified.stderr
         subject = _certificate(folder / f"{role}.pem").subject
         (name,) = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
@@ -54,18 +63,32 @@ def test_modes_keep_keys_to_their_owner_here_and_readable_in_a_container(tmp_pat
 
 def test_host_names_and_addresses_become_the_right_kind_of_name(tmp_path):
     out = make_certs(tmp_path / "tls", "scheduler", "10.1.2.3", "::1", "fd00::5")
-    names = _certificate(out / "scheduler" / "scheduler.pem").extensions.get_extension_for_class(
-        x509.SubjectAlternativeName).value
+    names = (
+        _certificate(out / "scheduler" / "scheduler.pem")
+        .extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        .value
+    )
     assert names.get_values_for_type(x509.DNSName) == ["scheduler"]
     assert names.get_values_for_type(x509.IPAddress) == [
-        ipaddress.ip_address("10.1.2.3"), ipaddress.ip_address("::1"), ipaddress.ip_address("fd00::5")]
+        ipaddress.ip_address("10.1.2.3"),
+        ipaddress.ip_address("::1"),
+        ipaddress.ip_address("fd00::5"),
+    ]
 
 
 def test_the_ca_can_live_in_a_private_folder_of_its_own(tmp_path):
-    done = subprocess.run(["sh", "-c", f"CA_DIR={tmp_path / 'private'} sh deploy/tls/make-certs.sh "
-                                       f"{tmp_path / 'shared'} node1"],
-                          capture_output=True, text=True, timeout=60,
-                          cwd=ROOT)
+    done = subprocess.run(
+        [
+            "sh",
+            "-c",
+            f"CA_DIR={tmp_path / 'private'} sh deploy/tls/make-certs.sh "
+            f"{tmp_path / 'shared'} node1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "shared" / "ca").exists()
     assert (tmp_path / "private" / "ca.key").exists()

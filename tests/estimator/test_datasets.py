@@ -32,8 +32,9 @@ def test_skewed_lognormal_is_standardised_and_centred():
     np.testing.assert_allclose(np.cov(X.T).diagonal(), spiked_spectrum(4, 1), rtol=0.1)
 
 
-@pytest.mark.parametrize("kwargs,name", [(dict(marginal="cauchy"), "marginal"),
-                                         (dict(pareto_shape=1.0), "pareto_shape")])
+@pytest.mark.parametrize(
+    "kwargs,name", [(dict(marginal="cauchy"), "marginal"), (dict(pareto_shape=1.0), "pareto_shape")]
+)
 def test_skewed_bad_parameters_are_named(kwargs, name):
     with pytest.raises(ValueError, match=name):
         make_skewed(10, spiked_spectrum(3, 1), np.eye(3), seed=0, **kwargs)

@@ -41,8 +41,12 @@ def test_scikit_learn_conventions():
 
 def test_works_in_a_pipeline(elliptical):
     x, _ = elliptical
-    pipe = Pipeline([("scale", FunctionTransformer(lambda z: z * 2.0)),
-                     ("pca", dd.DPPCA(n_components=2, scheduler="threads"))])
+    pipe = Pipeline(
+        [
+            ("scale", FunctionTransformer(lambda z: z * 2.0)),
+            ("pca", dd.DPPCA(n_components=2, scheduler="threads")),
+        ]
+    )
     scores = pipe.fit_transform(x)
     assert scores.shape == (len(x), 2)
 
@@ -73,15 +77,18 @@ def test_recovers_the_true_subspace_on_cauchy_data_where_pca_fails(elliptical):
 def test_privacy_report_rederives_sigma_by_hand(elliptical):
     x, _ = elliptical
     p = _fit(x, epsilon=0.7, delta=1e-7).privacy_
-    n, d = p["n_samples"], p["n_features"]
+    n = p["n_samples"]
     tight = math.sqrt(2) * p["bound_G"] ** 2 * p["max_degree"] / p["n_pairs"]
     assert p["max_degree"] == n - 1 and p["n_pairs"] == n * (n - 1) // 2
     assert math.isclose(tight, 2 * math.sqrt(2) / n, rel_tol=1e-12)
     want_sensitivity = tight + p["rounding_slack"] + p["sampler_slack"]
     assert math.isclose(p["sensitivity"], want_sensitivity, rel_tol=1e-12)
     assert 0 < p["rounding_slack"] < 1e-6 * tight
-    assert math.isclose(p["sigma"], calibrate_sigma(p["sensitivity"], 0.7, 1e-7, "analytic",
-                                                    excess=p["sampler_excess"]), rel_tol=1e-12)
+    assert math.isclose(
+        p["sigma"],
+        calibrate_sigma(p["sensitivity"], 0.7, 1e-7, "analytic", excess=p["sampler_excess"]),
+        rel_tol=1e-12,
+    )
     assert p["neighbours"] == "replace-one" and p["epsilon"] == 0.7 and p["delta"] == 1e-7
 
 
@@ -90,8 +97,9 @@ def test_classical_calibration_is_the_papers(elliptical):
     p = _fit(x, epsilon=0.5, calibration="classical").privacy_
     n = p["n_samples"]
     assert math.isclose(p["sensitivity"], 4.0 / n, rel_tol=1e-15)
-    assert math.isclose(p["sigma"], 4.0 / n * math.sqrt(2 * math.log(1.25 / 1e-6)) / 0.5,
-                        rel_tol=1e-12)
+    assert math.isclose(
+        p["sigma"], 4.0 / n * math.sqrt(2 * math.log(1.25 / 1e-6)) / 0.5, rel_tol=1e-12
+    )
     with pytest.raises(ValueError, match="epsilon"):
         _fit(x, epsilon=1.0, calibration="classical")
 
@@ -128,8 +136,9 @@ def test_transform_takes_the_input_keywords_of_fit(tmp_path, elliptical):
     group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
     group.create_group("sub").create_array("X", shape=x.shape, chunks=(500, 6), dtype="f8")[:] = x
     est = _fit(str(tmp_path / "g.zarr"), component="sub/X")
-    scores = est.transform(str(tmp_path / "g.zarr"), component="sub/X", storage_options=None,
-                           allow_fill_values=False)
+    scores = est.transform(
+        str(tmp_path / "g.zarr"), component="sub/X", storage_options=None, allow_fill_values=False
+    )
     assert isinstance(scores, da.Array)
     assert np.allclose(scores.compute(), x @ est.components_.T)
 
@@ -138,14 +147,20 @@ def test_inputs_numpy_dask_zarr_and_paths(tmp_path, elliptical):
     x, _ = elliptical
     x = x[:400]
     want = dd.kendall_matrix(x)
-    z = zarr.open_array(str(tmp_path / "a.zarr"), mode="w", shape=x.shape, chunks=(90, 6), dtype="f8")
+    z = zarr.open_array(
+        str(tmp_path / "a.zarr"), mode="w", shape=x.shape, chunks=(90, 6), dtype="f8"
+    )
     z[:] = x
     group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
     group.create_array("records", shape=x.shape, chunks=(100, 3), dtype="f8")[:] = x
     group.create_array("other", shape=(3,), dtype="f8")
-    for source, component in [(da.from_array(x, chunks=(77, 6)), None), (z, None),
-                              (str(tmp_path / "a.zarr"), None), (tmp_path / "a.zarr", None),
-                              (str(tmp_path / "g.zarr"), "records")]:
+    for source, component in [
+        (da.from_array(x, chunks=(77, 6)), None),
+        (z, None),
+        (str(tmp_path / "a.zarr"), None),
+        (tmp_path / "a.zarr", None),
+        (str(tmp_path / "g.zarr"), "records"),
+    ]:
         got = dd.kendall_matrix(source, component=component)
         assert np.linalg.norm(got - want) <= 1e-12 * np.linalg.norm(want)
     est = dd.DPPCA(random_state=0, scheduler="threads")

@@ -37,27 +37,48 @@ def planned(monkeypatch):
     return mechanisms
 
 
-configurations = st.fixed_dictionaries({
-    "n": st.integers(2, 1_000_000),
-    "d": st.sampled_from([1, 2, 5, 31, 64, 153, 154, 155, 300]),
-    "epsilon": st.floats(0.01, 10.0),
-    "delta": st.sampled_from([1e-3, 1e-6, 1e-9]),
-    "spatial_sign": st.sampled_from([("sphere", None), ("winsor", 0.5), ("winsor", 7.0)]),
-    "calibration": st.sampled_from(["analytic", "classical"]),
-})
+configurations = st.fixed_dictionaries(
+    {
+        "n": st.integers(2, 1_000_000),
+        "d": st.sampled_from([1, 2, 5, 31, 64, 153, 154, 155, 300]),
+        "epsilon": st.floats(0.01, 10.0),
+        "delta": st.sampled_from([1e-3, 1e-6, 1e-9]),
+        "spatial_sign": st.sampled_from([("sphere", None), ("winsor", 0.5), ("winsor", 7.0)]),
+        "calibration": st.sampled_from(["analytic", "classical"]),
+    }
+)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(config=configurations)
 def test_fit_and_release_sigma_agree_bitwise(planned, config):
     n, d = config["n"], config["d"]
-    epsilon = min(config["epsilon"], 0.99) if config["calibration"] == "classical" else config["epsilon"]
+    epsilon = (
+        min(config["epsilon"], 0.99) if config["calibration"] == "classical" else config["epsilon"]
+    )
     spatial_sign, radius = config["spatial_sign"]
     records = np.broadcast_to(0.0, (n, d))
-    est = dd.DPPCA(1, epsilon=epsilon, delta=config["delta"], spatial_sign=spatial_sign, radius=radius,
-                   calibration=config["calibration"], design="complete", scheduler="threads").fit(records)
-    want = release_sigma(n, d, epsilon, config["delta"], spatial_sign=spatial_sign, radius=radius,
-                         calibration=config["calibration"])
+    est = dd.DPPCA(
+        1,
+        epsilon=epsilon,
+        delta=config["delta"],
+        spatial_sign=spatial_sign,
+        radius=radius,
+        calibration=config["calibration"],
+        design="complete",
+        scheduler="threads",
+    ).fit(records)
+    want = release_sigma(
+        n,
+        d,
+        epsilon,
+        config["delta"],
+        spatial_sign=spatial_sign,
+        radius=radius,
+        calibration=config["calibration"],
+    )
     assert est.privacy_["sigma"] == want
     assert planned[-1].sigma == want and planned[-1].plan.n_samples == n
 
@@ -67,8 +88,12 @@ def test_the_comparison_sees_a_drift(planned, monkeypatch):
     imposed by the input) is caught."""
     n, d = 50_000, 8
     real = design_module.plan_blocks
-    monkeypatch.setattr(estimator, "plan_blocks",
-                        lambda n, d, row_chunks, design, threads:
-                        real(n, d, (1000,) * (n // 1000), design, threads))
+    monkeypatch.setattr(
+        estimator,
+        "plan_blocks",
+        lambda n, d, row_chunks, design, threads: real(
+            n, d, (1000,) * (n // 1000), design, threads
+        ),
+    )
     est = dd.DPPCA(1, design="complete", scheduler="threads").fit(np.broadcast_to(0.0, (n, d)))
     assert est.privacy_["sigma"] != release_sigma(n, d, 1.0, 1e-6)

@@ -22,16 +22,16 @@ from pathlib import Path
 import dask.array as da
 import dask.dataframe as ddf
 import numpy as np
-import scipy.sparse
 import pytest
+import scipy.sparse
 import xarray as xr
 import zarr
 
 import dask_dppca as dd
-from dask_dppca.compute import cluster
 from dask_dppca.cli import main
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.compute import cluster
 from dask_dppca.kernel.spatial_sign import custom
+from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "robustness.md"
 SECTION = "## Bad parameters and inputs"
@@ -42,15 +42,23 @@ HANG_LIMIT = 12  # seconds for a fresh interpreter to import, time out twice and
 PENDING: dict[str, set[str]] = {"api": set(), "cli": set()}
 #: Rows run in a subprocess with a hard timeout, because the bug they check is a hang.
 MAY_HANG = {"scheduler-silent"}
-CLI_FLAGS = {"epsilon": "--epsilon", "delta": "--delta", "n_components": "-k",
-             "spatial_sign": "--spatial-sign", "radius": "--radius", "calibration": "--calibration",
-             "design": "--design", "scheduler": "--scheduler", "component": "--component",
-             "allow_fill_values": "--allow-fill-values"}
+CLI_FLAGS = {
+    "epsilon": "--epsilon",
+    "delta": "--delta",
+    "n_components": "-k",
+    "spatial_sign": "--spatial-sign",
+    "radius": "--radius",
+    "calibration": "--calibration",
+    "design": "--design",
+    "scheduler": "--scheduler",
+    "component": "--component",
+    "allow_fill_values": "--allow-fill-values",
+}
 #: Keyword arguments of ``fit`` (the others go to ``DPPCA(...)``).
 FIT_KEYWORDS = ("component", "storage_options", "allow_fill_values")
 
 
-def parse_table(text: str = None) -> list[dict]:
+def parse_table(text: str | None = None) -> list[dict]:
     """Rows of the first table after SECTION, as dicts keyed by COLUMNS."""
     text = DOC.read_text() if text is None else text
     body = text.split(SECTION, 1)[1]
@@ -59,7 +67,7 @@ def parse_table(text: str = None) -> list[dict]:
     header = [cell.strip() for cell in lines[start].strip("|").split("|")]
     assert header == COLUMNS, header
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         cells = [cell.strip() for cell in _split_cells(line)]
@@ -104,16 +112,19 @@ _SILENT: list[socket.socket] = []
 
 
 def _data_files(root: Path, x: np.ndarray) -> None:
-    array = zarr.open_array(str(root / "array.zarr"), mode="w", shape=x.shape, chunks=(20, 2),
-                            dtype="f8")
+    array = zarr.open_array(
+        str(root / "array.zarr"), mode="w", shape=x.shape, chunks=(20, 2), dtype="f8"
+    )
     array[:] = x
     group = zarr.open_group(str(root / "group.zarr"), mode="w")
     group.create_array("records", shape=x.shape, chunks=(30, 4), dtype="f8")[:] = x
     group.create_array("other", shape=(3,), dtype="f8")[:] = 1.0
-    group.create_group("sub").create_array("records", shape=x.shape, chunks=(30, 4),
-                                           dtype="f8")[:] = x
-    holes = zarr.open_array(str(root / "holes.zarr"), mode="w", shape=x.shape, chunks=(20, 4),
-                            dtype="f8")
+    group.create_group("sub").create_array("records", shape=x.shape, chunks=(30, 4), dtype="f8")[
+        :
+    ] = x
+    holes = zarr.open_array(
+        str(root / "holes.zarr"), mode="w", shape=x.shape, chunks=(20, 4), dtype="f8"
+    )
     holes[:40] = x[:40]  # the last chunk was never written
     (root / "not-zarr.txt").write_text("not a store\n")
 
@@ -125,14 +136,22 @@ def _x() -> np.ndarray:
 def evaluate_input(source: str, root: Path) -> dict:
     """The row's ``input`` cell as keyword arguments (may raise: custom() validates)."""
     namespace = {
-        "np": np, "da": da, "sparse": scipy.sparse, "nan": math.nan, "inf": math.inf, "custom": custom, "x": _x(),
-        "xr": xr, "frame": lambda a: ddf.from_array(a, chunksize=20),
-        "path": lambda name: str(root / name), "silent_address": _silent_address,
+        "np": np,
+        "da": da,
+        "sparse": scipy.sparse,
+        "nan": math.nan,
+        "inf": math.inf,
+        "custom": custom,
+        "x": _x(),
+        "xr": xr,
+        "frame": lambda a: ddf.from_array(a, chunksize=20),
+        "path": lambda name: str(root / name),
+        "silent_address": _silent_address,
     }
     # Only a call of dict(...) with keyword arguments is accepted from the document.
     tree = ast.parse(f"dict({source.strip('`')})", mode="eval")
     assert isinstance(tree.body, ast.Call) and not tree.body.args, source
-    return eval(compile(tree, "<robustness.md>", "eval"), namespace)  # noqa: S307 - our own doc
+    return eval(compile(tree, "<robustness.md>", "eval"), namespace)
 
 
 def _fit(kwargs: dict):
@@ -150,7 +169,7 @@ def run_api(row: dict, root: Path) -> tuple[str, str]:
     """(outcome, message): 'fits' or the exception type name, and its text."""
     try:
         est = _fit(evaluate_input(row["input"], root))
-    except Exception as error:  # noqa: BLE001 - the table names the type
+    except Exception as error:
         return type(error).__name__, str(error)
     assert np.all(np.isfinite(est.components_)) and np.all(np.isfinite(est.eigenvalues_))
     return "fits", ""
@@ -160,8 +179,12 @@ def _store_for(data, root: Path, case: str) -> str:
     if isinstance(data, str):
         return data
     array = np.asarray(data)
-    store = zarr.open_array(str(root / f"{case}.zarr"), mode="w", shape=array.shape,
-                            dtype=array.dtype if array.dtype.kind != "U" else str)
+    store = zarr.open_array(
+        str(root / f"{case}.zarr"),
+        mode="w",
+        shape=array.shape,
+        dtype=array.dtype if array.dtype.kind != "U" else str,
+    )
     if array.size:
         store[...] = array
     return str(root / f"{case}.zarr")
@@ -211,8 +234,9 @@ def _run_in_subprocess(case: str, root: Path, which: str):
             print(json.dumps([code, err.getvalue()]))
     """)
     try:
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                              timeout=HANG_LIMIT)
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG_LIMIT
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{case}: still running after {HANG_LIMIT} s: it hangs")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -227,15 +251,21 @@ def root(tmp_path, monkeypatch):
 
 
 def _marks(which):
-    return {case: pytest.mark.xfail(strict=True, reason="needs the patch in the report")
-            for case in PENDING[which]}
+    return {
+        case: pytest.mark.xfail(strict=True, reason="needs the patch in the report")
+        for case in PENDING[which]
+    }
 
 
 def _params(which, only_cli=False):
     marks = _marks(which)
-    return [pytest.param(row["case"], id=row["case"],
-                         marks=[marks[row["case"]]] if row["case"] in marks else [])
-            for row in ROWS if not only_cli or row["CLI"] != "-"]
+    return [
+        pytest.param(
+            row["case"], id=row["case"], marks=[marks[row["case"]]] if row["case"] in marks else []
+        )
+        for row in ROWS
+        if not only_cli or row["CLI"] != "-"
+    ]
 
 
 def test_table_is_well_formed():
@@ -247,11 +277,27 @@ def test_table_is_well_formed():
         assert (row["outcome"] == "fits") == (row["CLI"] in {"0", "-"} and not _needles(row)), row
         if row["outcome"] != "fits":
             assert row["CLI"] in {"-", "2"}, row
-    for required in ["epsilon-zero", "epsilon-nan", "delta-zero", "delta-one", "n_components-zero",
-                     "n_components-above-d", "radius-zero", "spatial-sign-unknown",
-                     "custom-xi-unbounded", "X-1-D", "X-3-D", "X-no-columns", "X-one-record",
-                     "X-strings", "zarr-missing", "zarr-group-wrong-name", "columns-chunked",
-                     "scheduler-refused", "scheduler-silent"]:
+    for required in [
+        "epsilon-zero",
+        "epsilon-nan",
+        "delta-zero",
+        "delta-one",
+        "n_components-zero",
+        "n_components-above-d",
+        "radius-zero",
+        "spatial-sign-unknown",
+        "custom-xi-unbounded",
+        "X-1-D",
+        "X-3-D",
+        "X-no-columns",
+        "X-one-record",
+        "X-strings",
+        "zarr-missing",
+        "zarr-group-wrong-name",
+        "columns-chunked",
+        "scheduler-refused",
+        "scheduler-silent",
+    ]:
         assert required in BY_CASE, required
 
 
@@ -288,13 +334,14 @@ def test_error_table_cli(case, root, capsys):
     # parameter (epsilon, spatial_sign, n_components)
     for needle in _needles(row):
         flag = needle.replace("n_components", "-k").replace("_", "-")
-        assert needle in message or flag in message, (
-            f"{case}: {needle!r} not in {message!r}")
+        assert needle in message or flag in message, f"{case}: {needle!r} not in {message!r}"
 
 
 def test_parser_reads_pipes_inside_code_and_rejects_a_bad_header():
-    text = f"{SECTION}\n\n| case | input | outcome | message contains | CLI |\n|---|---|---|---|---|\n" \
-           "| a | `X=np.array([1 | 2])` | ValueError | X | - |\n\nafter\n"
+    text = (
+        f"{SECTION}\n\n| case | input | outcome | message contains | CLI |\n|---|---|---|---|---|\n"
+        "| a | `X=np.array([1 | 2])` | ValueError | X | - |\n\nafter\n"
+    )
     (row,) = parse_table(text)
     assert row["input"] == "`X=np.array([1 | 2])`" and row["CLI"] == "-"
     with pytest.raises(AssertionError):

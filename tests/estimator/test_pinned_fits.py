@@ -25,25 +25,50 @@ import pytest
 
 import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, random_directions, spiked_spectrum
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 from dask_dppca.planning import release_sigma
+from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 
 PINNED = json.loads((Path(__file__).parent / "data" / "pinned_fits.json").read_text())
 #: privacy_ keys added since the pin, each for a reason (all public, none data-dependent).
 ADDED_KEYS = {
-    "tile_rows",          # the plan owns the kernel's tile size
+    "tile_rows",  # the plan owns the kernel's tile size
     "release_placement",  # where the release was placed (the trusted worker made explicit)
-    "released_on",        # which worker drew the noise
+    "released_on",  # which worker drew the noise
 }
 PARAMS = {
     "sphere-complete": dict(n=700, d=5, params=dict(n_components=2, epsilon=1.0, delta=1e-6)),
-    "winsor-classical": dict(n=500, d=4, params=dict(n_components=1, epsilon=0.5, delta=1e-5,
-                                                     spatial_sign="winsor", radius=2.0,
-                                                     calibration="classical")),
-    "regular": dict(n=3000, d=6, params=dict(n_components=3, epsilon=2.0, delta=1e-6,
-                                             design=dd.RegularDesign(k=2, block_size=256, seed=4))),
-    "custom-lattice": dict(n=400, d=160, params=dict(
-        n_components=2, epsilon=1.0, delta=1e-6, spatial_sign=dd.custom(lambda s: np.minimum(s, 1.5), 1.5))),
+    "winsor-classical": dict(
+        n=500,
+        d=4,
+        params=dict(
+            n_components=1,
+            epsilon=0.5,
+            delta=1e-5,
+            spatial_sign="winsor",
+            radius=2.0,
+            calibration="classical",
+        ),
+    ),
+    "regular": dict(
+        n=3000,
+        d=6,
+        params=dict(
+            n_components=3,
+            epsilon=2.0,
+            delta=1e-6,
+            design=dd.RegularDesign(k=2, block_size=256, seed=4),
+        ),
+    ),
+    "custom-lattice": dict(
+        n=400,
+        d=160,
+        params=dict(
+            n_components=2,
+            epsilon=1.0,
+            delta=1e-6,
+            spatial_sign=dd.custom(lambda s: np.minimum(s, 1.5), 1.5),
+        ),
+    ),
 }
 
 
@@ -56,8 +81,13 @@ def test_seeded_fit_is_the_pinned_one(index):
     pinned = PINNED["fits"][index]
     case = PARAMS[pinned["name"]]
     d = case["d"]
-    x = make_elliptical(case["n"], spiked_spectrum(d, n_spikes=2, spike=6.0),
-                        random_directions(d, seed=index), df=1.0, seed=100 + index)
+    x = make_elliptical(
+        case["n"],
+        spiked_spectrum(d, n_spikes=2, spike=6.0),
+        random_directions(d, seed=index),
+        df=1.0,
+        seed=100 + index,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
         est = dd.DPPCA(**case["params"], random_state=7 + index, scheduler="threads").fit(x)
@@ -65,10 +95,12 @@ def test_seeded_fit_is_the_pinned_one(index):
     # components and eigenvalues come from BLAS and LAPACK, whose builds differ in the last
     # bits between machines and numpy releases (seen: 5e-15 at d = 160, numpy 1.26 against
     # 2.4); any change of behaviour moves them by the noise scale, many orders above 1e-10.
-    np.testing.assert_allclose(est.components_, _floats(pinned["components"], est.components_.shape),
-                               rtol=0, atol=1e-10)
-    np.testing.assert_allclose(est.eigenvalues_, _floats(pinned["eigenvalues"], est.eigenvalues_.shape),
-                               rtol=1e-10, atol=0)
+    np.testing.assert_allclose(
+        est.components_, _floats(pinned["components"], est.components_.shape), rtol=0, atol=1e-10
+    )
+    np.testing.assert_allclose(
+        est.eigenvalues_, _floats(pinned["eigenvalues"], est.eigenvalues_.shape), rtol=1e-10, atol=0
+    )
     report = {k: v for k, v in est.privacy_.items() if k not in ADDED_KEYS | {"fit_id"}}
     assert json.loads(json.dumps(report, default=str)) == pinned["privacy"]
     assert set(est.privacy_) - set(pinned["privacy"]) == ADDED_KEYS | {"fit_id"}
@@ -77,6 +109,14 @@ def test_seeded_fit_is_the_pinned_one(index):
 @pytest.mark.parametrize("row", PINNED["release_sigma"], ids=lambda r: f"n{r['n']}-d{r['d']}")
 def test_release_sigma_is_bitwise_the_pinned_one(row):
     # two threads: the block rule (hence the rounding slack) depends on the thread count
-    sigma = release_sigma(row["n"], row["d"], row["epsilon"], row["delta"], spatial_sign=row["spatial_sign"],
-                          radius=row["radius"], calibration=row["calibration"], n_threads=2)
+    sigma = release_sigma(
+        row["n"],
+        row["d"],
+        row["epsilon"],
+        row["delta"],
+        spatial_sign=row["spatial_sign"],
+        radius=row["radius"],
+        calibration=row["calibration"],
+        n_threads=2,
+    )
     assert float(sigma).hex() == row["sigma"]

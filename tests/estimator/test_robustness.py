@@ -23,8 +23,10 @@ from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 M = 2
 BREAKDOWN = 0.5
 RADIUS = 3.0
-METHODS = {"sphere": ({"spatial_sign": "sphere"}, 1.0),
-           "winsor": ({"spatial_sign": "winsor", "radius": RADIUS}, RADIUS)}
+METHODS = {
+    "sphere": ({"spatial_sign": "sphere"}, 1.0),
+    "winsor": ({"spatial_sign": "winsor", "radius": RADIUS}, RADIUS),
+}
 
 
 def _data(n, d, seed=1):
@@ -73,7 +75,7 @@ def test_covariance_breaks_down_with_one_record(kind):
     broken = _top(_k_hat(y, spatial_sign="identity"))
     assert dd.sin_theta(broken, clean) > BREAKDOWN
     # ... while one record moves g-DPPCA's K_hat by at most G^2 * 2/n
-    for method, (kwargs, bound_g) in METHODS.items():
+    for kwargs, bound_g in METHODS.values():
         before, after = _k_hat(x, **kwargs), _k_hat(y, **kwargs)
         assert np.linalg.norm(after - before, 2) <= bound_g**2 * 2 / len(x) * (1 + 1e-10)
         assert dd.sin_theta(_top(after), _top(before)) < 0.05
@@ -112,8 +114,9 @@ def test_private_release_holds_below_the_bound():
     y[:k] = _adversary("far_weakest", k, directions)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
-        est = dd.DPPCA(n_components=M, epsilon=2.0, scheduler="synchronous", random_state=3,
-                       design="complete").fit(y)
+        est = dd.DPPCA(
+            n_components=M, epsilon=2.0, scheduler="synchronous", random_state=3, design="complete"
+        ).fit(y)
     assert dd.sin_theta(est.components_.T, directions[:, :M]) < BREAKDOWN
 
 
@@ -125,7 +128,9 @@ def test_two_percent_at_1e300_along_the_weakest_direction(method):
     clean = _top(_k_hat(x, **kwargs))
     y = x.copy()
     rows = np.random.default_rng(6).choice(n, size=int(0.02 * n), replace=False)  # test data only
-    y[rows] = 1e300 * directions[:, -1] * np.random.default_rng(7).uniform(1, 1.5, size=(len(rows), 1))
+    y[rows] = (
+        1e300 * directions[:, -1] * np.random.default_rng(7).uniform(1, 1.5, size=(len(rows), 1))
+    )
     k_hat = _k_hat(y, **kwargs)
     assert np.all(np.isfinite(k_hat))
     assert dd.sin_theta(_top(k_hat), clean) < 0.1
@@ -134,6 +139,10 @@ def test_two_percent_at_1e300_along_the_weakest_direction(method):
     # eigenvalue grows by about G^2 * 2 * 2% over the clean one
     weakest = directions[:, -1]
     assert weakest @ k_hat @ weakest > weakest @ _k_hat(x, **kwargs) @ weakest
-    cov = _top(_k_hat(np.where(np.isin(np.arange(n), rows)[:, None], 1e4 * weakest, x),
-                      spatial_sign="identity"))
+    cov = _top(
+        _k_hat(
+            np.where(np.isin(np.arange(n), rows)[:, None], 1e4 * weakest, x),
+            spatial_sign="identity",
+        )
+    )
     assert dd.sin_theta(cov, clean) > BREAKDOWN  # covariance PCA does not survive this

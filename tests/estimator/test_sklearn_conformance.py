@@ -21,10 +21,14 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import dask_dppca as dd
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 
-pytestmark = pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+)
 
 
-@parametrize_with_checks([dd.DPPCA(scheduler="threads"), dd.DPPCA()], expected_failed_checks=lambda est: {})
+@parametrize_with_checks(
+    [dd.DPPCA(scheduler="threads"), dd.DPPCA()], expected_failed_checks=lambda est: {}
+)
 def test_scikit_learn_check(estimator, check):
     check(estimator)
 
@@ -45,7 +49,9 @@ def test_feature_names_in_and_out():
     est = _fit(frame)
     assert list(est.feature_names_in_) == list(frame.columns)
     assert list(est.get_feature_names_out()) == ["dppca0", "dppca1"]
-    pipe = Pipeline([("scale", StandardScaler()), ("pca", dd.DPPCA(2, scheduler="threads"))]).fit(frame)
+    pipe = Pipeline([("scale", StandardScaler()), ("pca", dd.DPPCA(2, scheduler="threads"))]).fit(
+        frame
+    )
     assert list(pipe.get_feature_names_out()) == ["dppca0", "dppca1"]
 
 
@@ -63,6 +69,7 @@ def test_set_output_pandas_and_polars():
     assert isinstance(scores, pd.DataFrame) and list(scores.columns) == ["dppca0", "dppca1"]
     assert np.array_equal(scores.to_numpy(), frame.to_numpy() @ est.components_.T)
     import polars
+
     scores = _fit(frame).set_output(transform="polars").transform(frame)
     assert isinstance(scores, polars.DataFrame) and scores.columns == ["dppca0", "dppca1"]
 
@@ -72,4 +79,3 @@ def test_the_spatial_sign_is_a_plain_parameter_and_transform_a_plain_method():
     assert est.get_params()["spatial_sign"] == "winsor"
     assert "transform" not in est.get_params()
     assert callable(est.transform) and "transform" not in vars(est)
-

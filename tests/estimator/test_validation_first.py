@@ -34,8 +34,10 @@ def _bad_cases() -> list:
         if row["case"] in NEEDS_DATA_OR_CLUSTER:
             continue
         cases.append(pytest.param(row["input"], _needles(row), id=row["case"]))
-    cases += [pytest.param(source, [name], id=f"{name}-{source.split('=', 1)[1]}")
-              for source, name in EXTRA]
+    cases += [
+        pytest.param(source, [name], id=f"{name}-{source.split('=', 1)[1]}")
+        for source, name in EXTRA
+    ]
     return cases
 
 
@@ -66,8 +68,9 @@ def test_the_table_gives_the_cases():
 
 
 @pytest.mark.parametrize("source, needles", BAD)
-def test_bad_parameter_is_refused_before_any_cluster_or_read(source, needles, nothing_may_start,
-                                                             tmp_path):
+def test_bad_parameter_is_refused_before_any_cluster_or_read(
+    source, needles, nothing_may_start, tmp_path
+):
     """The row's input (``custom(...)`` refuses as it is built) and then ``fit`` on records
     that are never opened: the message starts with the parameter's name."""
     with pytest.raises(ValueError, match=f"^{needles[0]}: ") as error:

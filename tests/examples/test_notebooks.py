@@ -21,9 +21,11 @@ pytestmark = pytest.mark.cluster
 
 
 def execute(notebook: nbformat.NotebookNode, cwd: Path) -> list[dict]:
-    """Execute ``notebook`` in place in a real kernel; the outputs of its code cells, none an error."""
-    nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3",
-                            resources={"metadata": {"path": str(cwd)}}).execute()
+    """Execute ``notebook`` in place in a real kernel; the outputs of its code cells, none
+    an error."""
+    nbclient.NotebookClient(
+        notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
+    ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.get("output_type") == "error"], outputs
     return outputs
@@ -57,7 +59,7 @@ def test_quickstart_notebook_runs_shows_its_results_and_cleans_up(tmp_path, monk
     assert any(WIDGET in o.get("data", {}) for o in outputs), "no progress widget"
     text = shown_text(outputs)
     assert "sin theta to the truth" in text and "remaining epsilon" in text
-    assert "'sigma':" in text and "'sensitivity':" in text    # the privacy report
+    assert "'sigma':" in text and "'sensitivity':" in text  # the privacy report
     # Dask keeps its (emptied) shared worker-space folder there; nothing else may remain.
     left = [p for p in scratch.iterdir() if p.name != "dask-scratch-space"]
     assert not left, f"the notebook left temporary files: {left}"
@@ -77,9 +79,22 @@ def test_committed_notebooks_are_executed():
 def test_cluster_script_runs(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "DASK_DPPCA_SCHEDULER"}
     done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "cluster.py"), "--n-samples", "2000",
-         "--store", str(tmp_path / "data.zarr"), "--plot", str(tmp_path / "plot.png")],
-        capture_output=True, text=True, timeout=150, env={**env, "MPLBACKEND": "Agg"}, cwd=tmp_path)
+        [
+            sys.executable,
+            str(ROOT / "examples" / "cluster.py"),
+            "--n-samples",
+            "2000",
+            "--store",
+            str(tmp_path / "data.zarr"),
+            "--plot",
+            str(tmp_path / "plot.png"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={**env, "MPLBACKEND": "Agg"},
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "sin theta to the true subspace" in done.stdout
     assert (tmp_path / "plot.png").stat().st_size > 0

@@ -17,7 +17,8 @@ FIT = (
 )
 USER_CLIENT = (
     "from distributed import Client, LocalCluster\n"
-    "cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)\n"
+    "cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False,\n"
+    "                       dashboard_address=None)\n"
     "client = Client(cluster)  # the active (default) client, as a notebook user makes it"
 )
 
@@ -27,15 +28,22 @@ def _run(cells: list[str], tmp_path) -> tuple[list, list]:
     notebook = new_notebook(cells=[new_code_cell(source) for source in cells])
     execute(notebook, tmp_path)
     outputs = [cell.outputs for cell in notebook.cells]
-    saved = notebook.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
-    bars = [model["state"] for model in saved.get("state", {}).values()
-            if model["model_name"] == "FloatProgressModel"]
+    saved = notebook.metadata.get("widgets", {}).get(
+        "application/vnd.jupyter.widget-state+json", {}
+    )
+    bars = [
+        model["state"]
+        for model in saved.get("state", {}).values()
+        if model["model_name"] == "FloatProgressModel"
+    ]
     return outputs, bars
 
 
 def _finished(bars: list) -> bool:
     """The bars were driven to the end while the cell ran (value 1, green)."""
-    return bool(bars) and all(b.get("value") == 1.0 and b.get("bar_style") == "success" for b in bars)
+    return bool(bars) and all(
+        b.get("value") == 1.0 and b.get("bar_style") == "success" for b in bars
+    )
 
 
 def _has_widget(outputs) -> bool:
@@ -54,7 +62,9 @@ def test_progress_widget_is_displayed_on_the_embedded_cluster(tmp_path):
 
 
 def test_local_scheduler_progress_is_a_text_bar_in_the_notebook(tmp_path):
-    outputs, _ = _run([FIT.replace("progress=True", "progress=True, scheduler='threads'")], tmp_path)
+    outputs, _ = _run(
+        [FIT.replace("progress=True", "progress=True, scheduler='threads'")], tmp_path
+    )
     assert "% Completed" in "".join(o.get("text", "") for o in outputs[0])
 
 

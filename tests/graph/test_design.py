@@ -16,17 +16,16 @@ from dask_dppca.design import (
     BLOCK_PAIRS_PER_THREAD,
     MAX_BLOCK_BYTES,
     MAX_BLOCK_ROWS,
+    MAX_TASK_BLOCKS,
     MIN_BLOCK_PAIR_FLOPS,
+    TASK_FLOPS,
     CompleteDesign,
     RegularDesign,
     auto_design,
-    MAX_TASK_BLOCKS,
-    TASK_FLOPS,
     block_rows,
     complete_blocks,
 )
 from dask_dppca.kernel import DEFAULT_MEMORY_BUDGET, tile_rows_for_budget
-
 from tests.reference import reference_pair_sum, relative_error
 
 
@@ -101,21 +100,31 @@ def test_regular_design_estimate_matches_the_pair_by_pair_reference():
     edges = np.cumsum((0,) + plan.block_sizes)
     want = np.zeros((3, 3))
     for bi, bj in plan.block_pairs:
-        a = x[edges[bi]:edges[bi + 1]]
-        want += reference_pair_sum(a) if bi == bj else reference_pair_sum(a, x[edges[bj]:edges[bj + 1]])
-    got = dd.kendall_matrix(da.from_array(x, chunks=(13, 3)), design=design, scheduler="synchronous")
+        a = x[edges[bi] : edges[bi + 1]]
+        want += (
+            reference_pair_sum(a)
+            if bi == bj
+            else reference_pair_sum(a, x[edges[bj] : edges[bj + 1]])
+        )
+    got = dd.kendall_matrix(
+        da.from_array(x, chunks=(13, 3)), design=design, scheduler="synchronous"
+    )
     assert relative_error(got, want / plan.n_pairs) <= 1e-10
 
 
 def test_fit_reports_the_public_design():
     rng = np.random.default_rng(9)  # test data only
-    est = dd.DPPCA(n_components=1, design=RegularDesign(k=1, block_size=50, seed=7),
-                   scheduler="synchronous").fit(rng.standard_normal((500, 3)))
+    est = dd.DPPCA(
+        n_components=1, design=RegularDesign(k=1, block_size=50, seed=7), scheduler="synchronous"
+    ).fit(rng.standard_normal((500, 3)))
     p = est.privacy_
     assert p["design"] == "regular" and p["partners_k"] == 1 and p["design_seed"] == 7
     assert p["block_size"] == 50 and p["n_blocks"] == 10
-    assert math.isclose(p["sensitivity"] - p["rounding_slack"] - p["sampler_slack"],
-                        2 * math.sqrt(2) / 500, rel_tol=1e-12)
+    assert math.isclose(
+        p["sensitivity"] - p["rounding_slack"] - p["sampler_slack"],
+        2 * math.sqrt(2) / 500,
+        rel_tol=1e-12,
+    )
 
 
 def test_auto_rule_depends_on_public_sizes_only():
@@ -143,22 +152,30 @@ def test_block_rule_gives_work_to_every_thread_within_its_limits(n, d, threads):
     smallest = max(tile, math.ceil(math.sqrt(MIN_BLOCK_PAIR_FLOPS / (2 * d))))
     assert sum(blocks) == n and min(blocks) > 0
     assert len(set(blocks[:-1])) <= 1 and blocks[-1] <= blocks[0] == block_rows(n, d, threads)
-    assert max(blocks) <= largest or len(blocks) == 1 and n <= largest
+    assert max(blocks) <= largest or (len(blocks) == 1 and n <= largest)
     if len(blocks) > 1:
-        assert blocks[0] >= smallest                     # every task worth its fixed cost
+        assert blocks[0] >= smallest  # every task worth its fixed cost
     n_block_pairs = len(blocks) * (len(blocks) + 1) // 2
     # enough block pairs for every thread, unless the blocks are already near the least work
     assert n_block_pairs >= BLOCK_PAIRS_PER_THREAD * threads or blocks[0] < 2 * smallest
-    assert len(complete_blocks(n, d, threads + 1)) >= len(blocks)   # more threads, more blocks
+    assert len(complete_blocks(n, d, threads + 1)) >= len(blocks)  # more threads, more blocks
 
 
-@pytest.mark.parametrize("n, d, threads, want", [
-    (8000, 256, 2, (2048, 2048, 2048, 1856)),      # one block on one core before the block rule: 10 tasks now
-    (16000, 32, 2, (4096, 4096, 4096, 3712)),
-    (2000, 20, 2, (1024, 976)),
-    (1000, 20, 2, (1000,)),                          # too little work to split
-    (100_000, 64, 2, (14336,) * 6 + (13984,)),       # capped at 16384 rows
-])
+@pytest.mark.parametrize(
+    "n, d, threads, want",
+    [
+        (
+            8000,
+            256,
+            2,
+            (2048, 2048, 2048, 1856),
+        ),  # one block on one core before the block rule: 10 tasks now
+        (16000, 32, 2, (4096, 4096, 4096, 3712)),
+        (2000, 20, 2, (1024, 976)),
+        (1000, 20, 2, (1000,)),  # too little work to split
+        (100_000, 64, 2, (14336,) * 6 + (13984,)),  # capped at 16384 rows
+    ],
+)
 def test_block_rule_examples(n, d, threads, want):
     assert complete_blocks(n, d, threads) == want
 
@@ -167,7 +184,7 @@ def test_auto_regular_blocks_are_whole_tiles():
     design = auto_design(10_000_000, 32, 2)
     tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 32)
     assert isinstance(design, RegularDesign) and design.block_size % tile == 0
-    assert design.block_size == 3072 and design.k == 1      # was 3125: a 53-row tile per block
+    assert design.block_size == 3072 and design.k == 1  # was 3125: a 53-row tile per block
 
 
 # ---------------------------------------------------------------------------------------
@@ -198,16 +215,20 @@ def test_regular_plan_keeps_a_bounded_number_of_blocks_live(k):
 
 @pytest.mark.parametrize("k, n_blocks", [(1, 8), (3, 12), (5, 24), (3, 13), (5, 40)])
 def test_odd_k_degrees(k, n_blocks):
-    degree = np.bincount(np.array(RegularDesign(k=k, block_size=5, seed=2).partner_edges(n_blocks)).ravel(),
-                         minlength=n_blocks)
+    degree = np.bincount(
+        np.array(RegularDesign(k=k, block_size=5, seed=2).partner_edges(n_blocks)).ravel(),
+        minlength=n_blocks,
+    )
     m = k // 2 + 1
     assert set(degree) <= {k - 1, k}
-    assert np.sum(degree == k - 1) <= m                      # at most the end of the walk
+    assert np.sum(degree == k - 1) <= m  # at most the end of the walk
     if n_blocks % (2 * m) == 0:
         assert np.all(degree == k)
 
 
-@pytest.mark.parametrize("k, block, n", [(1, 64, 6400), (3, 300, 30_000), (2, 3072, 10**6), (1, 16384, 10**7)])
+@pytest.mark.parametrize(
+    "k, block, n", [(1, 64, 6400), (3, 300, 30_000), (2, 3072, 10**6), (1, 16384, 10**7)]
+)
 def test_regular_tasks_group_consecutive_pairs_within_their_limits(k, block, n):
     """A task takes consecutive block pairs of the walk while under TASK_FLOPS of work and
     MAX_TASK_BLOCKS blocks: public (the plan only), and every pair in exactly one task."""
@@ -222,10 +243,11 @@ def test_regular_tasks_group_consecutive_pairs_within_their_limits(k, block, n):
 
     for task in tasks:
         assert len({b for pair in task for b in pair}) <= MAX_TASK_BLOCKS
-        assert sum(work(p) for p in task[:-1]) < TASK_FLOPS      # full only with its last pair
-    if work(plan.block_pairs[1]) >= TASK_FLOPS:                 # big blocks: one pair a task,
-        assert len(tasks) >= len(plan.block_pairs) - 2           # but the ragged tail block's
+        assert sum(work(p) for p in task[:-1]) < TASK_FLOPS  # full only with its last pair
+    if work(plan.block_pairs[1]) >= TASK_FLOPS:  # big blocks: one pair a task,
+        assert len(tasks) >= len(plan.block_pairs) - 2  # but the ragged tail block's
     else:
         assert len(tasks) < len(plan.block_pairs) / 1.5
-    assert CompleteDesign().plan((100, 100, 50), 3).tasks() == [(p,) for p in
-                                                                CompleteDesign().plan((100, 100, 50), 3).block_pairs]
+    assert CompleteDesign().plan((100, 100, 50), 3).tasks() == [
+        (p,) for p in CompleteDesign().plan((100, 100, 50), 3).block_pairs
+    ]

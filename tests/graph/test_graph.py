@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
-
-import collections
 import warnings
 
 import dask
@@ -20,13 +19,13 @@ import dask_dppca as dd
 from dask_dppca import kendall_matrix
 from dask_dppca.compute import release as release_module
 from dask_dppca.design import CompleteDesign, RegularDesign, complete_blocks, plan_blocks
-from dask_dppca.graph import kernel_sum_graph, lane_task as graph_module, lanes_total
+from dask_dppca.graph import kernel_sum_graph, lanes_total
+from dask_dppca.graph import lane_task as graph_module
 from dask_dppca.io import open_records
-from dask_dppca.kernel.exact_sum import ExactSum
 from dask_dppca.kernel import block_pair_sum, pairwise_sum, rounding_error_bound
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.kernel.exact_sum import ExactSum
 from dask_dppca.kernel.spatial_sign import sphere, winsor
-
+from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 from tests.reference import reference_pair_sum, relative_error
 
 RNG = np.random.default_rng(2)  # test data only
@@ -75,8 +74,9 @@ def test_two_rows_is_one_pair():
 def test_matches_pair_by_pair_reference_across_blocks():
     x = _data(90)
     want = reference_pair_sum(x, xi=lambda s: min(s, 1.5)) / (90 * 89 / 2)
-    got = kendall_matrix(da.from_array(x, chunks=(17, 4)), "winsor", radius=1.5,
-                         scheduler="synchronous")
+    got = kendall_matrix(
+        da.from_array(x, chunks=(17, 4)), "winsor", radius=1.5, scheduler="synchronous"
+    )
     assert relative_error(got, want) <= 1e-10
 
 
@@ -97,10 +97,16 @@ def test_distributed_cluster_agrees(cluster_client):
 def _counting_array(x, bounds, calls):
     def load(i):
         calls[i] += 1
-        return x[bounds[i]:bounds[i + 1]]
+        return x[bounds[i] : bounds[i + 1]]
 
-    parts = [da.from_delayed(dask.delayed(load, pure=True)(i), shape=(bounds[i + 1] - bounds[i], x.shape[1]),
-                             dtype=x.dtype) for i in range(len(bounds) - 1)]
+    parts = [
+        da.from_delayed(
+            dask.delayed(load, pure=True)(i),
+            shape=(bounds[i + 1] - bounds[i], x.shape[1]),
+            dtype=x.dtype,
+        )
+        for i in range(len(bounds) - 1)
+    ]
     return da.concatenate(parts, axis=0)
 
 
@@ -119,7 +125,7 @@ def test_building_reads_no_data_and_compute_reads_each_block_once():
     with Callback(start=lambda dsk: computes.append(len(dsk))):
         (total,) = dask.compute(graph, scheduler="threads")
     assert computes and len(computes) == 1
-    assert calls == {i: 1 for i in range(4)}
+    assert calls == dict.fromkeys(range(4), 1)
     assert relative_error(total / plan.n_pairs, kendall_matrix(x, scheduler="synchronous")) <= 1e-12
 
 
@@ -129,8 +135,9 @@ def test_block_pairs_cover_every_pair_once():
     plan = CompleteDesign().plan(sizes, x.shape[1])
     edges = np.cumsum((0,) + sizes)
     total = sum(
-        block_pair_sum(x[edges[i]:edges[i + 1]],
-                       None if i == j else x[edges[j]:edges[j + 1]], sphere())
+        block_pair_sum(
+            x[edges[i] : edges[i + 1]], None if i == j else x[edges[j] : edges[j + 1]], sphere()
+        )
         for i, j in plan.block_pairs
     )
     assert plan.n_pairs == 60 * 59 // 2
@@ -140,26 +147,45 @@ def test_block_pairs_cover_every_pair_once():
 def _task_sums_added_exactly(x, plan, spatial_sign):
     """The oracle: each task's block pairs summed as the task does, then added exactly."""
     bounds = np.cumsum((0,) + plan.block_sizes)
-    block = [x[bounds[i]:bounds[i + 1]] for i in range(len(plan.block_sizes))]
+    block = [x[bounds[i] : bounds[i + 1]] for i in range(len(plan.block_sizes))]
     total = ExactSum((x.shape[1],) * 2)
     for group in plan.tasks():
-        total = total.plus(pairwise_sum([
-            block_pair_sum(block[i], None if i == j else block[j], spatial_sign, tile_rows=plan.tile_rows)
-            for i, j in group]))
+        total = total.plus(
+            pairwise_sum(
+                [
+                    block_pair_sum(
+                        block[i],
+                        None if i == j else block[j],
+                        spatial_sign,
+                        tile_rows=plan.tile_rows,
+                    )
+                    for i, j in group
+                ]
+            )
+        )
     return total.to_float()
 
 
-@pytest.mark.parametrize("design", [CompleteDesign(), RegularDesign(k=3, block_size=40, seed=1),
-                                    RegularDesign(k=1, block_size=30, seed=0)],
-                         ids=["complete", "regular-k3", "regular-k1"])
+@pytest.mark.parametrize(
+    "design",
+    [
+        CompleteDesign(),
+        RegularDesign(k=3, block_size=40, seed=1),
+        RegularDesign(k=1, block_size=30, seed=0),
+    ],
+    ids=["complete", "regular-k3", "regular-k1"],
+)
 def test_any_lane_count_gives_the_bits_of_the_task_sums_added_exactly(design):
     x = _data(600)
-    data = da.from_array(x, chunks=(40 if isinstance(design, CompleteDesign) else design.block_size, 4))
+    data = da.from_array(
+        x, chunks=(40 if isinstance(design, CompleteDesign) else design.block_size, 4)
+    )
     data, plan = _planned(data, design)
     want = _task_sums_added_exactly(x, plan, sphere())
     for n_threads in (1, 2, 3, 7, 100):
-        got = dask.compute(_total(kernel_sum_graph(data, plan, sphere(), n_threads)),
-                           scheduler="threads")[0]
+        got = dask.compute(
+            _total(kernel_sum_graph(data, plan, sphere(), n_threads)), scheduler="threads"
+        )[0]
         assert got.tobytes() == want.tobytes(), n_threads
 
 
@@ -169,8 +195,9 @@ def test_lanes_carry_a_bounded_number_of_blocks_whatever_n(tmp_path):
     most = []
     for n_blocks in (64, 256, 1024):
         path = str(tmp_path / f"x{n_blocks}.zarr")
-        zarr.open_array(path, mode="w", shape=(20 * n_blocks, 4), chunks=(20, 4), dtype="f8")[:] = \
+        zarr.open_array(path, mode="w", shape=(20 * n_blocks, 4), chunks=(20, 4), dtype="f8")[:] = (
             _data(20 * n_blocks)
+        )
         data, plan = _planned(path, RegularDesign(k=3, block_size=20, seed=0))
         graph = _total(kernel_sum_graph(data, plan, sphere(), 2))
         layer = dict(graph.__dask_optimize__(graph.__dask_graph__(), graph.__dask_keys__()))
@@ -178,7 +205,7 @@ def test_lanes_carry_a_bounded_number_of_blocks_whatever_n(tmp_path):
         assert len(steps) == len(plan.tasks())
         most.append(max(len(step.keep) for step in steps))
         read_tasks = [key for key in layer if isinstance(key, tuple) and key[0] == data.name]
-        assert len(read_tasks) <= 2 * 2 * 3     # only blocks shared by lanes (the lane ends)
+        assert len(read_tasks) <= 2 * 2 * 3  # only blocks shared by lanes (the lane ends)
     assert most[0] >= 1 and most[0] == most[1] == most[2], most
 
 
@@ -186,8 +213,9 @@ def test_blocks_one_task_alone_needs_are_read_inside_it(tmp_path):
     """Zarr chunks that are the blocks, one partner each: no read tasks, and the same bits
     as the same blocks computed by tasks of their own (a numpy input)."""
     x = _data(400)
-    zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=x.shape, chunks=(50, 4),
-                    dtype="f8")[:] = x
+    zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=x.shape, chunks=(50, 4), dtype="f8")[
+        :
+    ] = x
     data, plan = _planned(str(tmp_path / "x.zarr"), RegularDesign(k=1, block_size=50, seed=0))
     graph = _total(kernel_sum_graph(data, plan, sphere(), 2))
     tasks = graph.__dask_optimize__(graph.__dask_graph__(), graph.__dask_keys__())
@@ -216,8 +244,9 @@ def test_custom_and_winsor_transforms_go_through_the_graph():
 
 def _lying(x, declared_rows):
     """A dask array that declares ``declared_rows`` rows but computes to all of ``x``."""
-    return da.from_delayed(dask.delayed(lambda: x)(), shape=(declared_rows, x.shape[1]),
-                           dtype=x.dtype)
+    return da.from_delayed(
+        dask.delayed(lambda: x)(), shape=(declared_rows, x.shape[1]), dtype=x.dtype
+    )
 
 
 def _neighbours_400_rows():
@@ -234,11 +263,15 @@ def test_a_block_with_other_rows_than_declared_fails_before_any_release(schedule
     """n, |P| and the sensitivity come from the declared shape; the kernel sums the rows
     the blocks really hold.  Every block task checks one against the other."""
     released = []
-    monkeypatch.setattr(release_module, "release_task",
-                        lambda *args, **kwargs: released.append(args))
+    monkeypatch.setattr(
+        release_module, "release_task", lambda *args, **kwargs: released.append(args)
+    )
     lying = _lying(_neighbours_400_rows()[0], 40)
-    with pytest.raises(ValueError, match=r"^X: block 0 holds an array of shape \(400, 3\), but the "
-                                          r"input declared \(40, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"^X: block 0 holds an array of shape \(400, 3\), but the "
+        r"input declared \(40, 3\)",
+    ):
         dd.DPPCA(n_components=1, scheduler=scheduler).fit(lying)
     assert released == []
     with pytest.raises(ValueError, match="declared"):
@@ -257,8 +290,10 @@ def test_without_the_block_check_a_lying_input_breaks_the_sensitivity(monkeypatc
     further apart than the sensitivity computed for n = 40 (the audit's 10.2x)."""
     monkeypatch.setattr(graph_module, "_check_block", lambda *args: None)
     s, s_prime = _neighbours_400_rows()
-    gap = np.linalg.norm(kendall_matrix(_lying(s, 40), scheduler="synchronous")
-                         - kendall_matrix(_lying(s_prime, 40), scheduler="synchronous"))
+    gap = np.linalg.norm(
+        kendall_matrix(_lying(s, 40), scheduler="synchronous")
+        - kendall_matrix(_lying(s_prime, 40), scheduler="synchronous")
+    )
     reported = CompleteDesign().plan((40,), 3).sensitivity(1.0)
     assert gap > 5 * reported
 
@@ -274,7 +309,7 @@ def test_numpy_input_is_cut_by_the_block_rule_and_a_chunked_one_keeps_its_chunks
     assert plan.block_sizes == complete_blocks(8000, 6, 2) and len(plan.block_sizes) > 1
     assert data.chunks[0] == plan.block_sizes
     chunked = da.from_array(x, chunks=(500, -1))
-    for threads in (1, 2, 64):      # the input's chunks: the same blocks (and bits) anywhere
+    for threads in (1, 2, 64):  # the input's chunks: the same blocks (and bits) anywhere
         data, plan = _planned(chunked, "complete", n_threads=threads)
         assert plan.block_sizes == chunked.chunks[0] and data.name == chunked.name
 
@@ -285,12 +320,19 @@ def test_a_regular_design_in_grouped_tasks_reads_each_block_once_and_matches():
     calls = collections.Counter()
     design = RegularDesign(k=3, block_size=100, seed=2)
     plan = design.plan((1200,), 4)
-    assert len(plan.tasks()) < len(plan.block_pairs)          # small blocks: grouped
+    assert len(plan.tasks()) < len(plan.block_pairs)  # small blocks: grouped
     got = kendall_matrix(_counting_array(x, bounds, calls), scheduler="threads", design=design)
-    assert calls == {i: 1 for i in range(12)}
+    assert calls == dict.fromkeys(range(12), 1)
     edges = np.cumsum((0,) + plan.block_sizes)
-    want = sum(block_pair_sum(x[edges[i]:edges[i + 1]], None if i == j else x[edges[j]:edges[j + 1]],
-                              sphere()) for i, j in plan.block_pairs) / plan.n_pairs
+    want = (
+        sum(
+            block_pair_sum(
+                x[edges[i] : edges[i + 1]], None if i == j else x[edges[j] : edges[j + 1]], sphere()
+            )
+            for i, j in plan.block_pairs
+        )
+        / plan.n_pairs
+    )
     assert relative_error(got, want) <= 1e-12
 
 
@@ -304,12 +346,15 @@ def test_rounding_slack_follows_the_blocks_and_tiles_the_kernel_really_ran(monke
         calls.append((len(block_a), tile_rows))
         return real(block_a, block_b, spatial_sign, tile_rows=tile_rows)
 
-    monkeypatch.setattr(graph_module, "block_pair_sum",
-                        lambda a, b, g, tile_rows: spy(a, b, g, tile_rows))
+    monkeypatch.setattr(
+        graph_module, "block_pair_sum", lambda a, b, g, tile_rows: spy(a, b, g, tile_rows)
+    )
     x = RNG.standard_normal((6000, 5))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
-        est = dd.DPPCA(n_components=1, random_state=0, scheduler="threads", design="complete").fit(x)
+        est = dd.DPPCA(n_components=1, random_state=0, scheduler="threads", design="complete").fit(
+            x
+        )
     tiles = {tile for _, tile in calls}
     assert len(calls) == est.privacy_["n_block_pairs"] > 1 and tiles == {est.privacy_["tile_rows"]}
     want = 2.0 * rounding_error_bound(5, max(rows for rows, _ in calls), len(calls), tiles.pop())
@@ -331,7 +376,8 @@ def test_the_embedded_cluster_leaves_this_process_blas_as_it_was():
         "print(set(before.values()), {path: after[path] for path in before} == before)\n"
     )
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["{2}", "True"], done.stdout

@@ -44,8 +44,9 @@ def x():
 @pytest.fixture(scope="module")
 def poisoned(x):
     """x as a dask array that cannot be computed in this (the client's) process."""
-    return da.from_array(x, chunks=(150, D)).map_blocks(_not_in_process, dtype=x.dtype,
-                                                        client_pid=os.getpid())
+    return da.from_array(x, chunks=(150, D)).map_blocks(
+        _not_in_process, dtype=x.dtype, client_pid=os.getpid()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +61,13 @@ def _assert_raises_on_client(*reads):
 
 
 @pytest.mark.cluster
-def test_data_array_fits_on_the_cluster_without_a_client_compute(poisoned, reference, cluster_client):
+def test_data_array_fits_on_the_cluster_without_a_client_compute(
+    poisoned, reference, cluster_client
+):
     array = xr.DataArray(poisoned, dims=("record", "feature"), name="X")
-    _assert_raises_on_client(lambda: np.asarray(array), lambda: array.values,
-                             lambda: array.compute())
+    _assert_raises_on_client(
+        lambda: np.asarray(array), lambda: array.values, lambda: array.compute()
+    )
     k = dd.kendall_matrix(array, scheduler=cluster_client)
     np.testing.assert_allclose(k, reference, rtol=1e-12, atol=1e-15)
     est = dd.DPPCA(n_components=2, random_state=0, scheduler=cluster_client).fit(array)
@@ -80,8 +84,9 @@ def test_dataset_variable_named_by_component(poisoned, reference, cluster_client
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("divisions", ["known", "unknown"])
-def test_dask_dataframe_fits_with_lengths_counted_on_the_workers(poisoned, reference,
-                                                                 cluster_client, divisions):
+def test_dask_dataframe_fits_with_lengths_counted_on_the_workers(
+    poisoned, reference, cluster_client, divisions
+):
     frame = ddf.from_dask_array(poisoned, columns=[f"f{j}" for j in range(D)])
     if divisions == "unknown":
         frame = frame.clear_divisions()
@@ -110,7 +115,8 @@ def test_data_array_backings_give_the_numpy_k_hat(x, reference, tmp_path, backin
         array = xr.DataArray(x, dims=("record", "feature"))
     else:
         xr.Dataset({"X": (("record", "feature"), x)}).to_zarr(
-            tmp_path / "x.zarr", encoding={"X": {"chunks": (100, D)}})
+            tmp_path / "x.zarr", encoding={"X": {"chunks": (100, D)}}
+        )
         opened = xr.open_zarr(tmp_path / "x.zarr", chunks=None if backing == "zarr-lazy" else {})
         array = opened["X"]
         assert (array.chunks is None) == (backing == "zarr-lazy")
@@ -121,8 +127,11 @@ def test_nested_group_paths_and_group_objects(x, reference, tmp_path):
     group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
     group.create_group("sub").create_array("X", shape=x.shape, chunks=(100, D), dtype="f8")[:] = x
     group.create_array("other", shape=(3,), dtype="f8")
-    for source in (str(tmp_path / "g.zarr"), zarr.open_group(str(tmp_path / "g.zarr"), mode="r"),
-                   zarr.storage.LocalStore(tmp_path / "g.zarr", read_only=True)):
+    for source in (
+        str(tmp_path / "g.zarr"),
+        zarr.open_group(str(tmp_path / "g.zarr"), mode="r"),
+        zarr.storage.LocalStore(tmp_path / "g.zarr", read_only=True),
+    ):
         k = dd.kendall_matrix(source, component="sub/X")
         np.testing.assert_allclose(k, reference, rtol=1e-12, atol=1e-15)
 
@@ -130,21 +139,43 @@ def test_nested_group_paths_and_group_objects(x, reference, tmp_path):
 @pytest.mark.parametrize(
     "make, component, needles",
     [
-        (lambda x, p: xr.DataArray(np.zeros((2, 3, 4)), dims=("t", "y", "x")), None,
-         ["X", "2-D DataArray", "('t', 'y', 'x')"]),
+        (
+            lambda x, p: xr.DataArray(np.zeros((2, 3, 4)), dims=("t", "y", "x")),
+            None,
+            ["X", "2-D DataArray", "('t', 'y', 'x')"],
+        ),
         (lambda x, p: xr.DataArray(x, dims=("t", "f")), "a", ["component", "DataArray"]),
-        (lambda x, p: ddf.from_pandas(pd.DataFrame({"a": x[:, 0], "s": ["u"] * len(x)}),
-                                      npartitions=2), None, ["X", "numeric", "'s'"]),
-        (lambda x, p: ddf.from_pandas(pd.DataFrame({"a": x[:, 0], "t": pd.to_timedelta(x[:, 1], "s")}),
-                                      npartitions=2), None, ["X", "numeric", "'t'"]),
+        (
+            lambda x, p: ddf.from_pandas(
+                pd.DataFrame({"a": x[:, 0], "s": ["u"] * len(x)}), npartitions=2
+            ),
+            None,
+            ["X", "numeric", "'s'"],
+        ),
+        (
+            lambda x, p: ddf.from_pandas(
+                pd.DataFrame({"a": x[:, 0], "t": pd.to_timedelta(x[:, 1], "s")}), npartitions=2
+            ),
+            None,
+            ["X", "numeric", "'t'"],
+        ),
         (lambda x, p: _group(p, x), None, ["component", "group", "['other', 'sub/X']"]),
-        (lambda x, p: zarr.open_group(_group(p, x), mode="r"), "nope",
-         ["component", "nope", "['other', 'sub/X']"]),
+        (
+            lambda x, p: zarr.open_group(_group(p, x), mode="r"),
+            "nope",
+            ["component", "nope", "['other', 'sub/X']"],
+        ),
         (lambda x, p: zarr.storage.MemoryStore(), None, ["X", "Zarr store"]),
     ],
-    ids=["data-array-3d", "component-on-data-array", "frame-text-column", "frame-timedelta-column",
-         "group-unnamed",
-         "group-object-wrong-name", "empty-store-object"],
+    ids=[
+        "data-array-3d",
+        "component-on-data-array",
+        "frame-text-column",
+        "frame-timedelta-column",
+        "group-unnamed",
+        "group-object-wrong-name",
+        "empty-store-object",
+    ],
 )
 def test_unsupported_inputs_get_one_clear_line(x, tmp_path, make, component, needles):
     # The cases docs/robustness.md's table lacks; its rows (sparse, unnamed or misnamed

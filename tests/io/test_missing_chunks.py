@@ -23,7 +23,8 @@ import dask_dppca as dd
 from dask_dppca.io import MissingChunkError, open_records
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning")
+    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+)
 
 N, D, CHUNK = 400, 4, 100
 #: Blocks that are the chunks, one partner each: every block belongs to one block-pair
@@ -37,21 +38,29 @@ def x():
 
 
 def _write(path, x, **kwargs):
-    array = zarr.open_array(str(path), mode="w", shape=x.shape, chunks=(CHUNK, D), dtype="f8",
-                            **kwargs)
+    array = zarr.open_array(
+        str(path), mode="w", shape=x.shape, chunks=(CHUNK, D), dtype="f8", **kwargs
+    )
     array[:] = x
     return array
 
 
 def _chunk_files(path):
-    return sorted(p for p in path.rglob("*") if p.is_file() and p.name not in
-                  {"zarr.json", ".zarray", ".zattrs", ".zgroup"})
+    return sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file() and p.name not in {"zarr.json", ".zarray", ".zattrs", ".zgroup"}
+    )
 
 
 def _fit_refused(source, **kwargs):
     """Fit inside a budget; return the error; check nothing was released or charged."""
-    est = dd.DPPCA(n_components=2, random_state=0, scheduler=kwargs.pop("scheduler", "threads"),
-                   design=kwargs.pop("design", "auto"))
+    est = dd.DPPCA(
+        n_components=2,
+        random_state=0,
+        scheduler=kwargs.pop("scheduler", "threads"),
+        design=kwargs.pop("design", "auto"),
+    )
     with dd.PrivacyBudget(epsilon=10, delta=1e-5) as budget:
         with pytest.raises(MissingChunkError) as error:
             est.fit(source, **kwargs)
@@ -63,9 +72,10 @@ def _fit_refused(source, **kwargs):
 
 
 def test_a_chunk_never_written_stops_the_fit(tmp_path, x):
-    array = zarr.open_array(str(tmp_path / "part.zarr"), mode="w", shape=x.shape,
-                            chunks=(CHUNK, D), dtype="f8")
-    array[:200] = x[:200]      # a writer that stopped half way
+    array = zarr.open_array(
+        str(tmp_path / "part.zarr"), mode="w", shape=x.shape, chunks=(CHUNK, D), dtype="f8"
+    )
+    array[:200] = x[:200]  # a writer that stopped half way
     message = _fit_refused(str(tmp_path / "part.zarr"))
     assert re.search(r"chunk 'c/[23]/0' of '" + re.escape(str(tmp_path / "part.zarr")), message)
     assert re.search(r"process \d+ on .+ \(local scheduler\)", message)
@@ -83,9 +93,9 @@ def test_a_chunk_missing_under_a_block_pair_task_stops_the_fit(tmp_path, x):
 def test_chunks_deleted_after_the_metadata_was_read(tmp_path, x, zarr_format):
     path = tmp_path / "x.zarr"
     _write(path, x, zarr_format=zarr_format)
-    data = open_records(str(path)).array     # the client has read the metadata
+    data = open_records(str(path)).array  # the client has read the metadata
     doomed = _chunk_files(path)[1]
-    doomed.unlink()                          # the workers' view: the chunk is gone
+    doomed.unlink()  # the workers' view: the chunk is gone
     with pytest.raises(MissingChunkError, match=re.escape(str(path))):
         data.sum().compute(scheduler="threads")
 
@@ -94,7 +104,7 @@ def test_chunks_deleted_after_the_metadata_was_read(tmp_path, x, zarr_format):
 def test_a_store_the_workers_cannot_see_names_the_worker(tmp_path, x, cluster_client):
     path = tmp_path / "client-only.zarr"
     _write(path, x)
-    opened = zarr.open_array(str(path), mode="r")   # as in a notebook: opened, then gone
+    opened = zarr.open_array(str(path), mode="r")  # as in a notebook: opened, then gone
     hidden = tmp_path / "elsewhere"
     shutil.move(path, hidden)
     try:
@@ -107,8 +117,9 @@ def test_a_store_the_workers_cannot_see_names_the_worker(tmp_path, x, cluster_cl
 
 
 def test_sharded_store_missing_a_shard(tmp_path, x):
-    array = zarr.create_array(str(tmp_path / "s.zarr"), shape=x.shape, chunks=(50, D),
-                              shards=(CHUNK, D), dtype="f8")
+    array = zarr.create_array(
+        str(tmp_path / "s.zarr"), shape=x.shape, chunks=(50, D), shards=(CHUNK, D), dtype="f8"
+    )
     array[:] = x
     _chunk_files(tmp_path / "s.zarr")[0].unlink()
     assert "'c/0/0'" in _fit_refused(str(tmp_path / "s.zarr"))
@@ -116,7 +127,7 @@ def test_sharded_store_missing_a_shard(tmp_path, x):
 
 def test_sparse_on_purpose_is_refused_unless_allowed(tmp_path, x):
     x = x.copy()
-    x[100:200] = 0.0                         # equal to the fill value: Zarr skips the chunk
+    x[100:200] = 0.0  # equal to the fill value: Zarr skips the chunk
     _write(tmp_path / "sparse.zarr", x)
     assert len(_chunk_files(tmp_path / "sparse.zarr")) == N // CHUNK - 1
     _fit_refused(str(tmp_path / "sparse.zarr"))
@@ -154,11 +165,17 @@ class CountingStore(WrapperStore):
 
 
 @pytest.mark.parametrize("scheduler", ["threads", "synchronous"])
-@pytest.mark.parametrize("design", [
-    dd.RegularDesign(k=1, block_size=130, seed=0),  # blocks cut across the chunks: a chunk feeds two
-    IN_TASK_READS,
-    dd.RegularDesign(k=2, block_size=CHUNK, seed=0),  # blocks shared by tasks: carried in lanes
-], ids=["read-tasks", "read-in-pair-tasks", "carried-in-lanes"])
+@pytest.mark.parametrize(
+    "design",
+    [
+        dd.RegularDesign(
+            k=1, block_size=130, seed=0
+        ),  # blocks cut across the chunks: a chunk feeds two
+        IN_TASK_READS,
+        dd.RegularDesign(k=2, block_size=CHUNK, seed=0),  # blocks shared by tasks: carried in lanes
+    ],
+    ids=["read-tasks", "read-in-pair-tasks", "carried-in-lanes"],
+)
 def test_each_chunk_is_read_once_per_fit(tmp_path, x, scheduler, design):
     _write(tmp_path / "x.zarr", x)
     store = CountingStore(LocalStore(tmp_path / "x.zarr", read_only=True))

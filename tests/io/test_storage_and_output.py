@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import zarr
 
-from dask_dppca.compute import cluster
 from dask_dppca.cli import EXIT_USAGE, main
 from dask_dppca.cli.fit import storage_options
+from dask_dppca.compute import cluster
 from dask_dppca.io import check_writable, write_json
 from dask_dppca.io.storage import describe_error, display_location
 
@@ -27,26 +27,40 @@ SECRET = "s3cr3t-VALUE-never-shown"
 
 def test_storage_option_entries_nest_and_override_the_json_file(tmp_path):
     options_file = tmp_path / "options.json"
-    options_file.write_text(json.dumps({"key": "id", "secret": "old",
-                                        "client_kwargs": {"region_name": "eu-west-1"}}))
-    options = storage_options(str(options_file), [
-        f"secret={SECRET}", "client_kwargs.endpoint_url=http://127.0.0.1:9000",
-        "anon=false", "config_kwargs.retries.max_attempts=2", 'token="123"'])
+    options_file.write_text(
+        json.dumps({"key": "id", "secret": "old", "client_kwargs": {"region_name": "eu-west-1"}})
+    )
+    options = storage_options(
+        str(options_file),
+        [
+            f"secret={SECRET}",
+            "client_kwargs.endpoint_url=http://127.0.0.1:9000",
+            "anon=false",
+            "config_kwargs.retries.max_attempts=2",
+            'token="123"',
+        ],
+    )
     assert options == {
-        "key": "id", "secret": SECRET, "anon": False, "token": "123",
+        "key": "id",
+        "secret": SECRET,
+        "anon": False,
+        "token": "123",
         "client_kwargs": {"region_name": "eu-west-1", "endpoint_url": "http://127.0.0.1:9000"},
         "config_kwargs": {"retries": {"max_attempts": 2}},
     }
 
 
-@pytest.mark.parametrize("entries, file_text, needle", [
-    ([SECRET], None, "KEY=VALUE"),
-    ([f"={SECRET}"], None, "non-empty KEY"),
-    ([f"a..b={SECRET}"], None, "non-empty KEY"),
-    ([f"key={SECRET}", f"key.inner={SECRET}"], None, "'key' is already set"),
-    ([], f'["{SECRET}"]', "JSON object"),
-    ([], f'{{"secret": "{SECRET}"', "cannot read"),
-])
+@pytest.mark.parametrize(
+    "entries, file_text, needle",
+    [
+        ([SECRET], None, "KEY=VALUE"),
+        ([f"={SECRET}"], None, "non-empty KEY"),
+        ([f"a..b={SECRET}"], None, "non-empty KEY"),
+        ([f"key={SECRET}", f"key.inner={SECRET}"], None, "'key' is already set"),
+        ([], f'["{SECRET}"]', "JSON object"),
+        ([], f'{{"secret": "{SECRET}"', "cannot read"),
+    ],
+)
 def test_bad_storage_options_are_named_without_their_values(tmp_path, entries, file_text, needle):
     json_file = None
     if file_text is not None:
@@ -65,8 +79,9 @@ def test_messages_mask_secrets_and_url_passwords():
     assert display_location("simplecache::s3://bucket/x") == "simplecache::s3://bucket/x"
 
 
-@pytest.mark.parametrize("url, extra", [("s3://bucket/x.zarr", "s3"),
-                                        ("simplecache::s3://bucket/x.zarr", "s3")])
+@pytest.mark.parametrize(
+    "url, extra", [("s3://bucket/x.zarr", "s3"), ("simplecache::s3://bucket/x.zarr", "s3")]
+)
 def test_a_missing_backend_names_the_extra(url, extra, tmp_path):
     """s3fs hidden from a fresh interpreter: the API and the CLI name dask-dppca[s3]."""
     script = textwrap.dedent(f"""
@@ -81,8 +96,9 @@ def test_a_missing_backend_names_the_extra(url, extra, tmp_path):
         sys.exit(main(["fit", {url!r}, "--scheduler", "synchronous",
                        "--output", {str(tmp_path / "r.json")!r}]))
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == EXIT_USAGE, done.stderr
     install = f"pip install 'dask-dppca[{extra}]'"
     assert install in done.stdout
@@ -109,8 +125,9 @@ def test_local_results_are_replaced_whole(tmp_path):
     assert [p.name for p in target.parent.iterdir()] == ["result.json"]
 
 
-@pytest.mark.parametrize("where, needle", [("folder", "a folder is in the way"),
-                                           ("under-a-file", "is not a folder")])
+@pytest.mark.parametrize(
+    "where, needle", [("folder", "a folder is in the way"), ("under-a-file", "is not a folder")]
+)
 def test_unwritable_local_results_are_refused(tmp_path, where, needle):
     (tmp_path / "file.txt").write_text("x")
     target = tmp_path if where == "folder" else tmp_path / "file.txt" / "result.json"
@@ -123,12 +140,20 @@ def test_unwritable_local_results_are_refused(tmp_path, where, needle):
 def test_cli_refuses_the_output_before_reading_data_or_starting_a_cluster(tmp_path, capsys):
     """A store whose chunks are gone would fail when read: the output error comes first,
     and the default compute target (the embedded cluster) is never started."""
-    z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=(300, 3), chunks=(100, 3),
-                        dtype="f8")  # metadata only: reading any chunk would fail
+    z = zarr.open_array(
+        str(tmp_path / "x.zarr"), mode="w", shape=(300, 3), chunks=(100, 3), dtype="f8"
+    )  # metadata only: reading any chunk would fail
     (tmp_path / "file.txt").write_text("x")
     cluster.close_embedded_cluster()
-    code = main(["fit", str(tmp_path / "x.zarr"), "--no-progress",
-                 "--output", str(tmp_path / "file.txt" / "result.json")])
+    code = main(
+        [
+            "fit",
+            str(tmp_path / "x.zarr"),
+            "--no-progress",
+            "--output",
+            str(tmp_path / "file.txt" / "result.json"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == EXIT_USAGE
     assert err.startswith("dask-dppca: error: --output: cannot write") and err.count("\n") == 1
@@ -138,7 +163,15 @@ def test_cli_refuses_the_output_before_reading_data_or_starting_a_cluster(tmp_pa
 
 
 def test_cli_storage_options_need_a_url(tmp_path, capsys):
-    code = main(["fit", str(tmp_path / "x.zarr"), "--storage-option", f"secret={SECRET}",
-                 "--output", str(tmp_path / "r.json")])
+    code = main(
+        [
+            "fit",
+            str(tmp_path / "x.zarr"),
+            "--storage-option",
+            f"secret={SECRET}",
+            "--output",
+            str(tmp_path / "r.json"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == EXIT_USAGE and "neither STORE nor --output is one" in err and SECRET not in err

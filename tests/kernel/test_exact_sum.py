@@ -21,7 +21,8 @@ HYP = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FLOATS = st.floats(allow_nan=False, allow_infinity=False, width=64)
 # Arrays of 2 x 3 entries; each a list of such arrays, as the graph's tasks give them.
 ARRAYS = st.lists(st.lists(FLOATS, min_size=6, max_size=6), min_size=1, max_size=12).map(
-    lambda rows: [np.array(r).reshape(2, 3) for r in rows])
+    lambda rows: [np.array(r).reshape(2, 3) for r in rows]
+)
 
 
 def _added(arrays, order=None):
@@ -33,7 +34,7 @@ def _added(arrays, order=None):
 
 def _rounded(exact: Fraction) -> float:
     try:
-        return float(exact)            # correctly rounded
+        return float(exact)  # correctly rounded
     except OverflowError:
         return math.inf if exact > 0 else -math.inf
 
@@ -80,7 +81,7 @@ def test_ties_round_to_even_unless_a_far_lower_bit_breaks_them():
 
 def test_many_additions_carry_without_overflow():
     """2^14 additions of the largest digit pattern: every digit carries."""
-    value = np.full((2, 3), float(2**53 - 1) * 2.0**7)     # fills a digit's top bits
+    value = np.full((2, 3), float(2**53 - 1) * 2.0**7)  # fills a digit's top bits
     total = ExactSum((2, 3))
     for _ in range(2**14):
         total = total.plus(value)
@@ -91,8 +92,10 @@ def test_many_additions_carry_without_overflow():
 
 def test_non_finite_values_are_summed_apart_and_order_free():
     inf, nan = math.inf, math.nan
-    arrays = [np.array([[inf, 1.0, -inf], [nan, inf, 1.0]]),
-              np.array([[1.0, -inf, inf], [1.0, inf, 2.0]])]
+    arrays = [
+        np.array([[inf, 1.0, -inf], [nan, inf, 1.0]]),
+        np.array([[1.0, -inf, inf], [1.0, inf, 2.0]]),
+    ]
     for order in ([0, 1], [1, 0]):
         got = _added(arrays, order=order).to_float()
         assert got[0, 0] == inf and got[0, 1] == -inf and math.isnan(got[0, 2])
@@ -116,8 +119,8 @@ def test_shapes_must_match():
 
 def test_a_float_tree_would_not_be_order_free():
     """Why the graph needs this: a float sum of the same addends in another order differs."""
-    rnd = random.Random(0)   # test data only
-    values = [rnd.uniform(-1, 1) * 10.0**rnd.randint(-8, 8) for _ in range(64)]
+    rnd = random.Random(0)  # test data only
+    values = [rnd.uniform(-1, 1) * 10.0 ** rnd.randint(-8, 8) for _ in range(64)]
     shuffled = sorted(values, key=lambda _: rnd.random())
     assert sum(values) != sum(shuffled)
     arrays = [np.full((2, 3), v) for v in values]

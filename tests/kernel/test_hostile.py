@@ -21,17 +21,20 @@ from hypothesis import strategies as st
 
 import dask_dppca as dd
 from dask_dppca.kernel import block_pair_sum
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 from dask_dppca.kernel.spatial_sign import sphere, winsor
-
+from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
 from tests.reference import reference_pair_sum, relative_error
 
 TOL = 1e-10
 RADIUS = 0.7
 TRANSFORMS = {  # name -> (kernel spatial_sign, estimator params, scalar xi, G)
     "sphere": (sphere(), {"spatial_sign": "sphere"}, lambda s: 1.0, 1.0),
-    "winsor": (winsor(RADIUS), {"spatial_sign": "winsor", "radius": RADIUS},
-               lambda s: min(RADIUS, s), RADIUS),
+    "winsor": (
+        winsor(RADIUS),
+        {"spatial_sign": "winsor", "radius": RADIUS},
+        lambda s: min(RADIUS, s),
+        RADIUS,
+    ),
 }
 D = 4
 
@@ -112,7 +115,7 @@ def _case_longdouble_overflow():
     x = _normal(seed=12).astype(np.longdouble)
     if np.finfo(np.longdouble).max <= np.finfo(np.float64).max:
         pytest.skip("long double is float64 on this platform")
-    x[[2, 3]] *= np.longdouble(10) ** 400   # beyond float64: +-inf after conversion
+    x[[2, 3]] *= np.longdouble(10) ** 400  # beyond float64: +-inf after conversion
     return x
 
 
@@ -154,9 +157,13 @@ def _reference_k_hat(x, name):
 def _fit(x, name, **params):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
-        return dd.DPPCA(n_components=params.pop("n_components", 2), scheduler="synchronous",
-                        random_state=params.pop("random_state", 0),
-                        **TRANSFORMS[name][1], **params).fit(x)
+        return dd.DPPCA(
+            n_components=params.pop("n_components", 2),
+            scheduler="synchronous",
+            random_state=params.pop("random_state", 0),
+            **TRANSFORMS[name][1],
+            **params,
+        ).fit(x)
 
 
 def _assert_release_is_well_formed(est, d, m):
@@ -183,8 +190,12 @@ def test_bad_record_case(case, name):
     x = CASES[case]()
     want = _reference_k_hat(x, name)
     chunks = (7, -1)  # 4 row blocks: within and cross blocks, ragged last block
-    got = dd.kendall_matrix(da.from_array(x, chunks=chunks), spatial_sign=TRANSFORMS[name][1]["spatial_sign"],
-                            radius=TRANSFORMS[name][1].get("radius"), scheduler="synchronous")
+    got = dd.kendall_matrix(
+        da.from_array(x, chunks=chunks),
+        spatial_sign=TRANSFORMS[name][1]["spatial_sign"],
+        radius=TRANSFORMS[name][1].get("radius"),
+        scheduler="synchronous",
+    )
     assert np.all(np.isfinite(got))
     assert relative_error(got, want) <= TOL, f"{case}/{name}: {relative_error(got, want):.2e}"
     _assert_per_pair_bound(got, x, TRANSFORMS[name][3])
@@ -213,7 +224,9 @@ def test_non_finite_rows_count_in_n_and_contribute_nothing(name):
     # the release is calibrated on the public n (non-finite rows included), never on n_finite
     est = _fit(x, name)
     assert est.n_samples_ == n and est.privacy_["n_samples"] == n != n_finite
-    clean = _fit(x[finite][:n] if n_finite >= n else np.vstack([x[finite], x[finite][: n - n_finite]]), name)
+    clean = _fit(
+        x[finite][:n] if n_finite >= n else np.vstack([x[finite], x[finite][: n - n_finite]]), name
+    )
     assert est.privacy_["sigma"] == clean.privacy_["sigma"]
 
 
@@ -221,8 +234,11 @@ def test_sphere_trace_counts_distinct_finite_pairs():
     x = _case_mixture()
     finite = np.isfinite(x).all(axis=1)
     n = len(x)
-    distinct = sum(bool(finite[i] and finite[j] and np.any(x[i] != x[j]))
-                   for i in range(n) for j in range(i + 1, n))
+    distinct = sum(
+        bool(finite[i] and finite[j] and np.any(x[i] != x[j]))
+        for i in range(n)
+        for j in range(i + 1, n)
+    )
     k_hat = dd.kendall_matrix(da.from_array(x, chunks=(5, -1)), scheduler="synchronous")
     assert np.trace(k_hat) == pytest.approx(distinct / (n * (n - 1) / 2), rel=1e-13)
 
@@ -258,8 +274,20 @@ def test_bad_records_do_not_change_the_code_path_of_the_release():
 # Hypothesis: hostile matrices (mixtures of the cases above)
 # ---------------------------------------------------------------------------------------
 
-ROW_KINDS = ["normal", "nan", "inf", "far", "float_max", "subnormal", "tiny", "duplicate",
-             "near", "offset", "zero", "integer"]
+ROW_KINDS = [
+    "normal",
+    "nan",
+    "inf",
+    "far",
+    "float_max",
+    "subnormal",
+    "tiny",
+    "duplicate",
+    "near",
+    "offset",
+    "zero",
+    "integer",
+]
 
 
 @st.composite
@@ -318,13 +346,21 @@ def hostile_matrices(draw, min_rows=2, max_rows=14, max_dim=5):
     return x
 
 
-HYP = dict(deadline=None, derandomize=True, print_blob=True,
-           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+HYP = dict(
+    deadline=None,
+    derandomize=True,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @settings(max_examples=120, **HYP)
-@given(hostile_matrices(), st.sampled_from(list(TRANSFORMS)), st.sampled_from([None, 1, 3, 5]),
-       st.booleans())
+@given(
+    hostile_matrices(),
+    st.sampled_from(list(TRANSFORMS)),
+    st.sampled_from([None, 1, 3, 5]),
+    st.booleans(),
+)
 def test_hostile_matrices_kernel_matches_reference(x, name, tile_rows, cross):
     spatial_sign, _, xi, bound = TRANSFORMS[name]
     x64 = x.astype(np.float64)
@@ -344,8 +380,12 @@ def test_hostile_matrices_kernel_matches_reference(x, name, tile_rows, cross):
 
 
 @settings(max_examples=30, **HYP)
-@given(hostile_matrices(max_rows=12), st.sampled_from(list(TRANSFORMS)), st.integers(1, 5),
-       st.integers(0, 2**31 - 1))
+@given(
+    hostile_matrices(max_rows=12),
+    st.sampled_from(list(TRANSFORMS)),
+    st.integers(1, 5),
+    st.integers(0, 2**31 - 1),
+)
 def test_hostile_matrices_estimator_outputs(x, name, block, seed):
     d = x.shape[1]
     m = min(2, d)
@@ -377,9 +417,9 @@ def test_rows_near_the_float_range_raise_no_warning_from_the_centring_point():
     the private values).  The lower median is one of the values: no arithmetic at all."""
     big = np.finfo(float).max
     x = _normal(seed=30)
-    x[:16] = big * (1 - np.arange(16)[:, None] * [1e-3, 2e-3, 3e-3, 0])   # 16 of 24 rows near max
+    x[:16] = big * (1 - np.arange(16)[:, None] * [1e-3, 2e-3, 3e-3, 0])  # 16 of 24 rows near max
     x[:16, 3] *= -1
-    with pytest.warns(RuntimeWarning, match="overflow"):   # the data does make np.median warn
+    with pytest.warns(RuntimeWarning, match="overflow"):  # the data does make np.median warn
         np.median(x, axis=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

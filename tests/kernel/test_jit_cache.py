@@ -27,14 +27,21 @@ print(json.dumps({"path": stats.cache_path, "hits": sum(stats.cache_hits.values(
 
 def _run_kernel(env_changes):
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
-    done = subprocess.run([sys.executable, "-c", _RUN_KERNEL], capture_output=True, text=True,
-                          env={**env, **env_changes}, timeout=240)
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_KERNEL],
+        capture_output=True,
+        text=True,
+        env={**env, **env_changes},
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
 
 
 def _numba_files_beside_the_package(since):
-    return [p for p in PACKAGE.rglob("*") if p.suffix in (".nbi", ".nbc") and p.stat().st_mtime >= since]
+    return [
+        p for p in PACKAGE.rglob("*") if p.suffix in (".nbi", ".nbc") and p.stat().st_mtime >= since
+    ]
 
 
 def test_the_cache_lives_in_the_user_cache_and_a_second_process_loads_it(tmp_path):
@@ -45,14 +52,16 @@ def test_the_cache_lives_in_the_user_cache_and_a_second_process_loads_it(tmp_pat
     expected = tmp_path / "cache" / "dask-dppca" / "numba"
     assert Path(first["path"]).is_relative_to(expected)
     assert list(expected.rglob("*.nbi")) and list(expected.rglob("*.nbc"))
-    assert first["misses"] >= 1 and first["hits"] == 0      # compiled and saved
-    assert second["hits"] >= 1 and second["misses"] == 0    # loaded, not compiled
+    assert first["misses"] >= 1 and first["hits"] == 0  # compiled and saved
+    assert second["hits"] >= 1 and second["misses"] == 0  # loaded, not compiled
     assert not _numba_files_beside_the_package(started)
 
 
 def test_numba_cache_dir_of_the_user_is_honoured(tmp_path):
     chosen = tmp_path / "numba-cache"
-    result = _run_kernel({"NUMBA_CACHE_DIR": str(chosen), "XDG_CACHE_HOME": str(tmp_path / "unused")})
+    result = _run_kernel(
+        {"NUMBA_CACHE_DIR": str(chosen), "XDG_CACHE_HOME": str(tmp_path / "unused")}
+    )
     assert Path(result["path"]).is_relative_to(chosen)
     assert not (tmp_path / "unused").exists()
 

@@ -21,15 +21,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from dask_dppca.kernel import pair_sum as kernel_module, rows as rows_module
 from dask_dppca.kernel import (
     DEFAULT_MEMORY_BUDGET,
     block_pair_sum,
     rounding_error_bound,
     tile_rows_for_budget,
 )
+from dask_dppca.kernel import pair_sum as kernel_module
+from dask_dppca.kernel import rows as rows_module
 from dask_dppca.kernel.spatial_sign import custom, identity, sphere, winsor
-
 from tests.reference import reference_pair_sum, relative_error
 
 TOL = 1e-10  # relative Frobenius error against the reference loop
@@ -54,7 +54,11 @@ def _redescending_xi(s):
 TRANSFORMS = {
     "sphere": (sphere(), lambda s: 1.0, 1.0),
     "winsor": (winsor(RADIUS), lambda s: min(RADIUS, s), RADIUS),
-    "custom": (custom(_smooth_xi, SMOOTH_BOUND), lambda s: SMOOTH_BOUND * -math.expm1(-s), SMOOTH_BOUND),
+    "custom": (
+        custom(_smooth_xi, SMOOTH_BOUND),
+        lambda s: SMOOTH_BOUND * -math.expm1(-s),
+        SMOOTH_BOUND,
+    ),
     "redescending": (custom(_redescending_xi, 1.0), lambda s: min(s, 1.0 / s), 1.0),
 }
 BOUNDED = ["sphere", "winsor", "custom"]
@@ -232,7 +236,10 @@ def test_n_equals_two_and_degenerate_sizes(name):
     for n in (0, 1):
         np.testing.assert_array_equal(block_pair_sum(np.ones((n, 3)), None, spatial_sign), 0.0)
     np.testing.assert_array_equal(block_pair_sum(np.ones((0, 3)), x, spatial_sign), 0.0)
-    assert block_pair_sum(np.ones((4, 1)) * [[1], [2], [3], [4]], None, spatial_sign).shape == (1, 1)
+    assert block_pair_sum(np.ones((4, 1)) * [[1], [2], [3], [4]], None, spatial_sign).shape == (
+        1,
+        1,
+    )
 
 
 @pytest.mark.parametrize("name", list(TRANSFORMS))
@@ -311,11 +318,13 @@ def test_float32_and_integer_input_equal_their_float64_values(name):
     spatial_sign = TRANSFORMS[name][0]
     x32 = _float32()
     np.testing.assert_array_equal(
-        block_pair_sum(x32, None, spatial_sign), block_pair_sum(x32.astype(np.float64), None, spatial_sign)
+        block_pair_sum(x32, None, spatial_sign),
+        block_pair_sum(x32.astype(np.float64), None, spatial_sign),
     )
     xi = _integer()
     np.testing.assert_array_equal(
-        block_pair_sum(xi, None, spatial_sign), block_pair_sum(xi.astype(np.float64), None, spatial_sign)
+        block_pair_sum(xi, None, spatial_sign),
+        block_pair_sum(xi.astype(np.float64), None, spatial_sign),
     )
     np.testing.assert_array_equal(
         block_pair_sum(xi[:9], x32[:7], spatial_sign),
@@ -324,11 +333,15 @@ def test_float32_and_integer_input_equal_their_float64_values(name):
     # non-contiguous and Fortran-ordered views
     xf = np.asfortranarray(_random())
     np.testing.assert_allclose(
-        block_pair_sum(xf, None, spatial_sign), block_pair_sum(np.ascontiguousarray(xf), None, spatial_sign),
+        block_pair_sum(xf, None, spatial_sign),
+        block_pair_sum(np.ascontiguousarray(xf), None, spatial_sign),
         rtol=1e-14,
     )
     view = _random()[::2, ::2]
-    assert relative_error(block_pair_sum(view, None, spatial_sign), _reference(view, None, name)) <= TOL
+    assert (
+        relative_error(block_pair_sum(view, None, spatial_sign), _reference(view, None, name))
+        <= TOL
+    )
 
 
 def test_default_transform_is_the_sphere():
@@ -351,7 +364,9 @@ def test_cross_block_of_a_block_with_itself_is_twice_the_within_sum():
     for name in BOUNDED:
         spatial_sign = TRANSFORMS[name][0]
         np.testing.assert_allclose(
-            block_pair_sum(x, x, spatial_sign), 2 * block_pair_sum(x, None, spatial_sign), rtol=1e-12
+            block_pair_sum(x, x, spatial_sign),
+            2 * block_pair_sum(x, None, spatial_sign),
+            rtol=1e-12,
         )
 
 
@@ -403,7 +418,11 @@ def adversarial_rows(draw, min_rows=2, max_rows=10, max_dim=4, dim=None, non_fin
     kinds = KINDS + (["nan", "inf"] if non_finite else [])
     rows = []
     for _ in range(n):
-        kind = draw(st.sampled_from(kinds)) if rows else draw(st.sampled_from(["normal", "scaled", "offset"]))
+        kind = (
+            draw(st.sampled_from(kinds))
+            if rows
+            else draw(st.sampled_from(["normal", "scaled", "offset"]))
+        )
         z = rng.normal(size=d)
         if kind == "normal":
             row = z
@@ -417,7 +436,9 @@ def adversarial_rows(draw, min_rows=2, max_rows=10, max_dim=4, dim=None, non_fin
             row = base + draw(st.sampled_from(NEAR)) * size * z
         elif kind == "axis":
             row = np.zeros(d)
-            row[draw(st.integers(0, d - 1))] = draw(st.sampled_from([-1.0, 1.0])) * draw(st.sampled_from(SCALES))
+            row[draw(st.integers(0, d - 1))] = draw(st.sampled_from([-1.0, 1.0])) * draw(
+                st.sampled_from(SCALES)
+            )
         elif kind == "offset":
             row = 1e8 + z
         elif kind == "zero":
@@ -446,14 +467,16 @@ def _distinct_finite_pairs(a, b=None):
                 count += bool(fa[i] and fa[j] and np.any(a[i] != a[j]))
         return count
     fb = np.isfinite(b).all(axis=1)
-    return sum(bool(fa[i] and fb[j] and np.any(a[i] != b[j])) for i in range(len(a)) for j in range(len(b)))
+    return sum(
+        bool(fa[i] and fb[j] and np.any(a[i] != b[j])) for i in range(len(a)) for j in range(len(b))
+    )
 
 
 @settings(max_examples=200, **HYP)
 @given(adversarial_rows(max_rows=12, non_finite=True), NAMES, TILE_CHOICE, st.booleans())
 def test_adversarial_blocks_match_reference(x, name, tile_rows, cross):
     spatial_sign = TRANSFORMS[name][0]
-    a, b = (x[: len(x) // 2], x[len(x) // 2:]) if cross else (x, None)
+    a, b = (x[: len(x) // 2], x[len(x) // 2 :]) if cross else (x, None)
     got = block_pair_sum(a, b, spatial_sign, tile_rows=tile_rows)
     assert np.all(np.isfinite(got))
     want = _reference(a, b, name)
@@ -469,7 +492,7 @@ def test_adversarial_blocks_match_reference(x, name, tile_rows, cross):
 @given(adversarial_rows(max_rows=12, non_finite=True), TILE_CHOICE, st.booleans())
 def test_sphere_trace_counts_distinct_pairs(x, tile_rows, cross):
     """tr(S_sphere) = number of pairs with x_i != x_j (finite rows), to 1e-12 relative."""
-    a, b = (x[: len(x) // 2], x[len(x) // 2:]) if cross else (x, None)
+    a, b = (x[: len(x) // 2], x[len(x) // 2 :]) if cross else (x, None)
     got = np.trace(block_pair_sum(a, b, sphere(), tile_rows=tile_rows))
     count = _distinct_finite_pairs(a, b)
     assert abs(got - count) <= 1e-12 * max(count, 1)
@@ -480,7 +503,9 @@ def _norm_t(u, v):
     diff = [float(p) - float(q) for p, q in zip(u, v)]
     if all(math.isfinite(c) for c in diff):
         return math.hypot(*diff) / math.sqrt(2.0)
-    return 2.0 * math.hypot(*[0.5 * float(p) - 0.5 * float(q) for p, q in zip(u, v)]) / math.sqrt(2.0)
+    return (
+        2.0 * math.hypot(*[0.5 * float(p) - 0.5 * float(q) for p, q in zip(u, v)]) / math.sqrt(2.0)
+    )
 
 
 @settings(max_examples=150, **HYP)
@@ -490,13 +515,19 @@ def test_winsor_trace_is_sum_of_min_r2_and_squared_distance(x, radius, tile_rows
     got = np.trace(block_pair_sum(x, None, winsor(radius), tile_rows=tile_rows))
     with np.errstate(under="ignore"):
         want = math.fsum(
-            min(radius, _norm_t(x[i], x[j])) ** 2 for i in range(len(x)) for j in range(i + 1, len(x))
+            min(radius, _norm_t(x[i], x[j])) ** 2
+            for i in range(len(x))
+            for j in range(i + 1, len(x))
         )
     assert abs(got - want) <= 1e-12 * max(want, radius**2)
 
 
 @settings(max_examples=100, **HYP)
-@given(adversarial_rows(min_rows=3, max_rows=12, non_finite=True), NAMES, st.randoms(use_true_random=False))
+@given(
+    adversarial_rows(min_rows=3, max_rows=12, non_finite=True),
+    NAMES,
+    st.randoms(use_true_random=False),
+)
 def test_row_order_invariance(x, name, random):
     spatial_sign = TRANSFORMS[name][0]
     order = list(range(len(x)))
@@ -510,7 +541,12 @@ def test_row_order_invariance(x, name, random):
 
 
 @settings(max_examples=100, **HYP)
-@given(adversarial_rows(min_rows=2, max_rows=12, non_finite=True), NAMES, st.integers(1, 11), TILE_CHOICE)
+@given(
+    adversarial_rows(min_rows=2, max_rows=12, non_finite=True),
+    NAMES,
+    st.integers(1, 11),
+    TILE_CHOICE,
+)
 def test_cross_plus_within_sums_equal_within_sum_of_concatenation(x, name, k, tile_rows):
     spatial_sign = TRANSFORMS[name][0]
     k = min(k, len(x) - 1)
@@ -571,9 +607,17 @@ def test_translation_invariance(name, shift):
     assert np.array_equal((x + v) - v, x)  # the shift is exact
     want = block_pair_sum(x, None, spatial_sign)
     for tile_rows in TILES:
-        assert relative_error(block_pair_sum(x + v, None, spatial_sign, tile_rows=tile_rows), want) <= 1e-12
-    assert relative_error(block_pair_sum(x[:20] + v, x[20:] + v, spatial_sign),
-                          block_pair_sum(x[:20], x[20:], spatial_sign)) <= 1e-12
+        assert (
+            relative_error(block_pair_sum(x + v, None, spatial_sign, tile_rows=tile_rows), want)
+            <= 1e-12
+        )
+    assert (
+        relative_error(
+            block_pair_sum(x[:20] + v, x[20:] + v, spatial_sign),
+            block_pair_sum(x[:20], x[20:], spatial_sign),
+        )
+        <= 1e-12
+    )
 
 
 @pytest.mark.parametrize("scale", [1e-200, 1e-100, 1e-20, 1e20, 1e100, 1e200])
@@ -623,7 +667,10 @@ ADVERSARIAL_PAIRS = {
 def test_adversarial_two_row_blocks_are_bounded(pair, name):
     spatial_sign, _, bound = TRANSFORMS[name]
     x = np.array(ADVERSARIAL_PAIRS[pair], dtype=float)
-    for result in (block_pair_sum(x, None, spatial_sign), block_pair_sum(x[:1], x[1:], spatial_sign)):
+    for result in (
+        block_pair_sum(x, None, spatial_sign),
+        block_pair_sum(x[:1], x[1:], spatial_sign),
+    ):
         assert np.all(np.isfinite(result))
         assert _pair_bound_ok(result, bound)
         assert relative_error(result, _reference(x, None, name)) <= TOL
@@ -697,10 +744,13 @@ def test_small_memory_budget_gives_small_tiles_and_the_same_result(name):
     small = block_pair_sum(x, None, spatial_sign, memory_budget=budget)
     default = block_pair_sum(x, None, spatial_sign)
     assert relative_error(small, default) <= 1e-12
-    assert relative_error(
-        block_pair_sum(x[:100], x[100:], spatial_sign, memory_budget=budget),
-        block_pair_sum(x[:100], x[100:], spatial_sign),
-    ) <= 1e-12
+    assert (
+        relative_error(
+            block_pair_sum(x[:100], x[100:], spatial_sign, memory_budget=budget),
+            block_pair_sum(x[:100], x[100:], spatial_sign),
+        )
+        <= 1e-12
+    )
 
 
 def _peak_scratch(x, spatial_sign, budget):
@@ -763,7 +813,7 @@ def _worst_error_over_scales(radius, n=16, d=3):
     worst = 0.0
     for k, scale in enumerate(SCALES_ALL):
         x = scale * _rng(100 + k).standard_normal((n, d))
-        x[3] = x[7]                                     # and a duplicate
+        x[3] = x[7]  # and a duplicate
         got = block_pair_sum(x, None, g)
         want = reference_pair_sum(x, xi=lambda s: min(radius, s))
         # divided by G^2 before the norm: K's entries at r = 1e100 square to overflow
@@ -778,16 +828,23 @@ def test_radius_in_its_range_keeps_the_rounding_bound_at_every_data_scale(radius
     winsor weights r^2 / ||t||^2 underflowed for far rows at small r (r = 1.13e-37, rows at
     1e124: 1.7e-3 G^2 per pair; r = 1e-100: 0.6 G^2), the audit's 1.93x sensitivity."""
     worst = _worst_error_over_scales(radius)
-    assert np.isfinite(worst) and worst <= rounding_error_bound(3, 16, 1, tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 3))
+    assert np.isfinite(worst) and worst <= rounding_error_bound(
+        3, 16, 1, tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 3)
+    )
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the broken kernel overflows too
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the broken kernel overflows too
 def test_the_scale_sweep_catches_weights_that_underflow(monkeypatch):
     """The sweep above has teeth: with every row in one scale class (the kernel before the
     classes) the weights underflow at r = 1e-100 and the bound is broken."""
-    monkeypatch.setattr(kernel_module, "scale_classes",
-                        lambda rows, index, centre, scaled: np.zeros(index.shape[0], dtype=np.int64))
-    assert _worst_error_over_scales(1e-100) > 1e3 * rounding_error_bound(3, 16, 1, tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 3))
+    monkeypatch.setattr(
+        kernel_module,
+        "scale_classes",
+        lambda rows, index, centre, scaled: np.zeros(index.shape[0], dtype=np.int64),
+    )
+    assert _worst_error_over_scales(1e-100) > 1e3 * rounding_error_bound(
+        3, 16, 1, tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 3)
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -799,8 +856,19 @@ def test_rows_are_grouped_exactly_even_when_every_hash_collides():
     """The merge groups rows by a hash, then compares them: with one hash for all rows
     (every pair a collision) only identical rows are merged (-0.0 equals 0.0), NaN rows
     are left out, and the counts add up."""
-    x = np.array([[1.0, 2.0], [1.0, 2.0 + 1e-15], [0.0, -0.0], [-0.0, 0.0], [np.nan, 1.0],
-                  [1.0, 2.0], [3.0, 4.0], [0.0, 0.0], [1.0, 2.0]])
+    x = np.array(
+        [
+            [1.0, 2.0],
+            [1.0, 2.0 + 1e-15],
+            [0.0, -0.0],
+            [-0.0, 0.0],
+            [np.nan, 1.0],
+            [1.0, 2.0],
+            [3.0, 4.0],
+            [0.0, 0.0],
+            [1.0, 2.0],
+        ]
+    )
     finite = rows_module._finite_rows(x)
     assert list(finite) == [0, 1, 2, 3, 5, 6, 7, 8]
     index, counts = rows_module._group_rows(x, finite, np.zeros(len(finite), dtype=np.uint64))

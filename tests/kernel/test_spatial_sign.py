@@ -92,11 +92,17 @@ def test_custom_bound_outside_the_public_range_is_refused(bound):
         ({"name": "identity", "bound": 1.0}, r"'identity' SpatialSign has bound inf, got 1.0"),
         ({"name": "sphere", "bound": 0.5}, r"'sphere' SpatialSign has bound 1.0, got 0.5"),
         ({"name": "sphere", "bound": 2.0}, r"'sphere' SpatialSign has bound 1.0, got 2.0"),
-        ({"name": "winsor", "bound": 1.0, "radius": 2.0}, r"'winsor' SpatialSign has bound 2.0, got 1.0"),
+        (
+            {"name": "winsor", "bound": 1.0, "radius": 2.0},
+            r"'winsor' SpatialSign has bound 2.0, got 1.0",
+        ),
         ({"name": "winsor", "bound": 1e-150, "radius": 1e-150}, r"^radius: must be between"),
         ({"name": "winsor", "bound": 1.0}, r"^radius: must be a real number"),
         ({"name": "custom", "bound": 1.0}, r"'custom' SpatialSign needs a callable xi_function"),
-        ({"name": "custom", "bound": 1e120, "xi_function": np.ones_like}, r"^bound: must be between"),
+        (
+            {"name": "custom", "bound": 1e120, "xi_function": np.ones_like},
+            r"^bound: must be between",
+        ),
         ({"name": "sphere", "bound": 1.0, "radius": 1.0}, r"'sphere' SpatialSign takes no radius"),
         ({"name": "sphere", "bound": 1.0, "xi_function": np.ones_like}, r"takes no xi_function"),
         ({"name": "Sphere", "bound": 1.0}, r"unknown name 'Sphere'"),
@@ -116,10 +122,12 @@ def test_directly_built_transforms_that_match_their_g_are_the_factories():
     assert SpatialSign("winsor", 2.5, 2.5) == winsor(2.5)
     assert SpatialSign("identity", math.inf) == identity()
     with pytest.raises(ValueError, match="'sphere' SpatialSign has bound 1.0"):
-        dataclasses.replace(sphere(), bound=0.25)   # no way around the check by copying
+        dataclasses.replace(sphere(), bound=0.25)  # no way around the check by copying
 
 
-@pytest.mark.parametrize("radius", [0, 0.0, -1.0, math.inf, -math.inf, math.nan, None, "abc", [1.0]])
+@pytest.mark.parametrize(
+    "radius", [0, 0.0, -1.0, math.inf, -math.inf, math.nan, None, "abc", [1.0]]
+)
 def test_winsor_refuses_bad_radius_naming_it(radius):
     with pytest.raises(ValueError, match=r"^radius: must be (finite and > 0|a real number)"):
         winsor(radius)
@@ -183,7 +191,9 @@ def test_custom_bound_tolerance_is_relative_1e12():
     ],
 )
 def test_custom_refuses_xi_above_its_declared_bound(xi, bound):
-    with pytest.raises(ValueError, match=r"^spatial_sign: custom xi reaches .* above its declared bound"):
+    with pytest.raises(
+        ValueError, match=r"^spatial_sign: custom xi reaches .* above its declared bound"
+    ):
         custom(xi, bound)
 
 
@@ -199,7 +209,9 @@ def test_custom_refuses_xi_above_its_declared_bound(xi, bound):
     ],
 )
 def test_custom_refuses_negative_or_non_finite_xi(xi):
-    with pytest.raises(ValueError, match=r"^spatial_sign: custom xi must return finite values >= 0"):
+    with pytest.raises(
+        ValueError, match=r"^spatial_sign: custom xi must return finite values >= 0"
+    ):
         custom(xi, 1.0)
 
 

@@ -12,13 +12,13 @@ from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.privacy_accountant import NeighboringRelation
 
 from dask_dppca.privacy.budget import BudgetExceededError, GaussianCharge, PrivacyBudget, Release
-from dask_dppca.privacy.charging import current_budget
 from dask_dppca.privacy.calibration import (
     analytic_gaussian_sigma,
     calibrate_sigma,
     gaussian_dp_delta,
     gaussian_dp_mu,
 )
+from dask_dppca.privacy.charging import current_budget
 
 
 def pld_epsilon(releases: list[tuple[float, float]], delta: float) -> float:
@@ -29,7 +29,9 @@ def pld_epsilon(releases: list[tuple[float, float]], delta: float) -> float:
     sigma / Delta under ADD_OR_REMOVE_ONE.  (Its REPLACE_ONE relation assumes a record
     moves the sum by 2 and would double-count.)
     """
-    accountant = PLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-4)
+    accountant = PLDAccountant(
+        NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-4
+    )
     for sens, sigma in releases:
         accountant.compose(dp_event.GaussianDpEvent(sigma / sens))
     return accountant.get_epsilon(delta)
@@ -90,8 +92,15 @@ def test_bad_budget_parameters_are_named(epsilon, delta, name):
 
 @pytest.mark.parametrize(
     "sens,sigma,name",
-    [(-1, 1, "sensitivity"), (float("nan"), 1, "sensitivity"), (1, 0, "sigma"), (1, float("inf"), "sigma"),
-     (True, 1, "sensitivity"), ("0.5", 1, "sensitivity"), (1, True, "sigma")],
+    [
+        (-1, 1, "sensitivity"),
+        (float("nan"), 1, "sensitivity"),
+        (1, 0, "sigma"),
+        (1, float("inf"), "sigma"),
+        (True, 1, "sensitivity"),
+        ("0.5", 1, "sensitivity"),
+        (1, True, "sigma"),
+    ],
 )
 def test_bad_release_parameters_are_named(sens, sigma, name):
     budget = PrivacyBudget(1, 1e-6)
@@ -111,7 +120,12 @@ def test_a_release_calibrated_to_the_whole_budget_fits_exactly_once():
     budget.spend(GaussianCharge(0.3, sigma), label="fit 1")
     assert budget.releases == 1
     (release,) = budget.spent
-    assert (release.sensitivity, release.sigma, release.label, release.excess) == (0.3, sigma, "fit 1", 0.0)
+    assert (release.sensitivity, release.sigma, release.label, release.excess) == (
+        0.3,
+        sigma,
+        "fit 1",
+        0.0,
+    )
     assert release.state == "committed" and isinstance(release, Release)
     assert budget.spent_epsilon == pytest.approx(1.0, rel=1e-6)
     with pytest.raises(BudgetExceededError, match="exceed the budget"):

@@ -32,6 +32,7 @@ from dask_dppca.privacy.calibration import (
 EPSILONS = [1e-3, 0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 50.0]
 DELTAS = [1e-12, 1e-8, 1e-6, 1e-5, 1e-3, 0.1]
 
+
 def exact_delta(epsilon: float, mu: float) -> mpmath.mpf:
     """The Balle-Wang profile in 60-digit arithmetic."""
     with mpmath.workdps(60):
@@ -105,7 +106,9 @@ def test_the_accuracy_test_rejects_the_direct_subtraction():
     """A naive Phi(.) - e^eps Phi(.) (what a broken version would do) fails the bar."""
 
     def naive(eps, mu):
-        return stats.norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * stats.norm.cdf(-mu / 2 - eps / mu)
+        return stats.norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * stats.norm.cdf(
+            -mu / 2 - eps / mu
+        )
 
     errors = []
     for eps in (1e-3, 1.0, 10.0):
@@ -122,7 +125,9 @@ def test_profile_agrees_with_dp_accounting():
             sigma = analytic_gaussian_sigma(sens, eps, delta)
             for factor in (0.8, 1.0, 1.25):
                 ours = gaussian_delta(eps, sens, sigma * factor)
-                theirs = GaussianPrivacyLoss(sigma * factor, sensitivity=sens).get_delta_for_epsilon(eps)
+                theirs = GaussianPrivacyLoss(
+                    sigma * factor, sensitivity=sens
+                ).get_delta_for_epsilon(eps)
                 assert ours == pytest.approx(theirs, rel=1e-6)
 
 
@@ -146,13 +151,17 @@ def test_analytic_sigma_is_conservative_and_tight(epsilon, delta):
     assert gaussian_delta(epsilon, sens, sigma) <= delta  # the floating-point check
     assert exact_delta(epsilon, sens / sigma) <= delta  # and the exact profile
     assert gaussian_delta(epsilon, sens, 0.99 * sigma) > delta  # tight: 1 % less fails
-    assert exact_delta(epsilon, sens / (sigma * (1 - 1e-7))) > delta * (1 - 2 * DELTA_RELATIVE_ERROR)
+    assert exact_delta(epsilon, sens / (sigma * (1 - 1e-7))) > delta * (
+        1 - 2 * DELTA_RELATIVE_ERROR
+    )
 
 
 @pytest.mark.parametrize("epsilon", [0.01, 0.1, 0.5, 0.9, 0.999])
 @pytest.mark.parametrize("delta", [1e-3, 1e-5, 1e-6, 1e-8, 1e-12])
 def test_analytic_below_classical_on_grid(epsilon, delta):
-    assert analytic_gaussian_sigma(1.0, epsilon, delta) < classical_gaussian_sigma(1.0, epsilon, delta)
+    assert analytic_gaussian_sigma(1.0, epsilon, delta) < classical_gaussian_sigma(
+        1.0, epsilon, delta
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -224,7 +233,9 @@ def hockey_stick_by_integration(epsilon: float, sens: float, sigma: float) -> fl
     def integrand(x):
         return stats.norm.pdf(x, sens, sigma) - math.exp(epsilon) * stats.norm.pdf(x, 0.0, sigma)
 
-    value, _ = integrate.quad(integrand, threshold, threshold + 40 * sigma, epsabs=0, epsrel=1e-11, limit=200)
+    value, _ = integrate.quad(
+        integrand, threshold, threshold + 40 * sigma, epsabs=0, epsrel=1e-11, limit=200
+    )
     return value
 
 

@@ -26,11 +26,17 @@ from sklearn.model_selection import cross_val_score
 from sklearn.pipeline import Pipeline
 
 import dask_dppca as dd
-from dask_dppca.privacy.budget import BudgetExceededError, GaussianCharge, LedgerError, PrivacyBudget
-from dask_dppca.privacy.charging import BUDGET_ENV, active_budgets, set_default_budget
+from dask_dppca.privacy.budget import (
+    BudgetExceededError,
+    GaussianCharge,
+    LedgerError,
+    PrivacyBudget,
+)
 from dask_dppca.privacy.calibration import calibrate_sigma
+from dask_dppca.privacy.charging import BUDGET_ENV, active_budgets, set_default_budget
 
-#: The race of docs/privacy.md ("Concurrency, measured"): releases calibrated to epsilon = 0.5 (at DPPCA's default delta)
+#: The race of docs/privacy.md ("Concurrency, measured"): releases calibrated to
+#: epsilon = 0.5 (at DPPCA's default delta)
 #: against a (2, 1e-5) budget.
 RACE_SIGMA = calibrate_sigma(1.0, 0.5, 1e-6)
 SUBPROCESS_TIMEOUT = 120
@@ -40,8 +46,14 @@ def _python(code: str, *args: str, env: dict | None = None, **kwargs) -> subproc
     """A fresh Python process running ``code`` (stdout piped, text)."""
     full_env = {name: value for name, value in os.environ.items() if name != BUDGET_ENV}
     full_env.update(env or {})
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
 
 
 def _finish(process: subprocess.Popen) -> str:
@@ -131,17 +143,25 @@ def test_a_new_process_sees_the_same_spent_and_remaining_and_the_env_default_cha
     budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
     budget.spend(GaussianCharge(1.0, RACE_SIGMA), label="first")
     budget.reserve(GaussianCharge(1.0, RACE_SIGMA), label="crashed")  # never committed: counts
-    here = (budget.releases, repr(budget.spent_epsilon), repr(budget.remaining()), repr(budget.remaining(3)))
+    here = (
+        budget.releases,
+        repr(budget.spent_epsilon),
+        repr(budget.remaining()),
+        repr(budget.remaining(3)),
+    )
     process = _python(
         """
         import numpy as np
         import dask_dppca as dd
         from dask_dppca.privacy.charging import default_budget
         budget = default_budget()
-        print(budget.releases, repr(budget.spent_epsilon), repr(budget.remaining()), repr(budget.remaining(3)))
+        print(budget.releases, repr(budget.spent_epsilon), repr(budget.remaining()),
+              repr(budget.remaining(3)))
         x = np.random.default_rng(0).standard_normal((40, 3))  # test data only
         dd.DPPCA(epsilon=0.5, scheduler="synchronous").fit(x)
-        """, env={BUDGET_ENV: ledger})
+        """,
+        env={BUDGET_ENV: ledger},
+    )
     there = tuple(_finish(process).split())
     assert there == (str(here[0]), *here[1:])
     rows = budget.spent
@@ -156,7 +176,9 @@ def test_a_new_process_sees_the_same_spent_and_remaining_and_the_env_default_cha
 @pytest.mark.parametrize("storage", ["memory", "ledger"])
 def test_a_reservation_counts_until_cancelled(storage, ledger):
     budget = PrivacyBudget(2.0, 1e-5, ledger=ledger if storage == "ledger" else None)
-    reservation = budget.reserve(GaussianCharge(1.0, RACE_SIGMA, epsilon=0.5, delta=1e-6), fit_id="abc", dataset="x.zarr")
+    reservation = budget.reserve(
+        GaussianCharge(1.0, RACE_SIGMA, epsilon=0.5, delta=1e-6), fit_id="abc", dataset="x.zarr"
+    )
     assert budget.releases == 1 and budget.spent_epsilon > 0
     assert budget.spent[0].state == "reserved" and budget.spent[0].fit_id == "abc"
     reservation.cancel()
@@ -176,10 +198,14 @@ def test_sigkill_between_reservation_and_commit_still_counts(ledger):
         """
         import sys, time
         from dask_dppca.privacy.budget import GaussianCharge, PrivacyBudget
-        PrivacyBudget.open(sys.argv[1]).reserve(GaussianCharge(1.0, float(sys.argv[2])), label="killed")
+        charge = GaussianCharge(1.0, float(sys.argv[2]))
+        PrivacyBudget.open(sys.argv[1]).reserve(charge, label="killed")
         print("reserved", flush=True)
         time.sleep(120)
-        """, ledger, repr(RACE_SIGMA))
+        """,
+        ledger,
+        repr(RACE_SIGMA),
+    )
     assert process.stdout.readline().strip() == "reserved"
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=SUBPROCESS_TIMEOUT)
@@ -204,7 +230,9 @@ def test_a_fit_killed_while_it_computes_stays_charged(ledger):
         x = da.from_array(np.random.default_rng(0).standard_normal((40, 3)), chunks=(20, 3))
         slow = x.map_blocks(lambda block: time.sleep(120) or block, meta=np.empty((0, 0)))
         dd.DPPCA(epsilon=0.5, scheduler="synchronous").fit(slow)
-        """, env={BUDGET_ENV: ledger})
+        """,
+        env={BUDGET_ENV: ledger},
+    )
     budget = PrivacyBudget.open(ledger)
     deadline = time.monotonic() + SUBPROCESS_TIMEOUT
     try:
@@ -278,7 +306,9 @@ def _race(ledger: str, tmp_path, mode: str, n_processes: int = 4) -> list[int]:
     racers = [_python(_RACER, ledger, str(go), mode, repr(RACE_SIGMA)) for _ in range(n_processes)]
     deadline = time.monotonic() + SUBPROCESS_TIMEOUT
     while len(list(tmp_path.glob(f"{go.name}.ready.*"))) < n_processes:  # all imported
-        assert time.monotonic() < deadline and all(r.poll() is None for r in racers), "racers not ready"
+        assert time.monotonic() < deadline and all(r.poll() is None for r in racers), (
+            "racers not ready"
+        )
         time.sleep(0.01)
     go.touch()
     return [int(_finish(racer)) for racer in racers]
@@ -302,14 +332,22 @@ def test_the_race_test_catches_a_ledger_that_checks_outside_its_lock(tmp_path):
 
 def test_threads_are_charged_by_the_default_and_by_an_open_block(default_ledger):
     with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda seed: dd.DPPCA(epsilon=0.5, scheduler="synchronous").fit(_x(seed=seed)),
-                      range(4)))
+        list(
+            pool.map(
+                lambda seed: dd.DPPCA(epsilon=0.5, scheduler="synchronous").fit(_x(seed=seed)),
+                range(4),
+            )
+        )
     assert default_ledger.releases == 4
     block = PrivacyBudget(5.0, 1e-5)
     with block:
         with ThreadPoolExecutor(2) as pool:
-            list(pool.map(lambda seed: dd.DPPCA(epsilon=0.5, scheduler="synchronous").fit(_x(seed=seed)),
-                          range(2)))
+            list(
+                pool.map(
+                    lambda seed: dd.DPPCA(epsilon=0.5, scheduler="synchronous").fit(_x(seed=seed)),
+                    range(2),
+                )
+            )
     assert block.releases == 2 and default_ledger.releases == 6
 
 
@@ -384,8 +422,9 @@ def test_an_in_memory_budget_pickles_to_itself_here_and_refuses_use_elsewhere():
     budget = PrivacyBudget(2.0, 1e-5)
     assert pickle.loads(pickle.dumps(budget)) is budget
     payload = base64.b64encode(pickle.dumps(budget)).decode()
-    out = _finish(_python(
-        """
+    out = _finish(
+        _python(
+            """
         import base64, pickle, sys
         from dask_dppca.privacy.budget import GaussianCharge, LedgerError
         budget = pickle.loads(base64.b64decode(sys.argv[1]))
@@ -393,7 +432,10 @@ def test_an_in_memory_budget_pickles_to_itself_here_and_refuses_use_elsewhere():
             budget.spend(GaussianCharge(1.0, 10.0))
         except LedgerError as error:
             print("refused:", error)
-        """, payload))
+        """,
+            payload,
+        )
+    )
     assert out.startswith("refused:") and "has no ledger file" in out and "ledger=PATH" in out
 
 
@@ -427,8 +469,12 @@ def loky_workers():
 
 
 def _pipeline():
-    return Pipeline([("pca", dd.DPPCA(n_components=2, epsilon=0.5, scheduler="synchronous")),
-                     ("ols", LinearRegression())])
+    return Pipeline(
+        [
+            ("pca", dd.DPPCA(n_components=2, epsilon=0.5, scheduler="synchronous")),
+            ("ols", LinearRegression()),
+        ]
+    )
 
 
 def _regression_data():
@@ -445,7 +491,9 @@ def test_cross_val_score_in_worker_processes_charges_every_fold(loky_workers, de
     assert os.getpid() not in {r.pid for r in rows}  # charged from the loky workers
 
 
-def test_workers_started_before_the_default_are_charged_through_the_pickled_estimator(loky_workers, ledger):
+def test_workers_started_before_the_default_are_charged_through_the_pickled_estimator(
+    loky_workers, ledger
+):
     """loky reuses its workers: ones started without DASK_DPPCA_BUDGET still charge the
     default, because the estimator sent to them carries it."""
     x, y = _regression_data()
@@ -510,7 +558,9 @@ def test_k_releases_at_remaining_k_fit_and_slightly_more_do_not(storage, k, ledg
 def test_remaining_on_an_empty_budget_is_its_epsilon_and_a_fit_there_fits(default_ledger):
     assert default_ledger.remaining() == pytest.approx(2.0, rel=1e-12)
     assert default_ledger.remaining() <= 2.0
-    dd.DPPCA(epsilon=1.0, scheduler="synchronous").fit(_x())  # the example of docs/privacy.md ("Planning: remaining()"): delta 1e-6
+    dd.DPPCA(epsilon=1.0, scheduler="synchronous").fit(
+        _x()
+    )  # the example of docs/privacy.md ("Planning: remaining()"): delta 1e-6
     left = default_ledger.remaining()
     assert 1.0 < left < 2.0
     dd.DPPCA(epsilon=left, delta=1e-5, scheduler="synchronous").fit(_x())  # plan with it
@@ -536,7 +586,11 @@ def test_remaining_is_zero_when_nothing_fits_and_k_is_validated():
 
 def test_describe_and_html_show_spent_remaining_and_every_release(ledger):
     budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
-    budget.reserve(GaussianCharge(1.0, RACE_SIGMA, epsilon=0.5, delta=1e-6), label="<b>x</b>", dataset="s3://bucket/x.zarr").commit()
+    budget.reserve(
+        GaussianCharge(1.0, RACE_SIGMA, epsilon=0.5, delta=1e-6),
+        label="<b>x</b>",
+        dataset="s3://bucket/x.zarr",
+    ).commit()
     budget.reserve(GaussianCharge(1.0, RACE_SIGMA)).cancel()
     text = budget.describe()
     assert f"remaining: one more release of epsilon <= {budget.remaining():.6g}" in text
@@ -554,4 +608,5 @@ def test_the_ledger_is_plain_sqlite_readable_by_any_tool(ledger):
     with sqlite3.connect(ledger) as db:
         assert db.execute("SELECT epsilon, delta FROM budget").fetchall() == [(2.0, 1e-5)]
         assert db.execute("SELECT state, label, sigma FROM releases").fetchall() == [
-            ("committed", "by hand", RACE_SIGMA)]
+            ("committed", "by hand", RACE_SIGMA)
+        ]

@@ -116,7 +116,12 @@ def test_vecd_rejects_bad_shapes():
 # -- the noise law ------------------------------------------------------------------------
 
 MATRIX = np.array(
-    [[0.31, -0.07, 0.02, 0.0], [-0.07, 0.25, 0.11, -0.03], [0.02, 0.11, 0.27, 0.05], [0.0, -0.03, 0.05, 0.17]]
+    [
+        [0.31, -0.07, 0.02, 0.0],
+        [-0.07, 0.25, 0.11, -0.03],
+        [0.02, 0.11, 0.27, 0.05],
+        [0.0, -0.03, 0.05, 0.17],
+    ]
 )
 
 
@@ -242,7 +247,9 @@ def chi_square_p_value(draws: np.ndarray, pmf) -> float:
     keep = expected >= 20
     left, right = support[keep][0], support[keep][-1]
     inner = np.arange(left, right + 1)
-    observed = [np.sum(draws < left)] + [np.sum(draws == k) for k in inner] + [np.sum(draws > right)]
+    observed = (
+        [np.sum(draws < left)] + [np.sum(draws == k) for k in inner] + [np.sum(draws > right)]
+    )
     p_inner = pmf(inner)
     tail = max(0.0, 0.5 * (1 - p_inner.sum()))
     expected = n * np.concatenate([[tail], p_inner, [tail]])
@@ -301,7 +308,8 @@ def test_numpy_exp_error_is_within_the_documented_4_ulp():
     y = np.exp(x)
     with mpmath.workdps(40):
         errors = [
-            (mpmath.mpf(float(yi)) - mpmath.exp(mpmath.mpf(float(xi)))) / mpmath.mpf(float(np.spacing(yi)))
+            (mpmath.mpf(float(yi)) - mpmath.exp(mpmath.mpf(float(xi))))
+            / mpmath.mpf(float(np.spacing(yi)))
             for xi, yi in zip(x, y)
         ]
     worst = max(abs(float(e)) for e in errors)
@@ -316,10 +324,10 @@ def test_discrete_gaussian_is_close_to_the_rounded_gaussian():
     for s in (1.5, 4.0, 16.0):
         with mpmath.workdps(50):
             support = range(-int(80 * s), int(80 * s))
-            norm = mpmath.fsum(mpmath.exp(-mpmath.mpf(j) ** 2 / (2 * s * s)) for j in support)
+            norm = mpmath.fsum(mpmath.exp(-(mpmath.mpf(j) ** 2) / (2 * s * s)) for j in support)
             ratios = []
             for k in range(-int(8 * s), int(8 * s) + 1):
-                p = mpmath.exp(-mpmath.mpf(k) ** 2 / (2 * s * s)) / norm
+                p = mpmath.exp(-(mpmath.mpf(k) ** 2) / (2 * s * s)) / norm
                 q = mpmath.ncdf((k + mpmath.mpf(0.5)) / s) - mpmath.ncdf((k - mpmath.mpf(0.5)) / s)
                 ratios.append((k, abs(float(mpmath.log(q / p)))))
         tail = 3 * math.exp(-2 * math.pi**2 * s * s)
@@ -363,7 +371,7 @@ def test_low_bits_of_the_input_do_not_reach_the_output():
     sigma = 1e-3
     step = lattice_step(sigma)
     rng = np.random.default_rng(4)  # TEST-ONLY data
-    cells = rng.integers(-2**45, 2**45, size=1000).astype(float)
+    cells = rng.integers(-(2**45), 2**45, size=1000).astype(float)
     x = step * (cells + rng.uniform(-0.45, 0.45, size=1000))
     x_other = step * (cells + rng.uniform(-0.45, 0.45, size=1000))
     assert np.all(x != x_other)
@@ -411,7 +419,9 @@ def test_sensitivity_slack_covers_the_symmetric_rounding(a, b, sigma):
 
     moved = np.linalg.norm(lattice_vecd(a) - lattice_vecd(b))
     exact = np.linalg.norm(vecd(a) - vecd(b))
-    assert moved <= exact * (1 + 1e-12) + LatticeSampler().sensitivity_slack(d * (d + 1) // 2, sigma)
+    assert moved <= exact * (1 + 1e-12) + LatticeSampler().sensitivity_slack(
+        d * (d + 1) // 2, sigma
+    )
 
 
 def test_rounding_needs_a_slack():

@@ -23,7 +23,6 @@ from dask_dppca.privacy.noise import (
     SeededSampler,
     add_symmetric_noise,
 )
-
 from tests.privacy.test_noise import MATRIX, draw_many, law_rejected
 
 
@@ -125,7 +124,9 @@ def test_every_sampler_in_the_package_has_a_conformance_class():
 def _concrete(base: type) -> list[type]:
     found = []
     for sub in base.__subclasses__():
-        if not getattr(sub, "__abstractmethods__", None) and sub.__module__.startswith("dask_dppca"):
+        if not getattr(sub, "__abstractmethods__", None) and sub.__module__.startswith(
+            "dask_dppca"
+        ):
             found.append(sub)
         found += _concrete(sub)
     return found

@@ -15,7 +15,9 @@ import dask_dppca as dd
 from dask_dppca.design import CompleteDesign
 from dask_dppca.kernel.spatial_sign import MAX_BOUND, MIN_BOUND, SpatialSign, custom, sphere, winsor
 
-pytestmark = pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+)
 
 
 def _reported_sensitivity(n, d, **params):
@@ -72,8 +74,11 @@ def _hostile_rows(d):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    base=hnp.arrays(np.float64, st.tuples(st.integers(3, 12), st.just(3)),
-                    elements=st.one_of(st.floats(-10, 10), st.sampled_from([0.0, 1e300, -1e-200, 1e8]))),
+    base=hnp.arrays(
+        np.float64,
+        st.tuples(st.integers(3, 12), st.just(3)),
+        elements=st.one_of(st.floats(-10, 10), st.sampled_from([0.0, 1e300, -1e-200, 1e8])),
+    ),
     replacement=_hostile_rows(3),
     index=st.integers(0, 11),
     spatial_sign=st.sampled_from(["sphere", "winsor"]),
@@ -124,7 +129,9 @@ def _gaps_and_reported(spatial_sign, unit, n=40, d=3):
     sensitivity a fit reports, all divided by G^2 (K's entries at G = 1e100 would
     overflow when squared)."""
     g2 = spatial_sign.bound**2
-    est = dd.DPPCA(n_components=1, spatial_sign=spatial_sign, random_state=0, scheduler="synchronous")
+    est = dd.DPPCA(
+        n_components=1, spatial_sign=spatial_sign, random_state=0, scheduler="synchronous"
+    )
     reported = est.fit(np.random.default_rng(0).standard_normal((n, d))).privacy_["sensitivity"]
     gaps = []
     for s, s_prime in _adversarial_pairs(n, d, np.random.default_rng(1), unit).values():
@@ -138,16 +145,21 @@ def _gaps_and_reported(spatial_sign, unit, n=40, d=3):
 def test_every_constructible_transform_keeps_its_reported_sensitivity(name):
     gaps, reported = _gaps_and_reported(*CONSTRUCTIBLE[name])
     assert np.all(np.isfinite(gaps)) and gaps.max() <= reported
-    assert gaps.max() >= 0.95 * reported      # and the neighbours reach it: the check is tight
+    assert gaps.max() >= 0.95 * reported  # and the neighbours reach it: the check is tight
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the identity overflows at 1e300
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the identity overflows at 1e300
 def test_a_wrong_bound_is_caught_by_the_neighbours():
     """The check above has teeth: a SpatialSign that escaped its constructor's check
     (audit item a: SpatialSign("identity", bound=1.0)) reports a sensitivity the
     adversarial neighbours exceed many times over."""
     broken = object.__new__(SpatialSign)
-    for field, value in {"name": "identity", "bound": 1.0, "radius": None, "xi_function": None}.items():
+    for field, value in {
+        "name": "identity",
+        "bound": 1.0,
+        "radius": None,
+        "xi_function": None,
+    }.items():
         object.__setattr__(broken, field, value)
     gaps, reported = _gaps_and_reported(broken, 1.0)
     assert np.nanmax(gaps) > 1e3 * reported

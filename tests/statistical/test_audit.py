@@ -30,14 +30,15 @@ from scipy import stats
 import dask_dppca as dd
 from dask_dppca.privacy import ReleaseMechanism
 from dask_dppca.privacy.noise import default_sampler
-from tests.releases import mechanism_for
 from tests.privacy.test_sensitivity import _adversarial_pairs
+from tests.releases import mechanism_for
 
 SQRT2 = math.sqrt(2.0)
 
 
 def recover_k_tilde(eigenvalues: np.ndarray, components: np.ndarray) -> np.ndarray:
-    """``K_tilde = V^T diag(lambda) V`` from a release with ``n_components = d`` (post-processing)."""
+    """``K_tilde = V^T diag(lambda) V`` from a release with ``n_components = d``
+    (post-processing)."""
     assert components.shape[0] == components.shape[1] == eigenvalues.size
     k = components.T @ (eigenvalues[:, None] * components)
     return (k + k.T) / 2.0
@@ -85,8 +86,10 @@ def law_p_values(noise: np.ndarray, sigma: float) -> dict[str, float]:
     """
     d = noise.shape[1]
     rows, cols = np.triu_indices(d, 1)
-    z = np.concatenate([noise[:, np.arange(d), np.arange(d)] / sigma,
-                        noise[:, rows, cols] / (sigma / SQRT2)], axis=1)
+    z = np.concatenate(
+        [noise[:, np.arange(d), np.arange(d)] / sigma, noise[:, rows, cols] / (sigma / SQRT2)],
+        axis=1,
+    )
     names = [f"E{i}{i}" for i in range(d)] + [f"E{i}{j}" for i, j in zip(rows, cols)]
     groups = {name: z[:, k] for k, name in enumerate(names)}
     groups["diag(pooled)"] = z[:, :d].ravel()
@@ -121,11 +124,14 @@ def variance_ratios(noise: np.ndarray, sigma: float) -> tuple[float, float]:
 
 @pytest.mark.statistical
 def test_fit_noise_has_the_vecd_law(fit_noise):
-    """N_FITS fits of DPPCA on fixed data: K_tilde - K_hat has the vecd law at the REPORTED sigma."""
+    """N_FITS fits of DPPCA on fixed data: K_tilde - K_hat has the vecd law at the
+    REPORTED sigma."""
     noise, sigma, _ = fit_noise
     assert np.array_equal(noise, np.transpose(noise, (0, 2, 1)))
-    assert not law_rejections(noise, sigma), (law_rejections(noise, sigma),
-                                              variance_ratios(noise, sigma))
+    assert not law_rejections(noise, sigma), (
+        law_rejections(noise, sigma),
+        variance_ratios(noise, sigma),
+    )
 
 
 @pytest.mark.statistical
@@ -137,10 +143,13 @@ def test_release_noise_has_the_vecd_law(law_data, fit_noise):
     exact_sum = k_hat * n_pairs
     mechanism = _mechanism(N_LAW, D_LAW, sigma)
     assert mechanism.plan.n_pairs == n_pairs
-    noise = np.stack([recover_k_tilde(*_release(mechanism, exact_sum)) - k_hat
-                      for _ in range(N_RELEASES)])
-    assert not law_rejections(noise, sigma), (law_rejections(noise, sigma),
-                                              variance_ratios(noise, sigma))
+    noise = np.stack(
+        [recover_k_tilde(*_release(mechanism, exact_sum)) - k_hat for _ in range(N_RELEASES)]
+    )
+    assert not law_rejections(noise, sigma), (
+        law_rejections(noise, sigma),
+        variance_ratios(noise, sigma),
+    )
 
 
 def _mechanism(n: int, d: int, sigma: float) -> ReleaseMechanism:
@@ -192,8 +201,16 @@ def _sigma_off_by_10_percent(noise):
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("broken", [_offdiag_at_sigma, _half_sigma, _diag_double_variance,
-                                    _shared_offdiag, _sigma_off_by_10_percent])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        _offdiag_at_sigma,
+        _half_sigma,
+        _diag_double_variance,
+        _shared_offdiag,
+        _sigma_off_by_10_percent,
+    ],
+)
 def test_the_law_check_rejects_a_broken_law(fit_noise, broken):
     """The same check on the same fitted noise, rescaled into a wrong law, rejects it."""
     noise, sigma, _ = fit_noise
@@ -228,8 +245,9 @@ class FittedMechanism:
     """
 
     def __init__(self, data: np.ndarray) -> None:
-        est = dd.DPPCA(n_components=D_AUDIT, epsilon=EPS_AUDIT, delta=DELTA_AUDIT,
-                       scheduler="synchronous").fit(data)
+        est = dd.DPPCA(
+            n_components=D_AUDIT, epsilon=EPS_AUDIT, delta=DELTA_AUDIT, scheduler="synchronous"
+        ).fit(data)
         self.privacy_ = est.privacy_
         self.claimed_epsilon, self.claimed_delta = est.privacy_["epsilon"], est.privacy_["delta"]
         self.reported_sigma, self.n_pairs = est.privacy_["sigma"], est.privacy_["n_pairs"]
@@ -239,8 +257,9 @@ class FittedMechanism:
 
     def draw(self, n: int) -> np.ndarray:
         """``n`` independent releases, as ``K_tilde`` matrices."""
-        return np.stack([recover_k_tilde(*_release(self.mechanism, self.exact_sum))
-                         for _ in range(n)])
+        return np.stack(
+            [recover_k_tilde(*_release(self.mechanism, self.exact_sum)) for _ in range(n)]
+        )
 
 
 def clopper_pearson_upper(failures: int, trials: int, alpha: float) -> float:
@@ -250,8 +269,9 @@ def clopper_pearson_upper(failures: int, trials: int, alpha: float) -> float:
     return float(stats.beta.ppf(1.0 - alpha, failures + 1, trials - failures))
 
 
-def epsilon_lower_bound(proj_s: np.ndarray, proj_s_prime: np.ndarray, threshold: float,
-                        delta: float) -> dict:
+def epsilon_lower_bound(
+    proj_s: np.ndarray, proj_s_prime: np.ndarray, threshold: float, delta: float
+) -> dict:
     """The audit bound of the test "the input was S'" when the projection exceeds ``threshold``.
 
     With FPR_hi, FNR_hi the Clopper-Pearson upper bounds (each at ALPHA_EACH), an
@@ -261,13 +281,23 @@ def epsilon_lower_bound(proj_s: np.ndarray, proj_s_prime: np.ndarray, threshold:
     fp, fn = int(np.sum(proj_s > threshold)), int(np.sum(proj_s_prime <= threshold))
     fpr = clopper_pearson_upper(fp, proj_s.size, ALPHA_EACH)
     fnr = clopper_pearson_upper(fn, proj_s_prime.size, ALPHA_EACH)
-    bounds = [math.log(num / den) for num, den in ((1.0 - delta - fnr, fpr), (1.0 - delta - fpr, fnr))
-              if num > 0 and den > 0]
-    return {"eps_lb": max(bounds, default=-math.inf), "fp": fp, "fn": fn, "fpr_hi": fpr, "fnr_hi": fnr}
+    bounds = [
+        math.log(num / den)
+        for num, den in ((1.0 - delta - fnr, fpr), (1.0 - delta - fpr, fnr))
+        if num > 0 and den > 0
+    ]
+    return {
+        "eps_lb": max(bounds, default=-math.inf),
+        "fp": fp,
+        "fn": fn,
+        "fpr_hi": fpr,
+        "fnr_hi": fnr,
+    }
 
 
-def black_box_audit(on_s: FittedMechanism, on_s_prime: FittedMechanism, k_s: np.ndarray,
-                    k_s_prime: np.ndarray) -> dict:
+def black_box_audit(
+    on_s: FittedMechanism, on_s_prime: FittedMechanism, k_s: np.ndarray, k_s_prime: np.ndarray
+) -> dict:
     """A lower bound on the true epsilon, to compare with the CLAIMED one.
 
     The statistic is the optimal one for Gaussian noise: the projection of ``K_tilde`` on the
@@ -280,13 +310,19 @@ def black_box_audit(on_s: FittedMechanism, on_s_prime: FittedMechanism, k_s: np.
     direction = (k_s_prime - k_s) / np.linalg.norm(k_s_prime - k_s)
 
     def projections(n: int) -> tuple[np.ndarray, np.ndarray]:
-        return tuple(np.einsum("nij,ij->n", mechanism.draw(n) - k_s, direction)
-                     for mechanism in (on_s, on_s_prime))
+        return tuple(
+            np.einsum("nij,ij->n", mechanism.draw(n) - k_s, direction)
+            for mechanism in (on_s, on_s_prime)
+        )
 
     choose_s, choose_s_prime = projections(N_CHOOSE)
     candidates = np.quantile(np.concatenate([choose_s, choose_s_prime]), CANDIDATE_QUANTILES)
-    threshold = max(candidates, key=lambda t: epsilon_lower_bound(
-        choose_s, choose_s_prime, t, on_s.claimed_delta)["eps_lb"])
+    threshold = max(
+        candidates,
+        key=lambda t: epsilon_lower_bound(choose_s, choose_s_prime, t, on_s.claimed_delta)[
+            "eps_lb"
+        ],
+    )
     certify_s, certify_s_prime = projections(N_CERTIFY)
     result = epsilon_lower_bound(certify_s, certify_s_prime, threshold, on_s.claimed_delta)
     result["threshold_over_gap"] = float(threshold / np.linalg.norm(k_s_prime - k_s))
@@ -301,7 +337,9 @@ def exact_neighbours():
     The other 39 records sit in a 1e-6 cluster; the changed record is 1e6 away along e_0
     in S and along e_1 in S'.
     """
-    s, s_prime = _adversarial_pairs(N_AUDIT, D_AUDIT, np.random.default_rng(7))["clustered"]  # test data
+    s, s_prime = _adversarial_pairs(N_AUDIT, D_AUDIT, np.random.default_rng(7))[
+        "clustered"
+    ]  # test data
     return s, s_prime, [dd.kendall_matrix(data, scheduler="synchronous") for data in (s, s_prime)]
 
 
@@ -345,6 +383,8 @@ def test_audit_catches_a_mechanism_that_reports_its_too_small_sigma(exact_neighb
     honest_sigma = FittedMechanism(s).reported_sigma
     _calibrating_four_times_too_little_noise(monkeypatch)
     on_s, on_s_prime = FittedMechanism(s), FittedMechanism(s_prime)
-    assert on_s.reported_sigma == pytest.approx(honest_sigma / 4, rel=1e-6)  # reported, consistently
+    assert on_s.reported_sigma == pytest.approx(
+        honest_sigma / 4, rel=1e-6
+    )  # reported, consistently
     result = black_box_audit(on_s, on_s_prime, k_s, k_s_prime)
     assert result["eps_lb"] > result["claimed_epsilon"] == EPS_AUDIT, result

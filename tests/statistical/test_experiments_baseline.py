@@ -25,7 +25,8 @@ def _two_stage_releases(X, eps, share, c, seed=0):
     """The script's own two stages: the centre, and every (sensitivity, sigma) released."""
     centre, mu_rest, releases = experiments.private_centre(X, eps, share, seed)
     _, sigma = experiments.centred_second_moment(X, centre, c, mu_rest)
-    # the stage-two sensitivity, from docs/method.md, section 4: ||x x^T - y y^T||_F <= sqrt2 c^2 for norms <= c
+    # the stage-two sensitivity, from docs/method.md, section 4:
+    # ||x x^T - y y^T||_F <= sqrt2 c^2 for norms <= c
     return centre, releases + [(math.sqrt(2.0) * c * c / X.shape[0], sigma)]
 
 

@@ -11,10 +11,19 @@ import pytest
 
 import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, spiked_spectrum
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning, SeededSampler, add_symmetric_noise
 from dask_dppca.metrics import sin_theta
 from dask_dppca.planning import UtilityModel, plan, release_sigma
-from dask_dppca.theory import breakdown_bound, population_eigenvalues, sphere_eigenvalues, winsor_eigenvalues
+from dask_dppca.privacy.noise import (
+    NonPrivateRandomStateWarning,
+    SeededSampler,
+    add_symmetric_noise,
+)
+from dask_dppca.theory import (
+    breakdown_bound,
+    population_eigenvalues,
+    sphere_eigenvalues,
+    winsor_eigenvalues,
+)
 
 
 def test_sphere_eigenvalues_sum_to_one_and_equal_spectrum_is_uniform():
@@ -41,28 +50,51 @@ def test_winsor_eigenvalues_limits_and_stderr():
     assert np.all(se > 0)
     assert np.all(np.abs(big - lam) < 5 * se)  # r -> inf: Cov(T) = Sigma
     small, se_small = winsor_eigenvalues(lam, 1e-6, df=1.0, n_samples=100_000, seed=2)
-    assert np.allclose(small / 1e-12, sphere_eigenvalues(lam), atol=5 * se_small.max() / 1e-12 + 1e-3)
+    assert np.allclose(
+        small / 1e-12, sphere_eigenvalues(lam), atol=5 * se_small.max() / 1e-12 + 1e-3
+    )
     phi, se0 = population_eigenvalues(lam, "sphere")
     assert np.all(se0 == 0)
 
 
-@pytest.mark.parametrize("spatial_sign,radius,calibration,eps", [
-    ("sphere", None, "analytic", 1.0), ("sphere", None, "classical", 0.5),
-    ("winsor", 3.0, "analytic", 4.0), ("winsor", 0.5, "classical", 0.2),
-])
+@pytest.mark.parametrize(
+    "spatial_sign,radius,calibration,eps",
+    [
+        ("sphere", None, "analytic", 1.0),
+        ("sphere", None, "classical", 0.5),
+        ("winsor", 3.0, "analytic", 4.0),
+        ("winsor", 0.5, "classical", 0.2),
+    ],
+)
 def test_release_sigma_is_the_estimators(spatial_sign, radius, calibration, eps):
     X = np.random.default_rng(0).standard_normal((300, 12))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
-        est = dd.DPPCA(2, epsilon=eps, spatial_sign=spatial_sign, radius=radius, calibration=calibration,
-                       design="complete", scheduler="synchronous", random_state=0).fit(X)
-    assert release_sigma(300, 12, eps, 1e-6, spatial_sign=spatial_sign, radius=radius,
-                         calibration=calibration) == est.privacy_["sigma"]
+        est = dd.DPPCA(
+            2,
+            epsilon=eps,
+            spatial_sign=spatial_sign,
+            radius=radius,
+            calibration=calibration,
+            design="complete",
+            scheduler="synchronous",
+            random_state=0,
+        ).fit(X)
+    assert (
+        release_sigma(
+            300, 12, eps, 1e-6, spatial_sign=spatial_sign, radius=radius, calibration=calibration
+        )
+        == est.privacy_["sigma"]
+    )
 
 
 def _measured_median(spectrum, m, n, eps, df, spatial_sign, radius, reps=20):
     d = spectrum.size
-    sigma = 0.0 if math.isinf(eps) else release_sigma(n, d, eps, spatial_sign=spatial_sign, radius=radius)
+    sigma = (
+        0.0
+        if math.isinf(eps)
+        else release_sigma(n, d, eps, spatial_sign=spatial_sign, radius=radius)
+    )
     errs = []
     for s in range(reps):
         X = make_elliptical(n, spectrum, np.eye(d), df=df, seed=100 + s)

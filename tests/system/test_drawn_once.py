@@ -63,9 +63,18 @@ class CountingSampler(OpenDPSampler):
         key = [*COUNTER_KEY, self.token]
         with distributed.Lock(f"dask-dppca-test-count-{self.token}"):
             calls = client.get_metadata(key, default=[])
-            client.set_metadata(key, [*calls, {"size": int(np.size(values)), "pid": os.getpid(),
-                                               "worker": distributed.get_worker().address,
-                                               "time": time.time()}])
+            client.set_metadata(
+                key,
+                [
+                    *calls,
+                    {
+                        "size": int(np.size(values)),
+                        "pid": os.getpid(),
+                        "worker": distributed.get_worker().address,
+                        "time": time.time(),
+                    },
+                ],
+            )
         if self.pause:
             time.sleep(self.pause)
         return out
@@ -97,8 +106,9 @@ def _release_without_ticket(mechanism, n_components, fit_id, *lane_sums):
 
 @pytest.fixture(scope="module")
 def client():
-    with LocalCluster(n_workers=N_WORKERS, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster:
+    with LocalCluster(
+        n_workers=N_WORKERS, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
         with Client(cluster, set_as_default=False) as c:
             yield c
 
@@ -144,8 +154,11 @@ def _killer(client, protected, pids, started, done, log, errors):
         started.wait()
         # Wait for the graph to run: a worker dying before the fit reaches its graph hits
         # another failure (test_fit_survives_a_worker_that_died_just_before_it).
-        while not any(str(key).startswith("dppca-pair")
-                      for keys in client.processing().values() for key in keys):
+        while not any(
+            str(key).startswith("dppca-pair")
+            for keys in client.processing().values()
+            for key in keys
+        ):
             if done.is_set():
                 return
             time.sleep(0.02)
@@ -154,8 +167,9 @@ def _killer(client, protected, pids, started, done, log, errors):
             time.sleep(max(0.0, t0 + at - time.monotonic()))
             if done.is_set():
                 return
-            log.append({"time": time.time(), "worker": victim,
-                        "pid": _kill(client, victim, pids[victim])})
+            log.append(
+                {"time": time.time(), "worker": victim, "pid": _kill(client, victim, pids[victim])}
+            )
         # One more: the replacement of the first victim, once it has joined.
         stop = time.monotonic() + 60
         while not done.is_set() and time.monotonic() < stop:
@@ -163,8 +177,9 @@ def _killer(client, protected, pids, started, done, log, errors):
             if fresh:
                 time.sleep(THIRD_KILL_DELAY_S)
                 if not done.is_set():
-                    log.append({"time": time.time(), "worker": fresh[0],
-                                "pid": _kill(client, fresh[0])})
+                    log.append(
+                        {"time": time.time(), "worker": fresh[0], "pid": _kill(client, fresh[0])}
+                    )
                 return
             time.sleep(0.1)
     except Exception as error:  # reported by the test
@@ -176,11 +191,13 @@ def test_fit_draws_once_while_workers_are_killed(client, counting_sampler):
     rng = np.random.default_rng(5)  # test data only
     x = da.from_array(rng.standard_normal((N_ROWS, D)), chunks=(CHUNK, D))
     tickets_before = set(client.get_metadata(list(RELEASE_METADATA_KEY), default={}))
-    est = dd.DPPCA(n_components=2, scheduler=client, trusted_worker=trusted,
-                   design="complete")
+    est = dd.DPPCA(n_components=2, scheduler=client, trusted_worker=trusted, design="complete")
     started, done, kills, errors = threading.Event(), threading.Event(), [], []
-    thread = threading.Thread(target=_killer, daemon=True,
-                              args=(client, trusted, _pids(client), started, done, kills, errors))
+    thread = threading.Thread(
+        target=_killer,
+        daemon=True,
+        args=(client, trusted, _pids(client), started, done, kills, errors),
+    )
     thread.start()
     t0 = time.time()
     started.set()
@@ -200,8 +217,10 @@ def test_fit_draws_once_while_workers_are_killed(client, counting_sampler):
     # Workers died while the pair sums were still being computed: both non-trusted ones,
     # and a third time the first one's replacement when the fit lasted long enough.
     before_release = [k for k in kills if k["time"] < ticket["time"]]
-    print(f"fit {elapsed:.1f} s; kills at {[round(k['time'] - t0, 1) for k in kills]} s; "
-          f"release ticket at {ticket['time'] - t0:.1f} s")
+    print(
+        f"fit {elapsed:.1f} s; kills at {[round(k['time'] - t0, 1) for k in kills]} s; "
+        f"release ticket at {ticket['time'] - t0:.1f} s"
+    )
     assert len(before_release) >= N_WORKERS - 1, (kills, ticket, t0, elapsed)
 
     calls = noise_calls(client, counting_sampler)
@@ -220,9 +239,16 @@ PAUSE_S = 1.0
 def _run_and_kill_the_drawer(client, release, sampler):
     """Submit ``release`` like the estimator does; SIGKILL its worker right after the draw."""
     fit_id = uuid.uuid4().hex
-    future = client.submit(release, mechanism_for(4, D_SMALL, 0.1, sampler), D_SMALL, fit_id,
-                           lane_of(np.eye(D_SMALL) * 6.0),
-                           key=f"dppca-release-{fit_id}", pure=False, retries=0)
+    future = client.submit(
+        release,
+        mechanism_for(4, D_SMALL, 0.1, sampler),
+        D_SMALL,
+        fit_id,
+        lane_of(np.eye(D_SMALL) * 6.0),
+        key=f"dppca-release-{fit_id}",
+        pure=False,
+        retries=0,
+    )
     stop = time.monotonic() + 60
     while len(noise_calls(client, sampler)) < 2:  # the full vecd draw is done
         assert time.monotonic() < stop, "the release never drew"

@@ -26,11 +26,17 @@ from distributed import Client, LocalCluster
 import dask_dppca as dd
 from dask_dppca.compute import TRUSTED_RESOURCE
 
-FEATURES, BLOCK = 512, 1024       # a block is 4 MiB of float64
-BLOCK_BUDGET = 128 * 2**20        # two threads' block pairs, their scratch, 4 lanes' exact sums (~90 MiB used)
-STORE_OVER_LIMIT = 4              # the store is at least 4x the worker's memory_limit
-WORKER = dict(n_workers=1, threads_per_worker=2, dashboard_address=":0",  # any free port
-              resources={TRUSTED_RESOURCE: 1})  # the release runs on it, without a warning
+FEATURES, BLOCK = 512, 1024  # a block is 4 MiB of float64
+BLOCK_BUDGET = (
+    128 * 2**20
+)  # two threads' block pairs, their scratch, 4 lanes' exact sums (~90 MiB used)
+STORE_OVER_LIMIT = 4  # the store is at least 4x the worker's memory_limit
+WORKER = dict(
+    n_workers=1,
+    threads_per_worker=2,
+    dashboard_address=":0",  # any free port
+    resources={TRUSTED_RESOURCE: 1},
+)  # the release runs on it, without a warning
 
 
 def _count_block_reads(dask_worker):
@@ -53,8 +59,8 @@ def _warm_baseline_rss(path):
     """RSS of a worker that has imported what a fit's tasks use and read one block."""
 
     def warm():
+        import dask_dppca.compute.release
         import dask_dppca.graph  # noqa: F401  (the block-pair tasks)
-        import dask_dppca.compute.release  # noqa: F401  (the release runs on this worker)
         from dask_dppca.kernel import block_pair_sum
 
         block = zarr.open_array(path, mode="r")[:BLOCK]
@@ -66,11 +72,12 @@ def _warm_baseline_rss(path):
 
 
 def _write_store(path, n_rows):
-    store = zarr.open_array(path, mode="w", shape=(n_rows, FEATURES), chunks=(BLOCK, FEATURES),
-                            dtype="f8")
+    store = zarr.open_array(
+        path, mode="w", shape=(n_rows, FEATURES), chunks=(BLOCK, FEATURES), dtype="f8"
+    )
     base = np.random.default_rng(0).standard_normal((BLOCK, FEATURES))  # test data only
     for k, start in enumerate(range(0, n_rows, BLOCK)):
-        store[start:start + BLOCK] = base + 0.01 * k   # distinct rows, cheap to write
+        store[start : start + BLOCK] = base + 0.01 * k  # distinct rows, cheap to write
     return store
 
 
@@ -83,13 +90,15 @@ def test_store_four_times_larger_than_memory_completes(tmp_path):
     pause_fraction = dask.config.get("distributed.worker.memory.pause")
     memory_limit = int((baseline + BLOCK_BUDGET) / pause_fraction)
     n_blocks = math.ceil(STORE_OVER_LIMIT * memory_limit / (8 * FEATURES * BLOCK))
-    n_blocks += n_blocks % 2      # a 1-regular block graph (k = 1) needs an even count
+    n_blocks += n_blocks % 2  # a 1-regular block graph (k = 1) needs an even count
     rows = n_blocks * BLOCK
     _write_store(path, rows)
     assert rows * FEATURES * 8 >= STORE_OVER_LIMIT * memory_limit
     design = dd.RegularDesign(k=1, block_size=BLOCK, seed=0)
-    with LocalCluster(**WORKER, memory_limit=memory_limit) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(**WORKER, memory_limit=memory_limit) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         client.run(_count_block_reads)
         peak = [0.0]
         done = threading.Event()
@@ -111,8 +120,10 @@ def test_store_four_times_larger_than_memory_completes(tmp_path):
     for per_worker in reads.values():
         counts.update(per_worker)
     assert len(counts) == n_blocks
-    assert max(counts.values()) == 1          # every block read exactly once
+    assert max(counts.values()) == 1  # every block read exactly once
     # Bounded: the fit held at most BLOCK_BUDGET above the worker's own baseline, below
     # the pause threshold, whatever the store's size.
     assert peak[0] - baseline < BLOCK_BUDGET, (peak[0] / 2**20, baseline / 2**20)
-    assert est.privacy_["n_pairs"] == n_blocks * (BLOCK * (BLOCK - 1) // 2) + n_blocks * BLOCK**2 // 2
+    assert (
+        est.privacy_["n_pairs"] == n_blocks * (BLOCK * (BLOCK - 1) // 2) + n_blocks * BLOCK**2 // 2
+    )

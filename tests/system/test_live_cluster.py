@@ -56,8 +56,14 @@ COMMANDS = json.loads((ROOT / "deploy" / "commands.json").read_text())
 DASK = [sys.executable, "-m", "dask"]
 #: Flags the tests add to the recipes' commands: loopback only, no dashboards, a
 #: scheduler file to learn the port picked by the OS (--port 0).
-TEST_ONLY_FLAGS = ("--host", "--no-dashboard", "--scheduler-file", "--local-directory", "--name",
-                   "--death-timeout")
+TEST_ONLY_FLAGS = (
+    "--host",
+    "--no-dashboard",
+    "--scheduler-file",
+    "--local-directory",
+    "--name",
+    "--death-timeout",
+)
 START_TIMEOUT = 90  # seconds for a process to come up on a loaded 2-core machine
 FIT_TIMEOUT = 120
 
@@ -71,32 +77,42 @@ def _key():
 
 def _write(path: Path, key, cert) -> tuple[str, str]:
     key_path, cert_path = path.with_suffix(".key"), path.with_suffix(".pem")
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     key_path.chmod(0o600)
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return str(cert_path), str(key_path)
 
 
 def _certificate(subject, issuer, public_key, signing_key, *, ca: bool):
-    now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-               .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-               .public_key(public_key)
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5))
-               .not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if not ca:
-        builder = (builder
-                   .add_extension(x509.SubjectAlternativeName(
-                       [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                       critical=False)
-                   .add_extension(x509.ExtendedKeyUsage(
-                       [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                       critical=False))
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        ).add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
     return builder.sign(signing_key, hashes.SHA256())
 
 
@@ -110,26 +126,38 @@ def make_tls_material(folder: Path) -> dict[str, dict[str, str]]:
     folder.mkdir(parents=True, exist_ok=True)
     material = {}
     ca_key = _key()
-    ca_cert = _certificate("dask-dppca test CA", "dask-dppca test CA", ca_key.public_key(), ca_key, ca=True)
+    ca_cert = _certificate(
+        "dask-dppca test CA", "dask-dppca test CA", ca_key.public_key(), ca_key, ca=True
+    )
     ca_path, _ = _write(folder / "ca", ca_key, ca_cert)
     for role in ("scheduler", "worker", "trusted-worker", "client"):
         key = _key()
-        cert, key_path = _write(folder / role, key,
-                                _certificate(f"dask-dppca {role}", "dask-dppca test CA",
-                                             key.public_key(), ca_key, ca=False))
+        cert, key_path = _write(
+            folder / role,
+            key,
+            _certificate(
+                f"dask-dppca {role}", "dask-dppca test CA", key.public_key(), ca_key, ca=False
+            ),
+        )
         material[role] = {"ca": ca_path, "cert": cert, "key": key_path}
     rogue_ca_key = _key()
     rogue_key = _key()
-    cert, key_path = _write(folder / "rogue", rogue_key,
-                            _certificate("rogue client", "rogue CA", rogue_key.public_key(),
-                                         rogue_ca_key, ca=False))
+    cert, key_path = _write(
+        folder / "rogue",
+        rogue_key,
+        _certificate("rogue client", "rogue CA", rogue_key.public_key(), rogue_ca_key, ca=False),
+    )
     material["rogue"] = {"ca": ca_path, "cert": cert, "key": key_path}
     return material
 
 
 def security(tls: dict[str, str]) -> Security:
-    return Security(tls_ca_file=tls["ca"], tls_client_cert=tls["cert"], tls_client_key=tls["key"],
-                    require_encryption=True)
+    return Security(
+        tls_ca_file=tls["ca"],
+        tls_client_cert=tls["cert"],
+        tls_client_key=tls["key"],
+        require_encryption=True,
+    )
 
 
 # -- the cluster ---------------------------------------------------------------------
@@ -153,11 +181,17 @@ class LiveCluster:
         self._count = 0
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.folder / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        log = open(self.folder / f"{name}.log", "wb")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True, cwd=self.folder,
-                                   preexec_fn=die_with_parent)
+        process = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            cwd=self.folder,
+            preexec_fn=die_with_parent,
+        )
         log.close()
         self.processes[name] = process
         return process
@@ -166,8 +200,11 @@ class LiveCluster:
         scheduler_file = self.folder / "scheduler.json"
         tls = self.tls["scheduler"]
         argv = command("scheduler", port=0, ca=tls["ca"], cert=tls["cert"], key=tls["key"])
-        process = self._spawn("scheduler", argv + ["--host", "127.0.0.1", "--no-dashboard",
-                                                   "--scheduler-file", str(scheduler_file)])
+        process = self._spawn(
+            "scheduler",
+            argv
+            + ["--host", "127.0.0.1", "--no-dashboard", "--scheduler-file", str(scheduler_file)],
+        )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -187,14 +224,33 @@ class LiveCluster:
         self._count += 1
         name = f"{'trusted' if trusted else 'worker'}-{self._count}"
         tls = self.tls[role or ("trusted-worker" if trusted else "worker")]
-        argv = command("worker", scheduler=self.address, nthreads=1,
-                       ca=tls["ca"], cert=tls["cert"], key=tls["key"])
+        argv = command(
+            "worker",
+            scheduler=self.address,
+            nthreads=1,
+            ca=tls["ca"],
+            cert=tls["cert"],
+            key=tls["key"],
+        )
         if trusted:
             argv += COMMANDS["trusted_worker_extra"]
         local = self.folder / name
         local.mkdir()
-        self._spawn(name, argv + ["--host", "127.0.0.1", "--no-dashboard", "--name", name,
-                                  "--local-directory", str(local), "--death-timeout", "30"])
+        self._spawn(
+            name,
+            argv
+            + [
+                "--host",
+                "127.0.0.1",
+                "--no-dashboard",
+                "--name",
+                name,
+                "--local-directory",
+                str(local),
+                "--death-timeout",
+                "30",
+            ],
+        )
         return name
 
     def kill(self, name: str) -> None:
@@ -258,9 +314,15 @@ def store(tmp_path_factory):
     """Test data in a Zarr store the workers read: 6000 x 6 t_1 records, 12 blocks."""
     path = str(tmp_path_factory.mktemp("data") / "x.zarr")
     d = 6
-    datasets.write_elliptical_zarr(path, 6000, datasets.spiked_spectrum(d, 2, 8.0),
-                                   datasets.random_directions(d, seed=1), df=1.0,
-                                      chunk_rows=500, seed=2)
+    datasets.write_elliptical_zarr(
+        path,
+        6000,
+        datasets.spiked_spectrum(d, 2, 8.0),
+        datasets.random_directions(d, seed=1),
+        df=1.0,
+        chunk_rows=500,
+        seed=2,
+    )
     return path
 
 
@@ -271,8 +333,12 @@ def live(tmp_path_factory, tls):
     try:
         cluster.start_scheduler()
         cluster.add_worker(trusted=True)
-        with Client(cluster.address, security=security(tls["client"]), timeout=START_TIMEOUT,
-                    set_as_default=False) as client:
+        with Client(
+            cluster.address,
+            security=security(tls["client"]),
+            timeout=START_TIMEOUT,
+            set_as_default=False,
+        ) as client:
             wait_for_workers(client, 1)
             yield cluster, client
     finally:
@@ -310,7 +376,8 @@ def test_exact_k_hat_is_bitwise_identical_on_1_2_and_3_workers(live, store, refe
         results[n_workers] = dd.kendall_matrix(store, scheduler=client)
     for n_workers, k_hat in results.items():
         assert np.array_equal(k_hat, reference), (
-            f"{n_workers} worker(s): max |diff| {np.abs(k_hat - reference).max():.3g}")
+            f"{n_workers} worker(s): max |diff| {np.abs(k_hat - reference).max():.3g}"
+        )
 
 
 def test_python_api_fit_over_tls_releases_on_the_trusted_worker_only(live, store, tls, monkeypatch):
@@ -319,8 +386,7 @@ def test_python_api_fit_over_tls_releases_on_the_trusted_worker_only(live, store
     # sealed._unseal: count those calls.
     opened = []
     original = sealed_module._unseal
-    monkeypatch.setattr(sealed_module, "_unseal",
-                        lambda *args: opened.append(1) or original(*args))
+    monkeypatch.setattr(sealed_module, "_unseal", lambda *args: opened.append(1) or original(*args))
     with threadpool_limits(limits=1, user_api="blas"):  # as in the workers: see local_exact
         local = dd.DPPCA(n_components=2, random_state=11, scheduler="synchronous").fit(store)
     remote = dd.DPPCA(n_components=2, random_state=11, scheduler=client).fit(store)
@@ -330,7 +396,8 @@ def test_python_api_fit_over_tls_releases_on_the_trusted_worker_only(live, store
     ticket = client.get_metadata([*RELEASE_METADATA_KEY, remote.privacy_["fit_id"]])
     assert ticket["worker"] == trusted_address(client) == remote.privacy_["released_on"]
     assert remote.privacy_["release_placement"] == (
-        "a worker offering 'dppca-trusted' with the trusted worker's TLS certificate")
+        "a worker offering 'dppca-trusted' with the trusted worker's TLS certificate"
+    )
     assert opened == []
 
     # A TLS address string, certificates from the Dask configuration.
@@ -364,11 +431,30 @@ def test_cli_fit_over_tls(live, store, tls, tmp_path):
     cluster, client = live
     out = tmp_path / "result.json"
     done = subprocess.run(
-        [sys.executable, "-m", "dask_dppca.cli", "fit", store, "-k", "2", "--no-progress",
-         "--scheduler", cluster.address, "--tls-ca-file", tls["client"]["ca"],
-         "--tls-cert", tls["client"]["cert"], "--tls-key", tls["client"]["key"],
-         "--output", str(out)],
-        capture_output=True, text=True, timeout=FIT_TIMEOUT)
+        [
+            sys.executable,
+            "-m",
+            "dask_dppca.cli",
+            "fit",
+            store,
+            "-k",
+            "2",
+            "--no-progress",
+            "--scheduler",
+            cluster.address,
+            "--tls-ca-file",
+            tls["client"]["ca"],
+            "--tls-cert",
+            tls["client"]["cert"],
+            "--tls-key",
+            tls["client"]["key"],
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=FIT_TIMEOUT,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert np.array(result["components"]).shape == (2, 6)
@@ -395,9 +481,21 @@ def test_connections_without_the_cluster_certificates_are_refused(live, store, t
     with pytest.raises((OSError, TimeoutError)):
         Client(cluster.address, security=security(tls["rogue"]), timeout=3, set_as_default=False)
     # The command line without certificates: a one-line error before any connection.
-    done = subprocess.run([sys.executable, "-m", "dask_dppca.cli", "fit", store, "--no-progress",
-                           "--scheduler", cluster.address],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dask_dppca.cli",
+            "fit",
+            store,
+            "--no-progress",
+            "--scheduler",
+            cluster.address,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "TLS client certificates" in done.stderr and "Traceback" not in done.stderr
 
@@ -405,10 +503,15 @@ def test_connections_without_the_cluster_certificates_are_refused(live, store, t
 def _pair_counter():
     """For ``run_on_scheduler`` (nested, so pickled by value): (pair tasks the scheduler
     knows, those computed: in memory, or released once their sum was taken)."""
+
     def pair_tasks(dask_scheduler=None) -> tuple[int, int]:
-        states = [ts.state for key, ts in dask_scheduler.tasks.items()
-                  if str(key).startswith("dppca-pair")]
+        states = [
+            ts.state
+            for key, ts in dask_scheduler.tasks.items()
+            if str(key).startswith("dppca-pair")
+        ]
         return len(states), sum(state in ("memory", "released") for state in states)
+
     return pair_tasks
 
 
@@ -421,15 +524,19 @@ def _slow_reader(seconds: float):
     Nested, so cloudpickle ships it by value to the workers.  The values, hence the
     exact sum, are those of the store.
     """
+
     def slow(block):
         import time
 
         time.sleep(seconds)
         return block
+
     return slow
 
 
-def _kill_a_worker_when(client, cluster_future, n_tasks: int, done_at: int, spare: str) -> str | None:
+def _kill_a_worker_when(
+    client, cluster_future, n_tasks: int, done_at: int, spare: str
+) -> str | None:
     """Once ``done_at`` pair tasks are in memory, SIGKILL one worker process (not
     ``spare``).  Its nanny restarts it.  Returns the address killed, or None if the
     computation finished first."""
@@ -438,7 +545,9 @@ def _kill_a_worker_when(client, cluster_future, n_tasks: int, done_at: int, spar
         assert time.monotonic() < deadline, "the fit did not progress"
         known, done = client.run_on_scheduler(_pair_tasks)
         if known == n_tasks and done >= done_at:
-            victims = sorted(a for a in client.scheduler_info(n_workers=-1)["workers"] if a != spare)
+            victims = sorted(
+                a for a in client.scheduler_info(n_workers=-1)["workers"] if a != spare
+            )
             pid = client.run(os.getpid, workers=victims[:1])[victims[0]]
             os.kill(pid, signal.SIGKILL)
             return victims[0]
@@ -458,9 +567,15 @@ def test_killing_ordinary_workers_mid_fit_changes_nothing(live, tmp_path_factory
         wait_for_workers(client, len(client.scheduler_info(n_workers=-1)["workers"]) + 1)
     path = str(tmp_path_factory.mktemp("big") / "x.zarr")
     n_blocks = 24
-    datasets.write_elliptical_zarr(path, n_blocks * 300, datasets.spiked_spectrum(6, 2, 8.0),
-                                   datasets.random_directions(6, seed=1), df=1.0,
-                                   chunk_rows=300, seed=3)
+    datasets.write_elliptical_zarr(
+        path,
+        n_blocks * 300,
+        datasets.spiked_spectrum(6, 2, 8.0),
+        datasets.random_directions(6, seed=1),
+        df=1.0,
+        chunk_rows=300,
+        seed=3,
+    )
     slow = da.from_zarr(path).map_blocks(_slow_reader(0.4), dtype=np.float64)
     n_tasks = n_blocks * (n_blocks + 1) // 2
     undisturbed = dd.DPPCA(n_components=2, random_state=5, scheduler=client).fit(path)
@@ -468,8 +583,10 @@ def test_killing_ordinary_workers_mid_fit_changes_nothing(live, tmp_path_factory
     trusted = trusted_address(client)
     with ThreadPoolExecutor(1) as pool:
         fit = pool.submit(dd.DPPCA(n_components=2, random_state=5, scheduler=client).fit, slow)
-        kills = [_kill_a_worker_when(client, fit, n_tasks, n_tasks // 6, trusted),
-                 _kill_a_worker_when(client, fit, n_tasks, n_tasks // 2, trusted)]
+        kills = [
+            _kill_a_worker_when(client, fit, n_tasks, n_tasks // 6, trusted),
+            _kill_a_worker_when(client, fit, n_tasks, n_tasks // 2, trusted),
+        ]
         disturbed = fit.result(timeout=FIT_TIMEOUT)
     assert None not in kills, f"the fit finished before both kills ({kills})"
     assert np.array_equal(disturbed.eigenvalues_, undisturbed.eigenvalues_)
@@ -501,8 +618,12 @@ def test_losing_the_trusted_worker_or_the_scheduler_fails_clearly(tmp_path, tls,
         cluster.start_scheduler()
         trusted = cluster.add_worker(trusted=True)
         cluster.add_worker()
-        with Client(cluster.address, security=security(tls["client"]), timeout=START_TIMEOUT,
-                    set_as_default=False) as client:
+        with Client(
+            cluster.address,
+            security=security(tls["client"]),
+            timeout=START_TIMEOUT,
+            set_as_default=False,
+        ) as client:
             wait_for_workers(client, 2)
             slow = da.from_zarr(store).map_blocks(_slow_reader(0.5), dtype=np.float64)
             started = time.monotonic()
@@ -522,7 +643,9 @@ def test_losing_the_trusted_worker_or_the_scheduler_fails_clearly(tmp_path, tls,
 
         cluster.kill("scheduler")
         started = time.monotonic()
-        with dd_cluster.tls_config(tls["client"]["ca"], tls["client"]["cert"], tls["client"]["key"]):
+        with dd_cluster.tls_config(
+            tls["client"]["ca"], tls["client"]["cert"], tls["client"]["key"]
+        ):
             with pytest.raises(ValueError, match="no Dask scheduler answered"):
                 dd.DPPCA(scheduler=cluster.address).fit(store)
         assert time.monotonic() - started < FAILURE_BOUND
@@ -532,12 +655,16 @@ def test_losing_the_trusted_worker_or_the_scheduler_fails_clearly(tmp_path, tls,
 
 def _failing_on_the_scheduler():
     """Nested, so it is pickled by value and raises on the scheduler."""
+
     def check(dask_scheduler=None):
         raise ModuleNotFoundError("No module named 'dask_dppca'")
+
     return check
 
 
-def test_an_impostor_claiming_the_trusted_resource_gets_no_release(tmp_path, tls, store, monkeypatch):
+def test_an_impostor_claiming_the_trusted_resource_gets_no_release(
+    tmp_path, tls, store, monkeypatch
+):
     """A worker started with the ordinary worker key and ``--resources dppca-trusted=1``
     (an impostor) never runs the release: the scheduler reads each worker's TLS
     certificate, and a claimant whose certificate is not the trusted worker's stops the
@@ -548,10 +675,14 @@ def test_an_impostor_claiming_the_trusted_resource_gets_no_release(tmp_path, tls
     cluster = LiveCluster(tmp_path, tls)
     try:
         cluster.start_scheduler()
-        trusted = cluster.add_worker(trusted=True)                    # trusted-worker.pem
-        impostor = cluster.add_worker(trusted=True, role="worker")    # worker.pem + the resource
-        with Client(cluster.address, security=security(tls["client"]), timeout=START_TIMEOUT,
-                    set_as_default=False) as client:
+        trusted = cluster.add_worker(trusted=True)  # trusted-worker.pem
+        impostor = cluster.add_worker(trusted=True, role="worker")  # worker.pem + the resource
+        with Client(
+            cluster.address,
+            security=security(tls["client"]),
+            timeout=START_TIMEOUT,
+            set_as_default=False,
+        ) as client:
             workers = wait_for_workers(client, 2)
             names = {info["name"]: address for address, info in workers.items()}
             identities = client.run_on_scheduler(trust.worker_identities)
@@ -559,7 +690,9 @@ def test_an_impostor_claiming_the_trusted_resource_gets_no_release(tmp_path, tls
             assert identities[names[impostor]]["common_name"] == "dask-dppca worker"
             assert all(TRUSTED_RESOURCE in i["resources"] for i in identities.values())
 
-            with pytest.raises(trust.UntrustedWorkerError, match=names[impostor].replace(".", r"\.")):
+            with pytest.raises(
+                trust.UntrustedWorkerError, match=names[impostor].replace(".", r"\.")
+            ):
                 dd.DPPCA(n_components=2, scheduler=client).fit(store)
             assert client.get_metadata(list(RELEASE_METADATA_KEY), default={}) == {}
 
@@ -575,8 +708,12 @@ def test_an_impostor_claiming_the_trusted_resource_gets_no_release(tmp_path, tls
             cluster.kill(trusted)
             second = cluster.add_worker(trusted=True, role="worker")
             deadline = time.monotonic() + START_TIMEOUT
-            while {w["name"] for w in client.scheduler_info(n_workers=-1)["workers"].values()} != {second}:
-                assert time.monotonic() < deadline, "the second impostor did not replace the trusted worker"
+            while {w["name"] for w in client.scheduler_info(n_workers=-1)["workers"].values()} != {
+                second
+            }:
+                assert time.monotonic() < deadline, (
+                    "the second impostor did not replace the trusted worker"
+                )
                 time.sleep(0.1)
             (second_address,) = client.scheduler_info(n_workers=-1)["workers"]
             monkeypatch.setattr(placement_module, "verified_placement", lambda client, p, r: p)

@@ -79,10 +79,21 @@ def test_compose_topology_runs_and_fits_like_a_local_fit(tmp_path):
     for folder in (data, results):  # /data as the image leaves it for a new named volume
         folder.mkdir()
         os.chown(folder, 1000, 1000)
-    client_argv = [sys.executable, str(CLIENT), "--workers", "3", "--results", "/results",
-                   "--notebook", str(ROOT / "examples" / "quickstart.ipynb"), "--timeout", "90"]
-    services, client, hosts = compose_services(DEPLOY / "docker" / "compose.yaml", project, data,
-                                               client_argv, results)
+    client_argv = [
+        sys.executable,
+        str(CLIENT),
+        "--workers",
+        "3",
+        "--results",
+        "/results",
+        "--notebook",
+        str(ROOT / "examples" / "quickstart.ipynb"),
+        "--timeout",
+        "90",
+    ]
+    services, client, hosts = compose_services(
+        DEPLOY / "docker" / "compose.yaml", project, data, client_argv, results
+    )
     client["env"].update(DASK_DPPCA_EXAMPLE_N="2000", MPLBACKEND="Agg")
     summary = run_plan(tmp_path, services, client, hosts, TIMEOUT)
     assert summary["client"] == 0 and not summary["exited_early"], summary
@@ -108,11 +119,14 @@ def test_slurm_launch_script_and_jobqueue_run_and_fit_like_a_local_fit(tmp_path)
     state = base / "state dir"
     results = tmp_path / "results"
     results.mkdir()
-    driver = [sys.executable, str(SLURM_DRIVER), str(tls),
-              str(state), str(results)]
-    env = {**MACHINE_ENV, "PATH": ":".join([str(STANDINS), PYTHON_BIN, os.environ["PATH"]]),
-           "HOME": str(base),
-           "SBATCH_STANDIN_STATE": str(base / "sbatch"), "PYTHONPATH": str(ROOT)}
+    driver = [sys.executable, str(SLURM_DRIVER), str(tls), str(state), str(results)]
+    env = {
+        **MACHINE_ENV,
+        "PATH": ":".join([str(STANDINS), PYTHON_BIN, os.environ["PATH"]]),
+        "HOME": str(base),
+        "SBATCH_STANDIN_STATE": str(base / "sbatch"),
+        "PYTHONPATH": str(ROOT),
+    }
     client = {"name": "slurm-driver", "argv": driver, "env": env, "workdir": str(base)}
     summary = run_plan(tmp_path, [], client, ["dppca-node"], 2 * TIMEOUT, hostname="dppca-node")
     assert summary["client"] == 0, summary
@@ -121,8 +135,13 @@ def test_slurm_launch_script_and_jobqueue_run_and_fit_like_a_local_fit(tmp_path)
         check_fit(json.loads((results / run / "result.json").read_text()), str, n_workers=3)
         assert runs[run]["left_running"] == [], runs[run]
     # launch.sh: the trusted worker's job carries DPPCA_TRUSTED_SBATCH's flags.
-    assert runs["launch"]["trusted_flags"] == ["--job-name=dppca-trusted", "--cpus-per-task=2",
-                                               "--mem=16G", "--time=08:00:00", "--nodelist=secure01"]
+    assert runs["launch"]["trusted_flags"] == [
+        "--job-name=dppca-trusted",
+        "--cpus-per-task=2",
+        "--mem=16G",
+        "--time=08:00:00",
+        "--nodelist=secure01",
+    ]
     print(f"SLURM runs: {summary['seconds']:.1f} s")
 
 
@@ -145,15 +164,35 @@ def test_kubernetes_pods_run_and_fit_like_a_local_fit(recipe, tmp_path):
     services, hosts = kubernetes_services(objects, tls, data)
     assert len(services) == 4  # scheduler, 2 workers, the trusted worker
     # The client: a container of the same image with the client's folder and the data.
-    client = {**services[-1], "name": "client",
-              "argv": [sys.executable, str(CLIENT), "--scheduler", "tls://localhost:8786",
-                       "--workers", "3", "--results", "/results"],
-              "env": {**image_environment(), "DASK_DPPCA_DATA_DIR": "/data",
-                      **client_tls_env(Path("/tls"))},
-              "mounts": [[str(tls / "client"), "/tls", True], [str(data), "/data", False],
-                         [str(results), "/results", False]]}
+    client = {
+        **services[-1],
+        "name": "client",
+        "argv": [
+            sys.executable,
+            str(CLIENT),
+            "--scheduler",
+            "tls://localhost:8786",
+            "--workers",
+            "3",
+            "--results",
+            "/results",
+        ],
+        "env": {
+            **image_environment(),
+            "DASK_DPPCA_DATA_DIR": "/data",
+            **client_tls_env(Path("/tls")),
+        },
+        "mounts": [
+            [str(tls / "client"), "/tls", True],
+            [str(data), "/data", False],
+            [str(results), "/results", False],
+        ],
+    }
     summary = run_plan(tmp_path, services, client, hosts, TIMEOUT)
     assert summary["client"] == 0 and not summary["exited_early"], summary
-    check_fit(json.loads((results / "result.json").read_text()),
-              lambda path: str(data / Path(path).relative_to("/data")), n_workers=3)
+    check_fit(
+        json.loads((results / "result.json").read_text()),
+        lambda path: str(data / Path(path).relative_to("/data")),
+        n_workers=3,
+    )
     print(f"{recipe} pods: {summary['seconds']:.1f} s")

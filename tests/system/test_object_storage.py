@@ -5,9 +5,9 @@ credentials are refused as S3 refuses them), create a user and its key, and writ
 v2 and v3 arrays and a group there.  The cluster is a ``dask scheduler`` and two
 ``dask worker`` processes (tests/live.py's PlainCluster) started with a clean
 environment: no AWS_* or FSSPEC_* variable and an empty HOME (no ~/.aws), so they can
-read only with the storage options that travel inside the graph.  Every process is killed in a ``finally``; every wait is
-bounded.  Seeds generate TEST DATA, and ``random_state`` makes the noise reproducible
-so that releases can be compared bit for bit (never private).
+read only with the storage options that travel inside the graph.  Every process is killed
+in a ``finally``; every wait is bounded.  Seeds generate TEST DATA, and ``random_state``
+makes the noise reproducible so that releases can be compared bit for bit (never private).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"),
 ]
 
-RUN_TIMEOUT = 180    # seconds for one CLI run
+RUN_TIMEOUT = 180  # seconds for one CLI run
 N, D, CHUNK = 2400, 6, 400
 BUCKET = "data"
 #: Lines a clean failure must not print (tracebacks, aiohttp/s3fs teardown noise).
@@ -58,8 +58,15 @@ def _free_port() -> int:
 
 def _spawn(argv, log: Path, env: dict, cwd: Path) -> subprocess.Popen:
     with open(log, "wb") as stream:
-        return subprocess.Popen(argv, stdout=stream, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True, preexec_fn=die_with_parent)
+        return subprocess.Popen(
+            argv,
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
 
 
 def _clean_env(home: Path) -> dict:
@@ -79,8 +86,12 @@ def s3(tmp_path_factory):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
-    server = _spawn([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                    folder / "moto.log", env, folder)
+    server = _spawn(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        folder / "moto.log",
+        env,
+        folder,
+    )
     previous = os.environ.get("AWS_EC2_METADATA_DISABLED")
     os.environ["AWS_EC2_METADATA_DISABLED"] = "true"  # botocore never probes a metadata address
     try:
@@ -93,21 +104,40 @@ def s3(tmp_path_factory):
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError((folder / "moto.log").read_text()) from None
                 time.sleep(0.2)
-        setup = dict(endpoint_url=url, region_name="us-east-1", aws_access_key_id="setup",
-                     aws_secret_access_key="setup")
+        setup = dict(
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="setup",
+            aws_secret_access_key="setup",
+        )
         iam = boto3.client("iam", **setup)
         iam.create_user(UserName="analyst")
-        iam.put_user_policy(UserName="analyst", PolicyName="s3", PolicyDocument=json.dumps({
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        iam.put_user_policy(
+            UserName="analyst",
+            PolicyName="s3",
+            PolicyDocument=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+                }
+            ),
+        )
         key = iam.create_access_key(UserName="analyst")["AccessKey"]
         boto3.client("s3", **setup).create_bucket(Bucket=BUCKET)
         # From here on every request must be signed with a key moto knows.
         requests.post(f"{url}/moto-api/reset-auth", data=b"0", timeout=10).raise_for_status()
-        options = {"key": key["AccessKeyId"], "secret": key["SecretAccessKey"],
-                   "client_kwargs": {"endpoint_url": url, "region_name": "us-east-1"}}
-        yield {"options": options, "url": url, "secret": key["SecretAccessKey"],
-               "log": folder / "moto.log", "fs": s3fs.S3FileSystem(**options)}
+        options = {
+            "key": key["AccessKeyId"],
+            "secret": key["SecretAccessKey"],
+            "client_kwargs": {"endpoint_url": url, "region_name": "us-east-1"},
+        }
+        yield {
+            "options": options,
+            "url": url,
+            "secret": key["SecretAccessKey"],
+            "log": folder / "moto.log",
+            "fs": s3fs.S3FileSystem(**options),
+        }
     finally:
         stop([server])
         if previous is None:
@@ -126,18 +156,29 @@ def stores(s3, x, tmp_path_factory):
     """The same records on S3 (v2, v3, a nested group member) and in a local store."""
     options = s3["options"]
     for name, zarr_format in (("v2", 2), ("v3", 3)):
-        array = zarr.open_array(f"s3://{BUCKET}/{name}.zarr", mode="w", shape=x.shape,
-                                chunks=(CHUNK, D), dtype="f8", zarr_format=zarr_format,
-                                storage_options=options)
+        array = zarr.open_array(
+            f"s3://{BUCKET}/{name}.zarr",
+            mode="w",
+            shape=x.shape,
+            chunks=(CHUNK, D),
+            dtype="f8",
+            zarr_format=zarr_format,
+            storage_options=options,
+        )
         array[:] = x
     group = zarr.open_group(f"s3://{BUCKET}/group.zarr", mode="w", storage_options=options)
-    group.create_group("sub").create_array("records", shape=x.shape, chunks=(CHUNK, D),
-                                           dtype="f8")[:] = x
+    group.create_group("sub").create_array("records", shape=x.shape, chunks=(CHUNK, D), dtype="f8")[
+        :
+    ] = x
     group.create_array("other", shape=(3,), dtype="f8")[:] = 1.0
     local = tmp_path_factory.mktemp("local") / "x.zarr"
     zarr.open_array(str(local), mode="w", shape=x.shape, chunks=(CHUNK, D), dtype="f8")[:] = x
-    return {"v2": (f"s3://{BUCKET}/v2.zarr", None), "v3": (f"s3://{BUCKET}/v3.zarr", None),
-            "group": (f"s3://{BUCKET}/group.zarr", "sub/records"), "local": str(local)}
+    return {
+        "v2": (f"s3://{BUCKET}/v2.zarr", None),
+        "v3": (f"s3://{BUCKET}/v3.zarr", None),
+        "group": (f"s3://{BUCKET}/group.zarr", "sub/records"),
+        "local": str(local),
+    }
 
 
 # -- the cluster ---------------------------------------------------------------------
@@ -183,8 +224,9 @@ def test_the_workers_have_no_credentials_of_their_own(s3, stores, cluster):
 
         try:
             s3fs.S3FileSystem(skip_instance_cache=True, **endpoint_only).cat(
-                f"{BUCKET}/v3.zarr/zarr.json")
-        except Exception as error:  # noqa: BLE001 - what matters is that it fails
+                f"{BUCKET}/v3.zarr/zarr.json"
+            )
+        except Exception as error:
             return type(error).__name__
         return "read"
 
@@ -214,7 +256,8 @@ def test_a_fit_on_s3_equals_the_local_fit_bitwise(s3, stores, cluster, case):
 def test_xarray_opened_from_s3_fits_on_workers_without_credentials(s3, x, stores, cluster):
     url = f"s3://{BUCKET}/dataset.zarr"
     xr.Dataset({"records": (("record", "feature"), x)}).to_zarr(
-        url, storage_options=s3["options"], encoding={"records": {"chunks": (CHUNK, D)}})
+        url, storage_options=s3["options"], encoding={"records": {"chunks": (CHUNK, D)}}
+    )
     opened = xr.open_zarr(url, storage_options=s3["options"])
     remote = _fit(opened, cluster, component="records")
     local = _fit(stores["local"], cluster)
@@ -238,8 +281,9 @@ def test_each_chunk_is_read_once_per_fit(s3, stores, cluster):
 
 def test_a_missing_chunk_on_s3_names_the_store_and_the_worker(s3, x, cluster):
     url = f"s3://{BUCKET}/holes.zarr"
-    zarr.open_array(url, mode="w", shape=x.shape, chunks=(CHUNK, D), dtype="f8",
-                    storage_options=s3["options"])[:] = x
+    zarr.open_array(
+        url, mode="w", shape=x.shape, chunks=(CHUNK, D), dtype="f8", storage_options=s3["options"]
+    )[:] = x
     s3["fs"].rm_file(f"{BUCKET}/holes.zarr/c/3/0")
     est = dd.DPPCA(n_components=2, random_state=0, scheduler=cluster["client"])
     with dd.PrivacyBudget(epsilon=10, delta=1e-5) as budget:
@@ -257,27 +301,51 @@ def test_what_prints_the_graph_shows_no_secret(s3, stores):
     repr, the array's and the graph's never show them (dashboards, logs, errors)."""
     data = open_records(stores["v3"][0], storage_options=s3["options"]).array
     graph = dict(data.__dask_graph__())
-    _assert_no_secret(s3["secret"], repr(data), str(data.dask), *map(repr, graph.values()),
-                      *map(str, graph.values()))
+    _assert_no_secret(
+        s3["secret"],
+        repr(data),
+        str(data.dask),
+        *map(repr, graph.values()),
+        *map(str, graph.values()),
+    )
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "dask_dppca.cli", "fit", *args],
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "dask_dppca.cli", "fit", *args],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        cwd=cwd,
+    )
 
 
 def _option_flags(options) -> list[str]:
     endpoint = options["client_kwargs"]["endpoint_url"]
-    return ["--storage-option", f"key={options['key']}",
-            "--storage-option", f"secret={options['secret']}",
-            "--storage-option", f"client_kwargs.endpoint_url={endpoint}",
-            "--storage-option", "client_kwargs.region_name=us-east-1"]
+    return [
+        "--storage-option",
+        f"key={options['key']}",
+        "--storage-option",
+        f"secret={options['secret']}",
+        "--storage-option",
+        f"client_kwargs.endpoint_url={endpoint}",
+        "--storage-option",
+        "client_kwargs.region_name=us-east-1",
+    ]
 
 
 def test_cli_reads_s3_and_writes_s3(s3, stores, cluster, tmp_path):
     out = f"s3://{BUCKET}/results/run-1/result.json"
-    done = _cli(stores["v3"][0], "--scheduler", cluster["address"], "--no-progress",
-                *_option_flags(s3["options"]), "--output", out, cwd=tmp_path)
+    done = _cli(
+        stores["v3"][0],
+        "--scheduler",
+        cluster["address"],
+        "--no-progress",
+        *_option_flags(s3["options"]),
+        "--output",
+        out,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"wrote {out}:")
     text = s3["fs"].cat_file(out.removeprefix("s3://")).decode()
@@ -288,16 +356,31 @@ def test_cli_reads_s3_and_writes_s3(s3, stores, cluster, tmp_path):
     _assert_no_secret(s3["secret"], done.stdout, done.stderr, text, _logs(cluster))
 
 
-def test_cli_result_on_s3_equals_the_local_one_bitwise(s3, stores, cluster, tmp_path,
-                                                       monkeypatch, capsys):
+def test_cli_result_on_s3_equals_the_local_one_bitwise(
+    s3, stores, cluster, tmp_path, monkeypatch, capsys
+):
     """The same command line on S3 and on a local copy; noise seeded (tests only)."""
     monkeypatch.setattr(estimator, "_noise_sampler", lambda d, random_state: SeededSampler(0))
     options_file = tmp_path / "options.json"
     options_file.write_text(json.dumps(s3["options"]))
     common = ["--scheduler", cluster["address"], "--no-progress", "-k", "3"]
     out = f"s3://{BUCKET}/results/run-2/result.json"
-    assert main(["fit", stores["group"][0], "--component", "sub/records", *common,
-                 "--storage-options-json", str(options_file), "--output", out]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                stores["group"][0],
+                "--component",
+                "sub/records",
+                *common,
+                "--storage-options-json",
+                str(options_file),
+                "--output",
+                out,
+            ]
+        )
+        == 0
+    )
     assert main(["fit", stores["local"], *common, "--output", str(tmp_path / "r.json")]) == 0
     remote = json.loads(s3["fs"].cat_file(out.removeprefix("s3://")))
     local = json.loads((tmp_path / "r.json").read_text())
@@ -331,9 +414,21 @@ def test_bad_credentials_and_endpoints_fail_cleanly(s3, stores, tmp_path):
         if case == "dead-endpoint":
             options["client_kwargs"]["endpoint_url"] = f"http://127.0.0.1:{_free_port()}"
         process = subprocess.Popen(
-            [sys.executable, "-m", "dask_dppca.cli", "fit", source, *_option_flags(options),
-             "--output", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            cwd=folder)
+            [
+                sys.executable,
+                "-m",
+                "dask_dppca.cli",
+                "fit",
+                source,
+                *_option_flags(options),
+                "--output",
+                out,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=folder,
+        )
         runs[case] = (process, out if case == "wrong-secret-output" else source, folder)
     for case, (process, shown, folder) in runs.items():
         try:
@@ -381,11 +476,21 @@ def readme_bucket(s3, x, tmp_path):
     """my-bucket/records.zarr and ./s3.json as the README assumes; a clean environment."""
     options = s3["options"]
     if not s3["fs"].exists("my-bucket"):
-        boto3.client("s3", endpoint_url=s3["url"], region_name="us-east-1",
-                     aws_access_key_id=options["key"],
-                     aws_secret_access_key=options["secret"]).create_bucket(Bucket="my-bucket")
-    zarr.open_array("s3://my-bucket/records.zarr", mode="w", shape=x.shape, chunks=(CHUNK, D),
-                    dtype="f8", storage_options=options)[:] = x
+        boto3.client(
+            "s3",
+            endpoint_url=s3["url"],
+            region_name="us-east-1",
+            aws_access_key_id=options["key"],
+            aws_secret_access_key=options["secret"],
+        ).create_bucket(Bucket="my-bucket")
+    zarr.open_array(
+        "s3://my-bucket/records.zarr",
+        mode="w",
+        shape=x.shape,
+        chunks=(CHUNK, D),
+        dtype="f8",
+        storage_options=options,
+    )[:] = x
     (tmp_path / "s3.json").write_text(json.dumps(options))
     env = _clean_env(tmp_path / "home")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -393,8 +498,14 @@ def readme_bucket(s3, x, tmp_path):
 
 
 def _run_readme_block(argv, readme_bucket, secret):
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT,
-                          cwd=readme_bucket["cwd"], env=readme_bucket["env"])
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        cwd=readme_bucket["cwd"],
+        env=readme_bucket["env"],
+    )
     assert done.returncode == 0, done.stderr
     assert not any(noise in done.stderr for noise in NOISE), done.stderr
     _assert_no_secret(secret, done.stdout, done.stderr)

@@ -16,8 +16,8 @@ from distributed import Client, LocalCluster
 from distributed.core import Status
 
 import dask_dppca as dd
-from dask_dppca.compute import waits as dppca_cluster
 from dask_dppca.compute import STALL_TIMEOUT_KEY
+from dask_dppca.compute import waits as dppca_cluster
 from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
 
 pytestmark = pytest.mark.cluster
@@ -40,10 +40,17 @@ def _fit_fails_clearly(client: Client) -> None:
 
 def test_fit_on_a_cluster_whose_only_worker_is_paused_fails_within_the_wait():
     # The memory monitor would resume a worker paused by hand: switch pausing off there.
-    with dask.config.set({"distributed.worker.memory.pause": False}), \
-            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                         resources={"dppca-trusted": 1}) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    with (
+        dask.config.set({"distributed.worker.memory.pause": False}),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            resources={"dppca-trusted": 1},
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         client.run(lambda dask_worker: setattr(dask_worker, "status", Status.paused))
         _fit_fails_clearly(client)
         # Unpaused, the same cluster fits: the error was the pause, not the set-up.
@@ -54,12 +61,22 @@ def test_fit_on_a_cluster_whose_only_worker_is_paused_fails_within_the_wait():
 
 def test_worker_whose_baseline_memory_is_over_the_pause_threshold_fails_the_fit():
     """The real cause: memory limit below the worker process's own footprint."""
-    never_kill = {"distributed.worker.memory.terminate": False,
-                  "distributed.worker.memory.monitor-interval": "50ms"}
-    with dask.config.set(never_kill), \
-            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                         memory_limit="64MiB", resources={"dppca-trusted": 1}) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    never_kill = {
+        "distributed.worker.memory.terminate": False,
+        "distributed.worker.memory.monitor-interval": "50ms",
+    }
+    with (
+        dask.config.set(never_kill),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            memory_limit="64MiB",
+            resources={"dppca-trusted": 1},
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         deadline = time.monotonic() + 30
         while not _statuses(client) == {"paused"}:
             assert time.monotonic() < deadline, f"the worker never paused: {_statuses(client)}"
@@ -84,8 +101,10 @@ def test_results_arriving_as_a_poll_ends_are_returned(monkeypatch):
     Polling every 0.5 ms makes that moment common: the old wait failed 139 of 400.
     """
     monkeypatch.setattr(dppca_cluster, "_POLL", 0.0005)
-    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         for i in range(200):
             future = client.submit(_finishes_soon, i, pure=False)
             assert dppca_cluster.await_result(client, future, f"task {i}") == i
