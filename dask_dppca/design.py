@@ -14,7 +14,7 @@ the number of pairs ``|P|`` and the largest number of pairs any one record sits 
 ``max_degree``.  Both depend on the public n and the block layout only, never on the
 data.  Then
 
-    Delta_F = sqrt(2) * G^2 * max_degree / |P|.
+    ``Delta_F = sqrt(2) * G^2 * max_degree / |P|``.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         Privacy parameter 0 < delta < 1.
     spatial_sign : {"sphere", "winsor"} or SpatialSign, default="sphere"
         The generalized spatial sign g; a bounded custom one from
-        :func:`dask_dppca.custom`.
+        :func:`~.custom`.
     radius : float, optional
         Public winsorization radius (``spatial_sign="winsor"``), in the units of
         ``t = (x_i - x_j) / sqrt(2)``.  Never tune it on the data.
@@ -110,7 +110,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     require_trusted : bool, default=False
         Refuse to fit when neither a ``dppca-trusted`` worker nor ``trusted_worker``
         exists.  By default such a fit warns
-        (:class:`~dask_dppca.UntrustedReleaseWarning`) and
+        (:class:`~.UntrustedReleaseWarning`) and
         releases on any worker, recorded in ``privacy_["released_on"]``.
     random_state : int, optional
         NOT PRIVATE.  Seeds the noise for tests and reproducible examples only; a
@@ -132,7 +132,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     privacy_ : dict
         Everything needed to re-derive sigma by hand (epsilon, delta, sensitivity and
         its parts, sigma, calibration, design counts, tiles), the fit id and where the
-        noise was drawn (:meth:`~dask_dppca.privacy.ReleaseMechanism.describe`).
+        noise was drawn (:meth:`~.ReleaseMechanism.describe`).
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Column names of a DataFrame input (only then); ``transform`` checks them.
@@ -183,7 +183,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         ----------
         X : ndarray, dask.array.Array, Zarr (path, URL, Array, Group), xarray or dask DataFrame
             Records as rows; a string or path names a Zarr store (local or fsspec URL).
-            Lazy inputs stay lazy (see :func:`dask_dppca.io.as_dask_array`).
+            Lazy inputs stay lazy (see :func:`~.open_records`).
         y : None
             Ignored.
         component : str, optional

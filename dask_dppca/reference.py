@@ -41,20 +41,20 @@ def kendall_matrix(
     Parameters
     ----------
     X : ndarray, dask.array.Array, Zarr (path, URL, Array, Group), xarray or dask DataFrame
-        Records as rows (see :func:`dask_dppca.io.open_records`).
+        Records as rows (see :func:`~.open_records`).
     spatial_sign : {"sphere", "winsor", "identity"} or SpatialSign, default="sphere"
     radius : float, optional
         Winsorization radius.
     scheduler : str or distributed.Client, default="threads"
-        Where to compute (see :class:`~dask_dppca.DPPCA`).
+        Where to compute (see :class:`~.DPPCA`).
     component : str, optional
         Array inside a Zarr group, or an xarray Dataset variable.
     design : {"complete", "auto"} or RegularDesign, default="complete"
         Which pairs are averaged.
     storage_options : dict, optional
-        fsspec options for a URL (see :meth:`~dask_dppca.DPPCA.fit`).
+        fsspec options for a URL (see :meth:`~.DPPCA.fit`).
     allow_fill_values : bool, default=False
-        Read missing Zarr chunks as the fill value (see :meth:`~dask_dppca.DPPCA.fit`).
+        Read missing Zarr chunks as the fill value (see :meth:`~.DPPCA.fit`).
 
     Returns
     -------

@@ -1,12 +1,12 @@
 """Layer 5, compute: the only package that knows a Dask compute target.
 
-* :mod:`.target`: :class:`ComputeTarget` (a local scheduler or a cluster), resolved from
-  the ``scheduler`` parameter by :func:`compute_target`.
+* :mod:`.target`: :class:`.ComputeTarget` (a local scheduler or a cluster), resolved from
+  the ``scheduler`` parameter by :func:`.compute_target`.
 * :mod:`.cluster`: the embedded LocalCluster, scheduler addresses, TLS.
-* :mod:`.waits`: bounded waits (:class:`ClusterStalledError`).
+* :mod:`.waits`: bounded waits (:class:`.ClusterStalledError`).
 * :mod:`.progress`: progress bars (text in a terminal, a widget in Jupyter).
 * :mod:`.workers`: BLAS on one thread, and the worker plugin that allows sealed sums.
-* :mod:`.release`: running a :class:`~dask_dppca.privacy.ReleaseMechanism` once, on the
+* :mod:`.release`: running a :class:`~.ReleaseMechanism` once, on the
   trusted worker; :mod:`.placement` and :mod:`.trust` (where it may run),
   :mod:`.tickets` (drawn at most once).
 """

@@ -143,7 +143,7 @@ def tls_config(
 ) -> Iterator[None]:
     """Within the block, connect to ``tls://`` addresses with these client certificates.
 
-    Sets the Dask configuration keys of :data:`TLS_CONFIG_KEYS` (those left ``None``
+    Sets the Dask configuration keys of ``TLS_CONFIG_KEYS`` (those left ``None``
     keep their configured value) and requires encryption, so a plain ``tcp://``
     address is refused rather than silently used.
     """

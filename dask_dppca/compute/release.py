@@ -1,6 +1,6 @@
 """Running a planned release on a compute target: exact sum -> noise once -> eigenvectors.
 
-This is the one place a :class:`~dask_dppca.privacy.ReleaseMechanism` meets the data.
+This is the one place a :class:`~.ReleaseMechanism` meets the data.
 
 * A local scheduler computes the lanes' sums in this process and releases here.
 * On a cluster the lanes' sums stay on the workers (sealed between them); one task that

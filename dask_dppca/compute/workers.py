@@ -58,7 +58,8 @@ class WorkerSetup(WorkerPlugin):
     compute, and they exchange objects without pickling.
     """
 
-    def setup(self, worker) -> None:  # noqa: D102 - distributed.WorkerPlugin protocol
+    def setup(self, worker) -> None:
+        """Run by each worker when it starts (or when the plugin is registered)."""
         if in_this_process(worker.address):
             return
         threadpool_limits(limits=1)

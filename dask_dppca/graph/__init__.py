@@ -1,8 +1,8 @@
 """Layer 3, the graph: the Dask task graph of the exact pair sum (no privacy here).
 
-* :mod:`.lanes`: :func:`kernel_sum_graph` builds the lanes of block-pair tasks for a
+* :mod:`.lanes`: :func:`.kernel_sum_graph` builds the lanes of block-pair tasks for a
   design plan, lazily and without reading data.
-* :mod:`.lane_task`: what runs inside those tasks, and :func:`lanes_total`, the lanes'
+* :mod:`.lane_task`: what runs inside those tasks, and :func:`.lanes_total`, the lanes'
   exact total rounded once.
 * :mod:`.sealed`: partial sums that only Dask workers may open.
 """

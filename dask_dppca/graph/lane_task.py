@@ -59,7 +59,7 @@ def lane_task(step: Step, reader, state: LaneState | None, *given) -> LaneState:
     pins it on the workers.)
 
     Always the plan's tiles: the release's rounding slack (``DesignPlan.rounding_error``)
-    is computed for exactly these.  n, |P| and the sensitivity come from the declared
+    is computed for exactly these.  n, ``|P|`` and the sensitivity come from the declared
     shape, while the kernel sums whatever rows the blocks really hold, so a block that
     holds other rows than declared fails the task, and with it the sum and any release
     that depends on it.

@@ -44,9 +44,9 @@ def kernel_sum_graph(
 
     The plan's tasks, in order, are cut into ``LANES_PER_THREAD * n_threads`` lanes of
     consecutive tasks.  Each lane task computes its block pairs and adds their sum to
-    the lane's running :class:`~dask_dppca.kernel.ExactSum`; the lanes' sums are added
+    the lane's running :class:`~.ExactSum`; the lanes' sums are added
     exactly, ``LANES_PER_SUM_TASK`` at a time, down to at most that many, which
-    :func:`~dask_dppca.graph.lanes_total` adds and rounds once (the compute layer does
+    :func:`~.lanes_total` adds and rounds once (the compute layer does
     that inside the release task).  Exact addition makes the result the same bits
     for any lane count, scheduler, worker count or completion order.  A block that one
     lane alone needs reaches it once (read inside its first task when it is a Zarr chunk)
@@ -67,7 +67,7 @@ def kernel_sum_graph(
     Returns
     -------
     list of dask.delayed.Delayed
-        At most ``LANES_PER_SUM_TASK`` lane sums (:class:`~dask_dppca.graph.LaneState`);
+        At most ``LANES_PER_SUM_TASK`` lane sums (:class:`~.LaneState`);
         ``lanes_total(*their values)`` is the (d, d) sum.  Divide by ``plan.n_pairs``
         for K_hat.
     """

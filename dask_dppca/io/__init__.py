@@ -1,13 +1,13 @@
 """Layer 3, inputs and outputs: where the records come from and where results go.
 
-* :mod:`.records`: every supported input as :class:`Records` (the entry point,
-  :func:`open_records`), checked on public metadata only; its blocks on demand.
+* :mod:`.records`: every supported input as :class:`.Records` (the entry point,
+  :func:`.open_records`), checked on public metadata only; its blocks on demand.
 * :mod:`.zarr_input`: Zarr stores, groups and arrays, read in tasks that refuse missing
-  chunks (:class:`MissingChunkError`) instead of inventing fill values; their reader
-  (:func:`chunk_reader`) for blocks read inside the graph's tasks.
+  chunks (:class:`.MissingChunkError`) instead of inventing fill values; their reader
+  (:func:`.chunk_reader`) for blocks read inside the graph's tasks.
 * :mod:`.labelled`: xarray and dask DataFrame inputs, kept lazy.
 * :mod:`.storage`: fsspec URLs, storage options, secret-free one-line errors.
-* :mod:`.output`: result files on a local path or any fsspec URL (:func:`write_json`).
+* :mod:`.output`: result files on a local path or any fsspec URL (:func:`.write_json`).
 """
 
 from .output import check_writable, write_json

@@ -147,7 +147,7 @@ xarray.DataArray, xarray.Dataset, dask DataFrame or Series
         workers inside the task graph and are never printed.
     allow_fill_values : bool, default=False
         Read chunks missing from a Zarr store as the array's fill value.  By default a
-        missing chunk stops the fit on the worker that reads it (:class:`MissingChunkError`):
+        missing chunk stops the fit on the worker that reads it (:class:`.MissingChunkError`):
         Zarr would otherwise return fill values where the workers cannot see the store.
 
     Returns

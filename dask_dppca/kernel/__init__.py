@@ -2,8 +2,8 @@
 
 * :mod:`.spatial_sign`: the generalized spatial signs g (sphere, winsor, custom, and the
   non-private identity) and their bound G.
-* :mod:`.pair_sum`: :func:`block_pair_sum`, the exact sum over the pairs of two row
-  blocks (or within one), and :func:`pairwise_sum`, the balanced tree the graph uses.
+* :mod:`.pair_sum`: :func:`.block_pair_sum`, the exact sum over the pairs of two row
+  blocks (or within one), and :func:`.pairwise_sum`, the balanced tree the graph uses.
 * :mod:`.rows`, :mod:`.tiles`, :mod:`.exact_path`: preparing rows, the fast path's tile
   loop and the exact path for ill-conditioned pairs.
 * :mod:`.rounding`: the tile size rule and the worst-case rounding bound the privacy

@@ -1,7 +1,7 @@
 """Layer 4, the privacy layer: every privacy claim in one folder, and no Dask in it.
 
 ``calibration``: analytic (Balle & Wang 2018) and classical Gaussian calibrations, the
-exact Gaussian privacy profile, and :class:`PrivacyTarget`.  ``noise``: vecd and the
+exact Gaussian privacy profile, and :class:`.PrivacyTarget`.  ``noise``: vecd and the
 float-safe samplers.  ``mechanism``: the g-DPPCA release as one object (sensitivity,
 sigma, and the release math: noise once, then the eigendecomposition).  ``budget``:
 tight (Gaussian-DP) composition of releases, kept in a ``ledger`` (in memory or a

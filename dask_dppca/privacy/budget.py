@@ -137,8 +137,8 @@ def _positive_count(k: Any) -> int:
 class PrivacyBudget:
     """An (epsilon, delta) budget over a sequence of Gaussian releases.
 
-    Make it the default (:func:`set_default_budget`) or enter it with ``with`` so that
-    every :class:`~dask_dppca.DPPCA` fit reserves its release from it before drawing
+    Make it the default (:func:`.set_default_budget`) or enter it with ``with`` so that
+    every :class:`~.DPPCA` fit reserves its release from it before drawing
     noise; or call :meth:`check`, :meth:`spend` and :meth:`reserve` directly::
 
         budget = PrivacyBudget(epsilon=2.0, delta=1e-5, ledger="study.ledger")

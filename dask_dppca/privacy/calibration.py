@@ -14,7 +14,7 @@ Two calibrations are offered (docs/method.md, section 5; docs/privacy.md "Calibr
   epsilon``, proven only for epsilon < 1; what the paper uses.
 
 Implementation choice.  The profile is hand-written (scipy's ``erfcx`` and
-``log_ndtr``, see :func:`_log_delta`) rather than taken from dp_accounting's
+``log_ndtr``, see ``_log_delta``) rather than taken from dp_accounting's
 ``GaussianPrivacyLoss.get_delta_for_epsilon``: that one subtracts the two nearly equal
 terms directly, which loses relative accuracy when delta is far below
 ``Phi(mu/2 - eps/mu)`` (1e-9 at epsilon = 1e-3, far more at large epsilon), and a

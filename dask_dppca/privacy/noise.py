@@ -177,7 +177,7 @@ def _lattice_exponent(sigma: float, lattice_bits: int) -> int:
 class NoiseSampler(ABC):
     """Adds independent ``N(0, sigma^2)`` noise to each entry of a vector.
 
-    Subclasses implement :meth:`_add_noise`; :meth:`add_noise` validates first.  A
+    Subclasses implement ``_add_noise``; :meth:`add_noise` validates first.  A
     private sampler draws from OS entropy and is float-safe (docs/privacy.md); it
     reports the corrections its guarantee needs through :meth:`sensitivity_slack` and
     :meth:`privacy_excess`.

@@ -670,7 +670,7 @@ def test_an_impostor_claiming_the_trusted_resource_gets_no_release(
     certificate, and a claimant whose certificate is not the trusted worker's stops the
     fit before anything is drawn.  With that check switched off, the same impostor
     does get the release: the check is what stops it."""
-    from dask_dppca.privacy import trust
+    from dask_dppca.compute import trust
 
     cluster = LiveCluster(tmp_path, tls)
     try:

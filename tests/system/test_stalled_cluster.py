@@ -59,6 +59,37 @@ def test_fit_on_a_cluster_whose_only_worker_is_paused_fails_within_the_wait():
         assert est.components_.shape == (2, 5)
 
 
+def test_a_dataframe_whose_rows_cannot_be_counted_fails_within_the_wait():
+    """n of a dask DataFrame is counted on the cluster before anything is planned: on a
+    stalled cluster that count fails within the stall timeout too (it once waited without
+    a bound), before any budget is charged."""
+    import dask.dataframe as ddf
+    import pandas as pd
+
+    frame = ddf.from_pandas(pd.DataFrame(X, columns=list("abcde")), npartitions=4)
+    with (
+        dask.config.set({"distributed.worker.memory.pause": False}),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            resources={"dppca-trusted": 1},
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        client.run(lambda dask_worker: setattr(dask_worker, "status", Status.paused))
+        budget = dd.PrivacyBudget(epsilon=5.0, delta=1e-5)
+        started = time.monotonic()
+        with dask.config.set({STALL_TIMEOUT_KEY: STALL_SECONDS}), budget:
+            with pytest.raises(dd.ClusterStalledError, match="counting the DataFrame's rows"):
+                dd.DPPCA(2, scheduler=client).fit(frame)
+        assert STALL_SECONDS <= time.monotonic() - started < STALL_SECONDS + 20
+        assert budget.releases == 0
+        client.run(lambda dask_worker: setattr(dask_worker, "status", Status.running))
+        assert dd.DPPCA(2, scheduler=client).fit(frame).n_samples_ == len(X)
+
+
 def test_worker_whose_baseline_memory_is_over_the_pause_threshold_fails_the_fit():
     """The real cause: memory limit below the worker process's own footprint."""
     never_kill = {
