@@ -22,8 +22,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any, SupportsInt
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .kernel import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_budget
 
@@ -104,7 +106,7 @@ class DesignPlan:
         """The paper's looser bound, ``2 G^2`` per changed term: ``4 G^2 / n`` when complete."""
         return 2.0 * bound * bound * self.max_degree / self.n_pairs
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Public summary for the privacy report."""
         return {
             "n_blocks": len(self.block_sizes),
@@ -136,7 +138,7 @@ class CompleteDesign:
         pairs = tuple((i, j) for i in range(len(sizes)) for j in range(i, len(sizes)))
         return _plan(sizes, pairs, n * (n - 1) // 2, n - 1, n_features)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Public parameters of the design."""
         return {"design": self.name}
 
@@ -186,7 +188,7 @@ class RegularDesign:
         full, tail = divmod(n, self.block_size)
         return (self.block_size,) * full + ((tail,) if tail else ())
 
-    def walk(self, n_blocks: int) -> np.ndarray:
+    def walk(self, n_blocks: int) -> NDArray[np.int64]:
         """The blocks in walk order: a random relabelling drawn from the public ``seed``.
 
         The block graph is a circulant graph along this walk, so a block's partners are
@@ -242,7 +244,7 @@ class RegularDesign:
         plan = _plan(sizes, tuple(pairs), n_pairs, max(degree), n_features)
         return dataclasses.replace(plan, task_sizes=_walk_tasks(plan))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Public parameters of the design."""
         return {
             "design": self.name,
@@ -252,7 +254,13 @@ class RegularDesign:
         }
 
 
-def _plan(sizes, pairs, n_pairs, max_degree, n_features) -> DesignPlan:
+def _plan(
+    sizes: tuple[int, ...],
+    pairs: tuple[tuple[int, int], ...],
+    n_pairs: int,
+    max_degree: int,
+    n_features: int,
+) -> DesignPlan:
     d = int(n_features)
     return DesignPlan(
         sizes,
@@ -276,7 +284,9 @@ MAX_TASK_BLOCKS = 6
 def _walk_tasks(plan: DesignPlan) -> tuple[int, ...]:
     """Consecutive block pairs per task: until ``TASK_FLOPS`` of work or ``MAX_TASK_BLOCKS``."""
     sizes, d = plan.block_sizes, plan.n_features
-    counts, blocks, work = [0], set(), 0.0
+    counts: list[int] = [0]
+    blocks: set[int] = set()
+    work = 0.0
     for i, j in plan.block_pairs:
         if counts[-1] and (work >= TASK_FLOPS or len(blocks | {i, j}) > MAX_TASK_BLOCKS):
             counts.append(0)
@@ -287,7 +297,7 @@ def _walk_tasks(plan: DesignPlan) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def _edge(i, j) -> tuple[int, int]:
+def _edge(i: SupportsInt, j: SupportsInt) -> tuple[int, int]:
     i, j = int(i), int(j)
     return (i, j) if i < j else (j, i)
 
@@ -392,7 +402,7 @@ def resolve_design(
     design = check_design(design)
     if design == "complete":
         return CompleteDesign()
-    if design == "auto":
+    if isinstance(design, str):  # "auto", the one other name check_design passes
         return auto_design(n_samples, n_features, n_threads)
     return design
 

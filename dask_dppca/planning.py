@@ -150,7 +150,7 @@ class UtilityModel:
         self._inv_gap2 = 1.0 / (phi[None, :m] - phi[m:, None]) ** 2  # (d - m, m)
         self._gauss = np.random.default_rng(seed + 2).standard_normal((n_draws, self.d - m, m))
 
-    def sampling_variance(self, n: int) -> np.ndarray:
+    def sampling_variance(self, n: float) -> np.ndarray:
         """Variances of the (d - m, m) off-diagonal block of ``K_hat - K``."""
         n = float(n)
         m = self.m
@@ -285,6 +285,7 @@ def plan(
         raise ValueError("plan: give exactly one of n (to get epsilon) and epsilon (to get n)")
     model = UtilityModel(spectrum, n_components, spatial_sign, radius, df=df, seed=seed)
     if n is None:
+        assert epsilon is not None  # exactly one of n and epsilon, checked above
         need = model.plan_records(target, p, epsilon, delta, calibration)
         return {"n": need, "epsilon": epsilon, "gap": model.gap}
     return {

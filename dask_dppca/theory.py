@@ -166,6 +166,7 @@ def population_eigenvalues(
     if spatial_sign == "sphere":
         phi = sphere_eigenvalues(spectrum)
         return phi, np.zeros_like(phi)
+    assert radius is not None  # _model_spatial_sign: a winsor spatial sign has a radius
     return winsor_eigenvalues(spectrum, radius, df=df, n_samples=n_samples, seed=seed)
 
 

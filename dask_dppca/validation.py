@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import cast
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = [
     "boolean",
@@ -65,7 +67,7 @@ def boolean(name: str, value: object) -> bool:
     return bool(value)
 
 
-def one_of(name: str, value: object, choices: tuple) -> object:
+def one_of(name: str, value: object, choices: tuple[str, ...]) -> str:
     """``value`` if it is one of ``choices``."""
     if isinstance(value, str) and value in choices:
         return value
@@ -89,7 +91,8 @@ def is_real_numeric_dtype(dtype: object) -> bool:
     real scale.
     """
     try:
-        dtype = np.dtype(dtype)
+        # Any object: np.dtype raises TypeError for what is not a numpy dtype.
+        dtype = np.dtype(cast("DTypeLike", dtype))
     except TypeError:  # pandas extension dtypes: strings, categories, nullable integers
         return False
     if dtype == np.bool_:

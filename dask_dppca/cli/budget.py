@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..privacy.budget import PrivacyBudget
 
 
 def add_parser(commands) -> None:
@@ -59,7 +63,7 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def open_ledger(path: str):
+def open_ledger(path: str) -> PrivacyBudget:
     """The budget of an existing ledger; a missing file is a usage error naming the option."""
     from ..privacy.budget import PrivacyBudget
     from ..privacy.ledger import ledger_path

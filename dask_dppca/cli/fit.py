@@ -180,8 +180,11 @@ def run(args: argparse.Namespace) -> int:
         require_trusted=args.require_trusted,
         progress=not args.no_progress and sys.stdout.isatty(),
     )
-    budget = open_ledger(args.budget) if args.budget else nullcontext()
-    with budget, tls_config(args.tls_ca_file, args.tls_cert, args.tls_key):
+    budget = open_ledger(args.budget) if args.budget else None
+    with (
+        nullcontext() if budget is None else budget,
+        tls_config(args.tls_ca_file, args.tls_cert, args.tls_key),
+    ):
         est.fit(
             args.store,
             component=args.component,
@@ -200,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         f"{est.n_features_in_} features from {est.n_samples_} records "
         f"(epsilon={args.epsilon:g}, delta={args.delta:g}, sigma={est.privacy_['sigma']:.3g})"
     )
-    if args.budget:
+    if budget is not None:
         print(
             f"budget {args.budget}: epsilon {budget.remaining():.6g} left for one more "
             f"release at delta={budget.delta:g}"

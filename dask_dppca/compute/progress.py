@@ -55,6 +55,7 @@ def cluster_progress(client: Any, futures: list, enabled: bool) -> Iterator[None
     from distributed.diagnostics.progressbar import MultiProgressWidget, TextProgressBar
 
     address = client.scheduler.address
+    bar: MultiProgressWidget | TextProgressBar
     if in_notebook():
         from IPython.display import display
 

@@ -182,7 +182,10 @@ class ClusterTarget(ComputeTarget):
         return abandon_release(fit_id, self.client)
 
     def __repr__(self) -> str:
-        return f"ClusterTarget({self.client.scheduler.address!r})"
+        scheduler = self.client.scheduler
+        if scheduler is None:  # a closed client has no scheduler to name
+            return "ClusterTarget(<closed client>)"
+        return f"ClusterTarget({scheduler.address!r})"
 
 
 @contextmanager

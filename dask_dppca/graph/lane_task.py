@@ -67,6 +67,7 @@ def lane_task(step: Step, reader, state: LaneState | None, *given) -> LaneState:
     blocks, inputs = {}, iter(given)
     for (index, rows), source in zip(step.declared, step.sources):
         if source == CARRIED:
+            assert state is not None  # a carried block comes from the lane's previous task
             blocks[index] = state.blocks[index]  # checked when it reached the lane
             continue
         block = reader[source, :] if isinstance(source, slice) else next(inputs)

@@ -12,12 +12,14 @@ Every block is read once.  What runs inside the tasks is :mod:`.lane_task`.
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
+from dask.typing import Key
 
 from ..design import DesignPlan
 from ..io import chunk_reader
@@ -99,7 +101,8 @@ def kernel_sum_graph(
     # a dask.delayed call per task would make a layer per task, and looking keys up
     # across thousands of layers made building the graph quadratic in the task count.
     name = f"dppca-pairs-{token}"
-    layer, lane_ends = {}, []
+    layer: dict[Key, tuple[Any, ...]] = {}
+    lane_ends = []
     for number, lane in enumerate(lanes):
         previous = None
         for task, step, given in _lane_steps(
@@ -116,7 +119,13 @@ def kernel_sum_graph(
             previous = key
         lane_ends.append(previous)
     dependencies = [data] if reader_task is None else [data, reader_task]
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=dependencies)
+    # dask.array.Array does not match dask's own DaskCollection protocol as typed
+    # (__dask_scheduler__ is a staticmethod there, a plain function here).
+    graph = HighLevelGraph.from_collections(
+        name,
+        layer,
+        dependencies=dependencies,  # type: ignore[arg-type]
+    )
     return _merge_down(
         [Delayed(key, graph, layer=name) for key in lane_ends], key_prefix=f"dppca-sum-{token}"
     )

@@ -81,7 +81,7 @@ class Records:
     @property
     def shape(self) -> tuple[int, int]:
         """(n, d); n is NaN for a DataFrame until :meth:`counted`."""
-        return tuple(self.source.shape)  # type: ignore[return-value]
+        return tuple(self.source.shape)
 
     @property
     def dtype(self) -> np.dtype:

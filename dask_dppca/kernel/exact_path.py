@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .jit import njit
 from .spatial_sign import SpatialSign
@@ -20,7 +21,14 @@ _SQRT2 = math.sqrt(2.0)
 
 
 @njit(nogil=True, error_model="numpy")
-def _exact_units(rows_a, index_a, rows_b, index_b, unit, norm_t):  # pragma: no cover - compiled
+def _exact_units(
+    rows_a: NDArray[np.float64],
+    index_a: NDArray[np.int64],
+    rows_b: NDArray[np.float64],
+    index_b: NDArray[np.int64],
+    unit: NDArray[np.float64],
+    norm_t: NDArray[np.float64],
+) -> None:  # pragma: no cover - compiled
     """Unit vector of each pair's raw difference, and ``||t||``, overflow-safe.
 
     A difference that overflows is formed from halves (both rows are finite, so halving
@@ -56,8 +64,14 @@ def _exact_units(rows_a, index_a, rows_b, index_b, unit, norm_t):  # pragma: no 
 
 
 def exact_pair_sum(
-    rows_a, index_a, rows_b, index_b, multiplicity, spatial_sign: SpatialSign, chunk_rows
-):
+    rows_a: NDArray[np.float64],
+    index_a: NDArray[np.int64],
+    rows_b: NDArray[np.float64],
+    index_b: NDArray[np.int64],
+    multiplicity: NDArray[np.float64],
+    spatial_sign: SpatialSign,
+    chunk_rows: int,
+) -> NDArray[np.float64]:
     """Sum of ``multiplicity * g g^T`` over the given pairs, from their raw differences.
 
     Pairs go chunk by chunk, so scratch stays at a few ``chunk_rows x d`` arrays.

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["ExactSum"]
 
@@ -52,7 +53,7 @@ class ExactSum:
         self.digits = np.zeros((1, math.prod(self.shape)), dtype=np.int64)
         self.special = np.zeros(math.prod(self.shape))  # non-finite values, in float
 
-    def plus(self, values: np.ndarray) -> ExactSum:
+    def plus(self, values: ArrayLike) -> ExactSum:
         """The sum of these values and ``values``, as a new sum."""
         values = np.asarray(values, dtype=np.float64)
         if values.shape != self.shape:
@@ -76,7 +77,7 @@ class ExactSum:
             total.special += other.special
         return total
 
-    def to_float(self) -> np.ndarray:
+    def to_float(self) -> NDArray[np.float64]:
         """The total, correctly rounded to float64 (one rounding), in the added shape."""
         out = np.empty(self.digits.shape[1])
         for start in range(0, out.size, _CHUNK):  # small temporaries, as in plus()
@@ -93,7 +94,7 @@ class ExactSum:
         twin.digits, twin.special = self.digits.copy(), self.special.copy()
         return twin
 
-    def _add(self, values: np.ndarray) -> None:
+    def _add(self, values: NDArray[np.float64]) -> None:
         finite = np.isfinite(values)
         with np.errstate(invalid="ignore"):  # inf - inf: NaN, as in any order
             self.special += np.where(finite, 0.0, values)
@@ -103,7 +104,7 @@ class ExactSum:
             self._add_finite(np.where(finite[part], values[part], 0.0), start)
         self._normalise()
 
-    def _add_finite(self, values: np.ndarray, offset: int) -> None:
+    def _add_finite(self, values: NDArray[np.float64], offset: int) -> None:
         mantissa, exponent = np.frexp(values)
         # values = m 2^(exponent - 53) with m an integer below 2^53 (exact).
         m = np.ldexp(np.abs(mantissa), 53).astype(np.int64)
@@ -149,7 +150,7 @@ class ExactSum:
 _CHUNK = 1 << 15
 
 
-def _carry(digits: np.ndarray) -> None:
+def _carry(digits: NDArray[np.int64]) -> None:
     """Carry every digit but the top one into [0, 2^60), in place (floor division)."""
     for k in range(len(digits) - 1):
         carry = digits[k] >> _DIGIT_BITS
@@ -157,7 +158,7 @@ def _carry(digits: np.ndarray) -> None:
         digits[k + 1] += carry
 
 
-def _rounded(digits: np.ndarray, low: int) -> np.ndarray:
+def _rounded(digits: NDArray[np.int64], low: int) -> NDArray[np.float64]:
     """The values of normalised ``digits`` (lowest of weight 2^(60 low)), each correctly
     rounded to float64.
     """
@@ -190,7 +191,7 @@ def _rounded(digits: np.ndarray, low: int) -> np.ndarray:
     kept |= ((dropped != 0) | rest).astype(np.int64)
     exponent = _DIGIT_BITS * (low + top) - shift
     with np.errstate(over="ignore"):
-        out = np.ldexp(kept.astype(np.float64), exponent.astype(np.int32))
+        out: NDArray[np.float64] = np.ldexp(kept.astype(np.float64), exponent.astype(np.int32))
     out = np.where(negative, -out, out)
     out[~nonzero.any(axis=0)] = 0.0
     return out

@@ -20,9 +20,11 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numba
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["cache_directory", "njit"]
 
@@ -34,8 +36,9 @@ def cache_directory() -> str:
     default); when that cannot be created (a read-only home), a per-user folder in the
     temporary directory.
     """
-    if numba.config.CACHE_DIR:
-        return numba.config.CACHE_DIR
+    users_choice = _numba_cache_dir()
+    if users_choice:
+        return users_choice
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     candidates = [
         os.path.join(base, "dask-dppca", "numba"),
@@ -52,18 +55,37 @@ def cache_directory() -> str:
     return candidates[0]
 
 
-def njit(**options: Any) -> Callable:
-    """``numba.njit(cache=True, **options)`` caching in :func:`cache_directory`."""
+def njit(**options: Any) -> Callable[[F], F]:
+    """``numba.njit(cache=True, **options)`` caching in :func:`cache_directory`.
 
-    def decorate(function: Callable) -> Callable:
-        users_choice = numba.config.CACHE_DIR
-        numba.config.CACHE_DIR = cache_directory()
+    Typed as returning the function unchanged, so callers keep its signature: the numba
+    dispatcher is called exactly like the Python function it compiles.
+    """
+
+    def decorate(function: F) -> F:
+        users_choice = _numba_cache_dir()
+        _set_numba_cache_dir(cache_directory())
         try:
-            return numba.njit(cache=True, **options)(function)
+            compiled: F = numba.njit(cache=True, **options)(function)
+            return compiled
         finally:
-            numba.config.CACHE_DIR = users_choice
+            _set_numba_cache_dir(users_choice)
 
     return decorate
+
+
+# ``numba.config`` creates its settings at import time, from the environment
+# (``numba.core.config._readenv``), so numba's module has no declaration of them that a
+# type checker can see: the two ignores below are for that, and only that.
+
+
+def _numba_cache_dir() -> str:
+    value: str = numba.config.CACHE_DIR  # type: ignore[attr-defined]
+    return value
+
+
+def _set_numba_cache_dir(value: str) -> None:
+    numba.config.CACHE_DIR = value  # type: ignore[attr-defined]
 
 
 def _user_id() -> str:

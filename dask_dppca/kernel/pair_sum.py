@@ -48,7 +48,10 @@ whatever the block sizes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numpy.typing import NDArray
 
 from .rounding import CLASS_BITS, DEFAULT_MEMORY_BUDGET, tile_rows_for_budget
 from .rows import as_float_rows, centring_point, distinct_finite_rows, scale_classes
@@ -59,13 +62,13 @@ __all__ = ["block_pair_sum", "pairwise_sum"]
 
 
 def block_pair_sum(
-    block_a: np.ndarray,
-    block_b: np.ndarray | None = None,
+    block_a: NDArray[Any],
+    block_b: NDArray[Any] | None = None,
     spatial_sign: SpatialSign | None = None,
     *,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     tile_rows: int | None = None,
-) -> np.ndarray:
+) -> NDArray[np.float64]:
     """Sum of ``g(t) g(t)^T`` over the pairs of one block pair.
 
     Parameters
@@ -90,7 +93,7 @@ def block_pair_sum(
     spatial_sign = sphere() if spatial_sign is None else spatial_sign
     a = as_float_rows(block_a)
     within = block_b is None
-    b = a if within else as_float_rows(block_b)
+    b = a if block_b is None else as_float_rows(block_b)
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"block_b: has {b.shape[1]} columns, block_a has {a.shape[1]}")
     d = a.shape[1]
@@ -123,7 +126,7 @@ def block_pair_sum(
     return 0.5 * (total + total.T)
 
 
-def pairwise_sum(parts: list[np.ndarray]) -> np.ndarray:
+def pairwise_sum(parts: list[NDArray[np.float64]]) -> NDArray[np.float64]:
     """Sum in a balanced tree: log2(len(parts)) roundings deep (rounding_error_bound).
 
     Also adds a graph task's block-pair sums (:mod:`dask_dppca.graph`), no deeper than

@@ -14,8 +14,10 @@ point, and scale classes (numpy + numba, O(n d) whatever the values).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .jit import njit
 from .rounding import CLASS_BITS
@@ -28,7 +30,7 @@ _CENTRE_SAMPLE_ROWS = 256
 _HASH_LANES = 8
 
 
-def as_float_rows(block: np.ndarray) -> np.ndarray:
+def as_float_rows(block: NDArray[Any]) -> NDArray[np.float64]:
     """A block's rows as a C-contiguous float64 array (real values only)."""
     rows = np.asarray(block)
     if rows.ndim != 2:
@@ -41,7 +43,7 @@ def as_float_rows(block: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(rows, dtype=np.float64)
 
 
-def centring_point(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
+def centring_point(rows: NDArray[np.float64], index: NDArray[np.int64]) -> NDArray[np.float64]:
     """Coordinate-wise lower median of about ``_CENTRE_SAMPLE_ROWS`` finite rows.
 
     The U-statistic is translation invariant, so any point gives the same result in
@@ -56,7 +58,9 @@ def centring_point(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
     return np.partition(sample, middle, axis=1)[:, middle].copy()
 
 
-def distinct_finite_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def distinct_finite_rows(
+    rows: NDArray[np.float64],
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
     """Indices of the distinct finite rows (first occurrences, in order) and their counts.
 
     Rows are grouped by a 64-bit hash of their values (-0.0 read as 0.0), then compared
@@ -67,7 +71,7 @@ def distinct_finite_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(nogil=True)
-def _finite_rows(rows):  # pragma: no cover - compiled
+def _finite_rows(rows: NDArray[np.float64]) -> NDArray[np.int64]:  # pragma: no cover - compiled
     finite = np.empty(rows.shape[0], dtype=np.int64)
     n_finite = 0
     for i in range(rows.shape[0]):
@@ -83,7 +87,9 @@ def _finite_rows(rows):  # pragma: no cover - compiled
 
 
 @njit(nogil=True)
-def _row_hashes(rows, finite):  # pragma: no cover - compiled
+def _row_hashes(
+    rows: NDArray[np.float64], finite: NDArray[np.int64]
+) -> NDArray[np.uint64]:  # pragma: no cover - compiled
     d = rows.shape[1]
     values = np.empty(_HASH_LANES, dtype=np.float64)
     bits = values.view(np.uint64)
@@ -106,7 +112,9 @@ def _row_hashes(rows, finite):  # pragma: no cover - compiled
 
 
 @njit(nogil=True)
-def _group_rows(rows, finite, hashes):  # pragma: no cover - compiled
+def _group_rows(
+    rows: NDArray[np.float64], finite: NDArray[np.int64], hashes: NDArray[np.uint64]
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:  # pragma: no cover - compiled
     """Distinct rows among ``rows[finite]`` and their counts, given any hash of each row."""
     n_finite, d = finite.shape[0], rows.shape[1]
     order = np.argsort(hashes, kind="mergesort")  # stable: first occurrences first
@@ -150,7 +158,9 @@ def _group_rows(rows, finite, hashes):  # pragma: no cover - compiled
 
 
 @njit(nogil=True)
-def scale_classes(rows, index, centre, scaled):  # pragma: no cover - compiled
+def scale_classes(
+    rows: NDArray[np.float64], index: NDArray[np.int64], centre: NDArray[np.float64], scaled: bool
+) -> NDArray[np.int64]:  # pragma: no cover - compiled
     """Scale class of each row: ``round(log2 max_k |x_k - c_k| / CLASS_BITS)`` (0 if not scaled).
 
     Quarters are compared so that the difference cannot overflow.

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ..validation import positive_finite
 
@@ -71,7 +72,7 @@ class SpatialSign:
     bound: float
     radius: float | None = None
     # Compared by identity: two custom spatial signs are equal only with the same xi.
-    xi_function: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
+    xi_function: Callable[[NDArray[np.float64]], ArrayLike] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # The kernel computes g from the name (and radius, or xi for a custom), while the
@@ -106,28 +107,30 @@ class SpatialSign:
         """True when ``bound`` is finite, i.e. the spatial sign may be used privately."""
         return math.isfinite(self.bound)
 
-    def xi(self, norm: np.ndarray) -> np.ndarray:
+    def xi(self, norm: ArrayLike) -> NDArray[np.float64]:
         """Length ``xi(||t||)`` of ``g(t)`` for the given norms (``inf`` allowed).
 
         The result lies in ``[0, bound]``; non-finite values of a custom ``xi`` count
         as 0 (documented bounded treatment).
         """
-        norm = np.asarray(norm, dtype=np.float64)
+        norms = np.asarray(norm, dtype=np.float64)
         if self.name == "sphere":
-            return np.ones_like(norm)
+            return np.ones_like(norms)
         if self.name == "winsor":
-            return np.minimum(norm, self.radius)
+            assert self.radius is not None  # __post_init__: a winsor sign has a radius
+            return np.minimum(norms, self.radius)
         if self.name == "identity":
-            return norm.copy()
+            return norms.copy()
         # A pair whose norm overflowed gets xi at the largest float: its limit for any
         # monotone xi, where xi(inf) may be NaN (e.g. s / (1 + s)).
-        finite_norm = np.minimum(norm, np.finfo(np.float64).max)
+        finite_norm = np.minimum(norms, np.finfo(np.float64).max)
+        assert self.xi_function is not None  # __post_init__: a custom sign has one
         with np.errstate(all="ignore"):
             raw = np.asarray(self.xi_function(finite_norm), dtype=np.float64)
-        raw = np.broadcast_to(raw, norm.shape)
+        raw = np.broadcast_to(raw, norms.shape)
         return np.clip(np.where(np.isfinite(raw), raw, 0.0), 0.0, self.bound)
 
-    def weight(self, squared_norm: np.ndarray) -> np.ndarray:
+    def weight(self, squared_norm: ArrayLike) -> NDArray[np.float64]:
         """Pair weight ``w(s2) = xi(sqrt(s2))**2 / s2`` for ``s2 > 0``.
 
         ``g(t) g(t)^T = w(||t||^2) t t^T``.  Callers pass only ``s2`` in the kernel's
@@ -139,6 +142,7 @@ class SpatialSign:
         if self.name == "sphere":
             return 1.0 / s2
         if self.name == "winsor":
+            assert self.radius is not None  # __post_init__: a winsor sign has a radius
             return np.minimum(1.0, (self.radius * self.radius) / s2)
         if self.name == "identity":
             return np.ones_like(s2)
@@ -170,7 +174,7 @@ def identity() -> SpatialSign:
     return SpatialSign(name="identity", bound=math.inf)
 
 
-def custom(xi: Callable[[np.ndarray], np.ndarray], bound: float) -> SpatialSign:
+def custom(xi: Callable[[NDArray[np.float64]], ArrayLike], bound: float) -> SpatialSign:
     """A user-supplied bounded scale function.
 
     Parameters

@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .exact_path import exact_pair_sum
 from .jit import njit
@@ -69,22 +70,25 @@ class ClassPair:
 
     side_a: Side
     side_b: Side
-    centre: np.ndarray
+    centre: NDArray[np.float64]
     scale: float
     cap: float
-    colsum: np.ndarray
+    colsum: NDArray[np.float64]
 
 
 class Side:
     """The records of one block that take part in a class pair: raw rows, indices, counts."""
 
-    def __init__(self, raw: np.ndarray, index: np.ndarray, count: np.ndarray) -> None:
+    def __init__(
+        self, raw: NDArray[np.float64], index: NDArray[np.int64], count: NDArray[np.float64]
+    ) -> None:
         self.raw = raw
         self.index = index
         self.count = count
 
     def __len__(self) -> int:
-        return self.index.shape[0]
+        rows: int = self.index.shape[0]
+        return rows
 
 
 class _TileSlot:
@@ -92,7 +96,7 @@ class _TileSlot:
 
     def __init__(self, tile: int, d: int) -> None:
         self.d = d
-        self.memory = [
+        self.memory: list[NDArray[np.float64]] = [
             np.empty(tile * d),
             np.empty(tile * (d + 1)),
             np.empty(tile),
@@ -103,7 +107,9 @@ class _TileSlot:
     def __len__(self) -> int:
         return self.stop - self.start
 
-    def load(self, side: Side, start: int, stop: int, centre, scale) -> _TileSlot:
+    def load(
+        self, side: Side, start: int, stop: int, centre: NDArray[np.float64], scale: float
+    ) -> _TileSlot:
         """Rows ``start:stop`` of ``side``, centred and scaled."""
         m, d = stop - start, self.d
         rows, cols, norm2, partners = self.memory
@@ -142,8 +148,8 @@ class TileSummer:
         self.diagonal_rows = max(32, int(math.sqrt(_DIAGONAL_SPLIT_FLOPS / d)))
 
     def run(
-        self, side_a: Side, side_b: Side, within: bool, centre: np.ndarray, exponent: int
-    ) -> np.ndarray:
+        self, side_a: Side, side_b: Side, within: bool, centre: NDArray[np.float64], exponent: int
+    ) -> NDArray[np.float64]:
         """``S`` over the pairs of ``side_a x side_b`` (``i < j`` when ``within``).
 
         Rows are centred and multiplied by ``2^exponent``; the fast-path weights are
@@ -191,7 +197,9 @@ class TileSummer:
                 twice_sym += self._side(b_tile, 0.5 * colsum[j0 : b_tile.stop]) @ b_tile.rows
         return 0.5 * (twice_sym + twice_sym.T) + exact
 
-    def _side(self, tile: _TileSlot, half_weight: np.ndarray, subtract: bool = False) -> np.ndarray:
+    def _side(
+        self, tile: _TileSlot, half_weight: NDArray[np.float64], subtract: bool = False
+    ) -> NDArray[np.float64]:
         """``diag(half_weight) rows`` of a loaded tile, transposed (d x m), minus its partner
         sums ``(W B)^T`` when ``subtract``: in a kept buffer, since a fresh d x T array per
         tile is a fresh mapping of pages under Dask's malloc settings.
@@ -203,7 +211,7 @@ class TileSummer:
             np.subtract(side, tile.partners[:d], out=side)
         return side
 
-    def _diagonal(self, tile: _TileSlot, lo: int, hi: int) -> np.ndarray:
+    def _diagonal(self, tile: _TileSlot, lo: int, hi: int) -> NDArray[np.float64] | float:
         """The pairs i < j of rows ``lo:hi`` of a loaded tile: halves, and the pairs between."""
         if hi - lo <= self.diagonal_rows:
             return self._tile_pair(tile, lo, hi, tile, lo, hi, diagonal=True)
@@ -214,9 +222,18 @@ class TileSummer:
             + self._diagonal(tile, mid, hi)
         )
 
-    def _tile_pair(self, a_tile, a_lo, a_hi, b_tile, b_lo, b_hi, diagonal=False) -> np.ndarray:
+    def _tile_pair(
+        self,
+        a_tile: _TileSlot,
+        a_lo: int,
+        a_hi: int,
+        b_tile: _TileSlot,
+        b_lo: int,
+        b_hi: int,
+        diagonal: bool = False,
+    ) -> NDArray[np.float64] | float:
         """Add ``[W B | W 1]^T`` of rows ``a_lo:a_hi`` x ``b_lo:b_hi`` of two loaded tiles
-        to the first one's partner sums; return the exact-path sum.
+        to the first one's partner sums; return the exact-path sum (0.0 when no pair takes it).
         """
         pair = self.pair
         side_a, side_b, colsum = pair.side_a, pair.side_b, pair.colsum
@@ -248,7 +265,9 @@ class TileSummer:
         a_tile.partners[:, a_lo:a_hi] += product
         return exact
 
-    def _exact_pairs(self, weights, side_a, i0, side_b, j0) -> np.ndarray:
+    def _exact_pairs(
+        self, weights: NDArray[np.float64], side_a: Side, i0: int, side_b: Side, j0: int
+    ) -> NDArray[np.float64]:
         """Sum of the pairs the fast pass marked (-1) from their raw rows; marks cleared."""
         local_i, local_j = np.nonzero(weights < 0)
         weights[local_i, local_j] = 0.0
@@ -262,7 +281,14 @@ class TileSummer:
             self.tile,
         )
 
-    def _custom_weights(self, weights, count_a, count_b, scale, colsum) -> None:
+    def _custom_weights(
+        self,
+        weights: NDArray[np.float64],
+        count_a: NDArray[np.float64],
+        count_b: NDArray[np.float64],
+        scale: float,
+        colsum: NDArray[np.float64],
+    ) -> None:
         """A custom xi is plain Python: weights ``xi(||t'|| / s)^2 / ||t'||^2`` from the
         squared norms the fused pass left, a few rows at a time (small temporaries).
         """
@@ -281,11 +307,24 @@ class TileSummer:
 _thread_scratch = threading.local()
 
 
-def _scratch(tile: int, d: int):
+_Scratch = tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], list[_TileSlot]]
+
+
+def _scratch(tile: int, d: int) -> _Scratch:
     """The tile loop's buffers (weights, product, side, tile slots), kept by each thread from one
     call to the next: allocating and first touching a few MiB per block pair costs about
     a millisecond, as much as a small block's pairs.  Within the memory budget either way.
     """
+    kept: (
+        tuple[
+            tuple[int, int],
+            NDArray[np.float64],
+            NDArray[np.float64],
+            NDArray[np.float64],
+            list[_TileSlot],
+        ]
+        | None
+    )
     kept = getattr(_thread_scratch, "buffers", None)
     if kept is None or kept[0] != (tile, d):
         kept = (
@@ -300,7 +339,15 @@ def _scratch(tile: int, d: int):
 
 
 @njit(nogil=True)
-def _load_tile(rows, index, centre, scale, out_rows, out_cols, norm2):  # pragma: no cover
+def _load_tile(
+    rows: NDArray[np.float64],
+    index: NDArray[np.int64],
+    centre: NDArray[np.float64],
+    scale: float,
+    out_rows: NDArray[np.float64],
+    out_cols: NDArray[np.float64],
+    norm2: NDArray[np.float64],
+) -> None:  # pragma: no cover
     """``out_rows = (rows[index] - centre) * scale`` (as ``x s - c s`` when s < 1, so
     nothing overflows), ``out_cols`` its transpose with a last row of ones, and the
     squared norms of the scaled rows.
@@ -324,7 +371,9 @@ def _load_tile(rows, index, centre, scale, out_rows, out_cols, norm2):  # pragma
 
 
 @njit(nogil=True, fastmath={"reassoc"})
-def _squared_norms(rows, out):  # pragma: no cover - compiled
+def _squared_norms(
+    rows: NDArray[np.float64], out: NDArray[np.float64]
+) -> None:  # pragma: no cover - compiled
     # Sums of squares in any order (reassoc lets them vectorise): at most d roundings.
     for r in range(rows.shape[0]):
         total = 0.0
@@ -335,8 +384,17 @@ def _squared_norms(rows, out):  # pragma: no cover - compiled
 
 @njit(nogil=True, error_model="numpy")
 def _fast_path_weights(
-    prod, norm2_a, norm2_b, count_a, count_b, diagonal, kind, cap, radius2x2, colsum
-):  # pragma: no cover - compiled
+    prod: NDArray[np.float64],
+    norm2_a: NDArray[np.float64],
+    norm2_b: NDArray[np.float64],
+    count_a: NDArray[np.float64],
+    count_b: NDArray[np.float64],
+    diagonal: bool,
+    kind: int,
+    cap: float,
+    radius2x2: float,
+    colsum: NDArray[np.float64],
+) -> int:  # pragma: no cover - compiled
     # One pass over the tile (the element-wise work would otherwise cost ~10 numpy
     # passes): prod[i, j] holds a_i . b_j on entry and the pair weight (times the two
     # multiplicities) on exit; -1 marks a pair for the exact path.  For a custom xi

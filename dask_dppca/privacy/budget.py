@@ -40,7 +40,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,15 @@ from .calibration import (
     gaussian_dp_mu,
     validate_privacy_parameters,
 )
-from .ledger import LedgerError, MemoryLedger, Release, SQLiteLedger, UnreachableLedger, ledger_path
+from .ledger import (
+    Ledger,
+    LedgerError,
+    MemoryLedger,
+    Release,
+    SQLiteLedger,
+    UnreachableLedger,
+    ledger_path,
+)
 
 __all__ = [
     "BudgetExceededError",
@@ -73,7 +81,9 @@ _ROUND_UP = 1.0 + 8.0 * 2.0**-53
 # Process-wide state: the budgets whose ``with`` block is open (key -> [budget, depth], in
 # entry order), and the in-memory budgets by pickling token.
 _STATE_LOCK = threading.RLock()
-_OPEN: dict[tuple, list] = {}
+#: What tells budgets apart: ``("file", path)`` or ``("memory", token)``.
+BudgetKey = tuple[str, str | None]
+_OPEN: dict[BudgetKey, list[Any]] = {}  # key -> [budget, depth]
 _IN_MEMORY: weakref.WeakValueDictionary[str, PrivacyBudget] = weakref.WeakValueDictionary()
 
 
@@ -164,7 +174,7 @@ class PrivacyBudget:
     """
 
     def __init__(
-        self, epsilon: float, delta: float, ledger: str | os.PathLike | None = None
+        self, epsilon: float, delta: float, ledger: str | os.PathLike[str] | None = None
     ) -> None:
         epsilon, delta = validate_privacy_parameters(epsilon, delta)
         if ledger is None:
@@ -174,7 +184,7 @@ class PrivacyBudget:
             self._setup(epsilon, delta, store)
 
     @classmethod
-    def open(cls, ledger: str | os.PathLike) -> PrivacyBudget:
+    def open(cls, ledger: str | os.PathLike[str]) -> PrivacyBudget:
         """The budget of an existing ledger file, with the totals it holds.
 
         Raises
@@ -187,20 +197,21 @@ class PrivacyBudget:
 
     @classmethod
     def _from(
-        cls, epsilon: float, delta: float, store: Any, token: str | None = None
+        cls, epsilon: float, delta: float, store: Ledger, token: str | None = None
     ) -> PrivacyBudget:
         budget = cls.__new__(cls)
         budget._setup(epsilon, delta, store, token)
         return budget
 
-    def _setup(self, epsilon: float, delta: float, store: Any, token: str | None = None) -> None:
+    def _setup(self, epsilon: float, delta: float, store: Ledger, token: str | None = None) -> None:
         self.epsilon, self.delta = epsilon, delta
         self._ledger = store
         if store.location is not None:
-            self._key: tuple = ("file", store.location)
+            self._key: BudgetKey = ("file", store.location)
         else:
             self._key = ("memory", token)
             if isinstance(store, MemoryLedger):
+                assert token is not None  # __init__ gives every in-memory budget a token
                 _IN_MEMORY[token] = self
 
     @property
@@ -210,7 +221,7 @@ class PrivacyBudget:
 
     # -- pickling: a ledger budget reopens its file; an in-memory one cannot leave ----------
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., PrivacyBudget], tuple[Any, ...]]:
         if self.ledger is not None:
             return (_reopen, (self.ledger, self.epsilon, self.delta))
         return (_find_in_memory, (self._key[1], os.getpid(), self.epsilon, self.delta))

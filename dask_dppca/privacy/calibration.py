@@ -29,6 +29,7 @@ floating-point evaluation.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -251,7 +252,7 @@ def gaussian_delta(epsilon: float, sensitivity: float, sigma: float) -> float:
     return gaussian_dp_delta(epsilon, sens / sig)
 
 
-def _find_monotone_root(func, lo: float, hi: float) -> float:
+def _find_monotone_root(func: Callable[[float], float], lo: float, hi: float) -> float:
     """Root in log-space of an increasing ``func``; ``lo``/``hi`` expanded to bracket it."""
 
     def finite(x: float) -> float:

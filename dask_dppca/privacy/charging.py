@@ -20,9 +20,9 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Self, cast
 
-from .budget import PrivacyBudget, Reservation, open_budgets
+from .budget import BudgetKey, PrivacyBudget, Reservation, open_budgets
 from .ledger import LedgerError, ledger_path
 
 __all__ = [
@@ -42,7 +42,9 @@ _DEFAULT_LOCK = threading.RLock()
 _DEFAULT: dict[str, PrivacyBudget] = {}  # ledger path -> the default budget opened on it
 
 
-def set_default_budget(budget: PrivacyBudget | str | os.PathLike | None) -> PrivacyBudget | None:
+def set_default_budget(
+    budget: PrivacyBudget | str | os.PathLike[str] | None,
+) -> PrivacyBudget | None:
     """Make ``budget`` the default: every fit in this process, its threads and the child
     processes started from now on charge it.
 
@@ -105,7 +107,7 @@ def default_budget() -> PrivacyBudget | None:
 
 def _unique(budgets: Iterable[PrivacyBudget]) -> tuple[PrivacyBudget, ...]:
     """One budget per ledger file (or in-memory budget), first occurrence kept."""
-    seen: dict[tuple, PrivacyBudget] = {}
+    seen: dict[BudgetKey, PrivacyBudget] = {}
     for budget in budgets:
         seen.setdefault(budget._key, budget)
     return tuple(seen.values())
@@ -200,18 +202,21 @@ class BudgetCarrier:
     @property
     def carried_budgets(self) -> tuple[PrivacyBudget, ...]:
         """The budgets this estimator charges in addition to the active ones."""
-        return self.__dict__.get("_carried_budgets", ())
+        carried: tuple[PrivacyBudget, ...] = self.__dict__.get("_carried_budgets", ())
+        return carried
 
-    def __getstate__(self) -> dict:
-        # A copy: object.__getstate__ returns the live __dict__.
-        state = dict(super().__getstate__())  # type: ignore[misc]
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy: object.__getstate__ returns the live __dict__ (typed as object; the
+        # estimators this mixes into have one, and scikit-learn's returns a dict).
+        state = dict(cast("dict[str, Any]", super().__getstate__()))
         carried = _unique([*self.carried_budgets, *active_budgets()])
         if carried:
             state["_carried_budgets"] = carried
         return state
 
-    def __sklearn_clone__(self):
-        clone = super().__sklearn_clone__()  # type: ignore[misc]
+    def __sklearn_clone__(self) -> Self:
+        # A mixin: scikit-learn's BaseEstimator, after it in the MRO, has the method.
+        clone: Self = super().__sklearn_clone__()  # type: ignore[misc]
         if self.carried_budgets:
             clone.__dict__["_carried_budgets"] = self.carried_budgets
         return clone

@@ -40,9 +40,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NoReturn, Protocol
 
 __all__ = [
     "LOCK_TIMEOUT",
+    "Ledger",
     "LedgerError",
     "MemoryLedger",
     "Release",
@@ -162,7 +164,7 @@ class Release:
 Admit = Callable[[Sequence[Release]], None]
 
 
-def ledger_path(ledger: str | os.PathLike) -> str:
+def ledger_path(ledger: str | os.PathLike[str]) -> str:
     """The absolute file path a ledger argument names (a path, or a ``file://`` URL)."""
     text = os.fspath(ledger)
     if not isinstance(text, str) or not text:
@@ -175,6 +177,27 @@ def ledger_path(ledger: str | os.PathLike) -> str:
             )
         text = rest
     return os.path.abspath(os.path.expanduser(text))
+
+
+class Ledger(Protocol):
+    """What a budget needs of where it keeps its releases (the classes below)."""
+
+    @property
+    def location(self) -> str | None:
+        """Absolute path of the ledger file, or None for a ledger without one."""
+        ...
+
+    def record(self, release: Release, admit: Admit) -> Release:
+        """Run ``admit`` on the counted rows and add ``release``, atomically."""
+        ...
+
+    def settle(self, release_id: int, state: str) -> None:
+        """Mark a reserved row committed or cancelled."""
+        ...
+
+    def rows(self) -> list[Release]:
+        """Every row, oldest first."""
+        ...
 
 
 class MemoryLedger:
@@ -234,7 +257,7 @@ class UnreachableLedger:
     def __init__(self, reason: str) -> None:
         self.reason = reason
 
-    def _refuse(self, *args: object) -> None:
+    def _refuse(self, *args: object) -> NoReturn:
         raise LedgerError(self.reason)
 
     record = settle = rows = _refuse
@@ -341,7 +364,9 @@ class SQLiteLedger:
                 f"VALUES ({', '.join('?' * len(values))})",
                 values,
             )
-            return replace(row, id=cursor.lastrowid)
+            row_id = cursor.lastrowid
+            assert row_id is not None  # set by the INSERT just run
+            return replace(row, id=row_id)
 
     def settle(self, release_id: int, state: str) -> None:
         """Mark a reserved row committed or cancelled."""

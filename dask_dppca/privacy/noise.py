@@ -27,8 +27,10 @@ import math
 import os
 import warnings
 from abc import ABC, abstractmethod
+from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ..validation import positive_finite
 
@@ -68,7 +70,7 @@ class NonPrivateRandomStateWarning(UserWarning):
 # -- vecd -------------------------------------------------------------------------
 
 
-def vecd(matrix: np.ndarray) -> np.ndarray:
+def vecd(matrix: ArrayLike) -> NDArray[np.float64]:
     """Half-vectorisation that is an isometry from Frobenius to l2 (Schwartzman 2016).
 
     Parameters
@@ -89,7 +91,7 @@ def vecd(matrix: np.ndarray) -> np.ndarray:
     return np.concatenate([np.diag(m), _SQRT2 * m[np.triu_indices(d, 1)]])
 
 
-def vecd_inverse(vector: np.ndarray, d: int) -> np.ndarray:
+def vecd_inverse(vector: ArrayLike, d: int) -> NDArray[np.float64]:
     """Inverse of :func:`vecd`: the symmetric ``d x d`` matrix with ``vecd(M) = vector``.
 
     Parameters
@@ -125,7 +127,7 @@ def _check_sigma(sigma: float) -> float:
     return positive_finite("sigma", sigma)
 
 
-def _check_values(values: np.ndarray) -> np.ndarray:
+def _check_values(values: ArrayLike) -> NDArray[np.float64]:
     v = np.asarray(values, dtype=np.float64)
     if v.ndim != 1:
         raise ValueError(f"values: must be 1-D, got shape {v.shape}")
@@ -190,7 +192,7 @@ class NoiseSampler(ABC):
 
     is_private: bool = True
 
-    def add_noise(self, values: np.ndarray, sigma: float) -> np.ndarray:
+    def add_noise(self, values: ArrayLike, sigma: float) -> NDArray[np.float64]:
         """Return ``values + noise``, noise i.i.d. ``N(0, sigma^2)`` per entry.
 
         Parameters
@@ -212,7 +214,7 @@ class NoiseSampler(ABC):
         return self._add_noise(v, s)
 
     @abstractmethod
-    def _add_noise(self, values: np.ndarray, sigma: float) -> np.ndarray:
+    def _add_noise(self, values: NDArray[np.float64], sigma: float) -> NDArray[np.float64]:
         """``values + noise`` for validated, non-empty ``values`` and ``sigma``."""
 
     def sensitivity_slack(self, n_entries: int, sigma: float) -> float:
@@ -309,7 +311,7 @@ class OpenDPSampler(NoiseSampler):
             return -1074
         return max(-1074, _lattice_exponent(sigma, self.lattice_bits))
 
-    def _add_noise(self, values: np.ndarray, sigma: float) -> np.ndarray:
+    def _add_noise(self, values: NDArray[np.float64], sigma: float) -> NDArray[np.float64]:
         # The modules themselves, not opendp.prelude: the prelude also imports OpenDP's
         # scikit-learn extras, about 2 s of a fresh worker's release (0.2 s this way).
         from opendp.domains import atom_domain, vector_domain
@@ -357,16 +359,32 @@ class OpenDPSampler(NoiseSampler):
 # -- the vectorised lattice sampler ---------------------------------------------------------
 
 
+class _Words(Protocol):
+    """A source of uniform random 64-bit words (the OS; tests inject others)."""
+
+    def words(self, n: int) -> NDArray[np.uint64]:
+        """``n`` independent uniform 64-bit words."""
+        ...
+
+
+class _Entropy(_Words, Protocol):
+    """Uniform random words and fair bits."""
+
+    def bits(self, n: int) -> NDArray[np.bool_]:
+        """``n`` independent fair bits as a bool array."""
+        ...
+
+
 class _OSEntropy:
     """Uniform random words from the operating system's CSPRNG (``os.urandom``)."""
 
-    def words(self, n: int) -> np.ndarray:
+    def words(self, n: int) -> NDArray[np.uint64]:
         """``n`` independent uniform 64-bit words."""
         if n == 0:
             return np.empty(0, dtype=np.uint64)
         return np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
 
-    def bits(self, n: int) -> np.ndarray:
+    def bits(self, n: int) -> NDArray[np.bool_]:
         """``n`` independent fair bits as a bool array."""
         raw = np.frombuffer(os.urandom((n + 7) // 8), dtype=np.uint8)
         return np.unpackbits(raw)[:n].astype(bool)
@@ -375,7 +393,7 @@ class _OSEntropy:
 _EXP_MINUS_ONE = math.exp(-1.0)
 
 
-def _bernoulli(probability: np.ndarray, entropy) -> np.ndarray:
+def _bernoulli(probability: NDArray[np.float64], entropy: _Words) -> NDArray[np.bool_]:
     """Bernoulli draws; exactly ``P = ceil(p 2^53) / 2^53`` for each float ``p`` in [0, 1].
 
     ``W = k 2^-53`` with ``k`` a uniform 53-bit integer is exact in float64, and
@@ -385,7 +403,7 @@ def _bernoulli(probability: np.ndarray, entropy) -> np.ndarray:
     return k.astype(np.float64) * 2.0**-53 < probability
 
 
-def _uniform_below(bound: int, n: int, entropy) -> np.ndarray:
+def _uniform_below(bound: int, n: int, entropy: _Words) -> NDArray[np.int64]:
     """``n`` exact uniform integers in ``{0, ..., bound - 1}`` (rejection, no modulo bias)."""
     out = np.empty(n, dtype=np.uint64)
     pending = np.arange(n)
@@ -398,7 +416,7 @@ def _uniform_below(bound: int, n: int, entropy) -> np.ndarray:
     return out.astype(np.int64)
 
 
-def _bernoulli_exp_minus(gamma: np.ndarray, entropy) -> np.ndarray:
+def _bernoulli_exp_minus(gamma: NDArray[np.float64], entropy: _Words) -> NDArray[np.bool_]:
     """Bernoulli(exp(-gamma)) for ``gamma >= 0``, as CKS 2020 Algorithm 1 splits it.
 
     ``exp(-gamma) = exp(-frac) * exp(-1)^floor(gamma)``: every factor is >= e^-1, so
@@ -417,7 +435,7 @@ def _bernoulli_exp_minus(gamma: np.ndarray, entropy) -> np.ndarray:
     return accept
 
 
-def _geometric_exp_minus_one(n: int, entropy) -> np.ndarray:
+def _geometric_exp_minus_one(n: int, entropy: _Words) -> NDArray[np.int64]:
     """Number of successes of Bernoulli(e^-1) before the first failure."""
     out = np.zeros(n, dtype=np.int64)
     live = np.arange(n)
@@ -428,7 +446,7 @@ def _geometric_exp_minus_one(n: int, entropy) -> np.ndarray:
     return out
 
 
-def _discrete_laplace(t: int, n: int, entropy, max_v: int) -> np.ndarray:
+def _discrete_laplace(t: int, n: int, entropy: _Entropy, max_v: int) -> NDArray[np.int64]:
     """``n`` draws with ``P(y) ∝ exp(-|y| / t)`` on the integers (CKS 2020, Algorithm 2).
 
     Draws with ``V > max_v`` are rejected, which keeps ``|y| < 2^52`` exact in float64;
@@ -450,7 +468,7 @@ def _discrete_laplace(t: int, n: int, entropy, max_v: int) -> np.ndarray:
     return out
 
 
-def _discrete_gaussian(s: float, n: int, entropy) -> np.ndarray:
+def _discrete_gaussian(s: float, n: int, entropy: _Entropy) -> NDArray[np.int64]:
     """``n`` draws from ``N_Z(0, s^2)``: ``P(y) ∝ exp(-y^2 / (2 s^2))`` (CKS 2020, Alg. 3).
 
     A discrete Laplace proposal of scale ``t = floor(s) + 1``, accepted with probability
@@ -496,7 +514,7 @@ class LatticeSampler(NoiseSampler):
         self.lattice_bits = int(lattice_bits)
         self._entropy = _OSEntropy()
 
-    def _add_noise(self, values: np.ndarray, sigma: float) -> np.ndarray:
+    def _add_noise(self, values: NDArray[np.float64], sigma: float) -> NDArray[np.float64]:
         exponent = _lattice_exponent(sigma, self.lattice_bits)
         step = math.ldexp(1.0, exponent)
         scaled = np.ldexp(values, -exponent)  # exact: a power-of-two scaling
@@ -506,7 +524,8 @@ class LatticeSampler(NoiseSampler):
         noise = _discrete_gaussian(sigma / step, values.size, self._entropy)
         # |noise| < 2^52 converts exactly; the float sum is the correctly rounded
         # integer base + noise, and ldexp by a normal power of two is exact.
-        return np.ldexp(base + noise.astype(np.float64), exponent)
+        noised: NDArray[np.float64] = np.ldexp(base + noise.astype(np.float64), exponent)
+        return noised
 
     def sensitivity_slack(self, n_entries: int, sigma: float) -> float:
         """``L(sigma) sqrt(2 n_entries)``: the l2 room for rounding inputs to the lattice.
@@ -528,11 +547,11 @@ class LatticeSampler(NoiseSampler):
         _check_sigma(sigma)
         return _lattice_excess(n, 2.0**self.lattice_bits)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {"lattice_bits": self.lattice_bits}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["lattice_bits"])
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        type(self).__init__(self, state["lattice_bits"])
 
     def __repr__(self) -> str:
         return f"LatticeSampler(lattice_bits={self.lattice_bits})"
@@ -563,7 +582,7 @@ class SeededSampler(NoiseSampler):
         self.seed = seed
         self._rng = np.random.default_rng(seed)
 
-    def _add_noise(self, values: np.ndarray, sigma: float) -> np.ndarray:
+    def _add_noise(self, values: NDArray[np.float64], sigma: float) -> NDArray[np.float64]:
         return values + self._rng.normal(0.0, sigma, size=values.size)
 
     def __repr__(self) -> str:
@@ -601,7 +620,9 @@ def _scale_down_by_sqrt2(sigma: float) -> float:
     return value
 
 
-def add_symmetric_noise(matrix: np.ndarray, sigma: float, sampler: NoiseSampler) -> np.ndarray:
+def add_symmetric_noise(
+    matrix: ArrayLike, sigma: float, sampler: NoiseSampler
+) -> NDArray[np.float64]:
     """``matrix + vecd^-1(zeta)``, ``zeta ~ N(0, sigma^2 I)``: the mechanism's noise.
 
     Diagonal entries get ``N(0, sigma^2)``, off-diagonal ones ``N(0, sigma^2 / 2)``,

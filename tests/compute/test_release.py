@@ -179,3 +179,14 @@ def test_a_submitted_release_that_never_started_is_abandoned_and_can_never_draw(
     ).result(timeout=120)
     assert not target.abandon(drawn)
     assert not LocalScheduler("threads").abandon(drawn)  # local: dispatched means drawn
+
+
+def test_a_cluster_target_repr_names_its_scheduler_or_a_closed_client():
+    """A closed client has no scheduler (``client.scheduler is None``): the repr says so."""
+    from types import SimpleNamespace
+
+    from dask_dppca.compute import ClusterTarget
+
+    open_client = SimpleNamespace(scheduler=SimpleNamespace(address="tcp://10.0.0.1:8786"))
+    assert repr(ClusterTarget(open_client)) == "ClusterTarget('tcp://10.0.0.1:8786')"
+    assert repr(ClusterTarget(SimpleNamespace(scheduler=None))) == "ClusterTarget(<closed client>)"
