@@ -34,13 +34,15 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import brentq
-from scipy.special import erfcx, log_ndtr
+from scipy.special import erf, erfcx, log_ndtr
 
 from ..validation import nonnegative_finite, positive_finite, real_number
 
 __all__ = [
     "CALIBRATIONS",
+    "DELTA_RANGE",
     "DELTA_RELATIVE_ERROR",
+    "EPSILON_RANGE",
     "PrivacyTarget",
     "analytic_gaussian_sigma",
     "calibrate_sigma",
@@ -68,26 +70,36 @@ _SQRT2 = math.sqrt(2.0)
 #: ``sqrt(sum mu_i^2)``): a calibrated sigma meets the profile even at mu times this.
 MU_ROUND_UP = 1.0 + 16.0 * 2.0**-53
 
-# Smallest delta accepted together with a sampler's privacy excess (docs/privacy.md,
-# "Noise sampler and floating point"): the tail terms of the approximation lemma are
-# below 1e-30 * delta only when delta is at least this and epsilon at most
-# _MAX_EPSILON_WITH_EXCESS.
-_MIN_DELTA_WITH_EXCESS = 1e-100
-_MAX_EPSILON_WITH_EXCESS = 1000.0
+#: The accepted range of epsilon: ``EPSILON_RANGE[0] <= epsilon <= EPSILON_RANGE[1]``.
+#: Inside it (with delta in :data:`DELTA_RANGE`) every calibration is exact to
+#: :data:`DELTA_RELATIVE_ERROR` (tests/privacy/test_calibration.py checks the corners
+#: against high-precision mpmath); the upper end is where a sampler's privacy excess is
+#: accounted (docs/privacy.md, "Noise sampler and floating point").  Below 1e-6 a
+#: release is noise whatever n is; above 1000 it is not private in any useful sense.
+EPSILON_RANGE = (1e-6, 1000.0)
+#: The accepted range of delta: ``DELTA_RANGE[0] <= delta < DELTA_RANGE[1]``.  The lower
+#: end is where the tail terms of the sampler's approximation lemma stay below
+#: ``1e-30 * delta`` (docs/privacy.md, "Noise sampler and floating point").
+DELTA_RANGE = (1e-100, 1.0)
+_MIN_DELTA_WITH_EXCESS = DELTA_RANGE[0]
+_MAX_EPSILON_WITH_EXCESS = EPSILON_RANGE[1]
 
 
 # -- validation --------------------------------------------------------------------
 
 
 def validate_privacy_parameters(epsilon: float, delta: float) -> tuple[float, float]:
-    """Check (epsilon, delta) and return them as floats.
+    """Check a user's (epsilon, delta) and return them as floats.
+
+    The one check of a privacy target (:meth:`PrivacyTarget.of`) and of a budget's
+    totals: both must lie in the accepted range, where every calibration is exact.
 
     Parameters
     ----------
     epsilon : float
-        Must be finite and > 0.
+        Must be finite and in :data:`EPSILON_RANGE` (1e-6 to 1000).
     delta : float
-        Must satisfy 0 < delta < 1.
+        Must satisfy :data:`DELTA_RANGE` ``[0] <= delta < 1`` (1e-100 to 1).
 
     Returns
     -------
@@ -97,7 +109,28 @@ def validate_privacy_parameters(epsilon: float, delta: float) -> tuple[float, fl
     Raises
     ------
     ValueError
-        Naming the offending parameter and its value.
+        Naming the offending parameter (epsilon first), its value and the range.
+    """
+    eps, dlt = _profile_arguments(epsilon, delta)
+    low, high = EPSILON_RANGE
+    if not (low <= eps <= high):
+        raise ValueError(
+            f"epsilon: must be between {low:g} and {high:g} (the range where the "
+            f"calibration is exact), got {eps!r}"
+        )
+    if dlt < DELTA_RANGE[0]:
+        raise ValueError(
+            f"delta: must be at least {DELTA_RANGE[0]:g} (the range where the calibration "
+            f"is exact), got {dlt!r}"
+        )
+    return eps, dlt
+
+
+def _profile_arguments(epsilon: float, delta: float) -> tuple[float, float]:
+    """(epsilon, delta) of the profile's functions: finite epsilon > 0, 0 < delta < 1.
+
+    Wider than the accepted range on purpose: a budget's bookkeeping evaluates the
+    profile at what is left (an epsilon far below 1e-6 for a budget nearly spent).
     """
     eps = positive_finite("epsilon", epsilon)
     dlt = real_number("delta", delta)
@@ -187,7 +220,7 @@ def _log_delta(epsilon: float, mu: float) -> float:
 
     which avoids the cancellation of the two nearly equal terms (relative error
     below 1e-12 where the direct formula loses 1e-9 at epsilon = 1e-3).  For
-    ``x >= 0`` delta is at least ~0.2 and the direct log-space form is accurate.
+    ``x >= 0`` (epsilon <= mu^2/2) see :func:`_log_delta_above_zero`.
     """
     if mu == 0.0:
         return -math.inf
@@ -199,12 +232,30 @@ def _log_delta(epsilon: float, mu: float) -> float:
         if not diff > 0.0:
             return -math.inf
         return -0.5 * x * x + math.log(0.5 * diff)
-    a = float(log_ndtr(x))
-    b = epsilon + float(log_ndtr(x - mu))
-    if not b < a:  # pragma: no cover - delta is >= ~0.2 here
+    return _log_delta_above_zero(epsilon, mu, x)
+
+
+def _log_delta_above_zero(epsilon: float, mu: float, x: float) -> float:
+    """Log delta for ``x = mu/2 - epsilon/mu >= 0``, accurate for every mu > 0.
+
+    Written as ``delta = [Phi(x) - Phi(x - mu)] - (e^epsilon - 1) Phi(x - mu)``.  The
+    bracket is ``(erf(x/sqrt2) + erf((mu - x)/sqrt2)) / 2``: a sum of two non-negative
+    terms (``x >= 0`` and ``mu - x > 0``), exact in relative terms even for a tiny mu
+    (where ``Phi(x) - e^epsilon Phi(x - mu)`` evaluated directly is a difference of two
+    numbers near 1/2 and loses everything: at epsilon = 1e-100 it gave delta 0).  The
+    subtracted term is at most ~0.35 of the bracket here (epsilon <= mu^2/2), so the
+    final subtraction loses at most a couple of bits.
+    """
+    bracket = 0.5 * (float(erf(x / _SQRT2)) + float(erf((mu - x) / _SQRT2)))
+    if not bracket > 0.0:
         return -math.inf
-    # e^a - e^b = e^a (1 - e^(b - a)).
-    return a + math.log(-math.expm1(b - a))
+    # log((e^epsilon - 1) Phi(x - mu)), without overflowing e^epsilon.
+    log_rate = epsilon + math.log(-math.expm1(-epsilon)) if epsilon > 0.0 else -math.inf
+    log_subtracted = log_rate + float(log_ndtr(x - mu))
+    ratio = math.exp(log_subtracted - math.log(bracket))
+    if not ratio < 1.0:  # pragma: no cover - ratio <= ~0.35 for x >= 0
+        return -math.inf
+    return math.log(bracket) + math.log1p(-ratio)
 
 
 def gaussian_dp_delta(epsilon: float, mu: float) -> float:
@@ -252,6 +303,12 @@ def gaussian_delta(epsilon: float, sensitivity: float, sigma: float) -> float:
     return gaussian_dp_delta(epsilon, sens / sig)
 
 
+#: Halvings or doublings of a bracket end before this many steps: 2^2200 spans every
+#: positive float from the smallest subnormal to the largest, so a root in range is
+#: always bracketed in time, and an argument without one ends in an error, not a loop.
+_MAX_BRACKET_STEPS = 2200
+
+
 def _find_monotone_root(func: Callable[[float], float], lo: float, hi: float) -> float:
     """Root in log-space of an increasing ``func``; ``lo``/``hi`` expanded to bracket it."""
 
@@ -259,10 +316,18 @@ def _find_monotone_root(func: Callable[[float], float], lo: float, hi: float) ->
         # An underflowed log-delta is -inf; brentq needs finite values to interpolate.
         return float(np.clip(func(x), -1e300, 1e300))
 
-    while finite(lo) > 0.0:
+    if not (0.0 < lo < math.inf and 0.0 < hi < math.inf):
+        lo = hi = 1.0
+    for _ in range(_MAX_BRACKET_STEPS):
+        if not finite(lo) > 0.0:
+            break
         lo /= 2.0
-    while finite(hi) < 0.0:
+    for _ in range(_MAX_BRACKET_STEPS):
+        if not finite(hi) < 0.0:
+            break
         hi *= 2.0
+    if not (lo > 0.0 and hi < math.inf and finite(lo) <= 0.0 <= finite(hi)):
+        raise RuntimeError("no root of the privacy profile in the float range")
     if lo == hi:
         return lo
     root = brentq(
@@ -294,9 +359,11 @@ def gaussian_dp_mu(epsilon: float, delta: float) -> float:
     -------
     float
     """
-    eps, dlt = validate_privacy_parameters(epsilon, delta)
+    eps, dlt = _profile_arguments(epsilon, delta)
     target = math.log(dlt * (1.0 - DELTA_RELATIVE_ERROR))
-    guess = eps / math.sqrt(2.0 * math.log(1.25 / dlt)) if dlt < 0.8 else eps
+    # log(1.25) - log(delta), not log(1.25 / delta): the quotient overflows for a
+    # subnormal delta.
+    guess = eps / math.sqrt(2.0 * (math.log(1.25) - math.log(dlt))) if dlt < 0.8 else eps
     mu = _find_monotone_root(lambda m: _log_delta(eps, m) - target, guess, guess)
     for _ in range(64):
         if _log_delta(eps, mu) <= target:
@@ -324,7 +391,7 @@ def gaussian_dp_epsilon(mu: float, delta: float) -> float:
         0.0 when ``mu`` is 0 or already (0, delta)-DP.
     """
     m = nonnegative_finite("mu", mu)
-    _, dlt = validate_privacy_parameters(1.0, delta)
+    _, dlt = _profile_arguments(1.0, delta)
     target = math.log(dlt * (1.0 - DELTA_RELATIVE_ERROR))
     if _log_delta(0.0, m) <= target:
         return 0.0
@@ -365,7 +432,7 @@ def analytic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) ->
         sigma > 0.
     """
     sens = positive_finite("sensitivity", sensitivity)
-    eps, dlt = validate_privacy_parameters(epsilon, delta)
+    eps, dlt = _profile_arguments(epsilon, delta)
     target = math.log(dlt * (1.0 - DELTA_RELATIVE_ERROR))
     sigma = sens / gaussian_dp_mu(eps, dlt)
     for _ in range(256):  # the division may have rounded sigma down
@@ -404,7 +471,7 @@ def classical_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -
         When ``epsilon >= 1`` (or any parameter is invalid).
     """
     sens = positive_finite("sensitivity", sensitivity)
-    eps, dlt = validate_privacy_parameters(epsilon, delta)
+    eps, dlt = _profile_arguments(epsilon, delta)
     check_calibration_range("classical", eps)
     return sens * math.sqrt(2.0 * math.log(1.25 / dlt)) / eps
 
@@ -438,10 +505,15 @@ def _apply_excess(epsilon: float, delta: float, excess: float) -> tuple[float, f
     a = nonnegative_finite("excess", excess)
     if a == 0.0:
         return epsilon, delta
-    if delta < _MIN_DELTA_WITH_EXCESS or epsilon > _MAX_EPSILON_WITH_EXCESS:
+    if epsilon > _MAX_EPSILON_WITH_EXCESS:
         raise ValueError(
-            f"delta: a sampler excess is accounted only for delta >= {_MIN_DELTA_WITH_EXCESS:g} "
-            f"and epsilon <= {_MAX_EPSILON_WITH_EXCESS:g}, got delta={delta!r}, epsilon={epsilon!r}"
+            f"epsilon: a sampler excess is accounted only for epsilon <= "
+            f"{_MAX_EPSILON_WITH_EXCESS:g}, got {epsilon!r}"
+        )
+    if delta < _MIN_DELTA_WITH_EXCESS:
+        raise ValueError(
+            f"delta: a sampler excess is accounted only for delta >= "
+            f"{_MIN_DELTA_WITH_EXCESS:g}, got {delta!r}"
         )
     eps = epsilon - 2.0 * a
     if not eps > 0.0:

@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 from scipy import integrate, stats
 
 from dask_dppca.privacy.calibration import (
+    DELTA_RANGE,
     DELTA_RELATIVE_ERROR,
+    EPSILON_RANGE,
+    PrivacyTarget,
     analytic_gaussian_sigma,
     calibrate_sigma,
     classical_gaussian_sigma,
@@ -272,3 +275,93 @@ def test_calibrated_sigma_meets_delta_by_monte_carlo():
     # 20 % too little noise is detected by the same estimator.
     broken_mean, broken_se = estimate(0.8 * sigma)
     assert broken_mean - z * broken_se > delta
+
+
+# -- the accepted range: exact inside, a named refusal outside, never a loop --------------
+
+
+def exact_delta_wide(epsilon: float, mu: float) -> mpmath.mpf:
+    """The profile with enough digits for its two terms' difference (down to 1e-300)."""
+    with mpmath.workdps(700):
+        eps, m = mpmath.mpf(epsilon), mpmath.mpf(mu)
+        return +(mpmath.ncdf(m / 2 - eps / m) - mpmath.exp(eps) * mpmath.ncdf(-m / 2 - eps / m))
+
+
+@pytest.mark.parametrize("epsilon", [EPSILON_RANGE[0], 1e-3, 1.0, EPSILON_RANGE[1]])
+@pytest.mark.parametrize("delta", [DELTA_RANGE[0], 1e-30, 1e-6, 0.5, 0.999999])
+def test_calibration_is_exact_at_the_corners_of_the_accepted_range(epsilon, delta):
+    """Inside the range sigma meets delta under the exact profile and is tight."""
+    target = PrivacyTarget.of(epsilon, delta)
+    sigma = target.sigma(1.0)
+    got = exact_delta_wide(epsilon, 1.0 / sigma)
+    assert got <= delta
+    assert got >= delta * (1 - 2 * DELTA_RELATIVE_ERROR)  # tight: no more noise than needed
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 1e-100, 1e-30, 1e-12, 1e-3])
+@pytest.mark.parametrize("mu", [1e-20, 1e-8, 1e-3, 0.5, 2.0, 40.0])
+def test_profile_is_exact_where_epsilon_is_below_mu_squared_over_2(epsilon, mu):
+    """x = mu/2 - epsilon/mu >= 0: the branch that returned delta 0 at epsilon = 1e-100."""
+    want = exact_delta_wide(epsilon, mu)
+    assert gaussian_dp_delta(epsilon, mu) == pytest.approx(float(want), rel=1e-12)
+
+
+def test_a_tiny_epsilon_no_longer_gets_a_tiny_sigma():
+    """DPPCA(epsilon=1e-100, delta=1e-20) had exact delta 1.1e-16 (11000x the target):
+    the profile itself, evaluated where it went wrong, is exact now."""
+    mu = gaussian_dp_mu(1e-100, 1e-20)
+    assert float(exact_delta_wide(1e-100, mu)) <= 1e-20
+    assert mu == pytest.approx(1e-20 * math.sqrt(2 * math.pi), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "epsilon, delta, name",
+    [
+        (1e-100, 1e-6, "epsilon"),
+        (1e-7, 1e-6, "epsilon"),
+        (1000.5, 1e-6, "epsilon"),
+        (1e6, 1e-6, "epsilon"),
+        (1e300, 1e-6, "epsilon"),
+        (1e6, 1e-120, "epsilon"),  # both out: epsilon is named first
+        (1.0, 1e-101, "delta"),
+        (1.0, 5e-324, "delta"),
+    ],
+)
+def test_outside_the_range_the_right_parameter_is_named(epsilon, delta, name):
+    with pytest.raises(ValueError) as error:
+        PrivacyTarget.of(epsilon, delta)
+    message = str(error.value)
+    assert message.startswith(f"{name}:") and "exact" in message, message
+    assert repr(float(epsilon if name == "epsilon" else delta)) in message
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "epsilon, delta", [(1.0, 5e-324), (700.0, 5e-324), (1e-300, 1e-300), (1e300, 1e-6)]
+)
+def test_the_profile_functions_end_outside_the_range_too(epsilon, delta):
+    """The internal solvers (a budget evaluates them at what is left) never loop: they
+    return a conservative value or raise."""
+    try:
+        mu = gaussian_dp_mu(epsilon, delta)
+    except RuntimeError:
+        return
+    assert gaussian_dp_delta(epsilon, mu) <= delta
+
+
+@pytest.mark.parametrize("epsilon, delta", [(1e4, 1e-5), (2.0, 1e-120)])
+def test_a_budget_outside_the_range_is_refused_when_made(epsilon, delta, tmp_path):
+    from dask_dppca.privacy.budget import PrivacyBudget
+
+    name = "epsilon" if epsilon > EPSILON_RANGE[1] else "delta"
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        PrivacyBudget(epsilon=epsilon, delta=delta)
+
+
+def test_a_budget_at_the_edges_of_the_range_admits_a_release_at_its_totals():
+    from dask_dppca.privacy.budget import GaussianCharge, PrivacyBudget
+
+    for epsilon, delta in [(EPSILON_RANGE[1], DELTA_RANGE[0]), (EPSILON_RANGE[0], 0.5)]:
+        budget = PrivacyBudget(epsilon=epsilon, delta=delta)
+        sigma = PrivacyTarget.of(epsilon, delta).sigma(1.0)
+        budget.check(GaussianCharge(1.0, sigma, 0.0, epsilon, delta))
