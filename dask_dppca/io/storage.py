@@ -10,6 +10,7 @@ backend's failure, and masks the value of any secret-looking option a backend ec
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -21,6 +22,7 @@ __all__ = [
     "display_location",
     "filesystem",
     "is_url",
+    "mask_locations",
     "remote_error",
 ]
 
@@ -55,7 +57,12 @@ def is_url(location: Any) -> bool:
 
 
 def display_location(location: Any) -> str:
-    """``location`` as it may be shown: a URL's user and password masked."""
+    """``location`` as it may be shown: a URL's user and password, and the value of every
+    query parameter (SAS tokens, presigned signatures, ``?token=...``), masked.
+
+    The query's parameter names stay (``?sv=***&sig=***``): they say what kind of URL it
+    is without saying what grants access.
+    """
     text = os.fspath(location) if isinstance(location, os.PathLike) else str(location)
     if not is_url(text):
         return text
@@ -64,8 +71,40 @@ def display_location(location: Any) -> str:
         split = urlsplit(part)
         if "@" in split.netloc:
             split = split._replace(netloc="***@" + split.netloc.rsplit("@", 1)[1])
+        if split.query:
+            split = split._replace(query=_masked_query(split.query))
+        if split.fragment:
+            split = split._replace(fragment=_masked_query(split.fragment))
         parts.append(urlunsplit(split))
     return "::".join(parts)
+
+
+def _masked_query(query: str) -> str:
+    """``a=1&b=2`` as ``a=***&b=***``; a bare value (``?abc``) as ``***``."""
+    masked = []
+    for item in re.split(r"([&;])", query):
+        if item in ("&", ";", ""):
+            masked.append(item)
+        elif "=" in item:
+            masked.append(item.split("=", 1)[0] + "=***")
+        else:
+            masked.append("***")
+    return "".join(masked)
+
+
+#: A URL inside a message (a backend's error text may quote the location it was given).
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def mask_locations(text: str) -> str:
+    """``text`` with every URL in it shown as :func:`display_location` shows it."""
+
+    def shown(match: re.Match) -> str:
+        url = match.group(0)
+        core = url.rstrip(".,:;)]}")  # punctuation of the sentence around the URL
+        return display_location(core) + url[len(core) :]
+
+    return _URL_IN_TEXT.sub(shown, text)
 
 
 def check_storage_options(storage_options: Any, location: Any, name: str = "X") -> dict | None:
@@ -112,6 +151,7 @@ def describe_error(error: BaseException, storage_options: Mapping | None = None)
     text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
     for secret in _secrets(storage_options or {}):
         text = text.replace(secret, "***")
+    text = mask_locations(text)
     return text if len(text) <= _MESSAGE_LIMIT else text[:_MESSAGE_LIMIT] + "..."
 
 

@@ -175,3 +175,57 @@ def test_cli_storage_options_need_a_url(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert code == EXIT_USAGE and "neither STORE nor --output is one" in err and SECRET not in err
+
+
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        (
+            "https://acct.blob.core.windows.net/c/x.zarr?sv=2024-05&se=2030&sig=SIGVALUE",
+            "https://acct.blob.core.windows.net/c/x.zarr?sv=***&se=***&sig=***",
+        ),
+        (
+            "https://b.s3.amazonaws.com/x.zarr?X-Amz-Credential=AKIA&X-Amz-Signature=abc123",
+            "https://b.s3.amazonaws.com/x.zarr?X-Amz-Credential=***&X-Amz-Signature=***",
+        ),
+        ("simplecache::https://h/x.zarr?token=TOK", "simplecache::https://h/x.zarr?token=***"),
+        ("https://u:pw@h/x.zarr?sig=S#frag", "https://***@h/x.zarr?sig=***#***"),
+        ("https://h/x.zarr?opaqueSAS", "https://h/x.zarr?***"),
+        ("s3://bucket/x.zarr", "s3://bucket/x.zarr"),
+        ("/local/path?not-a-query", "/local/path?not-a-query"),
+    ],
+)
+def test_url_query_strings_are_masked_where_a_location_is_shown(url, shown):
+    assert display_location(url) == shown
+    # ... and inside any message that quotes the URL (a backend's error text).
+    assert (
+        describe_error(OSError(f"cannot open {url}: 403")) == f"OSError: cannot open {shown}: 403"
+    )
+
+
+def test_a_presigned_url_reaches_neither_errors_nor_the_ledger(tmp_path):
+    """The signature of a URL input is masked in the errors about it and in the ledger's
+    dataset column (an in-memory fsspec store stands for the presigned URL)."""
+    import sqlite3
+    import warnings
+
+    import dask_dppca as dd
+    from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+
+    signature = "SeCrEt-sig-Value"
+    url = f"memory://presigned/data.zarr?sv=2024&sig={signature}"
+    z = zarr.open_array(url, mode="w", shape=(40, 3), chunks=(20, 3), dtype="f8")
+    z[:] = np.random.default_rng(0).standard_normal((40, 3))  # test data only
+    ledger = tmp_path / "study.ledger"
+    budget = dd.PrivacyBudget(epsilon=2, delta=1e-5, ledger=str(ledger))
+    with budget, warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
+        est = dd.DPPCA(scheduler="synchronous", random_state=0).fit(url)
+    with sqlite3.connect(ledger) as db:
+        rows = db.execute("select * from releases").fetchall()
+    assert len(rows) == 1 and signature not in repr(rows)
+    assert "memory://presigned/data.zarr?sv=***&sig=***" in repr(rows)
+    assert signature not in budget.describe() and signature not in json.dumps(est.privacy_)
+    with pytest.raises(ValueError) as error:
+        dd.DPPCA(scheduler="synchronous").fit(f"memory://presigned/none.zarr?sig={signature}")
+    assert signature not in str(error.value) and "sig=***" in str(error.value)
