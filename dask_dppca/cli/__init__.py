@@ -18,7 +18,15 @@ import warnings
 from .. import __version__
 from . import bench, budget, demo, fit
 
-__all__ = ["EXIT_CLUSTER", "EXIT_UNEXPECTED", "EXIT_USAGE", "build_parser", "main"]
+__all__ = [
+    "CLI_SPELLINGS",
+    "EXIT_CLUSTER",
+    "EXIT_UNEXPECTED",
+    "EXIT_USAGE",
+    "build_parser",
+    "cli_spelling",
+    "main",
+]
 
 EXIT_USAGE = 2
 EXIT_CLUSTER = 3
@@ -53,14 +61,68 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The library's messages name Python parameters; on the command line they name flags.
+CLI_SPELLINGS = (
+    ("pass require_trusted=True to refuse instead", "pass --require-trusted to refuse instead"),
+    ("(or require_trusted=False)", "(or leave out --require-trusted)"),
+    ("no trusted_worker was named", "no --trusted-worker was named"),
+    ("pass allow_fill_values=True (--allow-fill-values)", "pass --allow-fill-values"),
+    ("privacy_['released_on']", "the result's privacy.released_on"),
+)
+
+
+def cli_spelling(text: str) -> str:
+    """``text`` with the library's Python spellings replaced by the command line's flags."""
+    for python, flag in CLI_SPELLINGS:
+        text = text.replace(python, flag)
+    return text
+
+
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
-    """Warnings on the command line: one line each, no source location."""
-    return f"dask-dppca: warning: {message}\n"
+    """Warnings on the command line: one line each, no source location, flags named."""
+    return f"dask-dppca: warning: {cli_spelling(str(message))}\n"
+
+
+def _numeric_options(parser: argparse.ArgumentParser) -> set[str]:
+    """Option strings (every sub-command's) that take a number: ``--epsilon``, ``-k``..."""
+    found: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _numeric_options(sub)
+        elif action.type in (int, float):
+            found.update(action.option_strings)
+    return found
+
+
+def attach_negative_numbers(argv: list[str], numeric: set[str]) -> list[str]:
+    """``--epsilon -inf`` as ``--epsilon=-inf``: argparse reads a value that starts with
+    ``-`` and is not a plain negative number (``-inf``, ``-1e-6``) as an option, and then
+    refuses with "expected one argument" instead of naming the bad value.
+    """
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1] in numeric and token.startswith("-") and _is_number(token):
+            option = out.pop()
+            out.append(f"{option}={token}" if option.startswith("--") else f"{option}{token}")
+        else:
+            out.append(token)
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dask-dppca`` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(attach_negative_numbers(argv, _numeric_options(parser)))
     shown_as, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         return _run(args)
@@ -73,14 +135,22 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return args.run(args)
     except ValueError as error:
-        print(f"dask-dppca: error: {error}", file=sys.stderr)
+        print(f"dask-dppca: error: {_one_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     except (OSError, TimeoutError, RuntimeError) as error:
-        print(f"dask-dppca: error: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"dask-dppca: error: {type(error).__name__}: {_one_line(error)}", file=sys.stderr)
         return EXIT_CLUSTER
     except KeyboardInterrupt:
         print("dask-dppca: interrupted", file=sys.stderr)
         return 130
     except Exception as error:
-        print(f"dask-dppca: unexpected error: {type(error).__name__}: {error}", file=sys.stderr)
+        print(
+            f"dask-dppca: unexpected error: {type(error).__name__}: {_one_line(error)}",
+            file=sys.stderr,
+        )
         return EXIT_UNEXPECTED
+
+
+def _one_line(error: BaseException) -> str:
+    """An error's message on one line, in the command line's spelling."""
+    return cli_spelling(" ".join(str(error).split()))

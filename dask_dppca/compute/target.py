@@ -28,6 +28,7 @@ from .cluster import (
     embedded_client,
     workers_in_this_process,
 )
+from .logs import quiet_own_task_failures
 from .progress import cluster_progress, local_progress
 from .release import release_here, release_on_cluster
 from .tickets import abandon_release
@@ -129,6 +130,9 @@ class ClusterTarget(ComputeTarget):
 
     def __init__(self, client: distributed.Client) -> None:
         self.client = client
+        # A failed task of the fit is raised to the caller as one line; in-process workers
+        # would log it first as a multi-line block (docs/robustness.md).
+        quiet_own_task_failures()
 
     @property
     def n_threads(self) -> int:

@@ -12,9 +12,10 @@
 
 from .output import check_writable, write_json
 from .records import Records, is_lazy_input, open_records
-from .zarr_input import MissingChunkError, chunk_reader
+from .zarr_input import CorruptChunkError, MissingChunkError, chunk_reader
 
 __all__ = [
+    "CorruptChunkError",
     "MissingChunkError",
     "Records",
     "check_writable",

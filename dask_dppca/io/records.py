@@ -12,6 +12,7 @@ those blocks.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -24,7 +25,7 @@ from .labelled import frame_rows, from_xarray, is_dask_frame, is_xarray
 from .storage import check_storage_options, display_location
 from .zarr_input import is_zarr_input, open_zarr_input
 
-__all__ = ["Records", "RowCounter", "is_lazy_input", "open_records"]
+__all__ = ["Records", "RowCounter", "check_unmasked", "is_lazy_input", "open_records"]
 
 
 def is_lazy_input(data: Any) -> bool:
@@ -208,9 +209,31 @@ def _unchunked_xarray(data: Any, component: str | None) -> bool:
     return data.chunks is None
 
 
+def check_unmasked(data: Any) -> None:
+    """Refuse a numpy masked array (or a dask array of masked chunks): every conversion
+    would drop its mask without a word, and the masked values would count as data.
+    """
+    if isinstance(data, np.ma.MaskedArray) or isinstance(
+        getattr(data, "_meta", None), np.ma.MaskedArray
+    ):
+        raise ValueError(
+            f"X: a masked array ({type(data).__name__} with a mask) is not accepted: its "
+            "mask would be ignored; pass X.filled(np.nan) to treat masked entries as "
+            "missing (a row with one is a non-finite record: it counts in n and adds 0, "
+            "docs/robustness.md), or X.data to use the values under the mask"
+        )
+
+
 def _rows(data, component, storage_options, allow_fill_values) -> Any:
     """The rows: a dask array (lazy inputs), or a numpy array (in memory)."""
+    check_unmasked(data)
     if isinstance(data, da.Array):
+        if any(math.isnan(size) for size in data.shape):
+            raise ValueError(
+                f"X: a dask array with unknown chunk sizes (shape {data.shape}); n is "
+                "public and must be known before the fit: call X.compute_chunk_sizes() "
+                "first (or pass lengths=... to to_dask_array)"
+            )
         return data
     if is_zarr_input(data):
         return open_zarr_input(data, component, storage_options, allow_fill_values)

@@ -127,7 +127,27 @@ def check_storage_options(storage_options: Any, location: Any, name: str = "X") 
             f"storage_options: apply to fsspec URLs (s3://, gs://, az://, ...); "
             f"{name} is {_describe_input(location)}"
         )
+    _check_chained(storage_options, str(location))
     return dict(storage_options)
+
+
+def _check_chained(storage_options: Mapping, location: str) -> None:
+    """A chained URL (``simplecache::s3://...``) takes its options nested per protocol.
+
+    fsspec hands top-level options to the outermost filesystem only (the cache), so
+    credentials given flat never reach S3, which then fails later as "no credentials".
+    """
+    if "::" not in location:
+        return
+    protocols = [part.split("://", 1)[0] for part in location.split("::")]
+    flat = sorted(key for key in storage_options if key not in protocols)
+    if flat:
+        example = ", ".join(f'"{protocol}": {{...}}' for protocol in protocols)
+        raise ValueError(
+            f"storage_options: {display_location(location)!r} is a chained URL, whose options "
+            f"are nested per protocol ({{{example}}}); got top-level keys {flat} "
+            "(values not shown), which fsspec would give to the first filesystem only"
+        )
 
 
 def filesystem(location: str, storage_options: dict | None, name: str = "X"):

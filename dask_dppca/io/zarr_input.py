@@ -22,6 +22,7 @@ that a block only one task needs is read inside that task (no read task, no held
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import weakref
@@ -40,6 +41,7 @@ from .storage import describe_error, display_location, filesystem, is_url, remot
 
 __all__ = [
     "ChunkCheckingStore",
+    "CorruptChunkError",
     "MissingChunkError",
     "ZarrBlocks",
     "chunk_reader",
@@ -56,6 +58,15 @@ class MissingChunkError(ValueError):
 
     Raised in the read task instead of letting Zarr substitute the fill value; the fit
     fails before anything is released and nothing is charged to a privacy budget.
+    """
+
+
+class CorruptChunkError(ValueError):
+    """A chunk of a Zarr input exists but cannot be decoded (a damaged store).
+
+    Raised in the read task, naming the store, the chunk and the worker; like a missing
+    chunk it stops the fit before anything is released.  A chunk that decodes is data,
+    whatever it holds; one that does not is a storage fault, not a data value.
     """
 
 
@@ -110,19 +121,64 @@ class ZarrBlocks:
         try:
             block = self.array[selection]
         except _ChunkAbsent as absent:
-            raise MissingChunkError(
-                f"X: chunk {absent.key!r} of {self.label} is missing where {_reader()} reads "
-                "it (store not visible there, chunk deleted, or not written); the fit stopped "
-                "before any release. If the array was written sparsely on purpose (Zarr skips "
-                "chunks equal to the fill value), pass allow_fill_values=True "
-                f"(--allow-fill-values) to read missing chunks as the fill value "
-                f"{_plain(self.array.fill_value)!r}"
-            ) from None
+            raise self._missing(absent) from None
+        except (MemoryError, OSError):  # the worker or the storage, not the chunk's bytes
+            raise
+        except Exception as error:  # a codec refused the bytes: name the chunk
+            raise self._corrupt(selection, error) from None
         close_at_worker_shutdown(self.array.store)
         return block
 
+    def _corrupt(self, selection, error: Exception) -> CorruptChunkError:
+        key, cause = _first_bad_chunk(self.array, selection, error)
+        return CorruptChunkError(
+            f"X: chunk {key!r} of {self.label} cannot be decoded where {_reader()} reads it "
+            f"({describe_error(cause)}); the store is damaged: rewrite that chunk. The fit "
+            "stopped before any release"
+        )
+
+    def _missing(self, absent: _ChunkAbsent) -> MissingChunkError:
+        return MissingChunkError(
+            f"X: chunk {absent.key!r} of {self.label} is missing where {_reader()} reads "
+            "it (store not visible there, chunk deleted, or not written); the fit stopped "
+            "before any release. If the array was written sparsely on purpose (Zarr skips "
+            "chunks equal to the fill value), pass allow_fill_values=True "
+            f"(--allow-fill-values) to read missing chunks as the fill value "
+            f"{_plain(self.array.fill_value)!r}"
+        )
+
     def __repr__(self) -> str:
         return f"ZarrBlocks({self.label}, shape={self.shape}, dtype={self.dtype})"
+
+
+def _first_bad_chunk(array, selection, error: Exception) -> tuple[str, Exception]:
+    """The storage key of the first chunk in ``selection`` that fails to read, and why.
+
+    Read tasks cover whole chunks (or shards) along the rows and all columns; each is
+    read again alone until one fails.  If none does (a failure of the whole read only),
+    the rows are named instead.
+    """
+    shape = tuple(array.shards or array.chunks)
+    ranges = []
+    for part, size, length in zip(selection, shape, array.shape):
+        start, stop, _ = part.indices(length) if isinstance(part, slice) else (0, length, 1)
+        ranges.append(range(start // size, max(start // size, (stop - 1) // size) + 1))
+    for coords in itertools.product(*ranges):
+        chunk = tuple(
+            slice(c * size, min((c + 1) * size, n))
+            for c, size, n in zip(coords, shape, array.shape)
+        )
+        try:
+            array[chunk]
+        except (MemoryError, OSError):
+            raise
+        except Exception as cause:
+            try:
+                return str(array.metadata.encode_chunk_key(coords)), cause
+            except Exception:  # pragma: no cover - every zarr 3 metadata encodes keys
+                return f"at chunk coordinates {coords}", cause
+    rows = selection[0] if selection else slice(None)
+    return f"holding rows {rows.start}:{rows.stop}", error
 
 
 def _plain(value: Any) -> Any:
@@ -195,10 +251,18 @@ def _open_store(data: Any, storage_options: dict | None):
         return FsspecStore.from_mapper(data, read_only=True)
     location = os.fspath(data)
     if not is_url(location):
-        # Resolved here: the workers must not read a relative path against their own cwd.
-        path = Path(location).resolve()
-        if not path.exists():
-            raise ValueError(f"X: Zarr store {location!r} does not exist")
+        # Resolved here: the workers must not read a relative path against their own cwd
+        # (nor a ~ against their own home).
+        try:
+            path = Path(location).expanduser().resolve()
+            exists = path.exists()
+        except (OSError, RuntimeError) as error:  # a name too long, a symlink loop
+            reason = getattr(error, "strerror", None) or describe_error(error)
+            raise ValueError(
+                f"X: cannot use the path {_shortened(location)!r} as a Zarr store ({reason})"
+            ) from None
+        if not exists:
+            raise ValueError(f"X: Zarr store {_shortened(location)!r} does not exist")
         return LocalStore(path, read_only=True)
     fs, path = _reachable_filesystem(location, storage_options)
     if "::" in location:
@@ -208,6 +272,13 @@ def _open_store(data: Any, storage_options: dict | None):
 
         return FsspecStore(AsyncFileSystemWrapper(fs, asynchronous=True), path=path, read_only=True)
     return FsspecStore.from_url(location, storage_options=storage_options, read_only=True)
+
+
+def _shortened(location: str, limit: int = 200) -> str:
+    """A path as a message shows it: a very long one cut in the middle."""
+    if len(location) <= limit:
+        return location
+    return f"{location[: limit // 2]}...{location[-limit // 2 :]} ({len(location)} characters)"
 
 
 def _reachable_filesystem(location: str, storage_options: dict | None):

@@ -198,11 +198,10 @@ def custom(xi: Callable[[NDArray[np.float64]], ArrayLike], bound: float) -> Spat
     if not callable(xi):
         raise TypeError(f"spatial_sign: a custom xi must be callable, got {type(xi).__name__}")
     g_bound = bound_in_range("bound", bound)
-    with np.errstate(all="ignore"):
-        values = np.broadcast_to(
-            np.asarray(xi(_CHECK_NORMS[1:-1].copy()), dtype=np.float64),
-            _CHECK_NORMS[1:-1].shape,
-        )
+    grid = _CHECK_NORMS[1:-1]
+    values = _xi_values(xi, grid.copy())
+    # The kernel calls xi on tiles of pairs (2-D) as well: the same rule there.
+    _xi_values(xi, grid[: 2 * (len(grid) // 2)].reshape(2, -1).copy())
     if not np.all(np.isfinite(values)) or np.any(values < 0):
         raise ValueError("spatial_sign: custom xi must return finite values >= 0 for every norm")
     worst = float(values.max())
@@ -212,6 +211,28 @@ def custom(xi: Callable[[NDArray[np.float64]], ArrayLike], bound: float) -> Spat
             "an unbounded or under-declared xi is not private"
         )
     return SpatialSign(name="custom", bound=g_bound, xi_function=xi)
+
+
+def _xi_values(
+    xi: Callable[[NDArray[np.float64]], ArrayLike], norms: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """``xi(norms)`` as float64 of the shape of ``norms`` (a single number is a constant
+    xi); any other shape, or a value that is not a number, is a ValueError naming it.
+    """
+    try:
+        with np.errstate(all="ignore"):
+            raw = np.asarray(xi(norms), dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"spatial_sign: custom xi must return numbers, one per norm "
+            f"({type(error).__name__}: {error})"
+        ) from None
+    if raw.shape not in (norms.shape, ()):
+        raise ValueError(
+            f"spatial_sign: custom xi must return one value per norm (an array of the shape "
+            f"it is given), got shape {raw.shape} for norms of shape {norms.shape}"
+        )
+    return np.broadcast_to(raw, norms.shape)
 
 
 def bound_in_range(name: str, value: object) -> float:

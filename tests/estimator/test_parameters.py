@@ -126,6 +126,16 @@ def _data_files(root: Path, x: np.ndarray) -> None:
         str(root / "holes.zarr"), mode="w", shape=x.shape, chunks=(20, 4), dtype="f8"
     )
     holes[:40] = x[:40]  # the last chunk was never written
+    corrupt = zarr.create_array(
+        str(root / "corrupt.zarr"),
+        shape=x.shape,
+        chunks=(20, 4),
+        dtype="f8",
+        compressors=zarr.codecs.ZstdCodec(),
+        overwrite=True,
+    )
+    corrupt[:] = x
+    (root / "corrupt.zarr" / "c" / "1" / "0").write_bytes(b"not zstd" * 8)  # damaged
     (root / "not-zarr.txt").write_text("not a store\n")
 
 
@@ -272,7 +282,13 @@ def test_table_is_well_formed():
     assert len(ROWS) >= 40
     assert len(BY_CASE) == len(ROWS), "duplicate case names"
     for row in ROWS:
-        assert row["outcome"] in {"ValueError", "TypeError", "MissingChunkError", "fits"}, row
+        assert row["outcome"] in {
+            "ValueError",
+            "TypeError",
+            "MissingChunkError",
+            "CorruptChunkError",
+            "fits",
+        }, row
         assert row["CLI"] in {"-", "0", "2", "3"}, row
         assert (row["outcome"] == "fits") == (row["CLI"] in {"0", "-"} and not _needles(row)), row
         if row["outcome"] != "fits":
