@@ -14,8 +14,13 @@ the command line's ``--help`` do not pay for Dask, numba and scikit-learn up fro
 from __future__ import annotations
 
 import importlib
+import logging
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
+
+# The library's logger (fit start and end, the plan, where the noise was drawn): silent
+# until the application configures logging, as a library's logger should be.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 #: Public name -> module that defines it.
 _PUBLIC = {
@@ -36,6 +41,11 @@ _PUBLIC = {
     "custom": "kernel.spatial_sign",
     "UntrustedReleaseWarning": "compute.placement",
     "ClusterStalledError": "compute.waits",
+    "PrivacyWarning": "privacy.advice",
+    "NoisyReleaseWarning": "privacy.advice",
+    "LargeDeltaWarning": "privacy.advice",
+    "PrivacyReport": "privacy.report",
+    "load_result": "results",
 }
 
 __all__ = list(_PUBLIC)
@@ -52,9 +62,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .estimator import DPPCA  # noqa: F401
     from .kernel.spatial_sign import SpatialSign, custom, sphere, winsor  # noqa: F401
     from .metrics import sin_theta  # noqa: F401
+    from .privacy.advice import LargeDeltaWarning, NoisyReleaseWarning, PrivacyWarning  # noqa: F401
     from .privacy.budget import BudgetExceededError, GaussianCharge, LedgerError, PrivacyBudget  # noqa: F401
     from .privacy.charging import active_budgets, set_default_budget  # noqa: F401
+    from .privacy.report import PrivacyReport  # noqa: F401
     from .reference import kendall_matrix  # noqa: F401
+    from .results import load_result  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -8,9 +8,14 @@ compute target, commit the reservation, set the fitted attributes.
 
 from __future__ import annotations
 
+import logging
+import os
+import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -21,13 +26,21 @@ from .compute import check_scheduler, compute_target
 from .design import Design, check_design, plan_blocks
 from .graph import kernel_sum_graph
 from .io import is_lazy_input, open_records
+from .io.records import check_unmasked
+from .io.storage import display_location, is_url
 from .kernel import SpatialSign, resolve_spatial_sign
 from .privacy import PrivacyTarget, ReleaseMechanism
+from .privacy.advice import release_warnings
 from .privacy.charging import BudgetCarrier, reserve_release
 from .privacy.noise import NoiseSampler, SeededSampler, default_sampler
+from .privacy.report import PrivacyReport
 from .validation import boolean, integer_at_least, optional_string
 
 __all__ = ["DPPCA", "PARAMETER_CONSTRAINTS"]
+
+#: Fit start and end, the plan, where the noise was drawn: public metadata only (never a
+#: data value, never a storage option).  ``logging.getLogger("dask_dppca")`` is its parent.
+logger = logging.getLogger(__name__)
 
 
 def _check_random_state(name: str, value: Any) -> int | None:
@@ -124,19 +137,38 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     components_ : ndarray, shape (n_components, n_features)
         Private principal directions as orthonormal rows, largest eigenvalue first.
     eigenvalues_ : ndarray, shape (n_features,)
-        All private eigenvalues of ``K_tilde``, decreasing.
-    explained_variance_ : ndarray, shape (n_components,)
-        The leading private eigenvalues.
-    explained_variance_ratio_ : ndarray, shape (n_components,)
-        ``max(lambda_k, 0) / sum_j max(lambda_j, 0)`` from the private eigenvalues only.
-    privacy_ : dict
-        Everything needed to re-derive sigma by hand (epsilon, delta, sensitivity and
-        its parts, sigma, calibration, design counts, tiles), the fit id and where the
-        noise was drawn (:meth:`~.ReleaseMechanism.describe`).
+        All private eigenvalues of ``K_tilde``, decreasing.  They are eigenvalues of the
+        noisy multivariate Kendall (spatial-sign) matrix, not variances: ``K_hat`` has
+        trace at most ``G^2`` (1 for the sphere) whatever the scale of the data.
+    kendall_eigenvalue_ratio_ : ndarray, shape (n_components,)
+        ``max(lambda_k, 0) / sum_j max(lambda_j, 0)`` over the private Kendall
+        eigenvalues (post-processing of the release).  It orders the directions, but it
+        is not a share of variance: for elliptical data the Kendall eigenvalues are a
+        non-linear, flattening function of the covariance eigenvalues (docs/method.md,
+        section 6.2), and under noise the ratio of small ones is mostly noise.  There is
+        no ``explained_variance_ratio_``: no variance is estimated.
+    privacy_ : PrivacyReport
+        A dict of everything needed to re-derive sigma by hand (epsilon, delta,
+        sensitivity and its parts, sigma, calibration, design counts, tiles), the
+        signal-to-noise figure, the fit id and where the noise was drawn
+        (:meth:`~.ReleaseMechanism.describe`); ``print(est.privacy_)`` shows it as text, a
+        notebook as a table.
+    provenance_ : dict
+        Where the result came from: the library version, the fit's start time (UTC, ISO
+        8601) and duration, and the input (its location with secrets masked, or its
+        type) and shape.  Saved with :meth:`~DPPCA.save`.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Column names of a DataFrame input (only then); ``transform`` checks them.
     n_samples_ : int
+
+    Warns
+    -----
+    NoisyReleaseWarning
+        When the noise's spectral norm exceeds the largest possible signal
+        ``||K_hat||_2 <= G^2`` (public quantities only, see :mod:`~.privacy.advice`).
+    LargeDeltaWarning
+        When delta is above ``1/n``.
     """
 
     def __init__(
@@ -201,6 +233,8 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         self
         """
         params = self._validated()
+        started, clock = datetime.now(UTC), time.monotonic()
+        fit_id = uuid.uuid4().hex
         records = open_records(
             X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
         )
@@ -210,6 +244,19 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         with compute_target(params.scheduler) as target:
             records = records.counted(target)
             n, d = records.shape
+            logger.info(
+                "fit %s: start: %s (%d x %d), epsilon=%g, delta=%g, spatial_sign=%s, "
+                "calibration=%s, on %r",
+                fit_id,
+                records.location or records.input_type,
+                n,
+                d,
+                params.target.epsilon,
+                params.target.delta,
+                params.spatial_sign.name,
+                params.target.calibration,
+                target,
+            )
             design, plan = plan_blocks(n, d, records.row_chunks, params.design, target.n_threads)
             mechanism = ReleaseMechanism.plan_release(
                 design,
@@ -218,45 +265,83 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                 params.target,
                 _noise_sampler(d, params.random_state),
             )
-            fit_id = uuid.uuid4().hex
+            described = mechanism.describe()
+            logger.info(
+                "fit %s: plan: %s design, %d blocks, %d block pairs, %d pairs; "
+                "sensitivity %.4g, sigma %.4g, signal to noise at most %.3g",
+                fit_id,
+                described["design"],
+                described["n_blocks"],
+                described["n_block_pairs"],
+                described["n_pairs"],
+                mechanism.sensitivity,
+                mechanism.sigma,
+                described["signal_to_noise"],
+            )
+            for category, message in release_warnings(
+                n, d, params.spatial_sign.bound, mechanism.sigma, mechanism.delta
+            ):
+                warnings.warn(message, category, stacklevel=2)
             # Every active budget reserves the release before any data is read and
             # commits it after the draw (docs/privacy.md, "Budget").
-            with reserve_release(
-                mechanism,
-                fit_id=fit_id,
-                dataset=records.dataset,
-                carried=self.carried_budgets,
-                abandon=lambda: target.abandon(fit_id),
-            ):
-                lane_sums = kernel_sum_graph(
-                    records.blocks(plan.block_sizes), plan, params.spatial_sign, target.n_threads
-                )
-                release, placement = target.release(
+            try:
+                with reserve_release(
                     mechanism,
-                    lane_sums,
-                    n_components,
+                    fit_id=fit_id,
+                    dataset=records.dataset,
+                    carried=self.carried_budgets,
+                    abandon=lambda: target.abandon(fit_id),
+                ):
+                    lane_sums = kernel_sum_graph(
+                        records.blocks(plan.block_sizes),
+                        plan,
+                        params.spatial_sign,
+                        target.n_threads,
+                    )
+                    release, placement = target.release(
+                        mechanism,
+                        lane_sums,
+                        n_components,
+                        fit_id,
+                        trusted_worker=params.trusted_worker,
+                        require_trusted=params.require_trusted,
+                        progress=params.progress,
+                    )
+            except BaseException as error:
+                logger.warning(
+                    "fit %s: failed after %.1f s: %s",
                     fit_id,
-                    trusted_worker=params.trusted_worker,
-                    require_trusted=params.require_trusted,
-                    progress=params.progress,
+                    time.monotonic() - clock,
+                    type(error).__name__,
                 )
+                raise
+        logger.info("fit %s: noise drawn on %s (%s)", fit_id, release.released_on, placement)
 
         self.components_ = release.components
         self.eigenvalues_ = release.eigenvalues
-        self.explained_variance_ = release.eigenvalues[:n_components].copy()
         positive = np.clip(release.eigenvalues, 0.0, None)
         total = positive.sum()
-        self.explained_variance_ratio_ = (
+        self.kendall_eigenvalue_ratio_ = (
             positive[:n_components] / total if total > 0 else np.zeros(n_components)
         )
         self.n_features_in_ = plan.n_features
         self.n_samples_ = plan.n_samples
-        self.privacy_ = {
-            **mechanism.describe(),
-            "fit_id": fit_id,
-            "release_placement": placement,
-            "released_on": release.released_on,
+        self.privacy_ = PrivacyReport(
+            {
+                **described,
+                "fit_id": fit_id,
+                "release_placement": placement,
+                "released_on": release.released_on,
+            }
+        )
+        seconds = time.monotonic() - clock
+        self.provenance_ = {
+            "library_version": _library_version(),
+            "fitted_at": started.isoformat(timespec="seconds"),
+            "fit_seconds": round(seconds, 3),
+            "input": _input_description(X, component, records.input_type, (n, d)),
         }
+        logger.info("fit %s: done in %.1f s", fit_id, seconds)
         return self
 
     def _validated(self) -> _Parameters:
@@ -296,6 +381,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
             A dask array for dask or Zarr input, else numpy.
         """
         check_is_fitted(self, "components_")
+        check_unmasked(X)
         if is_lazy_input(X):
             records = open_records(
                 X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
@@ -306,6 +392,58 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         # inf pass through: their scores are NaN/inf, as the input's.
         data = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=False)
         return data @ self.components_.T
+
+    @property
+    def explained_variance_ratio_(self) -> np.ndarray:
+        """Not an attribute of DPPCA: see ``kendall_eigenvalue_ratio_``."""
+        raise AttributeError(_NO_VARIANCE.format(name="explained_variance_ratio_"))
+
+    @property
+    def explained_variance_(self) -> np.ndarray:
+        """Not an attribute of DPPCA: see ``eigenvalues_``."""
+        raise AttributeError(_NO_VARIANCE.format(name="explained_variance_"))
+
+    def save(
+        self,
+        path: str | os.PathLike,
+        *,
+        overwrite: bool = False,
+        storage_options: dict | None = None,
+    ) -> str:
+        """Save the fitted release as a result file (JSON), as ``dask-dppca fit`` writes it.
+
+        The file holds the release (components, eigenvalues), the privacy report, the
+        parameters, the library version, the time and the input (its location with
+        secrets masked); no data.  :func:`~dask_dppca.results.load_result` (or
+        :meth:`load`) reads it back, in this version or a later one.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            A local path (its folder must exist) or an fsspec URL.
+        overwrite : bool, default=False
+            Replace an existing file; by default an existing file is refused.
+        storage_options : dict, optional
+            fsspec options for a URL.
+
+        Returns
+        -------
+        str
+            Where the file went (an absolute path, or the URL with secrets masked).
+        """
+        from .results import save_result
+
+        return save_result(self, path, overwrite=overwrite, storage_options=storage_options)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, storage_options: dict | None = None) -> DPPCA:
+        """A fitted DPPCA from a result file (:meth:`save`, ``dask-dppca fit --output``).
+
+        See :func:`~dask_dppca.results.load_result`.
+        """
+        from .results import load_result
+
+        return load_result(path, storage_options=storage_options)
 
     @property
     def _n_features_out(self) -> int:
@@ -319,6 +457,37 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         tags.input_tags.allow_nan = True
         tags.transformer_tags.preserves_dtype = ["float64"]
         return tags
+
+
+_NO_VARIANCE = (
+    "DPPCA has no {name}: its eigenvalues are of the noisy Kendall (spatial-sign) matrix, "
+    "not variances; use eigenvalues_ and kendall_eigenvalue_ratio_ (their share, not a "
+    "share of variance)"
+)
+
+
+def _library_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _input_description(X: Any, component: str | None, input_type: str, shape) -> dict:
+    """The input as a result file records it: a store's location (absolute for a local
+    path, secrets masked) or the input's type, and its shape.  Never a value.
+    """
+    location = None
+    if isinstance(X, (str, os.PathLike)):
+        text = os.fspath(X)
+        location = display_location(
+            text if is_url(text) else os.path.abspath(os.path.expanduser(text))
+        )
+    return {
+        "location": location,
+        "component": component,
+        "type": input_type,
+        "shape": [int(shape[0]), int(shape[1])],
+    }
 
 
 def _noise_sampler(n_features: int, random_state: int | None) -> NoiseSampler:

@@ -55,12 +55,14 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
                 "metrics",
                 "planning",
                 "theory",
+                "results",
                 "cli",
                 "__init__",
                 "__main__",
             }
         ),
-        "DPPCA, the non-private kendall_matrix, sin theta, the planner, theory, the command line",
+        "DPPCA, the non-private kendall_matrix, sin theta, the planner, theory, result files, "
+        "the command line",
     ),
 )
 

@@ -57,7 +57,10 @@ _BUILTINS = (
     "|Sequence|Mapping|ValueError|TypeError|RuntimeError|UserWarning|OSError|TimeoutError"
     "|KeyError|Exception"
 )
-_STDLIB = r"os\.PathLike|pathlib\..*|collections\..*|typing\..*|contextlib\..*|abc\..*|sqlite3\..*"
+_STDLIB = (
+    r"os\.PathLike|pathlib\..*|collections\..*|typing\..*|contextlib\..*|abc\..*|sqlite3\..*"
+    r"|logging\..*"
+)
 nitpick_ignore_regex = [
     (r"py:.*", rf"({_OTHER_PROJECTS})(\..*)?"),
     (r"py:.*", rf"({_BUILTINS})"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -129,8 +130,15 @@ def add_parser(commands) -> None:
     fit.add_argument(
         "--output",
         default="result.json",
-        help="result file: local path or fsspec URL (default result.json); "
-        "checked before the fit, written atomically where the store allows",
+        help="result file: local path or fsspec URL (default result.json); its folder must "
+        "exist; checked before the fit, written atomically where the store allows (a "
+        "symlink is written through, a device such as /dev/stdout in place); a new file "
+        "gets mode 0600",
+    )
+    fit.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing --output file (by default an existing file is refused)",
     )
     fit.add_argument(
         "--no-progress",
@@ -146,8 +154,10 @@ def run(args: argparse.Namespace) -> int:
 
     from .. import DPPCA, RegularDesign
     from ..compute import tls_config
-    from ..io import check_writable, write_json
-    from ..io.storage import display_location, is_url
+    from ..io import check_writable
+    from ..io.output import local_path, writes_in_place
+    from ..io.storage import is_url
+    from ..results import save_result
     from .budget import open_ledger
 
     options = storage_options(args.storage_options_json, args.storage_option)
@@ -158,7 +168,13 @@ def run(args: argparse.Namespace) -> int:
         )
     input_options = options if is_url(args.store) else None
     output_options = options if is_url(args.output) else None
-    check_writable(args.output, output_options, name="--output")  # before data or cluster
+    check_writable(  # before any data is read or any cluster starts
+        args.output,
+        output_options,
+        name="--output",
+        overwrite=args.force,
+        overwrite_hint=FORCE_HINT,
+    )
 
     design = args.design
     if design == "regular":
@@ -186,29 +202,42 @@ def run(args: argparse.Namespace) -> int:
         tls_config(args.tls_ca_file, args.tls_cert, args.tls_key),
     ):
         est.fit(
-            args.store,
+            os.path.expanduser(args.store) if not is_url(args.store) else args.store,
             component=args.component,
             storage_options=input_options,
             allow_fill_values=args.allow_fill_values,
         )
-    result = {
-        "components": est.components_.tolist(),
-        "eigenvalues": est.eigenvalues_.tolist(),
-        "explained_variance_ratio": est.explained_variance_ratio_.tolist(),
-        "privacy": est.privacy_,
-    }
-    write_json(args.output, result, output_options, name="--output")
+    where = save_result(
+        est,
+        args.output,
+        overwrite=args.force,
+        storage_options=output_options,
+        name="--output",
+        overwrite_hint=FORCE_HINT,
+        checked=True,
+    )
+    # The summary goes to stderr when the result itself goes to a device (/dev/stdout):
+    # stdout then holds the JSON alone.
+    local = local_path(args.output)
+    summary = sys.stderr if local is not None and writes_in_place(local) else sys.stdout
     print(
-        f"wrote {display_location(args.output)}: {args.n_components} private components of "
+        f"wrote {where}: {args.n_components} private components of "
         f"{est.n_features_in_} features from {est.n_samples_} records "
-        f"(epsilon={args.epsilon:g}, delta={args.delta:g}, sigma={est.privacy_['sigma']:.3g})"
+        f"(epsilon={args.epsilon:g}, delta={args.delta:g}, sigma={est.privacy_['sigma']:.3g}, "
+        f"signal to noise at most {est.privacy_['signal_to_noise']:.3g})",
+        file=summary,
     )
     if budget is not None:
         print(
             f"budget {args.budget}: epsilon {budget.remaining():.6g} left for one more "
-            f"release at delta={budget.delta:g}"
+            f"release at delta={budget.delta:g}",
+            file=summary,
         )
     return 0
+
+
+#: How the command line says "replace it".
+FORCE_HINT = "pass --force to replace it (or choose another --output)"
 
 
 def storage_options(json_file: str | None, entries: list[str]) -> dict:

@@ -17,7 +17,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-__all__ = ["cluster_progress", "in_notebook", "local_progress"]
+__all__ = ["STAGES", "cluster_progress", "in_notebook", "local_progress", "stage_of"]
+
+#: What a reader sees next to each bar of the notebook widget: the fit's stages, by the
+#: prefix of their task keys, in the order they run.  Keys of none of them (a user's own
+#: dask array, a rechunk of the input) are "prepare the input".
+STAGES = (
+    ("dppca-read", "read the records"),
+    ("original-dppca-read", "read the records"),
+    ("dppca-reader", "read the records"),
+    ("dppca-pairs", "pair sums (the kernel)"),
+    ("dppca-sum", "add the exact sums"),
+    ("dppca-release", "add the noise and release (trusted worker)"),
+)
+OTHER_STAGE = "prepare the input"
 
 #: Seconds the bar's thread may take to draw its last state after the work ended.
 _FINAL_DRAW_WAIT = 2.0
@@ -43,6 +56,28 @@ def local_progress(enabled: bool):
     return ProgressBar()
 
 
+def stage_of(key: Any) -> str:
+    """The stage a task key belongs to, in words (the widget's bar label)."""
+    return str(_stage_grouping()(key))
+
+
+def _stage_grouping():
+    """:func:`stage_of` as a closure: sent to the scheduler by value (the scheduler need
+    not have dask-dppca installed to group the bars).
+    """
+    stages, other = STAGES, OTHER_STAGE
+
+    def group(key):
+        name = key[0] if isinstance(key, tuple) and key else key
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        for prefix, stage in stages:
+            if name.startswith(prefix):
+                return stage
+        return other
+
+    return group
+
+
 @contextmanager
 def cluster_progress(client: Any, futures: list, enabled: bool) -> Iterator[None]:
     """Show the progress of ``futures`` (and everything they depend on) while the block runs.
@@ -60,7 +95,11 @@ def cluster_progress(client: Any, futures: list, enabled: bool) -> Iterator[None
         from IPython.display import display
 
         bar = MultiProgressWidget(
-            futures, scheduler=address, complete=True, interval=_UPDATE_INTERVAL
+            futures,
+            scheduler=address,
+            complete=True,
+            interval=_UPDATE_INTERVAL,
+            group_by=_stage_grouping(),
         )
         display(bar.widget)
     else:

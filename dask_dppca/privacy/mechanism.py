@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .advice import noise_spectral_norm, signal_to_noise
 from .budget import GaussianCharge
 from .calibration import PrivacyTarget
 from .noise import NoiseSampler, add_symmetric_noise
@@ -237,11 +238,23 @@ class ReleaseMechanism:
             "sampler_excess": self.sampler_excess,
             "sigma": self.sigma,
             "noise_law": "vecd: diagonal N(0, sigma^2), off-diagonal N(0, sigma^2/2), independent",
+            "signal_bound": g.bound**2,
+            "noise_spectral_norm": noise_spectral_norm(self.sigma, self.plan.n_features),
+            "signal_to_noise": signal_to_noise(g.bound, self.sigma, self.plan.n_features),
+            "released": RELEASED,
             "sampler": type(self.sampler).__name__,
             "private": self.is_private,
             **self.design.describe(),
             **self.plan.describe(),
         }
+
+
+#: What the release is, for the report: the eigenvalues are of a Kendall matrix, not variances.
+RELEASED = (
+    "eigenvalues and leading eigenvectors of K_tilde = K_hat + E, the noisy multivariate "
+    "Kendall (spatial-sign) matrix; its eigenvalues are not variances (trace K_hat <= G^2), "
+    "and kendall_eigenvalue_ratio_ is their share, not a share of variance"
+)
 
 
 def _n_entries(n_features: int) -> int:

@@ -38,6 +38,7 @@ def test_create_show_and_fit_until_the_budget_refuses(tmp_path, capsys):
         "--no-progress",
         "--output",
         str(tmp_path / "r.json"),
+        "--force",  # each fit replaces the last one's result
         "--budget",
         ledger,
     ]

@@ -26,6 +26,7 @@ def test_demo_runs_on_the_embedded_cluster_and_beats_pca(tmp_path):
 def test_fit_writes_the_result_file(tmp_path):
     store = write_store(tmp_path / "x.zarr")
     out = tmp_path / "out" / "result.json"
+    out.parent.mkdir()
     code = main(
         [
             "fit",

@@ -190,3 +190,35 @@ def test_a_cluster_target_repr_names_its_scheduler_or_a_closed_client():
     open_client = SimpleNamespace(scheduler=SimpleNamespace(address="tcp://10.0.0.1:8786"))
     assert repr(ClusterTarget(open_client)) == "ClusterTarget('tcp://10.0.0.1:8786')"
     assert repr(ClusterTarget(SimpleNamespace(scheduler=None))) == "ClusterTarget(<closed client>)"
+
+
+def test_stage_names_and_the_log_filter_cover_every_task_of_a_fit():
+    """Every key prefix a fit's graph uses gets a bar label for people; the filter drops
+    distributed's report of our own failed tasks and nothing else."""
+    import logging
+
+    from dask_dppca.compute.logs import OwnTaskFailureFilter
+    from dask_dppca.compute.progress import stage_of
+
+    assert stage_of(("dppca-read-0123456789abcdef0123456789abcdef", 2, 0)) == "read the records"
+    assert stage_of("original-dppca-read-0123456789abcdef") == "read the records"
+    assert stage_of("dppca-pairs-0123456789abcdef-1-3") == "pair sums (the kernel)"
+    assert stage_of(("rechunk-merge-0123456789abcdef", 0, 0)) == "prepare the input"
+    assert stage_of("dppca-release-0123").startswith("add the noise")
+
+    def record(message, *args):
+        return logging.LogRecord(
+            "distributed.worker", logging.ERROR, "w.py", 1, message, args, None
+        )
+
+    quiet = OwnTaskFailureFilter()
+    failed = "Compute Failed\nKey:       %s\nState:     %s\n"
+    assert not quiet.filter(record(failed, ("dppca-read-abc", 2, 0), "executing"))
+    assert quiet.filter(record(failed, ("user-task-abc", 2, 0), "executing"))
+    cancelled = (
+        "Async instruction for <Task cancelled name=\"execute('dppca-pairs-a-0-0')\"> "
+        "ended with CancelledError"
+    )
+    assert not quiet.filter(record(cancelled))
+    assert quiet.filter(record(cancelled.replace("dppca-pairs", "user")))
+    assert quiet.filter(record("Stopping worker at inproc://x"))

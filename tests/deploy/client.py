@@ -4,7 +4,8 @@ Run inside the recipe's topology (tests/deploy/namespace.py), e.g. in the compos
 notebook's container with its environment.  Connects to ``--scheduler`` or
 ``DASK_DPPCA_SCHEDULER`` with the TLS settings of the Dask configuration (as
 examples/quickstart.ipynb does), waits for the workers, writes test data into
-``DASK_DPPCA_DATA_DIR`` (the folder the workers share), fits with a fixed
+``DASK_DPPCA_DATA_DIR`` (the folder the workers share; required, so that a run never
+leaves a store in this machine's /tmp), fits with a fixed
 ``random_state`` (TEST ONLY: reproducible noise, so the test can compare it with a
 local fit bit for bit), and writes ``result.json``: the store, the release, where the
 release ran, and each worker's certificate name as the scheduler saw it.  With
@@ -20,7 +21,19 @@ import tempfile
 import warnings
 
 
-def fit(scheduler: str, n_workers: int, timeout: float) -> dict:
+def data_folder() -> str:
+    """``DASK_DPPCA_DATA_DIR``: where the workers read the test store (the test's own
+    folder), never a default such as /tmp that nothing cleans."""
+    folder = os.environ.get("DASK_DPPCA_DATA_DIR")
+    if not folder or not os.path.isdir(folder):
+        raise SystemExit(
+            f"client.py: DASK_DPPCA_DATA_DIR must name an existing folder the workers share, "
+            f"got {folder!r}"
+        )
+    return folder
+
+
+def fit(scheduler: str, n_workers: int, timeout: float, data: str) -> dict:
     from distributed import Client
 
     import dask_dppca as dd
@@ -28,7 +41,7 @@ def fit(scheduler: str, n_workers: int, timeout: float) -> dict:
     from dask_dppca.compute.trust import worker_identities
     from dask_dppca.datasets import random_directions, spiked_spectrum, write_elliptical_zarr
 
-    folder = tempfile.mkdtemp(prefix="dppca-live-", dir=os.environ.get("DASK_DPPCA_DATA_DIR"))
+    folder = tempfile.mkdtemp(prefix="dppca-live-", dir=data)
     store = os.path.join(folder, "x.zarr")
     # Seeds generate TEST DATA.
     write_elliptical_zarr(
@@ -92,7 +105,8 @@ def main() -> None:
     parser.add_argument("--notebook", help="a notebook to execute afterwards")
     parser.add_argument("--timeout", type=float, default=60)
     args = parser.parse_args()
-    result = fit(args.scheduler, args.workers, args.timeout)
+    data = data_folder()  # before anything is imported or connected
+    result = fit(args.scheduler, args.workers, args.timeout, data)
     if args.notebook:
         result["notebook"] = run_notebook(args.notebook, args.timeout)
     with open(os.path.join(args.results, "result.json"), "w") as out:

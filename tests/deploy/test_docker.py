@@ -10,6 +10,10 @@ import shutil
 import subprocess
 from pathlib import PurePosixPath
 
+from tests.deploy.recipes import require_deploy_tools
+
+require_deploy_tools()
+
 import jsonschema
 import yaml
 from docker.utils.build import exclude_paths

@@ -8,6 +8,10 @@ import importlib.metadata
 import subprocess
 from pathlib import Path
 
+from tests.deploy.recipes import require_deploy_tools
+
+require_deploy_tools()
+
 import dask_kubernetes
 import jsonschema
 import pytest

@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.deploy.recipes import require_deploy_tools
+
+require_deploy_tools()
+
 import dask_jobqueue
 import pytest
 import yaml

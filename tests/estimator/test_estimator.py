@@ -59,8 +59,9 @@ def test_outputs_are_well_formed(elliptical):
     assert np.allclose(v @ v.T, np.eye(3), atol=1e-12)
     assert est.eigenvalues_.shape == (x.shape[1],)
     assert np.all(np.diff(est.eigenvalues_) <= 0)
-    assert np.allclose(est.explained_variance_, est.eigenvalues_[:3])
-    ratio = est.explained_variance_ratio_
+    ratio = est.kendall_eigenvalue_ratio_
+    positive = np.clip(est.eigenvalues_, 0, None)
+    np.testing.assert_allclose(ratio, positive[:3] / positive.sum(), rtol=1e-15)
     assert np.all(ratio >= 0) and ratio.sum() <= 1 + 1e-12
     assert est.n_features_in_ == x.shape[1] and est.n_samples_ == len(x)
 
@@ -214,3 +215,19 @@ def test_cluster_and_threads_release_the_same_with_a_test_seed(cluster_client, e
     remote = _fit(x, random_state=7, scheduler=cluster_client)
     assert np.allclose(local.components_, remote.components_, atol=1e-9)
     assert np.allclose(local.eigenvalues_, remote.eigenvalues_, atol=1e-12)
+
+
+def test_no_attribute_carries_the_variance_name(elliptical):
+    """The eigenvalues are of the noisy Kendall (spatial-sign) matrix: no attribute calls
+    them variances, the old names say where to look, and the docstring and the privacy
+    report say what they are."""
+    x, _ = elliptical
+    est = _fit(x, n_components=2)
+    for name in ("explained_variance_ratio_", "explained_variance_"):
+        assert not hasattr(est, name)
+        with pytest.raises(AttributeError, match="kendall_eigenvalue_ratio_"):
+            getattr(est, name)
+    assert not [name for name in vars(est) if "variance" in name]
+    assert "not a share of variance" in " ".join(dd.DPPCA.__doc__.split())
+    assert "not variances" in est.privacy_["released"]
+    assert "kendall_eigenvalue_ratio_" in str(est.privacy_)

@@ -34,6 +34,11 @@ ADDED_KEYS = {
     "tile_rows",  # the plan owns the kernel's tile size
     "release_placement",  # where the release was placed (the trusted worker made explicit)
     "released_on",  # which worker drew the noise
+    # the signal-to-noise figure (public: G, sigma, d) and what the eigenvalues are
+    "signal_bound",
+    "noise_spectral_norm",
+    "signal_to_noise",
+    "released",
 }
 PARAMS = {
     "sphere-complete": dict(n=700, d=5, params=dict(n_components=2, epsilon=1.0, delta=1e-6)),

@@ -59,7 +59,10 @@ def test_quickstart_notebook_runs_shows_its_results_and_cleans_up(tmp_path, monk
     assert any(WIDGET in o.get("data", {}) for o in outputs), "no progress widget"
     text = shown_text(outputs)
     assert "sin theta to the truth" in text and "remaining epsilon" in text
-    assert "'sigma':" in text and "'sensitivity':" in text  # the privacy report
+    assert "privacy report: (1, 1e-06)-DP" in text and "noise_spectral_norm" in text
+    assert "kept: " in text  # saved and loaded back
+    # Nothing on stderr: no "Port 8787 is already in use", no worker log, no warning.
+    assert not [o for o in outputs if o.get("name") == "stderr"], shown_text(outputs)
     # Dask keeps its (emptied) shared worker-space folder there; nothing else may remain.
     left = [p for p in scratch.iterdir() if p.name != "dask-scratch-space"]
     assert not left, f"the notebook left temporary files: {left}"
@@ -74,6 +77,10 @@ def test_committed_notebooks_are_executed():
         outputs = [o for cell in code for o in cell.outputs]
         assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name}: no plot"
         assert not [o for o in outputs if o.get("output_type") == "error"], path.name
+        # A reader sees results, not warnings or log lines.
+        stderr = [o.get("text", "") for o in outputs if o.get("name") == "stderr"]
+        assert not stderr, f"{path.name}: {stderr}"
+        assert "Warning" not in shown_text(outputs), path.name
 
 
 def test_cluster_script_runs(tmp_path):

@@ -25,18 +25,26 @@ USER_CLIENT = (
 
 def _run(cells: list[str], tmp_path) -> tuple[list, list]:
     """Execute the cells; (outputs per cell, final states of the saved progress bars)."""
+    outputs, bars, _ = _run_with_labels(cells, tmp_path)
+    return outputs, bars
+
+
+def _run_with_labels(cells: list[str], tmp_path) -> tuple[list, list, str]:
+    """:func:`_run`, and the text of the saved labels (HTML widgets) beside the bars."""
     notebook = new_notebook(cells=[new_code_cell(source) for source in cells])
     execute(notebook, tmp_path)
     outputs = [cell.outputs for cell in notebook.cells]
     saved = notebook.metadata.get("widgets", {}).get(
         "application/vnd.jupyter.widget-state+json", {}
     )
-    bars = [
-        model["state"]
-        for model in saved.get("state", {}).values()
-        if model["model_name"] == "FloatProgressModel"
-    ]
-    return outputs, bars
+    models = list(saved.get("state", {}).values())
+    bars = [model["state"] for model in models if model["model_name"] == "FloatProgressModel"]
+    labels = " ".join(
+        str(model["state"].get("value", ""))
+        for model in models
+        if model["model_name"] == "HTMLModel"
+    )
+    return outputs, bars, labels
 
 
 def _finished(bars: list) -> bool:
@@ -57,8 +65,13 @@ def test_progress_widget_is_displayed_with_an_active_client(tmp_path):
 
 
 def test_progress_widget_is_displayed_on_the_embedded_cluster(tmp_path):
-    outputs, bars = _run([FIT], tmp_path)
+    outputs, bars, labels = _run_with_labels([FIT], tmp_path)
     assert _has_widget(outputs[0]) and _finished(bars)
+    # The bars are named for people: they showed internal key names
+    # (original-dppca-read, dppca-reader-dppca-read-...).
+    for stage in ("prepare the input", "pair sums (the kernel)", "add the noise and release"):
+        assert stage in labels, labels
+    assert "dppca-" not in labels and "original-" not in labels, labels
 
 
 def test_local_scheduler_progress_is_a_text_bar_in_the_notebook(tmp_path):

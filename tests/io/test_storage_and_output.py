@@ -115,12 +115,15 @@ def test_results_to_an_fsspec_url():
         assert json.load(stream) == {"sigma": 0.5, "components": [[1.0, 0.0], [0.0, 1.0]]}
 
 
-def test_local_results_are_replaced_whole(tmp_path):
-    target = tmp_path / "new" / "result.json"
+def test_local_results_are_written_whole_and_replaced_only_when_asked(tmp_path):
+    target = tmp_path / "result.json"
     check_writable(target)
-    assert not (tmp_path / "new").exists()  # the check creates nothing
-    write_json(target, {"a": 1})
-    write_json(f"file://{target}", {"a": 2})
+    assert not target.exists()  # the check creates nothing
+    assert write_json(target, {"a": 1}) == str(target)
+    with pytest.raises(ValueError, match="exists; pass overwrite=True"):
+        check_writable(target)
+    check_writable(target, overwrite=True)
+    write_json(f"file://{target}", {"a": 2}, overwrite=True)
     assert json.loads(target.read_text()) == {"a": 2}
     assert [p.name for p in target.parent.iterdir()] == ["result.json"]
 

@@ -173,7 +173,7 @@ def _assert_release_is_well_formed(est, d, m):
     values = est.eigenvalues_
     assert values.shape == (d,) and np.all(np.isfinite(values))
     assert np.all(np.diff(values) <= 0)
-    ratio = est.explained_variance_ratio_
+    ratio = est.kendall_eigenvalue_ratio_
     assert np.all(np.isfinite(ratio)) and np.all(ratio >= 0) and ratio.sum() <= 1 + 1e-12
 
 

@@ -44,6 +44,7 @@ from tests.deploy.recipes import (
     make_certs,
     operator_built_objects,
     render_helm_chart,
+    require_deploy_tools,
 )
 
 pytestmark = pytest.mark.cluster
@@ -114,6 +115,7 @@ def test_slurm_launch_script_and_jobqueue_run_and_fit_like_a_local_fit(tmp_path)
     """deploy/slurm/launch.sh (paths with spaces) and deploy/slurm/slurm_cluster.py
     (jobqueue.yaml and SLURMCluster's own job script) with stand-in sbatch/scancel."""
     require_namespaces()
+    require_deploy_tools()  # dask-jobqueue
     base = tmp_path / "shared fs"
     tls = make_certs(base / "dppca tls", "localhost", "127.0.0.1")
     state = base / "state dir"
@@ -152,6 +154,7 @@ def test_kubernetes_pods_run_and_fit_like_a_local_fit(recipe, tmp_path):
     would run them, with the secrets made from make-certs.sh's folders; a client
     connects as after `kubectl port-forward` (tls://localhost:8786)."""
     require_namespaces()
+    require_deploy_tools()  # helm, the dask-kubernetes operator
     tls = make_certs(tmp_path / "tls", "localhost", "127.0.0.1")
     if recipe == "helm":
         objects = render_helm_chart(helm_binary(tmp_path))
