@@ -99,8 +99,8 @@ def load_result(path: str | os.PathLike, *, storage_options: dict | None = None)
     Parameters
     ----------
     path : str or os.PathLike
-        A result file written by :meth:`~dask_dppca.estimator.DPPCA.save` or ``dask-dppca fit --output``: a
-        local path (``~`` expanded) or an fsspec URL.
+        A result file written by :meth:`~dask_dppca.estimator.DPPCA.save` or
+        ``dask-dppca fit --output``: a local path (``~`` expanded) or an fsspec URL.
     storage_options : dict, optional
         fsspec options for a URL.
 

@@ -61,7 +61,7 @@ def test_readme_cli_line_runs_as_written_on_the_embedded_cluster(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no warning: the embedded worker offers dppca-trusted
-    assert done.stdout.startswith("wrote result.json: 3 private components")
+    assert done.stdout.startswith(f"wrote {tmp_path / 'result.json'}: 3 private components")
     assert "Completed" not in done.stdout  # no bar when the output is not a terminal
     result = check_result(tmp_path, 3, 6)
     assert result["privacy"]["release_placement"] == "a worker offering 'dppca-trusted'"
@@ -107,6 +107,8 @@ def test_untrusted_cluster_warns_in_one_line_and_require_trusted_refuses(tmp_pat
     assert warned.stderr.count("\n") == 1 and warned.stderr.startswith(
         "dask-dppca: warning: no worker"
     )
+    # The command line names its flag: it said "pass require_trusted=True".
+    assert "pass --require-trusted" in warned.stderr and "require_trusted=" not in warned.stderr
     assert privacy["release_placement"] == "any worker (none offers 'dppca-trusted')"
     assert privacy["released_on"].startswith("tcp://127.0.0.1:")
     assert refused.returncode == 2 and "require_trusted" in refused.stderr
@@ -147,7 +149,7 @@ def test_cli_shows_a_text_bar_in_a_terminal(tmp_path, extra):
     code, shown = run_in_terminal([*CLI, *readme_fit_line(), *extra], tmp_path)
     assert code == 0, shown
     assert "% Completed" in shown and "#" in shown, shown
-    assert "wrote result.json" in shown
+    assert f"wrote {tmp_path / 'result.json'}" in shown
     assert "No clients found" not in shown and "Traceback" not in shown
 
 

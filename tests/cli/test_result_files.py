@@ -212,31 +212,6 @@ def test_a_missing_chunk_on_the_default_path_is_one_line(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
-@pytest.mark.cluster
-def test_the_untrusted_release_warning_names_the_flag(tmp_path):
-    """It said "pass require_trusted=True" to a user of the command line."""
-    from distributed import LocalCluster
-
-    store = write_store(tmp_path / "x.zarr")
-    with LocalCluster(
-        n_workers=1, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=":0"
-    ) as cluster:  # no worker offers 'dppca-trusted'
-        done = run_cli(
-            "fit",
-            store,
-            "--scheduler",
-            cluster.scheduler_address,
-            "--no-progress",
-            "--output",
-            str(tmp_path / "r.json"),
-            timeout=120,
-        )
-    assert done.returncode == 0, done.stderr
-    (line,) = [line for line in done.stderr.splitlines() if "dppca-trusted" in line]
-    assert line.startswith("dask-dppca: warning: ") and "pass --require-trusted" in line
-    assert "require_trusted=True" not in line and "privacy.released_on" in line
-
-
 def test_a_flat_options_file_for_a_chained_url_says_to_nest_them(tmp_path, capsys):
     options = tmp_path / "s3.json"
     options.write_text(json.dumps({"key": "AKIA", "secret": "s3cr3t-never-shown"}))
