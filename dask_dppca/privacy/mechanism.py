@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..kernel.fp_state import own_errstate
 from .budget import GaussianCharge
 from .calibration import PrivacyTarget
 from .noise import NoiseSampler, add_symmetric_noise
@@ -185,6 +186,7 @@ class ReleaseMechanism:
         """False when the sampler must never be used for a real release (a test seed)."""
         return bool(self.sampler.is_private)
 
+    @own_errstate
     def release(
         self, kernel_sum: np.ndarray, n_components: int, released_on: str = "this process"
     ) -> PrivateRelease:
