@@ -229,7 +229,11 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                 abandon=lambda: target.abandon(fit_id),
             ):
                 lane_sums = kernel_sum_graph(
-                    records.blocks(plan.block_sizes), plan, params.spatial_sign, target.n_threads
+                    records.blocks(plan.block_sizes),
+                    plan,
+                    params.spatial_sign,
+                    target.n_threads,
+                    fit_id=fit_id,
                 )
                 release, placement = target.release(
                     mechanism,

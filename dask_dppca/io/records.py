@@ -23,7 +23,7 @@ import numpy as np
 from ..validation import is_real_numeric_dtype
 from .labelled import frame_rows, from_xarray, is_dask_frame, is_xarray
 from .storage import check_storage_options, display_location
-from .zarr_input import is_zarr_input, open_zarr_input
+from .zarr_input import is_zarr_input, open_zarr_input, read_in_blocks
 
 __all__ = ["Records", "RowCounter", "is_lazy_input", "open_records"]
 
@@ -119,9 +119,12 @@ class Records:
         if isinstance(self.source, np.ndarray):
             return da.from_array(self.source, chunks=(block_sizes, -1))
         data = self.source
-        if tuple(data.chunks[0]) != tuple(block_sizes) or len(data.chunks[1]) != 1:
-            data = data.rechunk({0: block_sizes, 1: -1})
-        return data
+        if tuple(data.chunks[0]) == tuple(block_sizes) and len(data.chunks[1]) == 1:
+            return data
+        # A Zarr store's chunks merged inside the reads, one read per block; other inputs
+        # (and blocks that split chunks) by a rechunk.
+        merged = read_in_blocks(data, tuple(block_sizes))
+        return merged if merged is not None else data.rechunk({0: block_sizes, 1: -1})
 
 
 def open_records(
