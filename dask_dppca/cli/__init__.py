@@ -12,6 +12,7 @@ each command imports numpy, Dask and the library when it runs.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import warnings
 
@@ -62,10 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dask-dppca`` console script."""
     args = build_parser().parse_args(argv)
     shown_as, warnings.formatwarning = warnings.formatwarning, _one_line_warning
+    # distributed logs its own tracebacks (a client failing to reconnect to a scheduler
+    # that went away, 30 lines): the command's error is its one line.
+    disabled = logging.root.manager.disable
+    logging.disable(logging.ERROR)
     try:
         return _run(args)
     finally:  # main() may be called in a process that goes on (tests, notebooks)
         warnings.formatwarning = shown_as
+        logging.disable(disabled)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -41,15 +41,22 @@ _local_tickets_lock = threading.Lock()
 # Fit ids whose release was dispatched from this process: called here, or submitted as a
 # task.  For the budget: see abandon_release.
 _dispatched: set[str] = set()
+# The scheduler (its id) each cluster release was submitted to: a scheduler that went
+# away took its tickets with it, and a restarted one proves nothing about them.
+_dispatched_to: dict[str, str] = {}
 
 
 class ReleaseAlreadyDrawnError(RuntimeError):
     """The release of this fit already ran once; noise is never drawn twice."""
 
 
-def mark_release_dispatched(fit_id: str) -> None:
-    """Record, before it can draw, that the release of ``fit_id`` is called or submitted here."""
+def mark_release_dispatched(fit_id: str, scheduler_id: str | None = None) -> None:
+    """Record, before it can draw, that the release of ``fit_id`` is called or submitted
+    here (to the scheduler ``scheduler_id``, on a cluster).
+    """
     _dispatched.add(fit_id)
+    if scheduler_id is not None:
+        _dispatched_to[fit_id] = scheduler_id
 
 
 def abandon_release(fit_id: str, client: distributed.Client | None) -> bool:
@@ -61,7 +68,9 @@ def abandon_release(fit_id: str, client: distributed.Client | None) -> bool:
     may not have started: if its ticket is free, the release is marked abandoned (under
     the lock :func:`claim_release_ticket` takes, which refuses an abandoned release), so
     a release task that starts late refuses to draw; a ticket already taken means it
-    drew.  A scheduler that cannot be reached proves nothing (False).
+    drew.  A scheduler that cannot be reached, or another one than the release was
+    submitted to (restarted: the tickets were in the old one's memory), proves nothing
+    (False).
     """
     if fit_id not in _dispatched:
         return True
@@ -71,6 +80,11 @@ def abandon_release(fit_id: str, client: distributed.Client | None) -> bool:
         f"dask-dppca-release-{fit_id}", scheduler_rpc=client.scheduler, loop=client.loop
     )
     try:
+        submitted_to = _dispatched_to.get(fit_id)
+        if submitted_to is not None and submitted_to != str(
+            client.scheduler_info(n_workers=0).get("id")
+        ):
+            return False  # a restarted scheduler: the ticket, if any, went with the old one
         if not lock.acquire(timeout=ABANDON_TIMEOUT):
             return False
         try:
