@@ -103,8 +103,9 @@ def killed_worker_error(
         rss = max(event.get("rss", 0) for event in restarts) / 2**20
         limit = _memory_limit(error.last_worker)
         limit_text = f" of its {limit / 2**20:.0f} MiB limit" if limit else ""
+        killed = len({(event.get("worker"), event.get("pid")) for event in restarts})
         return WorkerDiedError(
-            f"{label}: {task_role(task)} was killed {len(restarts)} time(s) for exceeding "
+            f"{label}: {task_role(task)} was killed {killed} time(s) for exceeding "
             f"its worker's memory limit (last on {last}, {rss:.0f} MiB{limit_text}); "
             f"{outcome}. Give the workers more memory (dask worker --memory-limit), fewer "
             "threads per worker, or the store smaller row chunks"
