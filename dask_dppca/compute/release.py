@@ -32,7 +32,12 @@ from .failures import (
 )
 from .placement import choose_placement, describe_placement, placement_available
 from .progress import cluster_progress, local_progress
-from .tickets import claim_release_ticket, mark_release_dispatched
+from .tickets import (
+    claim_release_ticket,
+    mark_release_dispatched,
+    mark_release_settled,
+    prune_release_tickets,
+)
 from .waits import ClusterStalledError, await_done, await_result
 from .workers import prepare_workers, single_threaded_blas
 
@@ -120,6 +125,8 @@ def release_on_cluster(
             release = await_result(
                 client, release_future, f"release {fit_id}", needed=trusted_worker_present
             )
+            mark_release_settled(fit_id)
+            prune_release_tickets(client)
         except ClusterStalledError as error:
             raise ClusterStalledError(f"{error}; {_outcome(release_future)}") from None
         except distributed.KilledWorker as error:
