@@ -37,9 +37,14 @@ __all__ = [
     "auto_design",
     "block_rows",
     "check_design",
+    "check_task_count",
     "complete_blocks",
+    "merge_chunks",
     "plan_blocks",
+    "planned_tasks",
     "resolve_design",
+    "smallest_block_rows",
+    "task_limit",
 ]
 
 
@@ -121,9 +126,10 @@ class DesignPlan:
 class CompleteDesign:
     """Every pair ``i < j`` of the n records: the full U-statistic.
 
-    Blocks are the row chunks of the input, or for an input without its own (numpy) the
-    blocks of :func:`block_rows` (the result does not depend on them beyond rounding);
-    every block pair ``I <= J`` is one task.  ``|P| = n (n - 1) / 2`` and
+    Blocks are the row chunks of the input merged up to the block rule's smallest block
+    (:func:`merge_chunks`), or for an input without its own (numpy) the blocks of
+    :func:`block_rows` (the result does not depend on them beyond rounding); every block
+    pair ``I <= J`` is one task.  ``|P| = n (n - 1) / 2`` and
     every record is in ``n - 1`` pairs, so ``Delta_F = 2 sqrt(2) G^2 / n``.
     """
 
@@ -325,7 +331,7 @@ def block_rows(n_samples: int, n_features: int, n_threads: int) -> int:
     n, d = int(n_samples), max(int(n_features), 1)
     tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
     largest = max(tile, min(MAX_BLOCK_ROWS, MAX_BLOCK_BYTES // (8 * d)) // tile * tile)
-    smallest = max(tile, math.ceil(math.sqrt(MIN_BLOCK_PAIR_FLOPS / (2.0 * d))))
+    smallest = smallest_block_rows(d)
     wanted = BLOCK_PAIRS_PER_THREAD * max(int(n_threads), 1)
     n_blocks = math.ceil((math.sqrt(8.0 * wanted + 1.0) - 1.0) / 2.0)  # B (B + 1) / 2 >= wanted
     n_blocks = max(min(n_blocks, n // smallest), math.ceil(n / largest), 1)
@@ -335,6 +341,44 @@ def block_rows(n_samples: int, n_features: int, n_threads: int) -> int:
     aligned = math.ceil(rows / tile) * tile
     last = n - (n_blocks - 1) * aligned
     return aligned if 2 * last >= aligned else rows
+
+
+def smallest_block_rows(n_features: int) -> int:
+    """The block rule's smallest block: whole kernel tiles, and at least the rows whose
+    block pair keeps ``MIN_BLOCK_PAIR_FLOPS`` of work (public: d only).
+    """
+    d = max(int(n_features), 1)
+    tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
+    return max(tile, math.ceil(math.sqrt(MIN_BLOCK_PAIR_FLOPS / (2.0 * d))))
+
+
+def merge_chunks(row_chunks: tuple[int, ...], n_features: int) -> tuple[int, ...]:
+    """The complete design's blocks for an input with row chunks of its own.
+
+    Consecutive chunks are merged until a block holds at least
+    :func:`smallest_block_rows` rows; a last block below it joins the one before.  A
+    chunk is never split, so each is read once, inside the read of its block; chunks at
+    least that large stay blocks of their own, as before (the same blocks, hence the
+    same bits, on any cluster: the rule uses d and the chunks, never the thread count).
+    1-row chunks of an n x d array give the blocks of a one-chunk input, not n blocks
+    and ``n (n + 1) / 2`` block-pair tasks.
+    """
+    least = smallest_block_rows(n_features)
+    blocks: list[int] = []
+    rows = 0
+    for chunk in (int(c) for c in row_chunks):
+        if chunk <= 0:
+            continue
+        rows += chunk
+        if rows >= least:
+            blocks.append(rows)
+            rows = 0
+    if rows:
+        if blocks:
+            blocks[-1] += rows
+        else:
+            blocks.append(rows)
+    return tuple(blocks)
 
 
 def complete_blocks(n_samples: int, n_features: int, n_threads: int) -> tuple[int, ...]:
@@ -435,15 +479,75 @@ def plan_blocks(
     Returns
     -------
     (Design, DesignPlan)
-        The complete design keeps the input's row chunks as its blocks (each read once,
-        the same bits on any cluster) or, for rows in memory, cuts them by
-        :func:`block_rows`; a regular design cuts its own blocks of ``block_size``.
-        The data are then given one chunk per block of ``plan.block_sizes``.
+        The complete design merges the input's row chunks into blocks of at least the
+        rule's smallest block (:func:`merge_chunks`: each chunk read once, the same bits
+        on any cluster) or, for rows in memory, cuts them by :func:`block_rows`; a
+        regular design cuts its own blocks of ``block_size``.  The data are then given
+        one chunk per block of ``plan.block_sizes``.
+
+    Raises
+    ------
+    ValueError
+        If the plan would have more graph tasks than :func:`task_limit` allows for n,
+        d and the thread count (a regular design with tiny blocks), naming what to change.
     """
     n, d = int(n_samples), int(n_features)
     chosen = resolve_design(design, n, d, n_threads)
     if isinstance(chosen, CompleteDesign):
-        chunks = complete_blocks(n, d, n_threads) if row_chunks is None else tuple(row_chunks)
+        chunks = (
+            complete_blocks(n, d, n_threads) if row_chunks is None else merge_chunks(row_chunks, d)
+        )
     else:
         chunks = (n,)
-    return chosen, chosen.plan(chunks, d)
+    plan = chosen.plan(chunks, d)
+    check_task_count(chosen, plan, n_threads)
+    return chosen, plan
+
+
+#: Graph tasks any plan may have, whatever its work (a few seconds of scheduling).
+MIN_TASK_LIMIT = 4096
+#: Graph tasks allowed per worker thread, whatever the work.
+TASKS_PER_THREAD = 64
+#: Pair work (flops) a task must carry on average beyond those (about 1 ms of a core,
+#: the order of a task's own cost in Dask).
+MIN_TASK_FLOPS = 4e7
+
+
+def planned_tasks(plan: DesignPlan) -> int:
+    """Graph tasks of a plan: one per block-pair task and one per block (its read)."""
+    return len(plan.tasks()) + len(plan.block_sizes)
+
+
+def task_limit(n_samples: int, n_features: int, n_threads: int, n_pairs: int) -> int:
+    """Most graph tasks a fit may plan: ``max(MIN_TASK_LIMIT, TASKS_PER_THREAD * threads,
+    pair work / MIN_TASK_FLOPS)``, the pair work being ``4 d |P|`` flops (public).
+    """
+    work = 4.0 * max(int(n_features), 1) * float(n_pairs)
+    return int(
+        max(MIN_TASK_LIMIT, TASKS_PER_THREAD * max(int(n_threads), 1), work / MIN_TASK_FLOPS)
+    )
+
+
+def check_task_count(design: Design, plan: DesignPlan, n_threads: int) -> None:
+    """Refuse a plan whose task count exceeds :func:`task_limit`, saying what to change.
+
+    Dask spends about a millisecond and some kilobytes of scheduler memory per task: a
+    plan of many tasks of little work (600 one-row blocks gave 180300 tasks and a 1.2 GB
+    scheduler) is slow for nothing.  The complete design's blocks never come near the
+    limit; a regular design with tiny blocks can.
+    """
+    tasks = planned_tasks(plan)
+    limit = task_limit(plan.n_samples, plan.n_features, n_threads, plan.n_pairs)
+    if tasks <= limit:
+        return
+    advice = (
+        f"use a larger block_size (RegularDesign(k={design.k}, block_size=...)) or fewer partners k"
+        if isinstance(design, RegularDesign)
+        else "use design='auto' or a RegularDesign with larger blocks"
+    )
+    raise ValueError(
+        f"design: the plan has {tasks} graph tasks ({len(plan.block_sizes)} blocks), above "
+        f"the limit of {limit} for n = {plan.n_samples}, d = {plan.n_features} and "
+        f"{n_threads} threads (each task must carry about {MIN_TASK_FLOPS:.0e} flops of "
+        f"pair work beyond {MIN_TASK_LIMIT} tasks); {advice}"
+    )

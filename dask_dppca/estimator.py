@@ -297,6 +297,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                         plan,
                         params.spatial_sign,
                         target.n_threads,
+                        fit_id=fit_id,
                     )
                     release, placement = target.release(
                         mechanism,

@@ -12,6 +12,7 @@ each command imports numpy, Dask and the library when it runs.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import warnings
 
@@ -124,10 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(attach_negative_numbers(argv, _numeric_options(parser)))
     shown_as, warnings.formatwarning = warnings.formatwarning, _one_line_warning
+    # distributed logs its own tracebacks (a client failing to reconnect to a scheduler
+    # that went away, 30 lines): the command's error is its one line.
+    disabled = logging.root.manager.disable
+    logging.disable(logging.ERROR)
     try:
         return _run(args)
     finally:  # main() may be called in a process that goes on (tests, notebooks)
         warnings.formatwarning = shown_as
+        logging.disable(disabled)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -4,6 +4,8 @@
   the ``scheduler`` parameter by :func:`.compute_target`.
 * :mod:`.cluster`: the embedded LocalCluster, scheduler addresses, TLS.
 * :mod:`.waits`: bounded waits (:class:`.ClusterStalledError`).
+* :mod:`.failures`: a dead worker (its memory limit) or a lost scheduler in one line
+  (:class:`.WorkerDiedError`, :class:`.SchedulerLostError`).
 * :mod:`.progress`: progress bars (text in a terminal, a widget in Jupyter).
 * :mod:`.workers`: BLAS on one thread, and the worker plugin that allows sealed sums.
 * :mod:`.release`: running a :class:`~.ReleaseMechanism` once, on the
@@ -12,6 +14,7 @@
 """
 
 from .cluster import TRUSTED_RESOURCE, check_scheduler, close_embedded_cluster, tls_config
+from .failures import SchedulerLostError, WorkerDiedError
 from .placement import UntrustedReleaseWarning
 from .target import ClusterTarget, ComputeTarget, LocalScheduler, compute_target
 from .waits import STALL_TIMEOUT_KEY, ClusterStalledError
@@ -23,7 +26,9 @@ __all__ = [
     "ClusterTarget",
     "ComputeTarget",
     "LocalScheduler",
+    "SchedulerLostError",
     "UntrustedReleaseWarning",
+    "WorkerDiedError",
     "check_scheduler",
     "close_embedded_cluster",
     "compute_target",

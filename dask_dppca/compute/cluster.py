@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import importlib.util
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,15 +20,19 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
+import dask
 import distributed
 
 __all__ = [
+    "DASHBOARD_KEY",
     "LOCAL_SCHEDULERS",
     "TRUSTED_RESOURCE",
     "check_scheduler",
     "close_embedded_cluster",
     "connect",
+    "dashboard_requested",
     "embedded_client",
+    "embedded_dashboard_link",
     "in_this_process",
     "tls_config",
     "workers_in_this_process",
@@ -149,8 +155,6 @@ def tls_config(
     keep their configured value) and requires encryption, so a plain ``tcp://``
     address is refused rather than silently used.
     """
-    import dask
-
     values = {
         TLS_CONFIG_KEYS[name]: value
         for name, value in (("ca_file", ca_file), ("cert", cert), ("key", key))
@@ -175,24 +179,114 @@ def embedded_client() -> distributed.Client:
     applies to this one process as a whole, as it should.  The worker offers the
     ``dppca-trusted`` resource: the release is placed like on any cluster, and on this
     machine the client process holds the exact K_hat anyway (docs/privacy.md, threat
-    model).  No dashboard is started, so none is advertised.
+    model).
+
+    Nothing listens on the network: the scheduler and the worker talk ``inproc://``, and
+    the HTTP servers distributed starts with every scheduler and worker (health, metrics,
+    its ``/info`` pages with the scheduler's log and a form that closes workers) are bound
+    to 127.0.0.1, without routes, and stopped as soon as the cluster is up.  Unless the
+    Dask configuration key :data:`DASHBOARD_KEY` asks for the dashboard (read when the
+    cluster starts; it needs bokeh, the ``dashboard`` extra): then the scheduler's
+    dashboard stays, on 127.0.0.1 only, and :func:`embedded_dashboard_link` (and the
+    client's ``dashboard_link``) give its address.
     """
     with _embedded_lock:
         client = _embedded.get("client")
         if client is None or client.status != "running":
-            cluster = distributed.LocalCluster(
-                n_workers=1,
-                threads_per_worker=max(1, os.cpu_count() or 1),
-                processes=False,
-                dashboard_address=None,
-                # No dashboard; the scheduler's small HTTP server (health, metrics) on a
-                # free port, so a busy 8787 never prints a warning.
-                scheduler_kwargs={"dashboard": False, "dashboard_address": ":0"},
-                resources={TRUSTED_RESOURCE: 1},
-            )
-            client = distributed.Client(cluster, set_as_default=False)
+            dashboard = dashboard_requested()
+            routes = {} if dashboard else _NO_ROUTES
+            with dask.config.set(routes):
+                cluster = _EmbeddedCluster(
+                    n_workers=1,
+                    threads_per_worker=max(1, os.cpu_count() or 1),
+                    processes=False,
+                    # Loopback only, any free port (never the busy-8787 warning); the
+                    # workers' servers are stopped below whatever is asked.
+                    dashboard_address=LOOPBACK_ANY_PORT,
+                    worker_dashboard_address=LOOPBACK_ANY_PORT,
+                    scheduler_kwargs={"dashboard": dashboard},
+                    resources={TRUSTED_RESOURCE: 1},
+                )
+            try:
+                cluster.sync(_stop_http_servers, cluster, not dashboard)
+                client = distributed.Client(cluster, set_as_default=False)
+            except BaseException:
+                cluster.close()
+                raise
             _embedded.update(cluster=cluster, client=client)
+            if dashboard:
+                print(
+                    f"dask-dppca: the embedded cluster's dashboard: {cluster.dashboard_link}",
+                    file=sys.stderr,
+                )
         return client
+
+
+#: Dask configuration key: start the embedded cluster with its dashboard (on 127.0.0.1;
+#: environment variable ``DASK_DASK_DPPCA__DASHBOARD=true``).  Needs bokeh.
+DASHBOARD_KEY = "dask-dppca.dashboard"
+#: Where the embedded cluster's HTTP servers bind while they exist: loopback, a free port.
+LOOPBACK_ANY_PORT = "127.0.0.1:0"
+#: distributed's HTTP routes, none (the servers are stopped at once anyway).
+_NO_ROUTES: dict[str, list[str]] = {
+    "distributed.scheduler.http.routes": [],
+    "distributed.worker.http.routes": [],
+}
+
+
+def dashboard_requested() -> bool:
+    """Whether :data:`DASHBOARD_KEY` asks for the embedded cluster's dashboard.
+
+    Raises
+    ------
+    ValueError
+        If the key holds no boolean, or asks for the dashboard while bokeh, which draws
+        it, is not installed.
+    """
+    value = dask.config.get(DASHBOARD_KEY, False)
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
+        value = value.strip().lower() in ("true", "1", "yes")
+    if not isinstance(value, bool):
+        raise ValueError(f"{DASHBOARD_KEY}: expected true or false, got {value!r}")
+    if value and importlib.util.find_spec("bokeh") is None:
+        raise ValueError(
+            f"{DASHBOARD_KEY}: the dashboard needs bokeh, which is not installed; "
+            "pip install 'dask-dppca[dashboard]'"
+        )
+    return value
+
+
+def embedded_dashboard_link() -> str | None:
+    """The address of the embedded cluster's dashboard, or None when it has none."""
+    cluster = _embedded.get("cluster")
+    return cluster.dashboard_link or None if cluster is not None else None
+
+
+class _EmbeddedCluster(distributed.LocalCluster):
+    """The embedded LocalCluster, whose dashboard link names the address it listens on.
+
+    distributed builds the link from the scheduler's address, which for ``inproc://`` is
+    the machine's network address, where nothing answers; the dashboard is on 127.0.0.1.
+    """
+
+    @property
+    def dashboard_link(self) -> str:
+        """``http://127.0.0.1:PORT/status``, or "" without a dashboard."""
+        scheduler = self.scheduler
+        server = getattr(scheduler, "http_server", None)
+        if scheduler is None or server is None or "dashboard" not in scheduler.services:
+            return ""
+        return f"http://127.0.0.1:{server.port}/status"
+
+
+async def _stop_http_servers(cluster: distributed.LocalCluster, scheduler_too: bool) -> None:
+    """Stop the workers' HTTP servers (and the scheduler's), on the cluster's event loop."""
+    nodes = [*cluster.workers.values(), *([cluster.scheduler] if scheduler_too else [])]
+    for node in nodes:
+        server = getattr(node, "http_server", None)
+        if server is not None:
+            server.stop()
+        node.services.pop("dashboard", None)
 
 
 def in_this_process(address: str) -> bool:

@@ -12,6 +12,7 @@ release (:mod:`.release`) and the hook that abandons a failed fit's release.
 from __future__ import annotations
 
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,12 @@ from .cluster import (
     connect,
     embedded_client,
     workers_in_this_process,
+)
+from .failures import (
+    SchedulerLostError,
+    is_scheduler_loss,
+    killed_worker_error,
+    scheduler_address,
 )
 from .logs import quiet_own_task_failures
 from .progress import cluster_progress, local_progress
@@ -148,11 +155,25 @@ class ClusterTarget(ComputeTarget):
     def compute(self, collections: list, label: str, progress: bool = False) -> list:
         """Compute Dask collections and return their values; every wait bounded."""
         prepare_workers(self.client)
+        started = time.time()
         with single_threaded_blas(self.in_process):
             futures = self.client.compute(collections)
             try:
                 with cluster_progress(self.client, futures, progress):
                     return [await_result(self.client, future, label) for future in futures]
+            except distributed.KilledWorker as error:
+                raise killed_worker_error(
+                    self.client, error, label, "nothing was released", since=started
+                ) from None
+            except BaseException as error:
+                if isinstance(error, SchedulerLostError) or not is_scheduler_loss(
+                    error, self.client
+                ):
+                    raise
+                raise SchedulerLostError(
+                    f"{label}: the scheduler at {scheduler_address(self.client)} went away; "
+                    "nothing was released"
+                ) from None
             finally:
                 for future in futures:
                     future.release()

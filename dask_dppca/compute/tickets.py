@@ -9,10 +9,15 @@ Elsewhere it lives in this process.
 A failed fit asks :func:`abandon_release` whether its budget reservations may be
 given back: only when the release provably never drew, and then it is marked so that a
 release task that starts late refuses to draw.
+
+A long-lived cluster would keep one ticket per fit for ever: a client prunes the
+tickets of its settled releases (all but the last few, :func:`prune_release_tickets`)
+and any ticket older than an hour, each time it submits a release.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from typing import Any
@@ -27,6 +32,8 @@ __all__ = [
     "claim_release_ticket",
     "current_worker",
     "mark_release_dispatched",
+    "mark_release_settled",
+    "prune_release_tickets",
 ]
 
 #: Scheduler metadata prefix under which release tickets are recorded, one per fit id.
@@ -41,15 +48,74 @@ _local_tickets_lock = threading.Lock()
 # Fit ids whose release was dispatched from this process: called here, or submitted as a
 # task.  For the budget: see abandon_release.
 _dispatched: set[str] = set()
+# The scheduler (its id) each cluster release was submitted to: a scheduler that went
+# away took its tickets with it, and a restarted one proves nothing about them.
+_dispatched_to: dict[str, str] = {}
+
+
+#: Tickets of this process's most recent settled releases left in the scheduler's
+#: metadata (a client may read where its release ran); older ones are pruned.
+KEPT_SETTLED_TICKETS = 16
+#: Seconds after which any release ticket is pruned (another process's too): far beyond
+#: the moments in which a drawn release's task can run again (its worker died before
+#: the result reached the client, which waits for it at most the stall timeout).
+TICKET_RETENTION = 3600.0
+# This process's settled releases whose tickets are not pruned yet, oldest first.
+_settled: collections.deque[str] = collections.deque()
 
 
 class ReleaseAlreadyDrawnError(RuntimeError):
     """The release of this fit already ran once; noise is never drawn twice."""
 
 
-def mark_release_dispatched(fit_id: str) -> None:
-    """Record, before it can draw, that the release of ``fit_id`` is called or submitted here."""
+def mark_release_dispatched(fit_id: str, scheduler_id: str | None = None) -> None:
+    """Record, before it can draw, that the release of ``fit_id`` is called or submitted
+    here (to the scheduler ``scheduler_id``, on a cluster).
+    """
     _dispatched.add(fit_id)
+    if scheduler_id is not None:
+        _dispatched_to[fit_id] = scheduler_id
+
+
+def mark_release_settled(fit_id: str) -> None:
+    """Record that the release of ``fit_id`` returned to this client (its task can no
+    longer run: its key was released), so that its ticket may be pruned later.
+    """
+    _settled.append(fit_id)
+    _dispatched.discard(fit_id)
+    _dispatched_to.pop(fit_id, None)
+
+
+def prune_release_tickets(client: distributed.Client) -> int:
+    """Remove from the scheduler's metadata the tickets of this process's settled
+    releases but the last ``KEPT_SETTLED_TICKETS``, and every ticket older than
+    ``TICKET_RETENTION`` seconds; returns how many.  Never fails a fit: a scheduler
+    that refuses (an old one) keeps its tickets.
+    """
+    prunable = [_settled.popleft() for _ in range(max(0, len(_settled) - KEPT_SETTLED_TICKETS))]
+    older_than = time.time() - TICKET_RETENTION
+    prefix = list(RELEASE_METADATA_KEY)
+
+    # Defined here, so that it travels by value: the scheduler needs no dask-dppca.
+    def prune(dask_scheduler: Any, fit_ids: list[str], older_than: float) -> int:
+        tickets = dask_scheduler.get_metadata(prefix, default=None)
+        if not isinstance(tickets, dict):
+            return 0
+        old = [
+            fit_id
+            for fit_id, ticket in tickets.items()
+            if fit_id in fit_ids
+            or (isinstance(ticket, dict) and ticket.get("time", older_than) < older_than)
+        ]
+        for fit_id in old:
+            del tickets[fit_id]
+        return len(old)
+
+    try:
+        return int(client.run_on_scheduler(prune, fit_ids=prunable, older_than=older_than))
+    except Exception:  # pruning is housekeeping; the tickets stay
+        _settled.extendleft(reversed(prunable))
+        return 0
 
 
 def abandon_release(fit_id: str, client: distributed.Client | None) -> bool:
@@ -61,7 +127,9 @@ def abandon_release(fit_id: str, client: distributed.Client | None) -> bool:
     may not have started: if its ticket is free, the release is marked abandoned (under
     the lock :func:`claim_release_ticket` takes, which refuses an abandoned release), so
     a release task that starts late refuses to draw; a ticket already taken means it
-    drew.  A scheduler that cannot be reached proves nothing (False).
+    drew.  A scheduler that cannot be reached, or another one than the release was
+    submitted to (restarted: the tickets were in the old one's memory), proves nothing
+    (False).
     """
     if fit_id not in _dispatched:
         return True
@@ -71,6 +139,11 @@ def abandon_release(fit_id: str, client: distributed.Client | None) -> bool:
         f"dask-dppca-release-{fit_id}", scheduler_rpc=client.scheduler, loop=client.loop
     )
     try:
+        submitted_to = _dispatched_to.get(fit_id)
+        if submitted_to is not None and submitted_to != str(
+            client.scheduler_info(n_workers=0).get("id")
+        ):
+            return False  # a restarted scheduler: the ticket, if any, went with the old one
         if not lock.acquire(timeout=ABANDON_TIMEOUT):
             return False
         try:

@@ -16,10 +16,13 @@ from typing import Any
 import dask
 import distributed
 
+from .failures import SchedulerLostError, scheduler_address
+
 __all__ = [
     "DEFAULT_STALL_TIMEOUT",
     "STALL_TIMEOUT_KEY",
     "ClusterStalledError",
+    "await_done",
     "await_result",
     "stall_timeout",
 ]
@@ -76,23 +79,7 @@ def await_result(
     # dies with UnboundLocalError instead of returning or timing out.
     finished = threading.Event()
     future.add_done_callback(lambda _: finished.set())
-    stalled_since = None
-    while not finished.wait(_POLL):
-        try:
-            workers = client.scheduler_info(n_workers=-1)["workers"]
-        except (OSError, TimeoutError) as error:
-            raise ClusterStalledError(f"{label}: lost the scheduler ({error})") from None
-        reason = _stall_reason(workers) or (needed(workers) if needed else None)
-        if reason is None:
-            stalled_since = None
-            continue
-        stalled_since = stalled_since or time.monotonic()
-        if time.monotonic() - stalled_since > limit:
-            future.cancel()
-            raise ClusterStalledError(
-                f"{label}: {reason} for {limit:g} s, so the work was stopped "
-                f"(the wait is the Dask configuration key {STALL_TIMEOUT_KEY!r})"
-            )
+    _wait(client, finished, [future], label, needed, limit)
     try:
         # Done: an error or cancellation raises at once; a result is fetched from its worker.
         return future.result(timeout=limit)
@@ -101,6 +88,60 @@ def await_result(
             f"{label}: finished, but its result did not arrive from the worker holding it "
             f"within {limit:g} s (the wait is the Dask configuration key {STALL_TIMEOUT_KEY!r})"
         ) from None
+
+
+def await_done(
+    client: distributed.Client,
+    futures: list[distributed.Future],
+    label: str,
+    needed: Callable[[dict], str | None] | None = None,
+) -> None:
+    """Wait, bounded like :func:`await_result`, until every future is done, without
+    fetching any result; the first error among them is raised.
+    """
+    limit = stall_timeout()
+    remaining = [len(futures)]
+    lock = threading.Lock()
+    finished = threading.Event()
+
+    def one_done(_: Any) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] <= 0:
+                finished.set()
+
+    if not futures:
+        return
+    for future in futures:
+        future.add_done_callback(one_done)
+    _wait(client, finished, futures, label, needed, limit)
+    for future in futures:
+        if future.status != "finished":
+            future.result(timeout=limit)  # raises its error or cancellation
+
+
+def _wait(client, finished, futures, label, needed, limit) -> None:
+    """Until ``finished`` is set; a stalled cluster cancels ``futures`` and raises."""
+    stalled_since = None
+    while not finished.wait(_POLL):
+        try:
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+        except (OSError, TimeoutError) as error:
+            raise SchedulerLostError(
+                f"{label}: the scheduler at {scheduler_address(client)} went away ({error})"
+            ) from None
+        reason = _stall_reason(workers) or (needed(workers) if needed else None)
+        if reason is None:
+            stalled_since = None
+            continue
+        stalled_since = stalled_since or time.monotonic()
+        if time.monotonic() - stalled_since > limit:
+            for future in futures:
+                future.cancel()
+            raise ClusterStalledError(
+                f"{label}: {reason} for {limit:g} s, so the work was stopped "
+                f"(the wait is the Dask configuration key {STALL_TIMEOUT_KEY!r})"
+            )
 
 
 def _stall_reason(workers: dict) -> str | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernel import ExactSum, SpatialSign, block_pair_sum, pairwise_sum
+from ..kernel.fp_state import own_errstate
 from .sealed import seal
 
 __all__ = ["CARRIED", "GIVEN", "LaneState", "Step", "lane_task", "lanes_total", "merge_lanes"]
@@ -53,6 +54,7 @@ class LaneState:
         return seal(LaneState, (self.total, self.blocks))
 
 
+@own_errstate
 def lane_task(step: Step, reader, state: LaneState | None, *given) -> LaneState:
     """One lane task: the kernel over some block pairs, their sums added in a balanced
     tree, then exactly to the lane's total.  (BLAS runs on one thread: the compute layer
@@ -100,11 +102,13 @@ def _check_block(block, index: int, rows: int, n_features: int) -> None:
         )
 
 
+@own_errstate
 def merge_lanes(*states: LaneState) -> LaneState:
     """The lanes' sums added exactly (any grouping gives the same bits)."""
     return LaneState(ExactSum.merge(*(state.total for state in states)), {})
 
 
+@own_errstate
 def lanes_total(*states: LaneState) -> np.ndarray:
     """The exact total of the lanes, correctly rounded to float64 (one rounding), as the
     symmetric d x d matrix.

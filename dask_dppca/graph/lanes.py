@@ -12,6 +12,7 @@ Every block is read once.  What runs inside the tasks is :mod:`.lane_task`.
 from __future__ import annotations
 
 import collections
+import uuid
 from typing import Any
 
 import dask
@@ -41,6 +42,8 @@ def kernel_sum_graph(
     plan: DesignPlan,
     spatial_sign: SpatialSign,
     n_threads: int,
+    *,
+    fit_id: str | None = None,
 ) -> list[Delayed]:
     """Lazy exact pair sum of ``g g^T`` over the design's pairs.
 
@@ -65,6 +68,9 @@ def kernel_sum_graph(
         The generalized spatial sign.
     n_threads : int
         Threads of the compute target (the lane count; the result does not depend on it).
+    fit_id : str, optional
+        Makes every key of the graph unique to this fit (a random one when omitted): a
+        cluster that still holds another fit's keys never answers this one with them.
 
     Returns
     -------
@@ -75,7 +81,7 @@ def kernel_sum_graph(
     """
     if tuple(data.chunks[0]) != plan.block_sizes or len(data.chunks[1]) != 1:
         raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
-    token = dask.base.tokenize(data.name, spatial_sign, plan)
+    token = dask.base.tokenize(data.name, spatial_sign, plan, fit_id or uuid.uuid4().hex)
     tasks = plan.tasks()
     lanes = _lanes(len(tasks), LANES_PER_THREAD * max(int(n_threads), 1))
     blocks_of = [sorted({block for pair in group for block in pair}) for group in tasks]
@@ -89,7 +95,7 @@ def kernel_sum_graph(
     reader_task = (
         None
         if reader is None
-        else dask.delayed(reader, name=f"dppca-reader-{data.name}", traverse=False)
+        else dask.delayed(reader, name=f"dppca-reader-{token}", traverse=False)
     )
     bounds = np.cumsum((0,) + plan.block_sizes)
     read_rows = (

@@ -23,7 +23,7 @@ import numpy as np
 from ..validation import is_real_numeric_dtype
 from .labelled import frame_rows, from_xarray, is_dask_frame, is_xarray
 from .storage import check_storage_options, display_location
-from .zarr_input import is_zarr_input, open_zarr_input
+from .zarr_input import is_zarr_input, open_zarr_input, read_in_blocks
 
 __all__ = ["Records", "RowCounter", "check_unmasked", "is_lazy_input", "open_records"]
 
@@ -119,9 +119,12 @@ class Records:
         if isinstance(self.source, np.ndarray):
             return da.from_array(self.source, chunks=(block_sizes, -1))
         data = self.source
-        if tuple(data.chunks[0]) != tuple(block_sizes) or len(data.chunks[1]) != 1:
-            data = data.rechunk({0: block_sizes, 1: -1})
-        return data
+        if tuple(data.chunks[0]) == tuple(block_sizes) and len(data.chunks[1]) == 1:
+            return data
+        # A Zarr store's chunks merged inside the reads, one read per block; other inputs
+        # (and blocks that split chunks) by a rechunk.
+        merged = read_in_blocks(data, tuple(block_sizes))
+        return merged if merged is not None else data.rechunk({0: block_sizes, 1: -1})
 
 
 def open_records(
@@ -246,6 +249,7 @@ def _rows(data, component, storage_options, allow_fill_values) -> Any:
             f"X: sparse input is not supported (got {type(data).__name__}); pass a dense array, "
             "e.g. X.toarray(): every pairwise difference is dense anyway"
         )
+    _refuse_object_dtype(data)
     try:
         array = np.asarray(data)
     except (TypeError, ValueError) as error:  # ragged nested lists, unconvertible objects
@@ -253,13 +257,54 @@ def _rows(data, component, storage_options, allow_fill_values) -> Any:
             f"X: cannot be read as a 2-D numeric array ({type(data).__name__}: {error})"
         ) from None
     if array.dtype == object:
-        # Numbers held as Python objects (a pandas frame of mixed ints and floats, say)
-        # are numbers; anything float() refuses is a type error, as in numpy.
-        try:
-            array = array.astype(np.float64)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"X: holds values that are not real numbers ({error})") from None
+        # A list (or other sequence) whose values numpy could not give one numeric dtype:
+        # Python ints beyond float64's range, say.  Converted value by value, a number out
+        # of range to +-inf (a non-finite record, docs/robustness.md) rather than an
+        # OverflowError that a neighbouring data set would not raise.
+        array = np.asarray(np.frompyfunc(_as_float, 1, 1)(array), dtype=np.float64)
     return array
+
+
+def _refuse_object_dtype(data: Any) -> None:
+    """Refuse an array or frame whose declared dtype is ``object``, before reading a value.
+
+    Its values are arbitrary Python objects: converting them one by one fails or not
+    depending on the values (``10**400`` overflows float64), so whether the fit runs
+    would depend on the data.  The dtype is public metadata: refused whatever it holds.
+    """
+    dtypes = getattr(data, "dtypes", None)  # a pandas DataFrame: one dtype per column
+    declared = list(dtypes) if dtypes is not None and np.ndim(dtypes) == 1 else []
+    if hasattr(data, "dtype"):
+        declared.append(data.dtype)
+    if any(np.dtype(dtype) == object for dtype in declared if _is_numpy_dtype(dtype)):
+        raise ValueError(
+            f"X: an array of dtype object is refused ({type(data).__name__}); convert it to "
+            "a numeric dtype first, e.g. np.asarray(X, dtype=float): object values are "
+            "converted one by one, and one that does not convert would stop this fit "
+            "and not a neighbouring one"
+        )
+
+
+def _is_numpy_dtype(dtype: Any) -> bool:
+    try:
+        np.dtype(dtype)
+    except TypeError:  # a pandas extension dtype
+        return False
+    return True
+
+
+def _as_float(value: Any) -> float:
+    """``float(value)`` for a number, +-inf beyond float64's range, NaN for None (as
+    numpy's ``astype(float)``); a TypeError otherwise.
+    """
+    if value is None:
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"X: holds values that are not real numbers ({error})") from None
 
 
 def _frame_placeholder(frame: Any) -> da.Array:

@@ -14,10 +14,17 @@ A store written sparsely on purpose (Zarr skips chunks equal to the fill value u
 ``write_empty_chunks=True``) is read with ``allow_fill_values=True``: the fill value is
 then data, as if it had been written.
 
-Each read task covers whole chunks (or shards) along the rows and all columns, so each
-chunk is read once per fit; the design's blocks are cut from these by a rechunk.  When
-the blocks are the chunks, :func:`chunk_reader` gives the graph the reader itself, so
-that a block only one task needs is read inside that task (no read task, no held key).
+Each read covers whole chunks (or shards) along the rows and all columns, so each chunk
+is read once per fit.  When the design's blocks are runs of whole chunks (the complete
+design merges small chunks, :func:`dask_dppca.design.merge_chunks`), the reads are made
+in those blocks (:func:`read_in_blocks`: one read per block, each of its chunks read
+inside it once); other blocks are cut from the chunks by a rechunk.  When the blocks
+are the reads, :func:`chunk_reader` gives the graph the reader itself, so that a block
+only one task needs is read inside that task (no read task, no held key).
+
+The read tasks' names are unique to each opening of the store (a random token): a store
+rewritten with the same shape is a new input, never answered from the keys of an
+earlier read still held on a cluster (a persisted ``transform``, say).
 """
 
 from __future__ import annotations
@@ -25,11 +32,11 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import uuid
 import weakref
 from pathlib import Path
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
 import zarr
@@ -47,6 +54,7 @@ __all__ = [
     "chunk_reader",
     "is_zarr_input",
     "open_zarr_input",
+    "read_in_blocks",
 ]
 
 #: Keys holding Zarr metadata: a missing one is how Zarr tells v2 from v3, not an error.
@@ -336,16 +344,35 @@ def _read_tasks(array, label: str, allow_fill_values: bool) -> da.Array:
     shape = blocks.shape
     chunk_shape = tuple(array.shards or array.chunks)
     chunks = (chunk_shape[0], *shape[1:]) if shape else ()
-    token = dask.base.tokenize(label, shape, str(blocks.dtype), chunk_shape, allow_fill_values)
-    name = f"dppca-read-{token}"
+    return _reads(blocks, chunks)
+
+
+def _reads(blocks: ZarrBlocks, chunks: tuple) -> da.Array:
+    """The read tasks of ``blocks`` in ``chunks``, under a name of their own (see above)."""
+    name = f"dppca-read-{uuid.uuid4().hex}"
     _readers[name] = blocks
     return da.from_array(
         blocks,
         chunks=chunks,
         name=name,
-        meta=np.empty((0,) * len(shape), dtype=blocks.dtype),
+        meta=np.empty((0,) * len(blocks.shape), dtype=blocks.dtype),
         inline_array=False,
     )
+
+
+def read_in_blocks(data: da.Array, block_sizes: tuple[int, ...]) -> da.Array | None:
+    """A Zarr input's reads made in ``block_sizes`` when each block is a run of whole
+    chunks of ``data`` (one read per block, each chunk read once inside it); None when
+    ``data`` is not a Zarr input's reads or a block would split a chunk.
+    """
+    reader = chunk_reader(data)
+    if reader is None or len(data.chunks) != 2 or len(data.chunks[1]) != 1:
+        return None
+    chunk_ends = set(np.cumsum(data.chunks[0]).tolist())
+    block_ends = np.cumsum(block_sizes).tolist()
+    if not block_ends or block_ends[-1] != data.shape[0] or not set(block_ends) <= chunk_ends:
+        return None
+    return _reads(reader, (tuple(int(b) for b in block_sizes), data.chunks[1]))
 
 
 #: The reader behind each Zarr input's read tasks, by the dask array's name (weakly: the

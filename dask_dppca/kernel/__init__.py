@@ -10,6 +10,7 @@
   layer adds to the sensitivity.
 * :mod:`.exact_sum`: exact, order-free addition of float64 arrays (the lanes' totals).
 * :mod:`.jit`: numba compilation with its cache outside the installed package.
+* :mod:`.fp_state`: the floating-point error state every computation on data runs under.
 """
 
 from .exact_sum import ExactSum

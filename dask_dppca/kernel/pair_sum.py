@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .fp_state import own_errstate
 from .rounding import CLASS_BITS, DEFAULT_MEMORY_BUDGET, tile_rows_for_budget
 from .rows import as_float_rows, centring_point, distinct_finite_rows, scale_classes
 from .spatial_sign import SpatialSign, sphere
@@ -61,6 +62,7 @@ from .tiles import Side, TileSummer
 __all__ = ["block_pair_sum", "pairwise_sum"]
 
 
+@own_errstate
 def block_pair_sum(
     block_a: NDArray[Any],
     block_b: NDArray[Any] | None = None,

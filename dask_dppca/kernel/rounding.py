@@ -85,8 +85,10 @@ def rounding_error_bound(
     well-conditioned pairs take it, and scaling by powers of two changes no product;
     exact path: unit vectors scaled by ``xi <= G``).  Each passes through at most
     ``2 T + 2 B / T + d + log2(#block pairs) + _FIXED_ROUNDINGS + log2(_MAX_CLASSES^2)``
-    roundings: the sum over a tile's columns in ``W [B 1]`` and over its rows in the
-    d x d product (T each), the accumulation over tiles (B / T each way), the d-term
+    roundings: the sum over a tile's columns in ``W [B 1]`` (and over its rows in the
+    column weight sums ``W^T 1``) and over its rows in the d x d product (T each), the
+    accumulation over tiles (B / T each way: a tile pair's sums are added to the
+    block's, never a block's rows one by one), the d-term
     dot products behind the weights, the graph's sums (a balanced tree over a task's block
     pairs, then the exact sum over tasks, rounded once), a few fixed steps (weights,
     multiplicities, the diagonal halves, symmetrising, the exact path) and the

@@ -8,6 +8,12 @@ from ``A B^T`` (the squared distances) and ``[B 1]^T W^T`` (the partner sums and
 weight sums at once).  One fused numba pass per tile turns ``A B^T`` into weights and
 marks the ill-conditioned pairs for the exact path (:mod:`.exact_path`).  Scratch is
 O(tile_rows^2 + tile_rows d + d^2), kept by each thread from one call to the next.
+
+Every sum is accumulated as :func:`~.rounding.rounding_error_bound` counts it: within a
+tile pair (at most T terms deep), then tile pair by tile pair (at most B / T more).
+The column weight sums ``c = W^T 1`` too: the fused pass adds a tile pair's weights into
+a zeroed tile-sized buffer, which is then added to the block's running sums, exactly
+like ``W 1`` that the second product gives per tile pair.
 """
 
 from __future__ import annotations
@@ -65,7 +71,8 @@ _SPHERE, _WINSOR, _IDENTITY, _SQUARED_NORM = (
 class ClassPair:
     """The class pair a :class:`TileSummer` is running: its two sides, the centring point,
     the power-of-two ``scale`` of its rows, the weight ``cap`` (``1/scale^2``) and the
-    second side's running weight sums ``colsum`` (``W^T 1``).
+    second side's running weight sums ``colsum`` (``W^T 1``, a tile pair's sums added
+    at a time).
     """
 
     side_a: Side
@@ -144,7 +151,7 @@ class TileSummer:
         self.radius2x2 = 2.0 * (spatial_sign.radius or 0.0) ** 2
         self.d = d
         self.tile = tile
-        self.weights, self.product, self.side, self.slots = _scratch(tile, d)
+        self.weights, self.product, self.side, self.tile_colsum, self.slots = _scratch(tile, d)
         self.diagonal_rows = max(32, int(math.sqrt(_DIAGONAL_SPLIT_FLOPS / d)))
 
     def run(
@@ -243,6 +250,10 @@ class TileSummer:
         weights = self.weights[: (i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
         cols_b = b_tile.cols[:, b_lo:b_hi]
         np.matmul(a_tile.rows[a_lo:a_hi], cols_b[:d], out=weights)
+        # This tile pair's column weight sums (at most T terms deep), added to the block's
+        # running sums once: the depth rounding_error_bound counts, T + B / T.
+        tile_colsum = self.tile_colsum[: j1 - j0]
+        tile_colsum[:] = 0.0
         n_exact = _fast_path_weights(
             weights,
             a_tile.norm2[a_lo:a_hi],
@@ -253,13 +264,14 @@ class TileSummer:
             self.kind,
             pair.cap,
             self.radius2x2,
-            colsum[j0:j1],
+            tile_colsum,
         )
         exact = self._exact_pairs(weights, side_a, i0, side_b, j0) if n_exact else 0.0
         if self.kind == WeightKind.SQUARED_NORM:
             self._custom_weights(
-                weights, side_a.count[i0:i1], side_b.count[j0:j1], pair.scale, colsum[j0:j1]
+                weights, side_a.count[i0:i1], side_b.count[j0:j1], pair.scale, tile_colsum
             )
+        colsum[j0:j1] += tile_colsum
         product = self.product[: (d + 1) * (i1 - i0)].reshape(d + 1, i1 - i0)
         np.matmul(cols_b, weights.T, out=product)
         a_tile.partners[:, a_lo:a_hi] += product
@@ -307,17 +319,25 @@ class TileSummer:
 _thread_scratch = threading.local()
 
 
-_Scratch = tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], list[_TileSlot]]
+_Scratch = tuple[
+    NDArray[np.float64],
+    NDArray[np.float64],
+    NDArray[np.float64],
+    NDArray[np.float64],
+    list[_TileSlot],
+]
 
 
 def _scratch(tile: int, d: int) -> _Scratch:
-    """The tile loop's buffers (weights, product, side, tile slots), kept by each thread from one
+    """The tile loop's buffers (weights, product, side, a tile pair's column weight sums,
+    tile slots), kept by each thread from one
     call to the next: allocating and first touching a few MiB per block pair costs about
     a millisecond, as much as a small block's pairs.  Within the memory budget either way.
     """
     kept: (
         tuple[
             tuple[int, int],
+            NDArray[np.float64],
             NDArray[np.float64],
             NDArray[np.float64],
             NDArray[np.float64],
@@ -332,6 +352,7 @@ def _scratch(tile: int, d: int) -> _Scratch:
             np.empty(tile * tile),
             np.empty(tile * (d + 1)),
             np.empty(tile * d),
+            np.empty(tile),
             [_TileSlot(tile, d) for _ in range(BAND_TILES + 1)],
         )
         _thread_scratch.buffers = kept

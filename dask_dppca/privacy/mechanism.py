@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..kernel.fp_state import own_errstate
 from .advice import noise_spectral_norm, signal_to_noise
 from .budget import GaussianCharge
 from .calibration import PrivacyTarget
@@ -78,7 +79,8 @@ class ReleaseMechanism:
         ``sqrt(2) G^2 max_degree / |P|`` (analytic) or the paper's ``2 G^2 max_degree / |P|``.
     rounding_slack : float
         ``2 G^2`` times the kernel's worst-case rounding error for the plan's blocks
-        and tiles (0 for the classical calibration, loose by sqrt(2) already).
+        and tiles.  For the classical calibration, only the part of it that the paper's
+        looser sensitivity does not already cover (0 unless n is in the billions).
     sampler_slack, sampler_excess : float
         The sampler's input rounding room and privacy excess at this sigma.
     sensitivity : float
@@ -112,8 +114,10 @@ class ReleaseMechanism:
 
         * ``"analytic"``: the design's tight sensitivity plus room for floating point,
           ``2 G^2`` times the kernel's worst-case error (docs/privacy.md).
-        * ``"classical"``: the paper's sensitivity, already loose by sqrt(2), no
-          rounding room.
+        * ``"classical"``: the paper's sensitivity ``2 G^2 max_degree / |P|``.  It
+          exceeds the tight one by ``(2 - sqrt(2)) G^2 max_degree / |P|``, which covers
+          the rounding room while n is below about 2e9 (complete design); beyond, the
+          rest of the rounding room is added (docs/privacy.md).
 
         The sampler's lattice step can double when sigma crosses a power of two, so
         its slack and excess are taken at twice a first sigma: an upper bound for the
@@ -129,10 +133,12 @@ class ReleaseMechanism:
                 f"spatial_sign: {spatial_sign.name!r} is unbounded and has no finite sensitivity"
             )
         g2 = spatial_sign.bound**2
+        rounding = 2.0 * g2 * plan.rounding_error()
         if target.calibration == "classical":
-            rounding, design_sensitivity = 0.0, plan.paper_sensitivity(spatial_sign.bound)
+            design_sensitivity = plan.paper_sensitivity(spatial_sign.bound)
+            covered = design_sensitivity - plan.sensitivity(spatial_sign.bound)
+            rounding = max(0.0, rounding - covered)
         else:
-            rounding = 2.0 * g2 * plan.rounding_error()
             design_sensitivity = plan.sensitivity(spatial_sign.bound)
         sensitivity = design_sensitivity + rounding
         n_entries = _n_entries(plan.n_features)
@@ -181,6 +187,7 @@ class ReleaseMechanism:
         """False when the sampler must never be used for a real release (a test seed)."""
         return bool(self.sampler.is_private)
 
+    @own_errstate
     def release(
         self, kernel_sum: np.ndarray, n_components: int, released_on: str = "this process"
     ) -> PrivateRelease:
@@ -226,7 +233,7 @@ class ReleaseMechanism:
             "calibration": self.calibration,
             "sensitivity": self.sensitivity,
             "sensitivity_formula": (
-                "2 G^2 max_degree / n_pairs (paper: 4 G^2 / n)"
+                "2 G^2 max_degree / n_pairs (paper: 4 G^2 / n) + rounding_slack + sampler_slack"
                 if self.calibration == "classical"
                 else "sqrt(2) G^2 max_degree / n_pairs + rounding_slack + sampler_slack"
             ),

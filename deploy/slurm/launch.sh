@@ -30,9 +30,11 @@ submit() {  # NAME SBATCH_FLAGS... -- COMMAND ARGS...
   while [ "$1" != "--" ]; do flags+=("$1"); shift; done
   shift
   if [ -n "${DPPCA_PARTITION:-}" ]; then flags+=("--partition=$DPPCA_PARTITION"); fi
-  # sbatch --wrap runs its text with /bin/sh: quote every argument for it.
+  # sbatch --wrap runs its text with /bin/sh: quote every argument for it.  The command
+  # runs again when it stops (a scheduler that died comes back at the same address, and
+  # workers, which exit with their scheduler, rejoin it) until the job is cancelled.
   sbatch --parsable --job-name="$name" --output="$STATE/$name-%j.log" \
-    "${flags[@]}" --wrap="$(printf '%q ' "$@")" >> "$STATE/jobs"
+    "${flags[@]}" --wrap="while :; do $(printf '%q ' "$@"); sleep 5; done" >> "$STATE/jobs"
 }
 
 scheduler_address() {

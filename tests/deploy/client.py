@@ -77,6 +77,78 @@ def fit(scheduler: str, n_workers: int, timeout: float, data: str) -> dict:
     }
 
 
+def _scheduler_pids() -> list[int]:
+    """The ``dask scheduler`` processes on this machine (other containers' too: the same
+    process namespace and user, as on one Docker host)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+        except OSError:
+            continue
+        if b"scheduler" in argv and any(a.endswith(b"dask") for a in argv[:2]):
+            pids.append(int(entry))
+    return pids
+
+
+def kill_scheduler_mid_fit(scheduler: str, n_workers: int, timeout: float, data: str) -> dict:
+    """Kill the scheduler while a fit computes; then wait for the recipe to restart it and
+    its workers, and fit again.  Returns the error the first fit raised (type, text) and
+    the second fit's release (the same data and TEST-ONLY seed as :func:`fit`)."""
+    import signal
+    import threading
+    import time
+
+    from distributed import Client
+
+    import dask_dppca as dd
+    from dask_dppca.datasets import random_directions, spiked_spectrum, write_elliptical_zarr
+
+    folder = tempfile.mkdtemp(prefix="dppca-kill-", dir=data)
+    big = os.path.join(folder, "big.zarr")
+    write_elliptical_zarr(  # test data: lanes that compute for seconds
+        big, 40_000, spiked_spectrum(6, 2, 8.0), random_directions(6, seed=1), df=1.0,
+        chunk_rows=5000, seed=3,
+    )  # fmt: skip
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                dd.DPPCA(n_components=2, scheduler=scheduler, design="complete").fit(big)
+            outcome["error"] = None
+        except BaseException as error:
+            outcome["error"] = {"type": type(error).__name__, "text": str(error)}
+
+    with Client(scheduler, timeout=30) as watcher:
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not any(watcher.processing().values()):
+            assert time.monotonic() < deadline, "the fit never started"
+            time.sleep(0.05)
+        pids = _scheduler_pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    thread.join(timeout)
+    deadline = time.monotonic() + timeout
+    while True:  # the recipe restarts the scheduler, and the workers rejoin it
+        try:
+            with Client(scheduler, timeout=10) as client:
+                client.wait_for_workers(n_workers, timeout=max(1.0, deadline - time.monotonic()))
+                break
+        except (OSError, TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    again = fit(scheduler, n_workers, timeout)
+    return {"killed": pids, "error": outcome.get("error", "no outcome"), "after_restart": again}
+
+
 def run_notebook(path: str, timeout: float) -> dict:
     import nbclient
     import nbformat
@@ -104,9 +176,18 @@ def main() -> None:
     parser.add_argument("--results", required=True, help="folder for result.json")
     parser.add_argument("--notebook", help="a notebook to execute afterwards")
     parser.add_argument("--timeout", type=float, default=60)
+    parser.add_argument(
+        "--kill-scheduler",
+        action="store_true",
+        help="then kill the scheduler mid-fit, wait for its restart and fit again",
+    )
     args = parser.parse_args()
     data = data_folder()  # before anything is imported or connected
     result = fit(args.scheduler, args.workers, args.timeout, data)
+    if args.kill_scheduler:
+        result["scheduler_killed"] = kill_scheduler_mid_fit(
+            args.scheduler, args.workers, args.timeout, data
+        )
     if args.notebook:
         result["notebook"] = run_notebook(args.notebook, args.timeout)
     with open(os.path.join(args.results, "result.json"), "w") as out:

@@ -142,6 +142,7 @@ def compose_services(
             "hostname": service.get("hostname", name),
             "hosts": hosts,
             "image_paths": image_paths(),
+            "restart": service.get("restart", "no"),
         }
         if name == "notebook":
             client = {

@@ -14,8 +14,11 @@ path, owner and mode as in the container, and never sees what the recipe does no
 mount.  The interpreter and the project (under /root on CI) are bound in as an image
 would hold them.
 
-The plan's ``client`` runs in the foreground once the services are started; then every
-service is stopped (SIGTERM, then SIGKILL to its process group).  This file imports
+The plan's ``client`` runs in the foreground once the services are started; a service
+whose ``restart`` policy is compose's ``always`` or ``unless-stopped`` (or
+``on-failure``, for a non-zero exit) is started again when it exits, as the Docker
+engine would; then every service is stopped (SIGTERM, then SIGKILL to its process
+group).  This file imports
 only the standard library: it is a script, not part of the test package.
 """
 
@@ -165,20 +168,40 @@ def run_plan(plan: dict) -> dict:
     mount("--bind", hosts, "/etc/hosts")
     socket.sethostname(plan["hostname"])
     services = [start(service, plan["folder"], k) for k, service in enumerate(plan["services"])]
+    restarts = {service["name"]: 0 for service in plan["services"]}
     started = time.monotonic()
     try:
         client = start(plan["client"], plan["folder"], len(services))
-        try:
-            client_rc = client.wait(timeout=plan["timeout"])
-        except subprocess.TimeoutExpired:
+        deadline = started + plan["timeout"]
+        while client.poll() is None and time.monotonic() < deadline:
+            for k, service in enumerate(plan["services"]):
+                rc = services[k].poll()
+                if rc is not None and _restarts(service.get("restart", "no"), rc):
+                    stop([services[k]])  # the rest of its process group
+                    services[k] = start(service, plan["folder"], k)
+                    restarts[service["name"]] += 1
+            time.sleep(0.2)
+        if client.poll() is None:
             stop([client])
             client_rc = "timeout"
+        else:
+            client_rc = client.returncode
         exited = {
             s["name"]: p.poll() for s, p in zip(plan["services"], services) if p.poll() is not None
         }
     finally:
         stop(services)
-    return {"client": client_rc, "exited_early": exited, "seconds": time.monotonic() - started}
+    return {
+        "client": client_rc,
+        "exited_early": exited,
+        "restarts": restarts,
+        "seconds": time.monotonic() - started,
+    }
+
+
+def _restarts(policy: str, rc: int) -> bool:
+    """Whether compose's restart ``policy`` starts a service again after exit code ``rc``."""
+    return policy in ("always", "unless-stopped") or (policy == "on-failure" and rc != 0)
 
 
 def main() -> None:

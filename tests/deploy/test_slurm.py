@@ -4,6 +4,7 @@ with stand-in sbatch/scancel."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -123,7 +124,12 @@ def test_launch_script_submits_quoted_commands(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "tls://10.0.0.1:8786"
     roles = []
-    for wrap in record.read_text().splitlines():
+    for looped in record.read_text().splitlines():
+        # Each job runs its command again when it stops (a restarted scheduler, rejoining
+        # workers), until scancel.
+        loop = re.fullmatch(r"while :; do (.*); sleep 5; done", looped)
+        assert loop, looped
+        wrap = loop.group(1)
         argv = subprocess.run(
             ["sh", "-c", f"for a in {wrap}; do printf '%s\\0' \"$a\"; done"],
             capture_output=True,

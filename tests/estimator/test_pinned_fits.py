@@ -3,7 +3,10 @@ re-pinned once for the GEMM-rate kernel, whose summation order and corrected rou
 bound moved the last bits and sigma by at most 4e-6 relative; the classical calibration,
 which has no rounding slack, moved by 2e-16).  The layered refactor (kernel/, compute/,
 a Dask-free privacy/) renamed one key of the privacy report, ``transform`` to
-``spatial_sign``, with the parameter; every value stayed bitwise the same.
+``spatial_sign``, with the parameter; every value stayed bitwise the same.  Re-pinned for
+the column weight sums accumulated per tile pair (as the rounding bound counts them):
+the sphere-complete fit's components moved by 1.3e-15, the others not at all; every sigma
+stayed bitwise the same, and the classical report's formula now names its slacks.
 
 tests/estimator/data/pinned_fits.json holds, for four seeded fits (sphere/complete,
 winsor/classical, a regular design, a custom spatial sign at d = 160), the components and

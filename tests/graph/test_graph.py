@@ -180,7 +180,10 @@ def test_any_lane_count_gives_the_bits_of_the_task_sums_added_exactly(design):
     data = da.from_array(
         x, chunks=(40 if isinstance(design, CompleteDesign) else design.block_size, 4)
     )
-    data, plan = _planned(data, design)
+    if isinstance(design, CompleteDesign):  # 15 small blocks (a fit would merge them)
+        plan = design.plan(data.chunks[0], 4)
+    else:
+        data, plan = _planned(data, design)
     want = _task_sums_added_exactly(x, plan, sphere())
     for n_threads in (1, 2, 3, 7, 100):
         got = dask.compute(
@@ -308,10 +311,13 @@ def test_numpy_input_is_cut_by_the_block_rule_and_a_chunked_one_keeps_its_chunks
     data, plan = _planned(x, "complete", n_threads=2)
     assert plan.block_sizes == complete_blocks(8000, 6, 2) and len(plan.block_sizes) > 1
     assert data.chunks[0] == plan.block_sizes
-    chunked = da.from_array(x, chunks=(500, -1))
-    for threads in (1, 2, 64):  # the input's chunks: the same blocks (and bits) anywhere
+    chunked = da.from_array(x, chunks=(2000, -1))  # chunks above the rule's smallest block
+    small = da.from_array(x, chunks=(500, -1))  # merged: 4 chunks a block
+    for threads in (1, 2, 64):  # the same blocks (and bits) anywhere
         data, plan = _planned(chunked, "complete", n_threads=threads)
         assert plan.block_sizes == chunked.chunks[0] and data.name == chunked.name
+        data, plan = _planned(small, "complete", n_threads=threads)
+        assert plan.block_sizes == (2000,) * 4 == data.chunks[0]
 
 
 def test_a_regular_design_in_grouped_tasks_reads_each_block_once_and_matches():

@@ -431,3 +431,35 @@ def test_rows_near_the_float_range_raise_no_warning_from_the_centring_point():
             assert np.all(np.isfinite(got))
             assert relative_error(got, reference_pair_sum(x, xi=TRANSFORMS[name][2])) <= TOL
         _assert_release_is_well_formed(_fit(da.from_array(x, chunks=(7, -1)), "sphere"), D, 2)
+
+
+@pytest.fixture
+def raising_errstate():
+    """The user's ``np.seterr(all="raise")``, restored afterwards."""
+    previous = np.seterr(all="raise")
+    yield
+    np.seterr(**previous)
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", None])
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_a_users_raising_errstate_cannot_turn_a_far_record_into_an_exception(
+    raising_errstate, scheduler, name
+):
+    """Under np.seterr(all="raise") (inherited by Dask's worker threads) the far records'
+    harmless underflow raised FloatingPointError for this data set and not for its
+    neighbour; the numerics run under their own error state, so the fit is the one made
+    under numpy's defaults, bit for bit (embedded cluster and synchronous scheduler)."""
+    x = _case_far()
+    neighbour = x.copy()
+    neighbour[[1, 2, 7, 8, 19]] = _normal(seed=30)[:5]
+    params = dict(n_components=2, random_state=0, scheduler=scheduler, **TRANSFORMS[name][1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
+        fits = [dd.DPPCA(**params).fit(data).components_ for data in (x, neighbour)]
+        reference = dd.kendall_matrix(x, scheduler="synchronous", **TRANSFORMS[name][1])
+        with np.errstate(all="warn", under="ignore"):  # numpy's defaults
+            plain = dd.DPPCA(**params).fit(x).components_
+            plain_reference = dd.kendall_matrix(x, scheduler="synchronous", **TRANSFORMS[name][1])
+    assert np.array_equal(fits[0], plain) and np.all(np.isfinite(fits[1]))
+    assert np.array_equal(reference, plain_reference)

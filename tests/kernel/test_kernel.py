@@ -29,6 +29,7 @@ from dask_dppca.kernel import (
 )
 from dask_dppca.kernel import pair_sum as kernel_module
 from dask_dppca.kernel import rows as rows_module
+from dask_dppca.kernel import tiles as tiles_module
 from dask_dppca.kernel.spatial_sign import custom, identity, sphere, winsor
 from tests.reference import reference_pair_sum, relative_error
 
@@ -845,6 +846,43 @@ def test_the_scale_sweep_catches_weights_that_underflow(monkeypatch):
     assert _worst_error_over_scales(1e-100) > 1e3 * rounding_error_bound(
         3, 16, 1, tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 3)
     )
+
+
+@pytest.mark.parametrize("within", [True, False])
+@pytest.mark.parametrize("name", ["sphere", "custom"])
+def test_column_weight_sums_are_accumulated_as_the_rounding_bound_counts(monkeypatch, name, within):
+    """rounding_error_bound counts T + B/T roundings for a weight sum: at most T terms
+    within a tile pair, then one addition per tile pair.  So every fused pass (and a custom
+    xi's weights) must add its weights into a zeroed tile-sized buffer, never into the
+    block's running column sums: those, added row after row over a whole block, were B
+    roundings deep (2170 u against 544 u counted at B = 16384).  The result is unchanged."""
+    g, xi, _ = TRANSFORMS[name]
+    tile, n = 16, 200  # 13 tiles: the running sums would grow across 12 of them
+    seen = []
+    fused_pass, custom_pass = (
+        tiles_module._fast_path_weights,
+        tiles_module.TileSummer._custom_weights,
+    )
+
+    def checked_pass(prod, norm2_a, norm2_b, count_a, count_b, *rest):
+        colsum = rest[-1]
+        seen.append((prod.shape, len(colsum), bool(np.any(colsum))))
+        return fused_pass(prod, norm2_a, norm2_b, count_a, count_b, *rest)
+
+    def checked_custom(self, weights, count_a, count_b, scale, colsum):
+        seen.append((weights.shape, len(colsum), bool(np.any(colsum))))
+        return custom_pass(self, weights, count_a, count_b, scale, colsum)
+
+    monkeypatch.setattr(tiles_module, "_fast_path_weights", checked_pass)
+    monkeypatch.setattr(tiles_module.TileSummer, "_custom_weights", checked_custom)
+    x = _rng(7).standard_normal((n, 3))
+    y = None if within else _rng(8).standard_normal((n, 3))
+    got = block_pair_sum(x, y, g, tile_rows=tile)
+    assert relative_error(got, reference_pair_sum(x, y, xi=xi)) < TOL
+    assert len(seen) >= 13 * 7
+    for shape, length, holds_earlier_sums in seen:
+        assert shape[0] <= tile and length == shape[1] <= tile
+        assert not holds_earlier_sums, "weights added to the block's running column sums"
 
 
 # ---------------------------------------------------------------------------------------

@@ -163,3 +163,40 @@ def test_a_wrong_bound_is_caught_by_the_neighbours():
         object.__setattr__(broken, field, value)
     gaps, reported = _gaps_and_reported(broken, 1.0)
     assert np.nanmax(gaps) > 1e3 * reported
+
+
+def _complete_plan(n, d):
+    """The complete design's counts for n records, over a few public blocks (only the
+    block sizes, block pairs and tiles enter the rounding bound)."""
+    from dask_dppca.design import DesignPlan
+
+    return DesignPlan(
+        block_sizes=(16384, 16384),
+        block_pairs=((0, 0), (0, 1), (1, 1)),
+        n_pairs=n * (n - 1) // 2,
+        max_degree=n - 1,
+        n_features=d,
+        tile_rows=512,
+    )
+
+
+@pytest.mark.parametrize("n", [10**4, 10**8, 2 * 10**9, 5 * 10**9, 10**12])
+def test_the_classical_calibration_covers_the_rounding_at_every_n(n):
+    """Both calibrations must bound the computed K_hat's sensitivity: the tight one plus
+    the kernel's rounding room.  The paper's 4 G^2 / n exceeds the tight 2 sqrt(2) G^2 / n
+    by 1.17 G^2 / n, more than the rounding room only while n is below about 2e9; beyond,
+    the classical release must add the rest (it added nothing, whatever n)."""
+    from dask_dppca.privacy import PrivacyTarget, ReleaseMechanism
+    from dask_dppca.privacy.noise import default_sampler
+
+    plan, g = _complete_plan(n, 8), sphere()
+    mechanism = ReleaseMechanism.plan_release(
+        CompleteDesign(), plan, g, PrivacyTarget.of(0.5, 1e-6, "classical"), default_sampler(36)
+    )
+    needed = plan.sensitivity(g.bound) + 2.0 * g.bound**2 * plan.rounding_error()
+    assert mechanism.sensitivity - mechanism.sampler_slack >= needed
+    if plan.paper_sensitivity(g.bound) >= needed:  # covered: the paper's value, unchanged
+        assert mechanism.rounding_slack == 0.0
+        assert mechanism.design_sensitivity == plan.paper_sensitivity(g.bound)
+    else:
+        assert n >= 2 * 10**9 and mechanism.rounding_slack > 0.0

@@ -311,7 +311,8 @@ def tls(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """Test data in a Zarr store the workers read: 6000 x 6 t_1 records, 12 blocks."""
+    """Test data in a Zarr store the workers read: 6000 x 6 t_1 records in 12 chunks
+    (3 blocks: the chunks merged up to the block rule's smallest block)."""
     path = str(tmp_path_factory.mktemp("data") / "x.zarr")
     d = 6
     datasets.write_elliptical_zarr(
@@ -321,6 +322,26 @@ def store(tmp_path_factory):
         datasets.random_directions(d, seed=1),
         df=1.0,
         chunk_rows=500,
+        seed=2,
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def many_blocks(tmp_path_factory):
+    """A store whose 12 chunks stay 12 blocks (78 block-pair tasks): chunks above the
+    block rule's smallest block, which the design never merges."""
+    from dask_dppca.design import smallest_block_rows
+
+    path = str(tmp_path_factory.mktemp("blocks") / "x.zarr")
+    rows = smallest_block_rows(6) + 74
+    datasets.write_elliptical_zarr(
+        path,
+        12 * rows,
+        datasets.spiked_spectrum(6, 2, 8.0),
+        datasets.random_directions(6, seed=1),
+        df=1.0,
+        chunk_rows=rows,
         seed=2,
     )
     return path
@@ -561,23 +582,27 @@ def test_killing_ordinary_workers_mid_fit_changes_nothing(live, tmp_path_factory
     the exact K_hat under a kill is bitwise the undisturbed one."""
     import dask.array as da
 
+    from dask_dppca.design import merge_chunks, smallest_block_rows
+
     cluster, client = live
     while len(client.scheduler_info(n_workers=-1)["workers"]) < 3:
         cluster.add_worker()
         wait_for_workers(client, len(client.scheduler_info(n_workers=-1)["workers"]) + 1)
     path = str(tmp_path_factory.mktemp("big") / "x.zarr")
     n_blocks = 24
+    rows = smallest_block_rows(6) + 74  # chunks the design keeps as blocks (never merged)
     datasets.write_elliptical_zarr(
         path,
-        n_blocks * 300,
+        n_blocks * rows,
         datasets.spiked_spectrum(6, 2, 8.0),
         datasets.random_directions(6, seed=1),
         df=1.0,
-        chunk_rows=300,
+        chunk_rows=rows,
         seed=3,
     )
     slow = da.from_zarr(path).map_blocks(_slow_reader(0.4), dtype=np.float64)
     n_tasks = n_blocks * (n_blocks + 1) // 2
+    assert merge_chunks(slow.chunks[0], 6) == slow.chunks[0]
     undisturbed = dd.DPPCA(n_components=2, random_state=5, scheduler=client).fit(path)
 
     trusted = trusted_address(client)
@@ -608,7 +633,9 @@ def test_killing_ordinary_workers_mid_fit_changes_nothing(live, tmp_path_factory
 FAILURE_BOUND = 90
 
 
-def test_losing_the_trusted_worker_or_the_scheduler_fails_clearly(tmp_path, tls, store):
+def test_losing_the_trusted_worker_or_the_scheduler_fails_clearly(
+    tmp_path, tls, store, many_blocks
+):
     """Kill the trusted worker mid-fit: the fit fails, naming it, and releases nothing.
     Kill the scheduler: the next fit fails with a clear error within a bounded time."""
     import dask.array as da
@@ -625,7 +652,7 @@ def test_losing_the_trusted_worker_or_the_scheduler_fails_clearly(tmp_path, tls,
             set_as_default=False,
         ) as client:
             wait_for_workers(client, 2)
-            slow = da.from_zarr(store).map_blocks(_slow_reader(0.5), dtype=np.float64)
+            slow = da.from_zarr(many_blocks).map_blocks(_slow_reader(0.5), dtype=np.float64)
             started = time.monotonic()
             pool = ThreadPoolExecutor(1)
             try:

@@ -111,6 +111,36 @@ def test_compose_topology_runs_and_fits_like_a_local_fit(tmp_path):
     print(f"compose topology: {summary['seconds']:.1f} s")
 
 
+def test_compose_scheduler_killed_mid_fit_restarts_and_the_next_fit_works(tmp_path):
+    """compose.yaml's restart policies: the scheduler SIGKILLed while a fit computes; the
+    fit fails with one line saying nothing was released, the scheduler comes back at the
+    same address, the workers (which exit with it) come back and rejoin, and the next fit
+    is the local fit bit for bit."""
+    require_namespaces()
+    project = tmp_path / "project"
+    make_certs(project / "tls", "scheduler", "localhost", "127.0.0.1")
+    data, results = tmp_path / "data", tmp_path / "results"
+    for folder in (data, results):
+        folder.mkdir()
+        os.chown(folder, 1000, 1000)
+    client_argv = [sys.executable, str(CLIENT), "--workers", "3", "--results", "/results",
+                   "--timeout", "120", "--kill-scheduler"]  # fmt: skip
+    services, client, hosts = compose_services(
+        DEPLOY / "docker" / "compose.yaml", project, data, client_argv, results
+    )
+    summary = run_plan(tmp_path, services, client, hosts, 3 * TIMEOUT)
+    assert summary["client"] == 0, summary
+    assert summary["restarts"]["scheduler-0"] >= 1, summary["restarts"]
+    killed = json.loads((results / "result.json").read_text())["scheduler_killed"]
+    assert killed["killed"], killed
+    error = killed["error"]
+    assert error["type"] == "SchedulerLostError" and "\n" not in error["text"], error
+    assert "went away" in error["text"] and "nothing was released" in error["text"], error
+    to_local = lambda path: str(data / Path(path).relative_to("/data"))  # noqa: E731
+    check_fit(killed["after_restart"], to_local, n_workers=3)
+    print(f"compose scheduler restart: {summary['seconds']:.1f} s, {summary['restarts']}")
+
+
 def test_slurm_launch_script_and_jobqueue_run_and_fit_like_a_local_fit(tmp_path):
     """deploy/slurm/launch.sh (paths with spaces) and deploy/slurm/slurm_cluster.py
     (jobqueue.yaml and SLURMCluster's own job script) with stand-in sbatch/scancel."""
