@@ -145,7 +145,7 @@ def kill_scheduler_mid_fit(scheduler: str, n_workers: int, timeout: float, data:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
-    again = fit(scheduler, n_workers, timeout)
+    again = fit(scheduler, n_workers, timeout, data)
     return {"killed": pids, "error": outcome.get("error", "no outcome"), "after_restart": again}
 
 
