@@ -122,9 +122,12 @@ def release_on_cluster(
                 retries=0,
                 **placement,
             )
-            release = await_result(
-                client, release_future, f"release {fit_id}", needed=trusted_worker_present
-            )
+            # Its own bar: the release is submitted once the lanes are done, so the lanes'
+            # bar cannot show it.
+            with cluster_progress(client, [release_future], progress):
+                release = await_result(
+                    client, release_future, f"release {fit_id}", needed=trusted_worker_present
+                )
             mark_release_settled(fit_id)
             prune_release_tickets(client)
         except ClusterStalledError as error:
