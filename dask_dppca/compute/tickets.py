@@ -24,6 +24,8 @@ from typing import Any
 
 import distributed
 
+from ..privacy.charging import release_dispatched
+
 __all__ = [
     "ABANDONED_METADATA_KEY",
     "RELEASE_METADATA_KEY",
@@ -71,7 +73,12 @@ class ReleaseAlreadyDrawnError(RuntimeError):
 def mark_release_dispatched(fit_id: str, scheduler_id: str | None = None) -> None:
     """Record, before it can draw, that the release of ``fit_id`` is called or submitted
     here (to the scheduler ``scheduler_id``, on a cluster).
+
+    First in every ledger charged for it (:func:`~dask_dppca.privacy.charging.release_dispatched`:
+    a ledger row whose release was never dispatched proves that nothing was drawn);
+    a ledger that refuses (its row was resolved meanwhile) stops the release here.
     """
+    release_dispatched(fit_id)
     _dispatched.add(fit_id)
     if scheduler_id is not None:
         _dispatched_to[fit_id] = scheduler_id

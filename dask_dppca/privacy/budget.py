@@ -33,6 +33,7 @@ Which budgets a fit charges (the default, open ``with`` blocks, carried ones) is
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import os
@@ -58,6 +59,7 @@ from .ledger import (
     LedgerError,
     MemoryLedger,
     Release,
+    Resolution,
     SQLiteLedger,
     UnreachableLedger,
     ledger_path,
@@ -361,6 +363,7 @@ class PrivacyBudget:
             None if charge.delta is None else float(charge.delta),
             state,
             time.time(),
+            stage="reserved" if state == "reserved" else None,
         )
         return self._ledger.record(release, lambda rows: self._admit(sens, sig, exc, rows))
 
@@ -547,6 +550,71 @@ class PrivacyBudget:
             row.label,
         )
 
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain data (``dask-dppca budget show --json``), from one read.
+
+        Returns
+        -------
+        dict
+            ``ledger``, ``epsilon``, ``delta`` (the totals); ``counts`` (releases per
+            state, and how many count as spent); ``spent`` (``epsilon`` at the budget's
+            delta and ``mu``); ``remaining`` (the epsilon each of 1, 2 or 4 more
+            releases may have); ``releases``: every row with all its columns, its
+            ``mu`` and whether it ``counted``.  Times are Unix seconds; JSON-ready (no
+            NaN: an exhausted budget's spent epsilon is ``null`` when infinite).
+        """
+        rows = self._ledger.rows()
+        counted = [r for r in rows if r.counted]
+        spent = self._spent_epsilon(counted)
+        return {
+            "ledger": self.ledger,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "counts": {
+                **{
+                    state: sum(r.state == state for r in rows)
+                    for state in ("committed", "reserved", "cancelled")
+                },
+                "counted": len(counted),
+            },
+            "spent": {
+                "epsilon": spent if math.isfinite(spent) else None,
+                "mu": self._composed(counted)[0] if counted else 0.0,
+            },
+            "remaining": {str(k): self._remaining(counted, k) for k in (1, 2, 4)},
+            "releases": [{**dataclasses.asdict(r), "mu": r.mu, "counted": r.counted} for r in rows],
+        }
+
+    def resolve(self, release_id: int | None = None) -> list[Resolution]:
+        """Settle the reserved rows that processes which stopped left behind.
+
+        A row whose release was never dispatched provably drew no noise and is
+        cancelled (given back); any other reserved row may have drawn and is committed
+        (it stays spent); one whose process still runs on this machine is left to it.
+        See :meth:`~dask_dppca.privacy.ledger.SQLiteLedger.resolve`.
+
+        Parameters
+        ----------
+        release_id : int, optional
+            One row (``id``); by default every reserved row.
+
+        Returns
+        -------
+        list of Resolution
+            One per row looked at: the row, what was done, and why.
+
+        Raises
+        ------
+        LedgerError
+            For a budget without a ledger file (nothing outlives its process), or a
+            ``release_id`` the ledger does not hold.
+        """
+        if not isinstance(self._ledger, SQLiteLedger):
+            raise LedgerError(
+                "resolve: this budget has no ledger file; its reservations end with its process"
+            )
+        return self._ledger.resolve(release_id)
+
     def describe(self) -> str:
         """A plain-text report: totals, spent, remaining, and a table of every release."""
         rows, facts = self._summary()
@@ -619,6 +687,20 @@ class Reservation:
     def __init__(self, budget: PrivacyBudget, release: Release) -> None:
         self.budget = budget
         self.release = release
+
+    def dispatch(self) -> None:
+        """Record that the release is handed to the code that draws its noise.
+
+        Call it before anything can draw: until then the ledger proves that nothing was
+        drawn (``budget resolve`` cancels such a row of a process that died).
+
+        Raises
+        ------
+        LedgerError
+            If the row is no longer reserved (``budget resolve`` cancelled it): the
+            release must not draw then.
+        """
+        self.budget._ledger.dispatch(self.release.id)
 
     def commit(self) -> None:
         """Mark the release committed: its noise was drawn and released."""

@@ -31,6 +31,7 @@ __all__ = [
     "active_budgets",
     "current_budget",
     "default_budget",
+    "release_dispatched",
     "reserve_release",
     "set_default_budget",
 ]
@@ -40,6 +41,9 @@ BUDGET_ENV = "DASK_DPPCA_BUDGET"
 
 _DEFAULT_LOCK = threading.RLock()
 _DEFAULT: dict[str, PrivacyBudget] = {}  # ledger path -> the default budget opened on it
+# Fit id -> its reservations not yet dispatched (see release_dispatched).
+_UNDISPATCHED: dict[str, tuple[Reservation, ...]] = {}
+_UNDISPATCHED_LOCK = threading.Lock()
 
 
 def set_default_budget(
@@ -148,6 +152,10 @@ def reserve_release(
     unless ``abandon()`` proves that the release never drew and never will (the compute
     target's hook: it makes a late release refuse to draw); then they are cancelled.
 
+    The code that draws calls :func:`release_dispatched` with ``fit_id`` before anything
+    can draw: each ledger row then records that its release was dispatched (until then
+    the row proves that nothing was drawn, ``budget resolve``).
+
     Yields
     ------
     tuple of Reservation
@@ -164,14 +172,66 @@ def reserve_release(
             )
     except BaseException:
         _settle(reservations, "cancel")
+        _cancel_strays(budgets, reservations, fit_id)
         raise
+    if fit_id:
+        with _UNDISPATCHED_LOCK:
+            _UNDISPATCHED[fit_id] = tuple(reservations)
     try:
         yield tuple(reservations)
     except BaseException:
         if reservations and abandon is not None and abandon():
             _settle(reservations, "cancel")
         raise
-    _settle(reservations, "commit")
+    else:
+        _settle(reservations, "commit")
+    finally:
+        with _UNDISPATCHED_LOCK:
+            _UNDISPATCHED.pop(fit_id, None)
+
+
+def release_dispatched(fit_id: str) -> None:
+    """Record in every ledger charged for ``fit_id`` that its release is dispatched.
+
+    Called by the code that draws (the compute layer), before anything can draw; a
+    second call, or one for a fit this process did not reserve, does nothing.
+
+    Raises
+    ------
+    LedgerError
+        If a ledger no longer holds the row as reserved (``budget resolve`` cancelled
+        it) or cannot be written: the release must not draw then.
+    """
+    with _UNDISPATCHED_LOCK:
+        reservations = _UNDISPATCHED.pop(fit_id, ())
+    for reservation in reservations:
+        reservation.dispatch()
+
+
+def _cancel_strays(
+    budgets: Sequence[PrivacyBudget], reservations: Sequence[Reservation], fit_id: str
+) -> None:
+    """Cancel rows of ``fit_id`` that this process reserved but never got back: an
+    interrupt (SIGINT, SIGTERM) after a row was written and before ``reserve`` returned.
+    Nothing was dispatched yet, so nothing was drawn.
+    """
+    if not fit_id:
+        return
+    known = {(r.budget._key, r.release.id) for r in reservations}
+    for budget in budgets:
+        try:
+            strays = [
+                row
+                for row in budget._ledger.rows()
+                if row.fit_id == fit_id
+                and row.pid == os.getpid()
+                and row.state == "reserved"
+                and (budget._key, row.id) not in known
+            ]
+            for row in strays:
+                budget._ledger.settle(row.id, "cancelled")
+        except (LedgerError, TimeoutError):
+            pass  # a row left reserved counts as spent: never an under-count
 
 
 def _settle(reservations: Sequence[Reservation], action: str) -> None:
