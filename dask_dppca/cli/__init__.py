@@ -14,6 +14,7 @@ each command imports numpy, Dask and the library when it runs.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 import time
@@ -135,8 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.ERROR)
     args.started = time.time()
     try:
-        with stop_signals_as_interrupts():
-            return _run(args)
+        with stop_signals_as_interrupts(), warnings.catch_warnings():
+            # A stopped command leaves the coroutines it was awaiting (fsspec, zarr)
+            # unfinished; Python's warning about each is not the command's line.
+            warnings.filterwarnings(
+                "ignore", message="coroutine .* was never awaited", category=RuntimeWarning
+            )
+            rc = _run(args)
+            gc.collect()  # while the filter holds
+            return rc
     finally:  # main() may be called in a process that goes on (tests, notebooks)
         warnings.formatwarning = shown_as
         logging.disable(disabled)

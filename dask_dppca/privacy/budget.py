@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..validation import nonnegative_finite, positive_finite
+from . import lineage
 from .calibration import (
     DELTA_RELATIVE_ERROR,
     _apply_excess,
@@ -89,8 +90,34 @@ _OPEN: dict[BudgetKey, list[Any]] = {}  # key -> [budget, depth]
 _IN_MEMORY: weakref.WeakValueDictionary[str, PrivacyBudget] = weakref.WeakValueDictionary()
 
 
+#: Environment variable naming the ledger of the default budget (inherited by child
+#: processes); see :mod:`~dask_dppca.privacy.charging`.
+BUDGET_ENV = "DASK_DPPCA_BUDGET"
+
+
+def publish_budgets() -> None:
+    """Register this process's default and open budgets for its child processes
+    (:mod:`~dask_dppca.privacy.lineage`).
+    """
+    with _STATE_LOCK:
+        opened = [budget for budget, _ in _OPEN.values()]
+        ledgers = [budget.ledger for budget in opened if budget.ledger is not None]
+        default = os.environ.get(BUDGET_ENV)
+        if default:
+            try:
+                ledgers.insert(0, ledger_path(default))
+            except ValueError:
+                pass  # a fit here refuses it (charging.default_budget)
+        memory = any(budget.ledger is None for budget in opened)
+        lineage.register(list(dict.fromkeys(ledgers)), memory)
+
+
 class BudgetExceededError(RuntimeError):
     """A release would exceed the (epsilon, delta) of a privacy budget."""
+
+
+class _AlreadyCharged(Exception):
+    """reserve_once: the ledger already counts this fit (nothing is recorded)."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +259,10 @@ class PrivacyBudget:
 
     def __enter__(self) -> PrivacyBudget:
         with _STATE_LOCK:
-            _OPEN.setdefault(self._key, [self, 0])[1] += 1
+            entry = _OPEN.setdefault(self._key, [self, 0])
+            entry[1] += 1
+            if entry[1] == 1:
+                publish_budgets()  # for child processes, whenever they were started
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -241,6 +271,7 @@ class PrivacyBudget:
             entry[1] -= 1
             if entry[1] == 0:
                 del _OPEN[self._key]
+                publish_budgets()
 
     # -- accounting -----------------------------------------------------------------------
 
@@ -330,6 +361,53 @@ class PrivacyBudget:
         return Reservation(
             self, self._record("reserved", _charge_of(charge), label, fit_id, dataset)
         )
+
+    def reserve_once(
+        self, charge: GaussianCharge | Any, *, fit_id: str, label: str = "", dataset: str = ""
+    ) -> Reservation | None:
+        """:meth:`reserve`, unless this ledger already counts a release of ``fit_id``.
+
+        For the ledger configured where the noise is drawn: when it is the very file the
+        fit's client already reserved in, the fit is charged there once, not twice.  The
+        look and the insert are one transaction.
+
+        Returns
+        -------
+        Reservation or None
+            None when a counted row of ``fit_id`` was already there (nothing recorded).
+
+        Raises
+        ------
+        BudgetExceededError
+            Nothing is recorded then.
+        """
+        if not fit_id:
+            raise ValueError("fit_id: reserve_once needs the fit's id")
+        c = _charge_of(charge)
+        sens, sig, exc = _check_release(c.sensitivity, c.sigma, c.excess)
+
+        def admit(rows: Sequence[Release]) -> None:
+            if any(row.fit_id == fit_id for row in rows):
+                raise _AlreadyCharged
+            self._admit(sens, sig, exc, rows)
+
+        release = Release(
+            sens,
+            sig,
+            str(label),
+            exc,
+            str(fit_id),
+            str(dataset),
+            None if c.epsilon is None else float(c.epsilon),
+            None if c.delta is None else float(c.delta),
+            "reserved",
+            time.time(),
+            stage="reserved",
+        )
+        try:
+            return Reservation(self, self._ledger.record(release, admit))
+        except _AlreadyCharged:
+            return None
 
     def spend(self, charge: GaussianCharge | Any, label: str = "") -> None:
         """Check, then record one Gaussian release as committed, atomically.
