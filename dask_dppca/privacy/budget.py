@@ -33,6 +33,7 @@ Which budgets a fit charges (the default, open ``with`` blocks, carried ones) is
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import os
@@ -45,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..validation import nonnegative_finite, positive_finite
+from . import lineage
 from .calibration import (
     DELTA_RELATIVE_ERROR,
     _apply_excess,
@@ -58,6 +60,7 @@ from .ledger import (
     LedgerError,
     MemoryLedger,
     Release,
+    Resolution,
     SQLiteLedger,
     UnreachableLedger,
     ledger_path,
@@ -87,8 +90,34 @@ _OPEN: dict[BudgetKey, list[Any]] = {}  # key -> [budget, depth]
 _IN_MEMORY: weakref.WeakValueDictionary[str, PrivacyBudget] = weakref.WeakValueDictionary()
 
 
+#: Environment variable naming the ledger of the default budget (inherited by child
+#: processes); see :mod:`~dask_dppca.privacy.charging`.
+BUDGET_ENV = "DASK_DPPCA_BUDGET"
+
+
+def publish_budgets() -> None:
+    """Register this process's default and open budgets for its child processes
+    (:mod:`~dask_dppca.privacy.lineage`).
+    """
+    with _STATE_LOCK:
+        opened = [budget for budget, _ in _OPEN.values()]
+        ledgers = [budget.ledger for budget in opened if budget.ledger is not None]
+        default = os.environ.get(BUDGET_ENV)
+        if default:
+            try:
+                ledgers.insert(0, ledger_path(default))
+            except ValueError:
+                pass  # a fit here refuses it (charging.default_budget)
+        memory = any(budget.ledger is None for budget in opened)
+        lineage.register(list(dict.fromkeys(ledgers)), memory)
+
+
 class BudgetExceededError(RuntimeError):
     """A release would exceed the (epsilon, delta) of a privacy budget."""
+
+
+class _AlreadyCharged(Exception):
+    """reserve_once: the ledger already counts this fit (nothing is recorded)."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +259,10 @@ class PrivacyBudget:
 
     def __enter__(self) -> PrivacyBudget:
         with _STATE_LOCK:
-            _OPEN.setdefault(self._key, [self, 0])[1] += 1
+            entry = _OPEN.setdefault(self._key, [self, 0])
+            entry[1] += 1
+            if entry[1] == 1:
+                publish_budgets()  # for child processes, whenever they were started
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -239,6 +271,7 @@ class PrivacyBudget:
             entry[1] -= 1
             if entry[1] == 0:
                 del _OPEN[self._key]
+                publish_budgets()
 
     # -- accounting -----------------------------------------------------------------------
 
@@ -329,6 +362,53 @@ class PrivacyBudget:
             self, self._record("reserved", _charge_of(charge), label, fit_id, dataset)
         )
 
+    def reserve_once(
+        self, charge: GaussianCharge | Any, *, fit_id: str, label: str = "", dataset: str = ""
+    ) -> Reservation | None:
+        """:meth:`reserve`, unless this ledger already counts a release of ``fit_id``.
+
+        For the ledger configured where the noise is drawn: when it is the very file the
+        fit's client already reserved in, the fit is charged there once, not twice.  The
+        look and the insert are one transaction.
+
+        Returns
+        -------
+        Reservation or None
+            None when a counted row of ``fit_id`` was already there (nothing recorded).
+
+        Raises
+        ------
+        BudgetExceededError
+            Nothing is recorded then.
+        """
+        if not fit_id:
+            raise ValueError("fit_id: reserve_once needs the fit's id")
+        c = _charge_of(charge)
+        sens, sig, exc = _check_release(c.sensitivity, c.sigma, c.excess)
+
+        def admit(rows: Sequence[Release]) -> None:
+            if any(row.fit_id == fit_id for row in rows):
+                raise _AlreadyCharged
+            self._admit(sens, sig, exc, rows)
+
+        release = Release(
+            sens,
+            sig,
+            str(label),
+            exc,
+            str(fit_id),
+            str(dataset),
+            None if c.epsilon is None else float(c.epsilon),
+            None if c.delta is None else float(c.delta),
+            "reserved",
+            time.time(),
+            stage="reserved",
+        )
+        try:
+            return Reservation(self, self._ledger.record(release, admit))
+        except _AlreadyCharged:
+            return None
+
     def spend(self, charge: GaussianCharge | Any, label: str = "") -> None:
         """Check, then record one Gaussian release as committed, atomically.
 
@@ -361,6 +441,7 @@ class PrivacyBudget:
             None if charge.delta is None else float(charge.delta),
             state,
             time.time(),
+            stage="reserved" if state == "reserved" else None,
         )
         return self._ledger.record(release, lambda rows: self._admit(sens, sig, exc, rows))
 
@@ -547,6 +628,71 @@ class PrivacyBudget:
             row.label,
         )
 
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain data (``dask-dppca budget show --json``), from one read.
+
+        Returns
+        -------
+        dict
+            ``ledger``, ``epsilon``, ``delta`` (the totals); ``counts`` (releases per
+            state, and how many count as spent); ``spent`` (``epsilon`` at the budget's
+            delta and ``mu``); ``remaining`` (the epsilon each of 1, 2 or 4 more
+            releases may have); ``releases``: every row with all its columns, its
+            ``mu`` and whether it ``counted``.  Times are Unix seconds; JSON-ready (no
+            NaN: an exhausted budget's spent epsilon is ``null`` when infinite).
+        """
+        rows = self._ledger.rows()
+        counted = [r for r in rows if r.counted]
+        spent = self._spent_epsilon(counted)
+        return {
+            "ledger": self.ledger,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "counts": {
+                **{
+                    state: sum(r.state == state for r in rows)
+                    for state in ("committed", "reserved", "cancelled")
+                },
+                "counted": len(counted),
+            },
+            "spent": {
+                "epsilon": spent if math.isfinite(spent) else None,
+                "mu": self._composed(counted)[0] if counted else 0.0,
+            },
+            "remaining": {str(k): self._remaining(counted, k) for k in (1, 2, 4)},
+            "releases": [{**dataclasses.asdict(r), "mu": r.mu, "counted": r.counted} for r in rows],
+        }
+
+    def resolve(self, release_id: int | None = None) -> list[Resolution]:
+        """Settle the reserved rows that processes which stopped left behind.
+
+        A row whose release was never dispatched provably drew no noise and is
+        cancelled (given back); any other reserved row may have drawn and is committed
+        (it stays spent); one whose process still runs on this machine is left to it.
+        See :meth:`~dask_dppca.privacy.ledger.SQLiteLedger.resolve`.
+
+        Parameters
+        ----------
+        release_id : int, optional
+            One row (``id``); by default every reserved row.
+
+        Returns
+        -------
+        list of Resolution
+            One per row looked at: the row, what was done, and why.
+
+        Raises
+        ------
+        LedgerError
+            For a budget without a ledger file (nothing outlives its process), or a
+            ``release_id`` the ledger does not hold.
+        """
+        if not isinstance(self._ledger, SQLiteLedger):
+            raise LedgerError(
+                "resolve: this budget has no ledger file; its reservations end with its process"
+            )
+        return self._ledger.resolve(release_id)
+
     def describe(self) -> str:
         """A plain-text report: totals, spent, remaining, and a table of every release."""
         rows, facts = self._summary()
@@ -619,6 +765,20 @@ class Reservation:
     def __init__(self, budget: PrivacyBudget, release: Release) -> None:
         self.budget = budget
         self.release = release
+
+    def dispatch(self) -> None:
+        """Record that the release is handed to the code that draws its noise.
+
+        Call it before anything can draw: until then the ledger proves that nothing was
+        drawn (``budget resolve`` cancels such a row of a process that died).
+
+        Raises
+        ------
+        LedgerError
+            If the row is no longer reserved (``budget resolve`` cancelled it): the
+            release must not draw then.
+        """
+        self.budget._ledger.dispatch(self.release.id)
 
     def commit(self) -> None:
         """Mark the release committed: its noise was drawn and released."""
