@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 from .kernel import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_budget
 
 __all__ = [
+    "SCHEDULER_TASK_LIMIT",
     "CompleteDesign",
     "Design",
     "DesignPlan",
@@ -511,6 +512,13 @@ TASKS_PER_THREAD = 64
 #: Pair work (flops) a task must carry on average beyond those (about 1 ms of a core,
 #: the order of a task's own cost in Dask).
 MIN_TASK_FLOPS = 4e7
+
+
+#: Graph tasks one fit should give a Dask scheduler, whatever the work: at the
+#: scheduler's cost of about a millisecond a task (docs/scale.md measures it) a quarter
+#: of an hour of scheduling, and some GB of scheduler memory.  ``dask-dppca plan``
+#: refuses a plan above it.
+SCHEDULER_TASK_LIMIT = 1_000_000
 
 
 def planned_tasks(plan: DesignPlan) -> int:
