@@ -382,14 +382,15 @@ def _time(
     makespan = _makespan(lane_seconds, threads)
     tasks = layout.n_tasks + 1
     task_seconds = tasks * machine.task_seconds
-    wall = machine.fixed_seconds + makespan + task_seconds
+    fixed = machine.fixed_seconds + machine.storage_seconds.get(storage, 0.0)
+    wall = fixed + makespan + task_seconds
     return {
         "wall_seconds": wall,
         "pair_seconds": plan.n_pairs / rate / threads,
         "read_seconds": read_seconds / threads,
         "makespan_seconds": makespan,
         "task_seconds": task_seconds,
-        "fixed_seconds": machine.fixed_seconds,
+        "fixed_seconds": fixed,
         "pairs_per_second_per_core": rate,
         "read_bytes_per_second": read_rate,
         "read_rate_of": read_key,
