@@ -2,8 +2,9 @@
 
 A script, not a test:
 
-    python benchmarks/bench_plan.py            # n = 10^4 ... 10^7, local Zarr and S3 (~15 min)
-    python benchmarks/bench_plan.py --quick    # n = 10^4 ... 10^6 (a few minutes)
+    python benchmarks/bench_plan.py            # n = 10^4 ... 10^7, local Zarr and S3
+    python benchmarks/bench_plan.py --quick    # n = 10^4 ... 10^6, auto designs
+    python benchmarks/bench_plan.py --extra    # the full run's other rows
     python benchmarks/bench_plan.py --smoke    # tiny sizes, seconds (the test suite runs it)
 
 In one run: the machine model is measured on a LocalCluster of two single-threaded
@@ -21,7 +22,8 @@ workers' CPU seconds against the plan's pair and read work (thread-seconds): on 
 machine loaded by others the wall ratio moves with the load, the CPU one much less and their ratios (measured / predicted).
 
 Sizes: the complete design ("auto" keeps every pair at these n on 2 threads up to
-n = 2.5 x 10^5 at d = 32) and the regular design "auto" picks beyond.  Stores are written
+n = 2.5 x 10^5 at d = 32), the regular design "auto" picks beyond, and regular designs
+of one partner and 1024-row blocks up to n = 10^7 (see ``SIZES``).  Stores are written
 in the design's blocks where the design is regular (its blocks are then read inside their
 tasks), in chunks of 10^4 rows for the complete design (merged into blocks by the design).
 Seeds generate benchmark DATA and (``random_state``) NOT private noise.
@@ -45,11 +47,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 D = 32
 WORKERS, THREADS = 2, 1
 MEMORY_LIMIT = "4GiB"
+#: ``(n, storage, design)``: None is design="auto" (complete up to n = 2.5 x 10^5 here,
+#: then regular); the larger regular fits use one partner and 1024-row blocks, about
+#: n x 1024 pairs, so that a run fits in minutes on a shared 2-core machine.
+SMALL_REGULAR = (1, 1024)
+QUICK = [(1e4, "local", None), (3e4, "local", None), (1e5, "local", None)]
+QUICK += [(1e6, "local", None), (1e4, "s3", None)]
+EXTRA = [(1e6, "local", SMALL_REGULAR), (1e7, "local", SMALL_REGULAR)]
+EXTRA += [(1e5, "s3", None), (1e6, "s3", SMALL_REGULAR)]
 SIZES = {
-    "full": [(1e4, "local"), (3e4, "local"), (1e5, "local"), (1e6, "local"), (1e7, "local")]
-    + [(1e4, "s3"), (1e5, "s3"), (1e6, "s3")],
-    "quick": [(1e4, "local"), (3e4, "local"), (1e5, "local"), (1e6, "local"), (1e4, "s3")],
-    "smoke": [(2e3, "local"), (2e3, "s3")],
+    "full": QUICK + EXTRA,
+    "quick": QUICK,
+    "extra": EXTRA,
+    "smoke": [(2e3, "local", None), (2e3, "s3", None)],
 }
 
 
@@ -190,8 +200,11 @@ def main(argv=None) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="n up to 10^6")
     mode.add_argument("--smoke", action="store_true", help="tiny sizes (seconds)")
+    mode.add_argument("--extra", action="store_true", help="the full run's rows beyond --quick")
     args = parser.parse_args(argv)
-    sizes = SIZES["smoke" if args.smoke else "quick" if args.quick else "full"]
+    sizes = SIZES[
+        "smoke" if args.smoke else "quick" if args.quick else "extra" if args.extra else "full"
+    ]
 
     import dask_dppca as dd
     from dask_dppca.design import auto_design
@@ -201,7 +214,7 @@ def main(argv=None) -> None:
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        server, options = _s3(folder) if any(s == "s3" for _, s in sizes) else (None, None)
+        server, options = _s3(folder) if any(s == "s3" for _, s, _ in sizes) else (None, None)
         try:
             warm_store = str(folder / "warm.zarr")
             write_store(warm_store, 2000, 1000, None)
@@ -245,9 +258,13 @@ def main(argv=None) -> None:
                 f"{'work pred':>9} {'cpu meas':>9} {'ratio':>6}"
             )
             rows = []
-            for size, storage in sizes:
+            for size, storage, given in sizes:
                 n = int(size)
-                design = auto_design(n, D, WORKERS * THREADS)
+                design = (
+                    auto_design(n, D, WORKERS * THREADS)
+                    if given is None
+                    else dd.RegularDesign(k=given[0], block_size=given[1])
+                )
                 chunk = getattr(design, "block_size", 10_000)
                 if storage == "s3":
                     location, store_options = f"s3://plan/x{n}.zarr", options
@@ -260,7 +277,12 @@ def main(argv=None) -> None:
                     if storage == "s3":  # the workers' S3 sessions too (warm workers)
                         _best_fit(client, "s3://plan/small.zarr", options, repeats=1)
                     client.run(_start_sampler)
-                    est = dd.DPPCA(n_components=2, scheduler=client, random_state=0)
+                    est = dd.DPPCA(
+                        n_components=2,
+                        design="auto" if given is None else design,
+                        scheduler=client,
+                        random_state=0,
+                    )
                     plan = est.plan(location, storage_options=store_options, machine=model)
                     cpu = sum(client.run(_cpu_seconds).values())
                     start = time.perf_counter()
