@@ -318,7 +318,7 @@ def _cluster_costs(client: Any, quick: bool) -> tuple[float, float, int]:
         )
         client = distributed.Client(cluster, set_as_default=False)
     try:
-        count = 500 if quick else 2000
+        count = 200 if quick else 2000
         import dask
 
         def no_op_graph():
