@@ -30,6 +30,8 @@ from numpy.typing import NDArray
 from .kernel import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_budget
 
 __all__ = [
+    "AUTO_MAX_BLOCK_PAIRS",
+    "SCHEDULER_TASK_LIMIT",
     "CompleteDesign",
     "Design",
     "DesignPlan",
@@ -397,6 +399,12 @@ AUTO_FLOPS_PER_THREAD = 2e12
 _AUTO_BLOCK_BYTES = 32 * 2**20
 
 
+#: Block pairs "auto" lets a regular design have (about half the scheduler's
+#: :data:`SCHEDULER_TASK_LIMIT`: the graph's tasks are at most its block pairs plus its
+#: shared blocks).  Beyond it, blocks grow (docs/scale.md).
+AUTO_MAX_BLOCK_PAIRS = 500_000
+
+
 def auto_design(n_samples: int, n_features: int, n_threads: int) -> CompleteDesign | RegularDesign:
     """The public rule behind ``design="auto"``: depends on n, d and the cluster only.
 
@@ -407,6 +415,13 @@ def auto_design(n_samples: int, n_features: int, n_threads: int) -> CompleteDesi
     budget allows with one partner, between 1024 rows and ``32 MiB / (8 d)`` rows,
     rounded down to whole kernel tiles, then as many partners ``k >= 1`` as the budget
     still allows.
+
+    A scheduler carries a graph of a limited size (:data:`SCHEDULER_TASK_LIMIT`): while
+    the design's block pairs, about ``n_blocks (1 + k / 2)``, exceed
+    :data:`AUTO_MAX_BLOCK_PAIRS`, the blocks double (up to ``32 MiB`` of float64, in whole
+    tiles) and ``k`` is recomputed from the budget (at least 1): fewer, larger tasks,
+    more work than the budget per thread.  Below that count (n up to about 3 x 10^8 on
+    any cluster) the rule is unchanged.
     """
     budget = AUTO_FLOPS_PER_THREAD * max(int(n_threads), 1)
     d = max(int(n_features), 1)
@@ -416,9 +431,19 @@ def auto_design(n_samples: int, n_features: int, n_threads: int) -> CompleteDesi
     largest = int(min(16384, max(1024, _AUTO_BLOCK_BYTES // (8 * d))))
     block = int(min(largest, max(1024, budget / (4.0 * d * n_samples))))
     block = max(tile, block // tile * tile)  # whole kernel tiles: no ragged tile per block
+    k, n_blocks = _auto_partners(n_samples, d, block, budget)
+    cap = max(block, _AUTO_BLOCK_BYTES // (8 * d) // tile * tile)
+    while n_blocks * (1.0 + k / 2.0) > AUTO_MAX_BLOCK_PAIRS and block < cap:
+        block = min(cap, 2 * block)
+        k, n_blocks = _auto_partners(n_samples, d, block, budget)
+    return RegularDesign(k=k, block_size=block, seed=0)
+
+
+def _auto_partners(n_samples: int, d: int, block: int, budget: float) -> tuple[int, int]:
+    """``(k, n_blocks)`` of the auto rule for blocks of ``block`` rows."""
     k = int(budget / (2.0 * n_samples * block * d)) - 1
     n_blocks = -(-n_samples // block)
-    return RegularDesign(k=max(1, min(k, n_blocks - 1)), block_size=block, seed=0)
+    return max(1, min(k, n_blocks - 1)), n_blocks
 
 
 def check_design(design: object) -> str | CompleteDesign | RegularDesign:
@@ -511,6 +536,13 @@ TASKS_PER_THREAD = 64
 #: Pair work (flops) a task must carry on average beyond those (about 1 ms of a core,
 #: the order of a task's own cost in Dask).
 MIN_TASK_FLOPS = 4e7
+
+
+#: Graph tasks one fit should give a Dask scheduler, whatever the work: at the
+#: scheduler's cost of about a millisecond a task (docs/scale.md measures it) a quarter
+#: of an hour of scheduling, and some GB of scheduler memory.  ``dask-dppca plan``
+#: refuses a plan above it.
+SCHEDULER_TASK_LIMIT = 1_000_000
 
 
 def planned_tasks(plan: DesignPlan) -> int:

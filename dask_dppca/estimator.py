@@ -349,6 +349,97 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         logger.info("fit %s: done in %.1f s", fit_id, seconds)
         return self
 
+    def plan(
+        self,
+        X: Any,
+        *,
+        workers: int | None = None,
+        threads: int | None = None,
+        memory_limit: int | str | None = None,
+        spectrum: Any = None,
+        pilot: Any = None,
+        df: float | None = None,
+        machine: Any = None,
+        component: str | None = None,
+        storage_options: dict | None = None,
+        allow_fill_values: bool = False,
+        check: bool = True,
+    ) -> Any:
+        """What :meth:`fit` would do on ``X``, predicted before anything runs.
+
+        Reads public metadata only (the shape, the row chunks, the dtype; never a chunk,
+        never a privacy budget or ledger) and returns a
+        :class:`~dask_dppca.fit_plan.FitPlan`: the design ``design`` resolves to, its
+        blocks and pair tasks, the graph's task count, the bytes read, the peak memory of
+        a worker, the predicted wall time (on the machine model ``dask-dppca bench
+        --save`` measures) and, for a stated ``spectrum`` or a public ``pilot``, the
+        expected subspace error.
+
+        Parameters
+        ----------
+        X
+            As in :meth:`fit` (a dask DataFrame needs its partition lengths known).
+        workers, threads : int, optional
+            The cluster to plan for: ``workers`` of ``threads`` each.  By default the
+            target ``scheduler`` names (the active client's cluster, an address's, or
+            the embedded cluster a fit would start here, without starting it).
+        memory_limit : int or str, optional
+            Each worker's memory limit (bytes, or ``"4GiB"``); with ``workers``.
+        spectrum : array_like, optional
+            Eigenvalues of the records' scatter matrix, stated from public knowledge.
+        pilot : array_like, optional
+            A PUBLIC pilot data set (n_pilot x d) whose covariance eigenvalues stand in
+            for ``spectrum``.  Never the private data.
+        df : float, optional
+            Degrees of freedom of the utility model's multivariate t (None: Gaussian).
+        machine : MachineModel, str or os.PathLike, optional
+            The machine model, or the file holding one (default: the saved one, else the
+            built-in default, :func:`~dask_dppca.machine.load_machine_model`).
+        component, storage_options, allow_fill_values
+            As in :meth:`fit`.
+        check : bool, default=True
+            Raise :class:`~dask_dppca.fit_plan.PlanDoesNotFitError` when the plan does not
+            fit (a worker's memory, the scheduler's task count), naming what to change.
+
+        Returns
+        -------
+        FitPlan
+        """
+        from .compute.shape import ClusterShape, cluster_shape
+        from .fit_plan import PlanDoesNotFitError, plan_fit
+        from .machine import MachineModel, load_machine_model
+
+        params = self._validated()
+        records = open_records(
+            X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
+        )
+        n_components = _check_n_components(params.n_components, records.shape[1])
+        if workers is None and threads is None and memory_limit is None:
+            shape = cluster_shape(params.scheduler)
+        else:
+            if workers is None or threads is None:
+                raise ValueError("workers: give workers and threads together (and memory_limit)")
+            shape = ClusterShape(workers, threads, _memory_limit(memory_limit))
+        model = machine if isinstance(machine, MachineModel) else load_machine_model(machine)
+        if pilot is not None:
+            if spectrum is not None:
+                raise ValueError("pilot: give a spectrum or a public pilot, not both")
+            spectrum = _pilot_spectrum(pilot, records.shape[1])
+        plan = plan_fit(
+            records,
+            design=params.design,
+            spatial_sign=params.spatial_sign,
+            target=params.target,
+            n_components=n_components,
+            shape=shape,
+            machine=model,
+            spectrum=spectrum,
+            df=df,
+        )
+        if check and not plan.fits:
+            raise PlanDoesNotFitError(plan)
+        return plan
+
     def _validated(self) -> _Parameters:
         """Every parameter checked once (the constraint table, the privacy target, the
         spatial sign), before anything starts or is read.
@@ -511,3 +602,34 @@ def _check_n_components(n_components: int, d: int) -> int:
 def _check_width(width: int, expected: int) -> None:
     if width != expected:
         raise ValueError(f"X: has {width} features, the estimator was fitted on {expected}")
+
+
+def _memory_limit(value: int | str | None) -> int | None:
+    """A worker's memory limit in bytes from an int or a size ("4GiB"); None: unlimited."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        from dask.utils import parse_bytes
+
+        try:
+            value = parse_bytes(value)
+        except (ValueError, TypeError):
+            raise ValueError(
+                f"memory_limit: expected bytes or a size such as '4GiB', got {value!r}"
+            ) from None
+    return integer_at_least("memory_limit", value, 1)
+
+
+def _pilot_spectrum(pilot: Any, d: int) -> np.ndarray:
+    """The covariance eigenvalues of a public pilot data set, largest first (floored
+    at a millionth of the largest, so that the model's spectrum is positive).
+    """
+    rows = np.asarray(pilot, dtype=np.float64)
+    if rows.ndim != 2 or rows.shape[1] != d or rows.shape[0] < 2:
+        raise ValueError(f"pilot: expected a public (n_pilot, {d}) array, got shape {rows.shape}")
+    rows = rows[np.all(np.isfinite(rows), axis=1)]
+    if rows.shape[0] < 2:
+        raise ValueError("pilot: needs at least 2 finite rows")
+    values = np.sort(np.linalg.eigvalsh(np.cov(rows, rowvar=False)))[::-1]
+    top = float(values[0]) if values[0] > 0 else 1.0
+    return np.maximum(values, top * 1e-6)

@@ -54,6 +54,8 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
                 "reference",
                 "metrics",
                 "planning",
+                "fit_plan",
+                "machine",
                 "theory",
                 "results",
                 "cli",
@@ -61,8 +63,8 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
                 "__main__",
             }
         ),
-        "DPPCA, the non-private kendall_matrix, sin theta, the planner, theory, result files, "
-        "the command line",
+        "DPPCA, the non-private kendall_matrix, sin theta, the planner, the fit plan and the "
+        "machine model, theory, result files, the command line",
     ),
 )
 

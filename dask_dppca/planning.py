@@ -150,11 +150,17 @@ class UtilityModel:
         self._inv_gap2 = 1.0 / (phi[None, :m] - phi[m:, None]) ** 2  # (d - m, m)
         self._gauss = np.random.default_rng(seed + 2).standard_normal((n_draws, self.d - m, m))
 
-    def sampling_variance(self, n: float) -> np.ndarray:
-        """Variances of the (d - m, m) off-diagonal block of ``K_hat - K``."""
+    def sampling_variance(self, n: float, n_pairs: float | None = None) -> np.ndarray:
+        """Variances of the (d - m, m) off-diagonal block of ``K_hat - K``.
+
+        ``n_pairs``: ``|P|`` of an incomplete design (a regular one); its pair term is
+        then ``zeta2 / |P|`` in place of the complete design's ``2 zeta2 / (n (n - 1))``
+        (first order, for a design whose records have equal degrees).
+        """
         n = float(n)
         m = self.m
-        v = 4.0 * (n - 2) / (n * (n - 1)) * self.zeta1 + 2.0 / (n * (n - 1)) * self.zeta2
+        pair_term = 2.0 / (n * (n - 1)) if n_pairs is None else 1.0 / float(n_pairs)
+        v = 4.0 * (n - 2) / (n * (n - 1)) * self.zeta1 + pair_term * self.zeta2
         return v[m:, :m]
 
     def sigma(self, n: int, epsilon: float, delta: float, calibration: str = "analytic") -> float:
@@ -171,8 +177,9 @@ class UtilityModel:
             calibration=calibration,
         )
 
-    def _tangents(self, n: int, sigma: float) -> np.ndarray:
-        scale = np.sqrt((self.sampling_variance(n) + 0.5 * sigma**2) * self._inv_gap2)
+    def _tangents(self, n: int, sigma: float, n_pairs: float | None = None) -> np.ndarray:
+        variance = self.sampling_variance(n, n_pairs)
+        scale = np.sqrt((variance + 0.5 * sigma**2) * self._inv_gap2)
         return np.linalg.norm(self._gauss * scale, ord=2, axis=(1, 2))
 
     def quantile(
@@ -184,10 +191,13 @@ class UtilityModel:
         calibration: str = "analytic",
         *,
         sigma: float | None = None,
+        n_pairs: float | None = None,
     ) -> float:
-        """Predicted p-quantile of the operator sin Theta error."""
+        """Predicted p-quantile of the operator sin Theta error (``sigma``: the release's,
+        when known; ``n_pairs``: ``|P|`` of an incomplete design).
+        """
         s = self.sigma(n, epsilon, delta, calibration) if sigma is None else sigma
-        tan = float(np.quantile(self._tangents(n, s), p))
+        tan = float(np.quantile(self._tangents(n, s, n_pairs), p))
         return tan / math.sqrt(1.0 + tan * tan)
 
     def utility_bound(

@@ -1,4 +1,5 @@
-"""Command line: ``dask-dppca demo``, ``fit STORE``, ``bench``, ``budget create|show LEDGER``
+"""Command line: ``dask-dppca demo``, ``fit STORE``, ``plan STORE``, ``bench``,
+``budget create|show LEDGER``
 (one module per command).
 
 Every user error ends with one line on stderr and a non-zero exit code, never a
@@ -21,7 +22,7 @@ import time
 import warnings
 
 from .. import __version__
-from . import bench, budget, demo, fit
+from . import bench, budget, demo, fit, plan
 from .signals import exit_code, stop_signals_as_interrupts, stopped_line
 
 __all__ = [
@@ -39,7 +40,7 @@ EXIT_CLUSTER = 3
 EXIT_UNEXPECTED = 1
 
 #: The sub-command modules, each with ``add_parser(commands)`` setting ``run``.
-COMMANDS = (demo, fit, bench, budget)
+COMMANDS = (demo, fit, plan, bench, budget)
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -51,6 +51,22 @@ def add_parser(commands) -> None:
         default=3,
         help="timed repeats of the kernel and GEMM; the best is shown (default 3)",
     )
+    bench.add_argument(
+        "--save",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="measure this machine's model (kernel rate per d, read rate per codec, the "
+        "cost of a task, an idle worker's memory) and save it for 'dask-dppca plan': in "
+        "FILE, or by default in the user's configuration folder "
+        "(~/.config/dask-dppca/machine.json on Linux; Dask configuration key "
+        "dask-dppca.machine-model)",
+    )
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="with --save: smaller loops (a less precise model, in a few seconds)",
+    )
     bench.set_defaults(run=run)
 
 
@@ -68,8 +84,28 @@ def run(args: argparse.Namespace) -> int:
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, "
         f"numba {numba.__version__}"
     )
+    if args.save is not None:
+        return _save_model(args.save or None, args.quick)
     _kernel_against_gemm(args.block_rows, args.n_features, args.repeats)
     _default_path_against_threads(args.n_samples, args.n_features)
+    return 0
+
+
+def _save_model(path: str | None, quick: bool) -> int:
+    """Measure the machine model, save it, and print it."""
+    from ..machine import measure_machine_model, save_machine_model
+
+    model = measure_machine_model(quick=quick)
+    where = save_machine_model(model, path)
+    print(f"\nmachine model ({model.source}):")
+    for d, rate in sorted(model.kernel_pairs_per_second.items()):
+        print(f"  kernel, d = {d:<5d}                {rate / 1e6:10.1f} M pairs/s a core")
+    for key, rate in sorted(model.read_bytes_per_second.items()):
+        print(f"  reads, {key:<24s} {rate / 2**20:10.1f} MiB/s a thread")
+    print(f"  a graph task                     {model.task_seconds * 1e3:10.3f} ms")
+    print(f"  a fit's fixed cost               {model.fixed_seconds:10.3f} s")
+    print(f"  an idle worker                   {model.worker_baseline_bytes / 2**20:10.1f} MiB")
+    print(f"saved to {where}")
     return 0
 
 

@@ -1,21 +1,30 @@
 """Layer 3, the graph: the Dask task graph of the exact pair sum (no privacy here).
 
 * :mod:`.lanes`: :func:`.kernel_sum_graph` builds the lanes of block-pair tasks for a
-  design plan, lazily and without reading data.
+  design plan, lazily and without reading data; :func:`.graph_layout` counts its tasks
+  and working set without building it.
 * :mod:`.lane_task`: what runs inside those tasks, and :func:`.lanes_total`, the lanes'
   exact total rounded once.
 * :mod:`.sealed`: partial sums that only Dask workers may open.
 """
 
 from .lane_task import LaneState, lanes_total
-from .lanes import LANES_PER_SUM_TASK, LANES_PER_THREAD, kernel_sum_graph
+from .lanes import (
+    LANES_PER_SUM_TASK,
+    LANES_PER_THREAD,
+    GraphLayout,
+    graph_layout,
+    kernel_sum_graph,
+)
 from .sealed import ExactSumLeakError
 
 __all__ = [
     "LANES_PER_SUM_TASK",
     "LANES_PER_THREAD",
     "ExactSumLeakError",
+    "GraphLayout",
     "LaneState",
+    "graph_layout",
     "kernel_sum_graph",
     "lanes_total",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import dask
@@ -27,7 +28,13 @@ from ..io import chunk_reader
 from ..kernel import SpatialSign
 from .lane_task import CARRIED, GIVEN, Step, lane_task, merge_lanes
 
-__all__ = ["LANES_PER_SUM_TASK", "LANES_PER_THREAD", "kernel_sum_graph"]
+__all__ = [
+    "LANES_PER_SUM_TASK",
+    "LANES_PER_THREAD",
+    "GraphLayout",
+    "graph_layout",
+    "kernel_sum_graph",
+]
 
 
 #: Lanes per worker thread.  A lane is a chain of tasks that adds its block pairs into
@@ -82,15 +89,7 @@ def kernel_sum_graph(
     if tuple(data.chunks[0]) != plan.block_sizes or len(data.chunks[1]) != 1:
         raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
     token = dask.base.tokenize(data.name, spatial_sign, plan, fit_id or uuid.uuid4().hex)
-    tasks = plan.tasks()
-    lanes = _lanes(len(tasks), LANES_PER_THREAD * max(int(n_threads), 1))
-    blocks_of = [sorted({block for pair in group for block in pair}) for group in tasks]
-    lanes_of_block = collections.defaultdict(set)
-    for number, lane in enumerate(lanes):
-        for task in lane:
-            for block in blocks_of[task]:
-                lanes_of_block[block].add(number)
-    shared = {block for block, users in lanes_of_block.items() if len(users) > 1}
+    tasks, lanes, blocks_of, lanes_of_block, shared = _layout(plan, n_threads)
     reader = chunk_reader(data)
     reader_task = (
         None
@@ -134,6 +133,119 @@ def kernel_sum_graph(
     )
     return _merge_down(
         [Delayed(key, graph, layer=name) for key in lane_ends], key_prefix=f"dppca-sum-{token}"
+    )
+
+
+def _layout(plan: DesignPlan, n_threads: int):
+    """The lanes of a plan: ``(tasks, lanes, blocks_of, lanes_of_block, shared)``.
+
+    ``tasks``: the block pairs of each task; ``lanes``: consecutive task numbers per
+    lane; ``blocks_of``: the blocks each task uses; ``lanes_of_block``: the lanes using
+    each block; ``shared``: the blocks more than one lane uses (one Dask key each).
+    Public: the plan and the thread count only (:func:`kernel_sum_graph` and
+    :func:`graph_layout` both use it, so a plan's counts are the graph's).
+    """
+    tasks = plan.tasks()
+    lanes = _lanes(len(tasks), LANES_PER_THREAD * max(int(n_threads), 1))
+    blocks_of = [sorted({block for pair in group for block in pair}) for group in tasks]
+    lanes_of_block = collections.defaultdict(set)
+    for number, lane in enumerate(lanes):
+        for task in lane:
+            for block in blocks_of[task]:
+                lanes_of_block[block].add(number)
+    shared = {block for block, users in lanes_of_block.items() if len(users) > 1}
+    return tasks, lanes, blocks_of, lanes_of_block, shared
+
+
+@dataclass(frozen=True)
+class GraphLayout:
+    """What :func:`kernel_sum_graph` builds for a plan, counted without building it.
+
+    Attributes
+    ----------
+    n_lanes : int
+        Lanes (chains of block-pair tasks).
+    lane_tasks : int
+        Block-pair tasks (the plan's tasks).
+    merge_tasks : int
+        Tasks adding the lanes' sums down to at most ``LANES_PER_SUM_TASK``.
+    input_tasks : int
+        The input's tasks the lanes depend on: for a Zarr input read in the plan's
+        blocks, a read task per shared block, the array behind them and the reader;
+        for any other input, every task of the blocks' graph (a slice per block of a
+        numpy array; a dask array's own tasks and its rechunk).
+    reads_in_tasks : bool
+        Whether a block one lane alone uses is read inside its task (a Zarr input read
+        in the plan's blocks).
+    shared_blocks : int
+        Blocks more than one lane uses (one Dask key each, held until every lane using
+        it is past it).
+    shared_blocks_per_lane : int
+        Most shared blocks one lane uses.
+    carried_blocks : int
+        Most blocks a lane's state carries from one task to the next.
+    blocks_per_task : int
+        Most distinct blocks one task uses.
+    """
+
+    n_lanes: int
+    lane_tasks: int
+    merge_tasks: int
+    input_tasks: int
+    reads_in_tasks: bool
+    shared_blocks: int
+    shared_blocks_per_lane: int
+    carried_blocks: int
+    blocks_per_task: int
+
+    @property
+    def n_tasks(self) -> int:
+        """Tasks of the exact sum's graph (what the scheduler carries before the release)."""
+        return self.lane_tasks + self.merge_tasks + self.input_tasks
+
+
+def graph_layout(data: da.Array, plan: DesignPlan, n_threads: int) -> GraphLayout:
+    """The task counts and working set of ``kernel_sum_graph(data, plan, ..., n_threads)``.
+
+    Counted from the same layout the graph is built from (``_layout``: the plan and
+    the thread count), without building the lanes' tasks and without reading data:
+    ``data`` is the lazy array of the blocks (``Records.blocks``), whose own graph is
+    counted when its blocks are not read inside the lane tasks.
+    """
+    if tuple(data.chunks[0]) != plan.block_sizes or len(data.chunks[1]) != 1:
+        raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
+    tasks, lanes, blocks_of, _, shared = _layout(plan, n_threads)
+    reads_in_tasks = chunk_reader(data) is not None
+    carried = 0
+    shared_per_lane = 0
+    for lane in lanes:
+        last_use = {block: task for task in lane for block in blocks_of[task]}
+        shared_per_lane = max(shared_per_lane, sum(block in shared for block in last_use))
+        if reads_in_tasks:  # the blocks a lane's state keeps after each task (_lane_steps)
+            live: set[int] = set()
+            for task in lane:
+                for block in blocks_of[task]:
+                    if block not in shared and last_use[block] > task:
+                        live.add(block)
+                    else:
+                        live.discard(block)
+                carried = max(carried, len(live))
+    merges, ends = 0, len(lanes)
+    while ends > LANES_PER_SUM_TASK:
+        ends = -(-ends // LANES_PER_SUM_TASK)
+        merges += ends
+    # A Zarr input's shared blocks: a read task each, the array they read and the reader.
+    inputs = len(shared) + 2 if reads_in_tasks else len(data.__dask_graph__())
+    return GraphLayout(
+        n_lanes=len(lanes),
+        lane_tasks=len(tasks),
+        merge_tasks=merges,
+        input_tasks=inputs,
+        reads_in_tasks=reads_in_tasks,
+        shared_blocks=len(shared),
+        shared_blocks_per_lane=shared_per_lane,
+        carried_blocks=carried,
+        blocks_per_task=max((len(b) for b in blocks_of), default=0),
     )
 
 

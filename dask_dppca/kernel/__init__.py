@@ -15,7 +15,12 @@
 
 from .exact_sum import ExactSum
 from .pair_sum import block_pair_sum, pairwise_sum
-from .rounding import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_budget
+from .rounding import (
+    DEFAULT_MEMORY_BUDGET,
+    rounding_error_bound,
+    tile_rows_for_budget,
+    tile_scratch_bytes,
+)
 from .spatial_sign import (
     MAX_BOUND,
     MIN_BOUND,
@@ -41,5 +46,6 @@ __all__ = [
     "rounding_error_bound",
     "sphere",
     "tile_rows_for_budget",
+    "tile_scratch_bytes",
     "winsor",
 ]

@@ -22,6 +22,7 @@ __all__ = [
     "TILE_ARRAYS",
     "rounding_error_bound",
     "tile_rows_for_budget",
+    "tile_scratch_bytes",
 ]
 
 #: Default scratch budget of one block-pair sum, in bytes.
@@ -59,12 +60,28 @@ _FIXED_ROUNDINGS = 24
 _MAX_CLASSES = 2 + 2098 // CLASS_BITS
 
 
-def tile_rows_for_budget(memory_budget: int, n_features: int) -> int:
-    """Largest tile (rows) whose scratch fits in ``memory_budget`` bytes, capped for cache."""
+def tile_scratch_bytes(tile_rows: int, n_features: int) -> int:
+    """The tile loop's scratch of one block-pair sum, in bytes, for tiles of ``tile_rows``.
+
+    What :func:`tile_rows_for_budget` keeps within its budget: ``TILE_ARRAYS`` tile-sized
+    arrays, the band's loaded tiles and one of B, the product and side buffers, and the
+    ``4 d^2`` floats of the d x d partial sums.
+    """
+    per_row, fixed = _scratch_terms(n_features)
+    return int(TILE_ARRAYS * 8 * tile_rows * tile_rows + per_row * tile_rows + fixed)
+
+
+def _scratch_terms(n_features: int) -> tuple[int, int]:
     # per tile row: the band's loaded tiles and one of B (rows, columns, norms, partner
     # sums: 3 d + 3 floats each), the [B 1]^T W^T product and the side buffer (d + 1, d)
     per_row = 8 * ((BAND_TILES + 1) * (3 * n_features + 3) + 2 * n_features + 1)
     fixed = 8 * 4 * n_features * n_features
+    return per_row, fixed
+
+
+def tile_rows_for_budget(memory_budget: int, n_features: int) -> int:
+    """Largest tile (rows) whose scratch fits in ``memory_budget`` bytes, capped for cache."""
+    per_row, fixed = _scratch_terms(n_features)
     room = max(memory_budget - fixed, 0)
     # Solve TILE_ARRAYS * 8 * T^2 + per_row * T <= room for T.
     a = TILE_ARRAYS * 8.0

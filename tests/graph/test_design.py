@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import dask_dppca as dd
 from dask_dppca.design import (
     AUTO_FLOPS_PER_THREAD,
+    AUTO_MAX_BLOCK_PAIRS,
     BLOCK_PAIRS_PER_THREAD,
     MAX_BLOCK_BYTES,
     MAX_BLOCK_ROWS,
@@ -125,6 +126,59 @@ def test_fit_reports_the_public_design():
         2 * math.sqrt(2) / 500,
         rel_tol=1e-12,
     )
+
+
+def _auto_rule_before_the_scheduler_limit(n, d, threads):
+    """The auto rule as it was before issue 25 (the oracle: unchanged below the limit)."""
+    budget = AUTO_FLOPS_PER_THREAD * max(int(threads), 1)
+    if 2.0 * n * n * d <= budget:
+        return CompleteDesign()
+    tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
+    largest = int(min(16384, max(1024, 32 * 2**20 // (8 * d))))
+    block = int(min(largest, max(1024, budget / (4.0 * d * n))))
+    block = max(tile, block // tile * tile)
+    k = int(budget / (2.0 * n * block * d)) - 1
+    n_blocks = -(-n // block)
+    return RegularDesign(k=max(1, min(k, n_blocks - 1)), block_size=block, seed=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(2, 400_000_000),
+    d=st.sampled_from([1, 2, 7, 32, 100, 256, 1000, 5000]),
+    threads=st.integers(1, 100_000),
+)
+def test_the_auto_rule_is_unchanged_below_the_scheduler_limit(n, d, threads):
+    before = _auto_rule_before_the_scheduler_limit(n, d, threads)
+    if isinstance(before, RegularDesign):
+        blocks = -(-n // before.block_size)
+        if blocks * (1 + before.k / 2) > AUTO_MAX_BLOCK_PAIRS:
+            return  # the scheduler limit's rule changes it (the next test)
+    assert auto_design(n, d, threads) == before
+
+
+def test_the_auto_rule_grows_blocks_to_stay_under_the_scheduler_limit(monkeypatch):
+    from dask_dppca import design
+
+    # Scaled down: a limit of 1000 block pairs, met at n = 10^7 by blocks of 24576 rows.
+    before = auto_design(10_000_000, 32, 2)
+    monkeypatch.setattr(design, "AUTO_MAX_BLOCK_PAIRS", 1000)
+    after = auto_design(10_000_000, 32, 2)
+    assert after.block_size > before.block_size and after.k >= 1
+    assert after.block_size % tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 32) == 0
+    plan = after.plan((10_000_000,), 32)
+    assert len(plan.block_pairs) <= 1000
+    # The smallest doubling that meets it: half the blocks would not.
+    half = RegularDesign(k=after.k, block_size=after.block_size // 2).plan((10_000_000,), 32)
+    assert len(half.block_pairs) > 1000
+    # At a terabyte (n = 4 x 10^9, d = 32) on 10 to 1000 workers of 16 threads, the
+    # public rule stays under the real limit, from n, d and the thread count alone.
+    monkeypatch.setattr(design, "AUTO_MAX_BLOCK_PAIRS", 500_000)
+    for threads in (160, 1600, 16000):
+        big = auto_design(4_000_000_000, 32, threads)
+        blocks = -(-4_000_000_000 // big.block_size)
+        assert blocks * (1 + big.k / 2) <= AUTO_MAX_BLOCK_PAIRS
+        assert big.block_size * 8 * 32 <= MAX_BLOCK_BYTES
 
 
 def test_auto_rule_depends_on_public_sizes_only():

@@ -1,0 +1,341 @@
+"""The plan against the fit: predicted wall time and peak worker memory vs measured.
+
+A script, not a test:
+
+    python benchmarks/bench_plan.py            # n = 10^4 ... 10^7, local Zarr and S3
+    python benchmarks/bench_plan.py --quick    # n = 10^4 ... 10^6, auto designs
+    python benchmarks/bench_plan.py --extra    # the full run's other rows
+    python benchmarks/bench_plan.py --smoke    # tiny sizes, seconds (the test suite runs it)
+
+In one run: the machine model is measured on a LocalCluster of two single-threaded
+worker processes (``dask_dppca.machine.measure_machine_model`` with that cluster's
+client: the kernel at d, Zarr reads per codec, a no-op task, a small fit's fixed cost, an
+idle worker's memory; the S3 read rate from moto's server on 127.0.0.1); then for each
+size a store is written (local, or on the S3 server), ``DPPCA(...).plan(store)`` is taken
+on a fresh cluster of the same shape (reading no data) and the fit is timed there, on
+warm workers (a small fit first: imports, compilation, S3 sessions; the model's fixed
+costs are measured on warm workers too).  Each
+row prints the plan's design, blocks and tasks, its predicted wall time and peak worker
+memory, the measured ones (wall on the client; peak: each worker's resident memory
+sampled every 5 ms inside it during the fit, the largest) and their ratios; and the
+workers' CPU seconds against the plan's pair and read work (thread-seconds): on a
+machine loaded by others the wall ratio moves with the load, the CPU one much less and their ratios (measured / predicted).
+
+Sizes: the complete design ("auto" keeps every pair at these n on 2 threads up to
+n = 2.5 x 10^5 at d = 32), the regular design "auto" picks beyond, and regular designs
+of one partner and 1024-row blocks up to n = 10^7 (see ``SIZES``).  Stores are written
+in the design's blocks where the design is regular (its blocks are then read inside their
+tasks), in chunks of 10^4 rows for the complete design (merged into blocks by the design).
+Seeds generate benchmark DATA and (``random_state``) NOT private noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+D = 32
+WORKERS, THREADS = 2, 1
+MEMORY_LIMIT = "4GiB"
+#: ``(n, storage, design)``: None is design="auto" (complete up to n = 2.5 x 10^5 here,
+#: then regular); the larger regular fits use one partner and 1024-row blocks, about
+#: n x 1024 pairs, so that a run fits in minutes on a shared 2-core machine.
+SMALL_REGULAR = (1, 1024)
+QUICK = [(1e4, "local", None), (3e4, "local", None), (1e5, "local", None)]
+QUICK += [(1e6, "local", None), (1e4, "s3", None)]
+EXTRA = [(1e6, "local", SMALL_REGULAR), (1e7, "local", SMALL_REGULAR)]
+EXTRA += [(1e5, "s3", None), (1e6, "s3", SMALL_REGULAR)]
+SIZES = {
+    "full": QUICK + EXTRA,
+    "quick": QUICK,
+    "extra": EXTRA,
+    "smoke": [(2e3, "local", None)],  # no S3 server: the suite runs it
+}
+
+
+def _cluster():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=WORKERS,
+        threads_per_worker=THREADS,
+        memory_limit=MEMORY_LIMIT,
+        dashboard_address="127.0.0.1:0",
+    )
+    return cluster, Client(cluster)
+
+
+def _warm(client, warm_store: str) -> None:
+    """A fresh worker's one-time costs (imports, compilation), paid before a timed fit."""
+    import dask_dppca as dd
+
+    dd.DPPCA(n_components=2, scheduler=client, random_state=0).fit(warm_store)
+
+
+def _best_fit(client, store: str, options: dict | None, repeats: int = 3) -> float:
+    import dask_dppca as dd
+
+    est = dd.DPPCA(n_components=2, scheduler=client, random_state=0)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        est.fit(store, storage_options=options)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _cpu_seconds() -> float:
+    """In a worker: its process's CPU seconds so far (user and system)."""
+    import psutil
+
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
+
+
+def _start_sampler(dask_worker) -> None:
+    """In a worker: sample its resident memory every 5 ms until :func:`_stop_sampler`.
+
+    (``getrusage``'s high-water mark is no good here: a spawned worker starts with its
+    parent's resident size as its mark.)
+    """
+    import threading
+
+    import psutil
+
+    process, stop = psutil.Process(), threading.Event()
+    state = {"peak": process.memory_info().rss, "stop": stop}
+
+    def sample():
+        while not stop.wait(0.005):
+            state["peak"] = max(state["peak"], process.memory_info().rss)
+
+    state["thread"] = threading.Thread(target=sample, daemon=True)
+    state["thread"].start()
+    dask_worker.plan_memory_sampler = state  # the worker outlives this call's globals
+
+
+def _stop_sampler(dask_worker) -> int:
+    """In a worker: stop sampling; the largest resident memory seen, in bytes."""
+    import psutil
+
+    state = dask_worker.plan_memory_sampler
+    state["stop"].set()
+    state["thread"].join(timeout=5)
+    return int(max(state["peak"], psutil.Process().memory_info().rss))
+
+
+def write_store(location: str, n: int, chunk: int, options: dict | None) -> None:
+    """Gaussian benchmark rows written chunk by chunk (bounded memory)."""
+    import zarr
+
+    store = location
+    if options is not None:
+        import s3fs
+
+        store = zarr.storage.FsspecStore(
+            s3fs.S3FileSystem(**options, asynchronous=True), path=location.split("://", 1)[1]
+        )
+    z = zarr.create_array(store, shape=(n, D), chunks=(chunk, D), dtype="f8", overwrite=True)
+    rng = np.random.default_rng(n)  # benchmark data only
+    step = max(chunk, (64 * 2**20) // (8 * D) // chunk * chunk)
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        z[start:stop] = rng.standard_normal((stop - start, D)) * np.linspace(3, 1, D)
+    if options is None:
+        os.sync()
+
+
+def _s3(folder: Path):
+    """moto's server on 127.0.0.1 and a bucket: (server process, storage options)."""
+    import boto3
+    from bench_storage import _start_moto
+
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+    server, url = _start_moto(folder)
+    options = {
+        "key": "bench",
+        "secret": "bench",
+        "client_kwargs": {"endpoint_url": url, "region_name": "us-east-1"},
+    }
+    boto3.client(
+        "s3",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+    ).create_bucket(Bucket="plan")
+    return server, options
+
+
+def _s3_read_rate(url: str, options: dict) -> float:
+    """One thread's read rate of a 4 x 10^4-row zstd store on the S3 server."""
+    from dask_dppca.io import open_records
+    from dask_dppca.io.zarr_input import chunk_reader
+
+    rows = 40_000
+    write_store(url, rows, rows // 4, options)
+    reader = chunk_reader(open_records(url, storage_options=options).array)
+    assert reader is not None
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for k in range(0, rows, rows // 4):
+            reader[k : k + rows // 4, :]
+        best = min(best, time.perf_counter() - start)
+    return rows * D * 8 / best
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="n up to 10^6")
+    mode.add_argument("--smoke", action="store_true", help="tiny sizes (seconds)")
+    mode.add_argument("--extra", action="store_true", help="the full run's rows beyond --quick")
+    args = parser.parse_args(argv)
+    sizes = SIZES[
+        "smoke" if args.smoke else "quick" if args.quick else "extra" if args.extra else "full"
+    ]
+
+    import dask_dppca as dd
+    from dask_dppca.design import auto_design
+    from dask_dppca.machine import measure_machine_model
+
+    warnings.simplefilter("ignore")  # seeded (non-private) noise, untrusted release: timing only
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        server, options = _s3(folder) if any(s == "s3" for _, s, _ in sizes) else (None, None)
+        try:
+            warm_store = str(folder / "warm.zarr")
+            write_store(warm_store, 2000, 1000, None)
+            cluster, client = _cluster()
+            try:
+                _warm(client, warm_store)
+                model = measure_machine_model((D,), quick=args.smoke, client=client)
+                if options is not None:
+                    # A fit's extra fixed cost on S3 (the workers' sessions, first requests):
+                    # a small fit there against the same fit on the local disk.
+                    small = "s3://plan/small.zarr"
+                    write_store(small, 2000, 1000, options)
+                    local = _best_fit(client, warm_store, None)
+                    remote = _best_fit(client, small, options)
+                    model = dataclasses.replace(
+                        model,
+                        read_bytes_per_second={
+                            **model.read_bytes_per_second,
+                            "s3/zstd": _s3_read_rate("s3://plan/rate.zarr", options),
+                        },
+                        storage_seconds={"s3": max(0.0, remote - local)},
+                    )
+            finally:
+                if not args.smoke:  # the smoke run times its one fit on this cluster
+                    client.close()
+                    cluster.close()
+            print(
+                f"machine model ({model.source}): kernel {model.pair_rate(D) / 1e6:.1f} M pairs/s "
+                f"a core at d = {D}; reads "
+                + ", ".join(
+                    f"{k} {v / 2**20:.0f} MiB/s" for k, v in model.read_bytes_per_second.items()
+                )
+                + f"; a task {model.task_seconds * 1e3:.2f} ms; fixed {model.fixed_seconds:.2f} s "
+                f"(S3: + {model.storage_seconds.get('s3', 0.0):.2f} s); "
+                f"idle worker {model.worker_baseline_bytes / 2**20:.0f} MiB; load average {load:.1f}"
+            )
+            print(
+                f"\n{WORKERS} workers x {THREADS} thread, memory limit {MEMORY_LIMIT}, d = {D}\n"
+                f"{'n':>9} {'storage':7} {'design':22} {'blocks':>6} {'tasks':>6} "
+                f"{'wall pred':>9} {'wall meas':>9} {'ratio':>6} "
+                f"{'peak pred':>9} {'peak meas':>9} {'ratio':>6} "
+                f"{'work pred':>9} {'cpu meas':>9} {'ratio':>6}"
+            )
+            rows = []
+            for size, storage, given in sizes:
+                n = int(size)
+                design = (
+                    auto_design(n, D, WORKERS * THREADS)
+                    if given is None
+                    else dd.RegularDesign(k=given[0], block_size=given[1])
+                )
+                chunk = getattr(design, "block_size", 10_000)
+                if storage == "s3":
+                    location, store_options = f"s3://plan/x{n}.zarr", options
+                else:
+                    location, store_options = str(folder / f"x{n}.zarr"), None
+                write_store(location, n, chunk, store_options)
+                if not args.smoke:
+                    cluster, client = _cluster()
+                try:
+                    _warm(client, warm_store)
+                    if storage == "s3":  # the workers' S3 sessions too (warm workers)
+                        _best_fit(client, "s3://plan/small.zarr", options, repeats=1)
+                    client.run(_start_sampler)
+                    est = dd.DPPCA(
+                        n_components=2,
+                        design="auto" if given is None else design,
+                        scheduler=client,
+                        random_state=0,
+                    )
+                    plan = est.plan(location, storage_options=store_options, machine=model)
+                    cpu = sum(client.run(_cpu_seconds).values())
+                    start = time.perf_counter()
+                    est.fit(location, storage_options=store_options)
+                    wall = time.perf_counter() - start
+                    cpu = sum(client.run(_cpu_seconds).values()) - cpu
+                    peak = max(client.run(_stop_sampler).values())
+                finally:
+                    client.close()
+                    cluster.close()
+                assert est.privacy_["n_blocks"] == plan.design["n_blocks"]
+                name = plan.design["design"]
+                if name == "regular":
+                    name += f" k={plan.design['partners_k']} b={plan.design['block_size']}"
+                row = (
+                    n,
+                    storage,
+                    name,
+                    plan.design["n_blocks"],
+                    plan.n_tasks,
+                    plan.wall_seconds,
+                    wall,
+                    plan.peak_worker_bytes / 2**20,
+                    peak / 2**20,
+                    (plan.time["pair_seconds"] + plan.time["read_seconds"]) * WORKERS * THREADS,
+                    cpu,
+                )
+                rows.append(row)
+                print(
+                    f"{n:>9} {storage:7} {name:22} {row[3]:>6} {row[4]:>6} "
+                    f"{row[5]:>8.2f}s {row[6]:>8.2f}s {row[6] / row[5]:>6.2f} "
+                    f"{row[7]:>6.0f}MiB {row[8]:>6.0f}MiB {row[8] / row[7]:>6.2f} "
+                    f"{row[9]:>8.2f}s {row[10]:>8.2f}s {row[10] / row[9]:>6.2f}",
+                    flush=True,
+                )
+        finally:
+            if server is not None:
+                server.kill()
+                server.wait(timeout=30)
+    walls = [r[6] / r[5] for r in rows]
+    peaks = [r[8] / r[7] for r in rows]
+    cpus = [r[10] / r[9] for r in rows]
+    print(
+        f"\nmeasured / predicted: wall {min(walls):.2f}-{max(walls):.2f}, peak memory "
+        f"{min(peaks):.2f}-{max(peaks):.2f}, workers' CPU / predicted work "
+        f"{min(cpus):.2f}-{max(cpus):.2f} (target within 1.3x: "
+        f"{sum(1 / 1.3 <= w <= 1.3 for w in walls)}/{len(walls)} walls, "
+        f"{sum(1 / 1.3 <= p <= 1.3 for p in peaks)}/{len(peaks)} peaks); load average "
+        f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    )
+
+
+if __name__ == "__main__":
+    main()

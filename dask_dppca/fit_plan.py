@@ -1,0 +1,588 @@
+"""A fit's plan before a core turns: design, blocks, tasks, bytes, memory, time, accuracy.
+
+:func:`plan_fit` reads public metadata only (the shape, the row chunks, the dtype and
+codec of a store; never a chunk, never a ledger) and answers what ``DPPCA.fit`` would do
+on a given cluster: the design ``"auto"`` picks and its blocks (through
+:func:`dask_dppca.design.plan_blocks`, the one owner of block planning, whose task
+limit refuses plans of many tiny tasks), the graph's tasks (counted by
+:func:`dask_dppca.graph.lanes.graph_layout` from the layout the graph is built from), the
+bytes read, the peak memory of a worker, the wall time on the machine model
+(:mod:`dask_dppca.machine`), the release's sigma and, for a stated spectrum or a
+public pilot, the expected subspace error (:class:`dask_dppca.planning.UtilityModel`).
+A plan that does not fit (a worker's memory, a scheduler's task count) says so, with
+what to change and the number it needs (``FitPlan.problems``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .compute.shape import ClusterShape
+from .design import (
+    SCHEDULER_TASK_LIMIT,
+    CompleteDesign,
+    Design,
+    DesignPlan,
+    RegularDesign,
+    plan_blocks,
+    task_limit,
+)
+from .graph import graph_layout
+from .graph.lanes import GraphLayout
+from .io.records import Records
+from .io.zarr_input import chunk_reader
+from .kernel import SpatialSign, tile_rows_for_budget, tile_scratch_bytes
+from .machine import MachineModel
+from .privacy import PrivacyTarget, ReleaseMechanism
+from .privacy.advice import release_warnings
+from .privacy.noise import default_sampler
+
+__all__ = ["EXACT_SUM_DIGITS", "FitPlan", "PlanDoesNotFitError", "plan_fit"]
+
+#: int64 digits per entry of a lane's exact sum (2 or 3 for sums of like-sized entries,
+#: :mod:`dask_dppca.kernel.exact_sum`).
+EXACT_SUM_DIGITS = 3
+
+
+class PlanDoesNotFitError(ValueError):
+    """A fit's plan does not fit its cluster; ``.plan`` holds the :class:`FitPlan`."""
+
+    def __init__(self, plan: FitPlan) -> None:
+        super().__init__("; ".join(plan.problems))
+        self.plan = plan
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """What a fit would do, predicted from public metadata (see :func:`plan_fit`).
+
+    Attributes
+    ----------
+    input : dict
+        Location or type, shape, dtype, row chunks, storage and codec.
+    cluster : ClusterShape
+        Workers, threads and memory limit the plan is for.
+    design : dict
+        The design (``design.describe()``), who chose it, and its plan's counts.
+    graph : dict
+        Lanes and tasks (lane, merge, input, release), the task count, the design's
+        task limit and the scheduler's.
+    bytes_read : int
+        Bytes decoded from the input (every block once).
+    memory : dict
+        Peak resident bytes of one worker and its parts, the limit and what is usable.
+    time : dict
+        Predicted wall seconds and its parts, and the machine model's source.
+    privacy : dict
+        epsilon, delta, calibration, sensitivity and sigma of the release.
+    accuracy : dict or None
+        The utility model's median and 90% sin theta, for a stated spectrum or a pilot.
+    notes : tuple of str
+        The release's warnings (public quantities only) and what the model leaves out.
+    problems : tuple of str
+        Why the plan does not fit, what to change and the number it needs (empty: fits).
+    """
+
+    input: dict[str, Any]
+    cluster: ClusterShape
+    design: dict[str, Any]
+    graph: dict[str, Any]
+    bytes_read: int
+    memory: dict[str, Any]
+    time: dict[str, Any]
+    privacy: dict[str, Any]
+    accuracy: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def fits(self) -> bool:
+        """Whether the plan fits the cluster (no ``problems``)."""
+        return not self.problems
+
+    @property
+    def n_tasks(self) -> int:
+        """Graph tasks the scheduler carries (the exact sum's and the release)."""
+        return int(self.graph["n_tasks"])
+
+    @property
+    def wall_seconds(self) -> float:
+        """Predicted wall time of the fit, in seconds."""
+        return float(self.time["wall_seconds"])
+
+    @property
+    def peak_worker_bytes(self) -> int:
+        """Predicted peak resident memory of one worker, in bytes."""
+        return int(self.memory["peak_bytes"])
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as a JSON-ready dict."""
+        return {
+            "input": self.input,
+            "cluster": self.cluster.describe(),
+            "design": self.design,
+            "graph": self.graph,
+            "bytes_read": self.bytes_read,
+            "memory": self.memory,
+            "time": self.time,
+            "privacy": self.privacy,
+            "accuracy": self.accuracy,
+            "notes": list(self.notes),
+            "fits": self.fits,
+            "problems": list(self.problems),
+        }
+
+    def to_json(self) -> str:
+        """:meth:`describe` as JSON text."""
+        return json.dumps(self.describe(), indent=2)
+
+    def __str__(self) -> str:
+        return _text(self)
+
+
+def plan_fit(
+    records: Records,
+    *,
+    design: str | Design,
+    spatial_sign: SpatialSign,
+    target: PrivacyTarget,
+    n_components: int,
+    shape: ClusterShape,
+    machine: MachineModel,
+    spectrum: Any = None,
+    df: float | None = None,
+) -> FitPlan:
+    """The plan of a fit of ``records`` on a cluster of ``shape`` (public inputs only).
+
+    Parameters
+    ----------
+    records : Records
+        The opened input (:func:`dask_dppca.io.records.open_records`: metadata only).  Its n
+        must be known (a dask DataFrame's is counted on a cluster: not planned).
+    design, spatial_sign, target, n_components
+        The estimator's parameters, checked.
+    shape : ClusterShape
+        The cluster (:func:`dask_dppca.compute.shape.cluster_shape`).
+    machine : MachineModel
+        Rates of the machine (:func:`dask_dppca.machine.load_machine_model`).
+    spectrum : array_like, optional
+        Eigenvalues of the scatter matrix, stated or from a public pilot: the expected
+        accuracy is then predicted.
+    df : float, optional
+        The law of the utility model (multivariate t; None: Gaussian).
+
+    Raises
+    ------
+    ValueError
+        For an input of unknown n, or when the design's task limit refuses the plan
+        (:func:`dask_dppca.design.check_task_count`, naming what to change).
+    """
+    n, d = records.shape
+    if records.frame is not None or n != n:
+        raise ValueError(
+            "X: a dask DataFrame's number of records is counted on the cluster; plan its "
+            "dask array with known chunk sizes instead (to_dask_array(lengths=True))"
+        )
+    n, d = int(n), int(d)
+    threads = shape.n_threads
+    chosen, plan = plan_blocks(n, d, records.row_chunks, design, threads)
+    blocks = records.blocks(plan.block_sizes)  # lazy: the read tasks, no read
+    layout = graph_layout(blocks, plan, threads)
+    mechanism = ReleaseMechanism.plan_release(
+        chosen, plan, spatial_sign, target, default_sampler(d * (d + 1) // 2)
+    )
+    storage, codec = _storage_and_codec(records, blocks)
+    itemsize = int(np.dtype(records.dtype).itemsize)
+    bytes_read = n * d * itemsize
+    memory = _memory(plan, layout, shape, machine, itemsize, records)
+    timing = _time(plan, layout, shape, machine, bytes_read, storage, codec)
+    n_tasks = layout.n_tasks + 1  # and the release task
+    graph = {
+        "n_lanes": layout.n_lanes,
+        "lane_tasks": layout.lane_tasks,
+        "merge_tasks": layout.merge_tasks,
+        "input_tasks": layout.input_tasks,
+        "release_tasks": 1,
+        "n_tasks": n_tasks,
+        "reads_in_tasks": layout.reads_in_tasks,
+        "shared_blocks": layout.shared_blocks,
+        "task_limit": task_limit(n, d, threads, plan.n_pairs),
+        "scheduler_task_limit": SCHEDULER_TASK_LIMIT,
+    }
+    problems = _problems(chosen, plan, shape, memory, graph, timing, machine, d)
+    notes = [
+        message
+        for _, message in release_warnings(
+            n, d, spatial_sign.bound, mechanism.sigma, mechanism.delta
+        )
+    ]
+    if shape.workers > 1 and layout.shared_blocks:
+        notes.append(
+            f"{layout.shared_blocks} blocks are shared between lanes: moving them between "
+            "workers is not in the time"
+        )
+    if not layout.reads_in_tasks and records.row_chunks is not None:
+        notes.append(
+            "the store's chunks are not runs of the design's blocks: they are rechunked "
+            f"(write it in chunks of {plan.block_sizes[0]} rows to read each block in its task)"
+        )
+    accuracy = (
+        None
+        if spectrum is None
+        else _accuracy(spectrum, n_components, spatial_sign, df, n, target, mechanism, plan)
+    )
+    return FitPlan(
+        input={
+            "location": records.location,
+            "type": records.input_type,
+            "shape": [n, d],
+            "dtype": str(records.dtype),
+            "row_chunks": _chunks(records.row_chunks),
+            "storage": storage,
+            "codec": codec,
+        },
+        cluster=shape,
+        design={
+            **chosen.describe(),
+            "chosen_by": design if isinstance(design, str) else "given",
+            **plan.describe(),
+            "block_rows": max(plan.block_sizes),
+            "n_samples": n,
+            "n_features": d,
+        },
+        graph=graph,
+        bytes_read=bytes_read,
+        memory=memory,
+        time=timing,
+        privacy={
+            "epsilon": target.epsilon,
+            "delta": target.delta,
+            "calibration": target.calibration,
+            "sensitivity": mechanism.sensitivity,
+            "sigma": mechanism.sigma,
+        },
+        accuracy=accuracy,
+        notes=tuple(notes),
+        problems=tuple(problems),
+    )
+
+
+def _chunks(row_chunks: tuple[int, ...] | None) -> dict[str, int] | None:
+    if row_chunks is None:
+        return None
+    return {"count": len(row_chunks), "largest": max(row_chunks)}
+
+
+def _storage_and_codec(records: Records, blocks: Any) -> tuple[str, str]:
+    """Where the blocks are read from ("memory", "local", a URL's protocol) and the codec."""
+    reader = chunk_reader(records.array) or chunk_reader(blocks)
+    if reader is None:
+        return "memory", "none"
+    location = records.location or ""
+    storage = location.split("://", 1)[0].split("::")[-1] if "://" in location else "local"
+    compressors = getattr(reader.array, "compressors", ()) or ()
+    names = [type(c).__name__.lower().removesuffix("codec") for c in compressors]
+    return storage, "+".join(names) or "none"
+
+
+def _memory(
+    plan: DesignPlan,
+    layout: GraphLayout,
+    shape: ClusterShape,
+    machine: MachineModel,
+    itemsize: int,
+    records: Records,
+) -> dict[str, Any]:
+    """A worker's peak resident bytes: the README's "Memory on the workers" as a number.
+
+    Baseline (an idle worker), then per running task (one per thread): its blocks and
+    the kernel's prepared copy of them, the kernel's tile scratch, its block pairs'
+    d x d sums; per lane on the worker: its exact sum (in and out while a task runs)
+    and the blocks it carries; the shared blocks its lanes hold.
+    """
+    d = plan.n_features
+    block = 8 * max(plan.block_sizes) * d
+    read_buffer = max(plan.block_sizes) * d * itemsize if itemsize != 8 else 0
+    pairs_per_task = max(len(task) for task in plan.tasks())
+    per_task = (
+        2 * layout.blocks_per_task * block
+        + read_buffer
+        + tile_scratch_bytes(plan.tile_rows, d)
+        + pairs_per_task * 8 * d * d
+    )
+    lanes_per_worker = math.ceil(layout.n_lanes / shape.workers)
+    exact_sum = EXACT_SUM_DIGITS * 8 * d * (d + 1) // 2
+    per_lane = 2 * exact_sum + layout.carried_blocks * block
+    held = min(layout.shared_blocks, layout.shared_blocks_per_lane * lanes_per_worker)
+    running = min(shape.threads_per_worker, layout.lane_tasks)
+    # The embedded cluster's worker is this process, which holds an in-memory input too.
+    in_process = isinstance(records.source, np.ndarray) and shape.workers == 1
+    parts = {
+        "baseline": machine.worker_baseline_bytes,
+        "tasks": running * per_task,
+        "lanes": lanes_per_worker * per_lane,
+        "shared_blocks": held * block,
+        "input_in_process": records.source.nbytes if in_process else 0,
+    }
+    peak = int(sum(parts.values()))
+    pause = _pause_fraction()
+    usable = None if shape.memory_limit is None else int(shape.memory_limit * pause)
+    return {
+        "peak_bytes": peak,
+        "parts": parts,
+        "per_task_bytes": per_task,
+        "block_bytes": block,
+        "running_tasks": running,
+        "lanes_per_worker": lanes_per_worker,
+        "shared_blocks_held": held,
+        "memory_limit": shape.memory_limit,
+        "pause_fraction": pause,
+        "usable_bytes": usable,
+    }
+
+
+def _pause_fraction() -> float:
+    """The fraction of its memory limit at which a Dask worker pauses (its configuration)."""
+    import dask
+
+    value = dask.config.get("distributed.worker.memory.pause", 0.8)
+    return float(value) if value else 1.0
+
+
+def _time(
+    plan: DesignPlan,
+    layout: GraphLayout,
+    shape: ClusterShape,
+    machine: MachineModel,
+    bytes_read: int,
+    storage: str,
+    codec: str,
+) -> dict[str, Any]:
+    """Predicted wall seconds: the lanes' pair work and reads spread over the threads
+    (longest lanes first onto the least loaded thread), the tasks' own cost on the
+    scheduler, and the fit's fixed cost.
+    """
+    rate = machine.pair_rate(plan.n_features)
+    read_rate, read_key = machine.read_rate(storage, codec)
+    sizes = plan.block_sizes
+    work = [
+        sum(sizes[i] * (sizes[i] - 1) // 2 if i == j else sizes[i] * sizes[j] for i, j in task)
+        for task in plan.tasks()
+    ]
+    lanes = _lane_bounds(len(work), layout.n_lanes)
+    threads = shape.n_threads
+    read_seconds = bytes_read / read_rate
+    lane_seconds = [sum(work[a:b]) / rate + read_seconds * (b - a) / len(work) for a, b in lanes]
+    makespan = _makespan(lane_seconds, threads)
+    tasks = layout.n_tasks + 1
+    task_seconds = tasks * machine.task_seconds
+    fixed = machine.fixed_seconds + machine.storage_seconds.get(storage, 0.0)
+    wall = fixed + makespan + task_seconds
+    return {
+        "wall_seconds": wall,
+        "pair_seconds": plan.n_pairs / rate / threads,
+        "read_seconds": read_seconds / threads,
+        "makespan_seconds": makespan,
+        "task_seconds": task_seconds,
+        "fixed_seconds": fixed,
+        "pairs_per_second_per_core": rate,
+        "read_bytes_per_second": read_rate,
+        "read_rate_of": read_key,
+        "machine_model": machine.source,
+    }
+
+
+def _lane_bounds(n_tasks: int, n_lanes: int) -> list[tuple[int, int]]:
+    """The lanes' task ranges, as :mod:`dask_dppca.graph.lanes` cuts them."""
+    n_lanes = max(1, min(n_lanes, n_tasks))
+    bounds = [n_tasks * k // n_lanes for k in range(n_lanes + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _makespan(seconds: list[float], threads: int) -> float:
+    """Longest lanes first onto the least loaded of ``threads`` (a lane runs on one)."""
+    loads = [0.0] * max(1, min(threads, len(seconds)))
+    heapq.heapify(loads)
+    for s in sorted(seconds, reverse=True):
+        heapq.heappush(loads, heapq.heappop(loads) + s)
+    return max(loads)
+
+
+def _problems(
+    design: Design,
+    plan: DesignPlan,
+    shape: ClusterShape,
+    memory: dict[str, Any],
+    graph: dict[str, Any],
+    timing: dict[str, Any],
+    machine: MachineModel,
+    d: int,
+) -> list[str]:
+    """Why the plan does not fit, each with what to change and the number it needs."""
+    problems = []
+    usable, peak = memory["usable_bytes"], memory["peak_bytes"]
+    if usable is not None and peak > usable:
+        need = math.ceil(peak / memory["pause_fraction"])
+        fixed = memory["parts"]["baseline"] + memory["parts"]["input_in_process"]
+        others = peak - fixed - memory["parts"]["tasks"]
+        per_task = memory["per_task_bytes"]
+        fit_threads = int((usable - fixed - others) // per_task) if per_task else 0
+        advice = [f"a memory limit of at least {_size(need, up=True)} per worker (--memory-limit)"]
+        if 1 <= fit_threads < shape.threads_per_worker:
+            advice.append(f"at most {fit_threads} thread(s) per worker (--threads)")
+        if isinstance(design, RegularDesign) or (
+            isinstance(design, CompleteDesign) and memory["parts"]["shared_blocks"] > 0
+        ):
+            scalable = peak - fixed
+            room = usable - fixed
+            if room > 0 and scalable > 0:
+                tile = tile_rows_for_budget(256 * 2**20, d)
+                rows = int(max(plan.block_sizes) * room / scalable) // tile * tile
+                if rows >= 2:
+                    advice.append(
+                        f"blocks of at most {rows} rows "
+                        f"(RegularDesign(k=..., block_size={rows}), --block-size)"
+                        if isinstance(design, RegularDesign)
+                        else f"a regular design with blocks of at most {rows} rows "
+                        "(design='auto' on more threads, or --design regular)"
+                    )
+        problems.append(
+            f"memory: a worker would need {_size(peak)} at its peak, above the "
+            f"{_size(usable)} it may use ({_size(shape.memory_limit)} memory limit x Dask's "
+            f"pause fraction {memory['pause_fraction']:g}); use " + ", or ".join(advice)
+        )
+    limit = graph["scheduler_task_limit"]
+    if graph["n_tasks"] > limit:
+        factor = graph["n_tasks"] / limit
+        rows = math.ceil(max(plan.block_sizes) * factor)
+        change = (
+            f"blocks of at least {rows} rows (RegularDesign(k={design.k}, block_size={rows}))"
+            if isinstance(design, RegularDesign)
+            else "design='auto' or a RegularDesign with larger blocks"
+        )
+        problems.append(
+            f"scheduler: the graph has {graph['n_tasks']} tasks, above the {limit} a "
+            f"scheduler should carry ({graph['n_tasks'] * machine.task_seconds:.0f} s of "
+            f"scheduling at {machine.task_seconds * 1e3:.2g} ms a task); use {change}"
+        )
+    return problems
+
+
+def _accuracy(spectrum, n_components, spatial_sign, df, n, target, mechanism, plan):
+    from .planning import UtilityModel
+
+    if spatial_sign.name not in ("sphere", "winsor"):
+        return {"note": f"the utility model covers sphere and winsor, not {spatial_sign.name!r}"}
+    model = UtilityModel(
+        spectrum,
+        n_components,
+        spatial_sign.name,
+        spatial_sign.radius,
+        df=df,
+        n_triples=20_000,
+    )
+    pairs = None if plan.n_pairs == n * (n - 1) // 2 else plan.n_pairs
+    quantiles = {
+        f"sin_theta_p{int(p * 100)}": model.quantile(
+            n, target.epsilon, target.delta, p, sigma=mechanism.sigma, n_pairs=pairs
+        )
+        for p in (0.5, 0.9)
+    }
+    return {**quantiles, "gap": model.gap, "model": "UtilityModel (first order, constants 1)"}
+
+
+def _size(value: float | None, up: bool = False) -> str:
+    """Bytes in binary units, 3 significant digits (``up``: rounded up, for a need)."""
+    if value is None:
+        return "unlimited"
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= scale:
+            scaled = value / scale
+            if up:
+                step = 10.0 ** (math.floor(math.log10(scaled)) - 2)
+                scaled = math.ceil(round(scaled / step, 6)) * step
+            return f"{scaled:.3g} {unit}"
+    return f"{int(value)} B"
+
+
+def _seconds(value: float) -> str:
+    if value >= 86400:
+        return f"{value / 86400:.3g} days"
+    if value >= 3600:
+        return f"{value / 3600:.3g} h"
+    if value >= 60:
+        return f"{value / 60:.3g} min"
+    return f"{value:.3g} s"
+
+
+def _text(plan: FitPlan) -> str:
+    i, c, g, m, t, p = plan.input, plan.cluster, plan.graph, plan.memory, plan.time, plan.privacy
+    n, d = i["shape"]
+    where = i["location"] or i["type"]
+    chunks = i["row_chunks"]
+    chunk_text = (
+        "in memory"
+        if chunks is None
+        else f"{chunks['count']} row chunks (largest {chunks['largest']})"
+    )
+    des = plan.design
+    name = des["design"]
+    if name == "regular":
+        name += (
+            f" (k={des['partners_k']}, blocks of {des['block_size']} rows, "
+            f"seed {des['design_seed']})"
+        )
+    lines = [
+        f"plan for {where}: {n} x {d} {i['dtype']}, {chunk_text}, {i['codec']} on {i['storage']}",
+        f"cluster: {c.workers} worker(s) x {c.threads_per_worker} thread(s), memory limit "
+        f"{_size(c.memory_limit)} ({c.source})",
+        f"design: {name}, from design={des['chosen_by']!r}: {des['n_blocks']} blocks of at most "
+        f"{des['block_rows']} rows, {des['n_block_pairs']} block pairs, {des['n_pairs']:.4g} "
+        f"record pairs, max degree {des['max_degree']}",
+        f"graph: {g['lane_tasks']} block-pair tasks in {g['n_lanes']} lanes + {g['merge_tasks']} "
+        f"merge + {g['input_tasks']} input + 1 release = {g['n_tasks']} tasks (design limit "
+        f"{g['task_limit']}, scheduler limit {g['scheduler_task_limit']})",
+        f"read: {_size(plan.bytes_read)} "
+        f"({'each block in its task' if g['reads_in_tasks'] else 'in read tasks'})",
+        f"memory per worker: peak {_size(m['peak_bytes'])} = baseline "
+        f"{_size(m['parts']['baseline'])} + {m['running_tasks']} task(s) x "
+        f"{_size(m['per_task_bytes'])} + {m['lanes_per_worker']} lane(s) "
+        f"{_size(m['parts']['lanes'])} + {m['shared_blocks_held']} shared block(s) "
+        f"{_size(m['parts']['shared_blocks'])}"
+        + (
+            f" + the input in this process {_size(m['parts']['input_in_process'])}"
+            if m["parts"]["input_in_process"]
+            else ""
+        )
+        + (
+            ""
+            if m["usable_bytes"] is None
+            else f"; usable {_size(m['usable_bytes'])} of the {_size(m['memory_limit'])} limit"
+        ),
+        f"time: {_seconds(t['wall_seconds'])} = {_seconds(t['makespan_seconds'])} pair work and "
+        f"reads on {c.n_threads} thread(s) + {g['n_tasks']} tasks {_seconds(t['task_seconds'])}"
+        f" + fixed {_seconds(t['fixed_seconds'])} (kernel {t['pairs_per_second_per_core']:.3g} "
+        f"pairs/s a core, reads {_size(t['read_bytes_per_second'])}/s a thread; machine "
+        f"model: {t['machine_model']})",
+        f"privacy: epsilon {p['epsilon']:g}, delta {p['delta']:g} ({p['calibration']}), "
+        f"sensitivity {p['sensitivity']:.4g}, sigma {p['sigma']:.4g}",
+    ]
+    a = plan.accuracy
+    if a is not None:
+        if "note" in a:
+            lines.append(f"accuracy: {a['note']}")
+        else:
+            lines.append(
+                f"accuracy: sin theta median {a['sin_theta_p50']:.3g}, 90% {a['sin_theta_p90']:.3g}"
+                f" (gap {a['gap']:.3g}; {a['model']})"
+            )
+    lines += [f"note: {note}" for note in plan.notes]
+    lines.append("fits: yes" if plan.fits else "fits: NO")
+    lines += [f"problem: {problem}" for problem in plan.problems]
+    return "\n".join(lines)

@@ -1,0 +1,360 @@
+"""The machine model behind a plan's times: what one core and one task cost here.
+
+A :class:`MachineModel` holds the few rates a fit's wall time follows from
+(benchmarks/README.md, bench_plan.py, checks the prediction against measured fits):
+
+* the kernel's rate on one core, in pairs per second, for a few widths d (between them
+  interpolated in log-log, beyond them the nearest one scaled by ``d``);
+* the read rate of one thread, in decoded bytes per second, per storage and codec
+  (``"local/zstd"``, ``"s3/none"``, ``"memory"``);
+* the cost of one graph task (the scheduler's, and the worker's around the task),
+  and a fit's fixed cost (graph, submission, the release);
+* the memory of an idle worker after its first task (the imports, numba's code).
+
+``dask-dppca bench --save`` measures them on this machine and saves them as JSON in the
+user's configuration folder (:func:`model_path`: ``$XDG_CONFIG_HOME/dask-dppca/machine.json``
+or the platform's equivalent, or the file the Dask configuration key
+:data:`MODEL_PATH_KEY` names); :func:`load_machine_model` reads it back, or gives
+:data:`DEFAULT_MODEL` (figures measured on a 2-core development machine) when none is
+saved.  No figure is ever taken from data: the model is about the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "MODEL_PATH_KEY",
+    "MachineModel",
+    "load_machine_model",
+    "measure_machine_model",
+    "model_path",
+    "save_machine_model",
+]
+
+#: Dask configuration key naming the machine model's file (environment variable
+#: ``DASK_DASK_DPPCA__MACHINE_MODEL``); by default :func:`model_path`.
+MODEL_PATH_KEY = "dask-dppca.machine-model"
+
+
+@dataclass(frozen=True)
+class MachineModel:
+    """What one core, one read and one task cost on a machine (see the module docstring).
+
+    Attributes
+    ----------
+    kernel_pairs_per_second : dict of int to float
+        The kernel's rate on one core (pairs per second) by width d.
+    read_bytes_per_second : dict of str to float
+        One thread's read rate (decoded bytes per second) by ``"storage/codec"``
+        (``"local/zstd"``, ``"s3/zstd"``, ...) or ``"memory"`` (an array in memory).
+    task_seconds : float
+        The cost of one graph task beyond its work (scheduler, messages, the worker).
+    fixed_seconds : float
+        A fit's fixed cost (building and submitting the graph, the release, eigh).
+    worker_baseline_bytes : int
+        A worker's resident memory after a first small fit (imports, compiled code).
+    source : str
+        Where the figures come from ("built-in default", or the machine and time).
+    storage_seconds : dict of str to float
+        A fit's extra fixed cost by storage (``"s3"``: the workers' sessions and first
+        requests), beyond ``fixed_seconds`` on a local disk.
+    """
+
+    kernel_pairs_per_second: dict[int, float]
+    read_bytes_per_second: dict[str, float]
+    task_seconds: float
+    fixed_seconds: float
+    worker_baseline_bytes: int
+    source: str = "built-in default"
+    path: str | None = field(default=None, compare=False)
+    storage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def pair_rate(self, n_features: int) -> float:
+        """The kernel's pairs per second on one core at width ``n_features``.
+
+        Interpolated in log-log between the measured widths; beyond them the nearest
+        one's pair rate scaled by ``d`` (the work per pair is about ``4 d`` flops).
+        """
+        d = max(int(n_features), 1)
+        points = sorted(self.kernel_pairs_per_second.items())
+        if d <= points[0][0]:
+            return points[0][1]
+        if d >= points[-1][0]:
+            return points[-1][1] * points[-1][0] / d
+        for (d0, r0), (d1, r1) in zip(points[:-1], points[1:]):
+            if d0 <= d <= d1:
+                w = (math.log(d) - math.log(d0)) / (math.log(d1) - math.log(d0))
+                return math.exp((1 - w) * math.log(r0) + w * math.log(r1))
+        raise AssertionError("unreachable: d lies between the measured widths")
+
+    def read_rate(self, storage: str, codec: str) -> tuple[float, str]:
+        """One thread's read rate for ``storage`` ("local", "s3", ..., "memory") and
+        ``codec``, and the key it came from: the exact key, else the same codec on a
+        local disk, else the storage's any codec, else the slowest one measured.
+        """
+        rates = self.read_bytes_per_second
+        if storage == "memory":
+            keys = ["memory"]
+        else:
+            keys = [f"{storage}/{codec}", f"local/{codec}"]
+            keys += sorted(k for k in rates if k.startswith(f"{storage}/"))
+        for key in keys:
+            if key in rates:
+                return rates[key], key
+        slowest = min(rates, key=rates.__getitem__)
+        return rates[slowest], slowest
+
+    def describe(self) -> dict[str, Any]:
+        """The model as a JSON-ready dict (what :func:`save_machine_model` writes)."""
+        out = asdict(self)
+        out.pop("path")
+        out["kernel_pairs_per_second"] = {
+            str(d): r for d, r in sorted(self.kernel_pairs_per_second.items())
+        }
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], path: str | None = None) -> MachineModel:
+        """A model from :meth:`describe`'s dict; a ValueError naming what is wrong."""
+        where = f" in {path}" if path else ""
+        try:
+            kernel = {int(d): float(r) for d, r in data["kernel_pairs_per_second"].items()}
+            reads = {str(k): float(r) for k, r in data["read_bytes_per_second"].items()}
+            model = cls(
+                kernel,
+                reads,
+                float(data["task_seconds"]),
+                float(data["fixed_seconds"]),
+                int(data["worker_baseline_bytes"]),
+                str(data.get("source", "saved")),
+                path,
+                {str(k): float(v) for k, v in data.get("storage_seconds", {}).items()},
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise ValueError(
+                f"machine model: cannot read the saved model{where} ({type(error).__name__}: "
+                f"{error}); run 'dask-dppca bench --save' again"
+            ) from None
+        rates = [*kernel.values(), *reads.values()]
+        if not kernel or not reads or not all(r > 0 and math.isfinite(r) for r in rates):
+            raise ValueError(
+                f"machine model: the saved model{where} needs positive finite rates; run "
+                "'dask-dppca bench --save' again"
+            )
+        return model
+
+
+#: Figures measured on the development machine (2 shared cores, 2026-12-01,
+#: benchmarks/README.md): the model used when none is saved.
+DEFAULT_MODEL = MachineModel(
+    kernel_pairs_per_second={4: 1.1e9, 8: 9.0e8, 32: 3.4e8, 128: 1.0e8, 256: 5.2e7, 512: 2.6e7},
+    read_bytes_per_second={"memory": 4.0e9, "local/zstd": 6.0e8, "local/none": 1.5e9},
+    task_seconds=1.5e-3,
+    fixed_seconds=0.3,
+    worker_baseline_bytes=300 * 2**20,
+)
+
+
+def model_path() -> Path:
+    """Where the machine model is saved: the file the Dask configuration key
+    :data:`MODEL_PATH_KEY` names, else ``machine.json`` in the user's configuration
+    folder for dask-dppca (``platformdirs.user_config_dir``: ``~/.config/dask-dppca`` on
+    Linux, honouring ``XDG_CONFIG_HOME``).
+    """
+    import dask
+
+    configured = dask.config.get(MODEL_PATH_KEY, None)
+    if configured:
+        return Path(os.path.expanduser(str(configured)))
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("dask-dppca")) / "machine.json"
+
+
+def load_machine_model(path: str | os.PathLike | None = None) -> MachineModel:
+    """The saved machine model (``path``, else :func:`model_path`), or
+    :data:`DEFAULT_MODEL` when none is saved there.
+
+    Raises
+    ------
+    ValueError
+        If a file is there but is not a machine model.
+    """
+    where = Path(path) if path is not None else model_path()
+    if not where.exists():
+        if path is not None:
+            raise ValueError(f"machine model: no file {os.fspath(where)!r}")
+        return DEFAULT_MODEL
+    try:
+        data = json.loads(where.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"machine model: cannot read {os.fspath(where)!r} ({type(error).__name__}: {error})"
+        ) from None
+    if not isinstance(data, dict):
+        raise ValueError(f"machine model: {os.fspath(where)!r} does not hold a JSON object")
+    return MachineModel.from_dict(data, os.fspath(where))
+
+
+def save_machine_model(model: MachineModel, path: str | os.PathLike | None = None) -> Path:
+    """Write ``model`` as JSON to ``path`` (default :func:`model_path`), its folder made
+    if needed; the file is replaced whole (a rename).  Returns where it went.
+    """
+    where = Path(path) if path is not None else model_path()
+    where.parent.mkdir(parents=True, exist_ok=True)
+    partial = where.with_name(f".{where.name}.{os.getpid()}.tmp")
+    partial.write_text(json.dumps(model.describe(), indent=2) + "\n")
+    os.replace(partial, where)
+    return where
+
+
+# -- measuring -------------------------------------------------------------------------
+
+
+def measure_machine_model(
+    widths: tuple[int, ...] = (8, 32, 128, 512),
+    *,
+    quick: bool = False,
+    client: Any = None,
+) -> MachineModel:
+    """Measure this machine's model (a few seconds; ``quick``: smaller loops).
+
+    The kernel on one thread (a within-block sum, best of a few, in the thread's CPU
+    time: the machine's rate, not its load at the moment), Zarr reads of one
+    thread from a local store per codec (none, zstd), a no-op task's cost on a cluster
+    (``client``'s, else a fresh in-process LocalCluster like the embedded one), a small
+    fit's fixed cost there, and an idle worker's memory after that fit.  Seeds generate
+    benchmark data only.
+    """
+    kernel = {d: _kernel_rate(d, 1024 if quick else 2048) for d in widths}
+    reads = _read_rates(quick)
+    task, fixed, baseline = _cluster_costs(client, quick)
+    return MachineModel(
+        kernel,
+        reads,
+        task,
+        fixed,
+        baseline,
+        f"measured on {platform.node() or 'this machine'} ({os.cpu_count()} CPUs) at "
+        f"{datetime.now(UTC).isoformat(timespec='seconds')}",
+    )
+
+
+def _best(call, repeats: int) -> float:
+    best = math.inf
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _kernel_rate(d: int, rows: int) -> float:
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    from .kernel import block_pair_sum
+
+    x = np.random.default_rng(0).standard_normal((rows, d))  # benchmark data only
+    block_pair_sum(x[:64])  # compile, or load from the cache
+    best = math.inf
+    with threadpool_limits(1):
+        for _ in range(3):  # in this thread's CPU time: other load on the machine is not ours
+            started = time.thread_time()
+            block_pair_sum(x)
+            best = min(best, time.thread_time() - started)
+    return rows * (rows - 1) / 2 / best
+
+
+def _read_rates(quick: bool) -> dict[str, float]:
+    import tempfile
+
+    import numpy as np
+    import zarr
+    from zarr.codecs import ZstdCodec
+
+    from .io import open_records
+    from .io.zarr_input import chunk_reader
+
+    rows, d = (20_000 if quick else 80_000), 32
+    x = np.random.default_rng(1).standard_normal((rows, d))  # benchmark data only
+    rates = {"memory": x.nbytes / _best(lambda: np.array(x[: rows // 2], copy=True), 3) / 2}
+    with tempfile.TemporaryDirectory() as folder:
+        for codec, compressors in (("none", None), ("zstd", [ZstdCodec()])):
+            store = os.path.join(folder, f"{codec}.zarr")
+            z = zarr.create_array(
+                store, shape=x.shape, chunks=(rows // 4, d), dtype="f8", compressors=compressors
+            )
+            z[:] = x
+            reader = chunk_reader(open_records(store).array)
+            assert reader is not None  # a Zarr store's own reads
+            seconds = _best(lambda r=reader: [r[k : k + rows // 4, :] for k in (0, rows // 4)], 3)
+            rates[f"local/{codec}"] = x.nbytes / 2 / seconds
+    return rates
+
+
+def _cluster_costs(client: Any, quick: bool) -> tuple[float, float, int]:
+    """(seconds per no-op task, a fit's fixed seconds, an idle worker's bytes)."""
+    import distributed
+    import numpy as np
+
+    own = client is None
+    if own:
+        cluster = distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=os.cpu_count() or 1,
+            processes=False,
+            dashboard_address="127.0.0.1:0",
+        )
+        client = distributed.Client(cluster, set_as_default=False)
+    try:
+        count = 200 if quick else 2000
+        import dask
+
+        def no_op_graph():
+            return [dask.delayed(_no_op, pure=False)(k) for k in range(count)]
+
+        dask.compute(*no_op_graph(), scheduler=client)  # warm
+        per_task = _best(lambda: dask.compute(*no_op_graph(), scheduler=client), 2) / count
+        import tempfile
+        import warnings
+
+        import zarr
+
+        from .estimator import DPPCA
+
+        est = DPPCA(n_components=1, scheduler=client, random_state=0)
+        with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # seeded (non-private) noise: timing only
+            store = os.path.join(folder, "small.zarr")
+            z = zarr.create_array(store, shape=(1000, 4), chunks=(500, 4), dtype="f8")
+            z[:] = np.random.default_rng(2).standard_normal((1000, 4))  # benchmark data only
+            est.fit(store)
+            fixed = _best(lambda: est.fit(store), 2)
+        baseline = max(int(v) for v in client.run(_rss).values())
+    finally:
+        if own:
+            client.close()
+            cluster.close()
+    return per_task, fixed, baseline
+
+
+def _no_op(k: int) -> int:
+    return k
+
+
+def _rss() -> int:
+    """The resident memory of the process it runs in, now, in bytes."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
