@@ -31,6 +31,7 @@ Waits for the write lock are bounded (:data:`LOCK_TIMEOUT` seconds, then a
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sqlite3
@@ -41,6 +42,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NoReturn, Protocol
+
+from .parts import PrivacyPart, part_from_dict, part_to_dict
 
 __all__ = [
     "LOCK_TIMEOUT",
@@ -58,6 +61,11 @@ LOCK_TIMEOUT = 60.0
 
 #: Version of the file layout below; a ledger written by another version is refused.
 _FORMAT = 1
+#: Layouts this version reads: 1, and 2 = 1 plus the nullable ``parts`` column holding
+#: rows with mixed parts (a file becomes 2 when its first such row is written, so a
+#: version that cannot count them refuses the file instead of under-counting it).
+_READABLE_FORMATS = (1, 2)
+_PARTS_FORMAT = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS budget (
@@ -133,6 +141,10 @@ class Release:
         Row number in the ledger (0 before it is recorded).
     pid : int
         The process that reserved it.
+    parts : tuple of PrivacyPart
+        A release stated as parts (:mod:`.parts`: Gaussian, pure or approximate DP,
+        composed exactly by :mod:`.accounting`); empty for a Gaussian release stated by
+        ``sensitivity / sigma``.  A row with parts has ``sensitivity = 0``, ``sigma = 1``.
     """
 
     sensitivity: float
@@ -148,6 +160,7 @@ class Release:
     settled_at: float | None = None
     id: int = 0
     pid: int = 0
+    parts: tuple[PrivacyPart, ...] = ()
 
     @property
     def mu(self) -> float:
@@ -358,9 +371,14 @@ class SQLiteLedger:
         with self._transaction(write=True) as db:
             admit(_rows(db, counted_only=True))
             row = replace(release, pid=os.getpid())
-            values = [getattr(row, name) for name in _COLUMNS[1:]]
+            names = list(_COLUMNS[1:])
+            values = [getattr(row, name) for name in names]
+            if row.parts:
+                _add_parts_column(db)
+                names.append("parts")
+                values.append(json.dumps([part_to_dict(part) for part in row.parts]))
             cursor = db.execute(
-                f"INSERT INTO releases ({', '.join(_COLUMNS[1:])}) "
+                f"INSERT INTO releases ({', '.join(names)}) "
                 f"VALUES ({', '.join('?' * len(values))})",
                 values,
             )
@@ -435,15 +453,40 @@ def _read_totals(db: sqlite3.Connection, path: str) -> tuple[float, float]:
     if len(found) != 1:
         raise LedgerError(f"ledger {path}: not a dask-dppca ledger (no budget totals)")
     epsilon, delta, layout = found[0]
-    if layout != _FORMAT:
-        raise LedgerError(f"ledger {path}: file format {layout}, this version reads {_FORMAT}")
+    if layout not in _READABLE_FORMATS:
+        raise LedgerError(
+            f"ledger {path}: file format {layout}, this version reads {_READABLE_FORMATS}"
+        )
     if not (math.isfinite(epsilon) and epsilon > 0 and 0 < delta < 1):
         raise LedgerError(f"ledger {path}: invalid totals ({epsilon!r}, {delta!r})")
     return float(epsilon), float(delta)
 
 
+def _has_parts_column(db: sqlite3.Connection) -> bool:
+    return any(row[1] == "parts" for row in db.execute("PRAGMA table_info(releases)"))
+
+
+def _add_parts_column(db: sqlite3.Connection) -> None:
+    """Migrate a layout-1 file in place (inside the caller's write transaction): the
+    nullable ``parts`` column, and format 2 so that older versions refuse the file.
+    """
+    if not _has_parts_column(db):
+        db.execute("ALTER TABLE releases ADD COLUMN parts TEXT")
+    db.execute("UPDATE budget SET format = ?", (_PARTS_FORMAT,))
+
+
+def _parts_of(text: str | None) -> tuple[PrivacyPart, ...]:
+    return () if not text else tuple(part_from_dict(record) for record in json.loads(text))
+
+
 def _rows(db: sqlite3.Connection, counted_only: bool) -> list[Release]:
-    query = f"SELECT {', '.join(_COLUMNS)} FROM releases"
+    names = (*_COLUMNS, "parts") if _has_parts_column(db) else _COLUMNS
+    query = f"SELECT {', '.join(names)} FROM releases"
     if counted_only:
         query += " WHERE state IN ('reserved', 'committed')"
-    return [Release(**dict(zip(_COLUMNS, values))) for values in db.execute(query + " ORDER BY id")]
+    rows = []
+    for values in db.execute(query + " ORDER BY id"):
+        fields = dict(zip(names, values))
+        fields["parts"] = _parts_of(fields.get("parts"))
+        rows.append(Release(**fields))
+    return rows
