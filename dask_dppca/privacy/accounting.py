@@ -58,6 +58,7 @@ from .parts import ApproxDPPart, GaussianPart, PrivacyPart, PureDPPart
 __all__ = [
     "DEFAULT_SHARES",
     "MAX_OUTCOMES",
+    "SPLIT_MARGIN",
     "SUM_RELATIVE_ERROR",
     "BudgetSplit",
     "Composition",
@@ -74,6 +75,10 @@ MAX_OUTCOMES = 1 << 20
 #: Relative inflation of the summed delta: covers the terms' evaluation error (~1e-13
 #: each, tested) and the summation's rounding, with four orders of margin.
 SUM_RELATIVE_ERROR = 1e-9
+
+#: Relative room the split leaves below delta: a budget of exactly the same total
+#: admits the whole analysis (it keeps 1e-9 for its own evaluation error).
+SPLIT_MARGIN = 1e-8
 
 _SQRT2 = math.sqrt(2.0)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -425,7 +430,8 @@ def split_budget(
     epsilon-DP part and a mu-GDP part with ``mu = epsilon`` have about the same privacy
     loss variance, so the shares are shares of ``sum m^2 = t^2``).  The one scale ``t``
     is the largest for which the composition of all parts (and ``fixed`` ones, already
-    decided) is (epsilon, delta)-DP, found by bisection on the exact accountant.  Only
+    decided) is (epsilon, delta (1 - SPLIT_MARGIN))-DP, found by bisection on the exact
+    accountant.  Only
     public numbers enter: the total, the shares and the plan's shape.
 
     Parameters
@@ -466,7 +472,7 @@ def split_budget(
 
     def fits(t: float) -> bool:
         parts = [p for ps in _scaled(planned, norm, t) for p in ps]
-        return compose([*parts, *fixed]).delta(eps) <= dlt
+        return compose([*parts, *fixed]).delta(eps) <= dlt * (1.0 - SPLIT_MARGIN)
 
     lo, hi = 0.0, 1.0
     while fits(hi):

@@ -1,0 +1,227 @@
+"""Exact per-block statistics of pairwise score differences, for the private scree (no Dask).
+
+Along public (already released) unit directions ``v_1..v_k`` the scree statistics are
+functions of record pairs only: ``dy_l = v_l^T (x_i - x_j)`` and, for the trace,
+``||x_i - x_j||``.  They need no centre (a translation of the data changes nothing).
+
+The pairs: the *scree design*, inside each row block of the input, every pair ``i < j``
+of consecutive sub-blocks of :data:`SCREE_BLOCK_ROWS` rows (public: it depends on the
+block sizes only).  With sub-blocks of equal size ``b`` every record is in ``b - 1``
+pairs of ``n (b - 1) / 2``, so one record's change moves at most ``b - 1`` pair terms and
+a mean over the pairs has sensitivity ``2 / n`` times the term's range, as for the
+complete design, for ``b / n`` of its pairs (the statistical efficiency of a
+block-diagonal U-statistic is that of the complete one up to ``O(1 / b)``).
+
+This module computes, for one row block and public parameters,
+
+* :func:`block_histograms`: the exact integer counts of the pairs' ``|dy_l|`` (and
+  ``||dx||``) on the public log grid :func:`grid_values` (``2^(j / 64)``, ``|j| <= 4096``);
+* :func:`block_sums`: sums over the pairs of the clipped ``min(dy^2 / 2, C)``, the
+  winsorized ``min(dy^2 / 2, U)`` and the Huber score ``clamp(dy^2 / 2 - m, -tau, tau)``,
+  each per sub-block with numpy's pairwise sum and across sub-blocks exactly
+  (:class:`~.ExactSum`).
+
+Bad values have a bounded treatment: a pair with a non-finite difference counts in the
+grid's top bin, at the clip level, at ``U`` and at ``+tau``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .exact_sum import ExactSum
+from .fp_state import own_errstate
+
+__all__ = [
+    "GRID_HALF_WIDTH",
+    "GRID_STEPS_PER_OCTAVE",
+    "SCREE_BLOCK_ROWS",
+    "block_histograms",
+    "block_sums",
+    "grid_index",
+    "grid_values",
+    "scree_design",
+    "sub_blocks",
+    "summation_slack",
+]
+
+#: Rows of a sub-block of the scree design.
+SCREE_BLOCK_ROWS = 128
+#: Grid points per factor 2 of the dispersion grid (a relative step of 1.1 %).
+GRID_STEPS_PER_OCTAVE = 64
+#: The grid is ``2^(j / 64)`` for ``-GRID_HALF_WIDTH <= j <= GRID_HALF_WIDTH`` (2^-64 .. 2^64).
+GRID_HALF_WIDTH = 64 * GRID_STEPS_PER_OCTAVE
+_N_GRID = 2 * GRID_HALF_WIDTH + 1
+
+
+def grid_values() -> NDArray[np.float64]:
+    """The public grid ``2^(j / 64)``, ``j = -4096 .. 4096`` (8193 points, increasing)."""
+    j = np.arange(-GRID_HALF_WIDTH, GRID_HALF_WIDTH + 1, dtype=np.float64)
+    return np.exp2(j / GRID_STEPS_PER_OCTAVE)
+
+
+@own_errstate
+def grid_index(values: NDArray[np.float64]) -> NDArray[np.int64]:
+    """0-based grid bin of each value >= 0: the first grid point at or above it (about).
+
+    ``0`` and values below the grid go to bin 0, values above it and non-finite ones to
+    the top bin.  Any deterministic rule is private (a pair's bin depends on that pair
+    only); this one rounds ``64 log2(v)`` up.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        j = np.ceil(GRID_STEPS_PER_OCTAVE * np.log2(v))
+    j = np.where(np.isnan(j), GRID_HALF_WIDTH, j)  # NaN (a non-finite difference): top
+    return (np.clip(j, -GRID_HALF_WIDTH, GRID_HALF_WIDTH) + GRID_HALF_WIDTH).astype(np.int64)
+
+
+def sub_blocks(n_rows: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of the consecutive sub-blocks of a block of ``n_rows`` rows.
+
+    Sub-blocks of :data:`SCREE_BLOCK_ROWS`; a shorter tail is its own sub-block.
+    """
+    b = SCREE_BLOCK_ROWS
+    return [(start, min(start + b, n_rows)) for start in range(0, int(n_rows), b)]
+
+
+def scree_design(block_sizes: tuple[int, ...]) -> tuple[int, int]:
+    """``(n_pairs, max_degree)`` of the scree design over these row blocks (public)."""
+    n_pairs, degree = 0, 0
+    for size in block_sizes:
+        for start, stop in sub_blocks(size):
+            m = stop - start
+            n_pairs += m * (m - 1) // 2
+            degree = max(degree, m - 1)
+    return n_pairs, degree
+
+
+_PAIRS: dict[int, tuple[NDArray[np.intp], NDArray[np.intp]]] = {}
+
+
+def _pairs(m: int) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    if m not in _PAIRS:
+        _PAIRS[m] = np.triu_indices(m, 1)
+    return _PAIRS[m]
+
+
+def _differences(
+    block: NDArray[np.float64], directions: NDArray[np.float64], trace: bool
+) -> Iterator[NDArray[np.float64]]:
+    """For each sub-block: ``|dy|`` of its pairs, shape (pairs, k [+ 1 for ||dx||])."""
+    x = np.asarray(block, dtype=np.float64)
+    with np.errstate(all="ignore"):  # non-finite records: treated below, never a warning
+        scores = x @ np.asarray(directions, dtype=np.float64).T  # (rows, k)
+    for start, stop in sub_blocks(x.shape[0]):
+        i, j = _pairs(stop - start)
+        if i.size == 0:
+            continue
+        with np.errstate(all="ignore"):
+            dy = np.abs(scores[start:stop][i] - scores[start:stop][j])
+            if trace:
+                dx = x[start:stop][i] - x[start:stop][j]
+                scale = np.max(np.abs(dx), axis=1)  # overflow-safe norm
+                unit = np.where(scale[:, None] > 0, dx / scale[:, None], 0.0)
+                norm = scale * np.sqrt(np.einsum("pd,pd->p", unit, unit))
+                dy = np.concatenate([dy, norm[:, None]], axis=1)
+        yield dy
+
+
+@own_errstate
+def block_histograms(
+    block: NDArray[np.float64], directions: NDArray[np.float64], *, trace: bool = True
+) -> NDArray[np.int64]:
+    """Exact counts of the block's scree-design pairs on the public grid.
+
+    Parameters
+    ----------
+    block : ndarray, shape (rows, d)
+    directions : ndarray, shape (k, d)
+        Public unit directions.
+    trace : bool
+        Also count ``||x_i - x_j||`` (the last row).
+
+    Returns
+    -------
+    ndarray of int64, shape (k [+ 1], 8193)
+    """
+    k = directions.shape[0] + (1 if trace else 0)
+    counts = np.zeros(k * _N_GRID, dtype=np.int64)
+    offsets = np.arange(k, dtype=np.int64) * _N_GRID
+    for dy in _differences(block, directions, trace):
+        index = grid_index(dy) + offsets[None, :]
+        counts += np.bincount(index.ravel(), minlength=k * _N_GRID)
+    return counts.reshape(k, _N_GRID)
+
+
+@own_errstate
+def block_sums(
+    block: NDArray[np.float64],
+    directions: NDArray[np.float64],
+    clip: NDArray[np.float64],
+    upper: NDArray[np.float64] | None = None,
+    huber_centre: NDArray[np.float64] | None = None,
+    huber_tau: NDArray[np.float64] | None = None,
+) -> ExactSum:
+    """Exact sums over the block's scree-design pairs of the clipped, winsorized and Huber terms.
+
+    Parameters
+    ----------
+    block : ndarray, shape (rows, d)
+    directions : ndarray, shape (k, d)
+    clip : ndarray, shape (k + 1,) or (k,)
+        Clip levels of ``dy_l^2 / 2`` (and, with k + 1 entries, of ``||dx||^2 / 2``).
+    upper : ndarray, shape (k,), optional
+        Winsorizing levels of ``dy_l^2 / 2``.
+    huber_centre, huber_tau : ndarray, shape (k,), optional
+        The Huber step's current centre and threshold.
+
+    Returns
+    -------
+    ExactSum
+        Of shape (len(clip) + len(upper) + len(huber_centre),): the clipped sums, then
+        the winsorized ones, then the Huber scores, in the order given.
+    """
+    clip = np.asarray(clip, dtype=np.float64)
+    k = directions.shape[0]
+    trace = clip.size == k + 1
+    parts = [clip.size]
+    if upper is not None:
+        parts.append(k)
+    if huber_centre is not None:
+        parts.append(k)
+    total = ExactSum((sum(parts),))
+    for diff in _differences(block, directions, trace):
+        with np.errstate(over="ignore", invalid="ignore"):
+            half_square = 0.5 * diff * diff
+        bad = ~np.isfinite(half_square)
+        pieces = [np.where(bad, clip, np.minimum(half_square, clip)).sum(axis=0)]
+        s = half_square[:, :k]
+        bad_k = bad[:, :k]
+        if upper is not None:
+            u = np.asarray(upper, dtype=np.float64)
+            pieces.append(np.where(bad_k, u, np.minimum(s, u)).sum(axis=0))
+        if huber_centre is not None:
+            assert huber_tau is not None
+            tau = np.asarray(huber_tau, dtype=np.float64)
+            with np.errstate(invalid="ignore"):
+                score = np.clip(s - np.asarray(huber_centre, dtype=np.float64), -tau, tau)
+            pieces.append(np.where(bad_k, tau, score).sum(axis=0))
+        total = total.plus(np.concatenate(pieces))
+    return total
+
+
+def summation_slack(n_pairs: int) -> float:
+    """Room, in units of a term's range, for the float sums' rounding (public).
+
+    A sub-block's pairwise sum of ``p <= SCREE_BLOCK_ROWS^2 / 2`` terms in ``[0, C]`` is
+    within ``(log2 p + 1) u p C`` of exact (Higham 2002, 4.3), so one record's change
+    moves it by at most its exact change plus twice that; the exact cross-block total
+    is rounded once more (``u |P| C`` each side).  ``u = 2^-53``.
+    """
+    p = SCREE_BLOCK_ROWS * (SCREE_BLOCK_ROWS - 1) / 2
+    u = 2.0**-53
+    return (2.0 * (math.log2(p) + 2.0) * p + 2.0 * float(n_pairs)) * u * (1.0 + 1e-6)
