@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -385,6 +385,7 @@ def analyze(
     progress: bool = False,
     component: str | None = None,
     storage_options: dict | None = None,
+    show_split: Callable[[str], Any] | None = None,
 ) -> PrivateAnalysis:
     """Release a private PCA analysis of ``X`` under ONE total (epsilon, delta).
 
@@ -410,6 +411,8 @@ def analyze(
         As for :class:`~dask_dppca.estimator.DPPCA` and its ``fit``.
     random_state : int, optional
         NOT PRIVATE: seeds every noise draw, for tests and examples only.
+    show_split : callable, optional
+        Called with the split table (text) before anything is read (``print`` shows it).
 
     Returns
     -------
@@ -423,7 +426,10 @@ def analyze(
     if score_map is not None:
         planned += score_map.planned_parts(k)
     divided = split_budget(eps, dlt, planned, split)
-    logger.info("analysis %s: split\n%s", analysis_id, _table(_split_rows(divided)))
+    shown = _table(_split_rows(divided))
+    logger.info("analysis %s: split\n%s", analysis_id, shown)
+    if show_split is not None:
+        show_split(f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}")
     for budget in active_budgets():  # the whole analysis must fit before anything is read
         budget.check(PartsCharge(divided.all_parts))
 

@@ -1,5 +1,5 @@
-"""Command line: ``dask-dppca demo``, ``fit STORE``, ``bench``, ``budget create|show LEDGER``
-(one module per command).
+"""Command line: ``dask-dppca demo``, ``fit STORE``, ``analyze STORE``, ``bench``,
+``budget create|show LEDGER`` (one module per command).
 
 Every user error ends with one line on stderr and a non-zero exit code, never a
 traceback: 2 for a bad parameter or input, 3 when the cluster cannot be reached or a
@@ -17,7 +17,7 @@ import sys
 import warnings
 
 from .. import __version__
-from . import bench, budget, demo, fit
+from . import analyze, bench, budget, demo, fit
 
 __all__ = [
     "CLI_SPELLINGS",
@@ -34,7 +34,7 @@ EXIT_CLUSTER = 3
 EXIT_UNEXPECTED = 1
 
 #: The sub-command modules, each with ``add_parser(commands)`` setting ``run``.
-COMMANDS = (demo, fit, bench, budget)
+COMMANDS = (demo, fit, analyze, bench, budget)
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -24,7 +24,7 @@ SPECTRUM = np.array([16.0, 4.0, 1.0, 1.0, 1.0])
 @pytest.fixture(scope="module")
 def data():
     rng = np.random.default_rng(11)  # test data only
-    return rng.standard_normal((1200, 5)) * np.sqrt(SPECTRUM)
+    return rng.standard_normal((4000, 5)) * np.sqrt(SPECTRUM)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_analysis_releases_directions_and_every_scree_method(ledger_run):
     assert set(result.scree["values"]) == {"clipped", "winsorized", "huber", "robust"}
     for values in result.scree["values"].values():
         assert len(values) == 2
-    # the top scree value is near 16 whatever the method (n = 1200, total epsilon 3)
+    # the top scree value is near 16 whatever the method (n = 4000, total epsilon 3)
     for name, values in result.scree["values"].items():
         assert 8.0 < values[0] < 32.0, (name, values)
     assert 0.3 < result.scree["pve_total"][0] < 1.0  # over all d: 16 / 23

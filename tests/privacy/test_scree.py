@@ -300,3 +300,19 @@ def test_robust_and_winsorized_are_consistent_at_the_gaussian():
     assert gaussian_consistent_winsorized(
         float(np.minimum(s, upper).mean()), upper
     ) == pytest.approx(lam, rel=0.01)
+
+
+def test_robust_ratios_are_consistent_on_cauchy_data():
+    """Multivariate t_1 (no variance) with scatter diag(9, 4, 1): the released robust
+    values' ratios estimate the scatter's ratios (elliptical: every |v^T dx| is the same
+    law scaled by sqrt(v^T Sigma v))."""
+    n, scatter = 4096, np.array([9.0, 4.0, 1.0])
+    z = RNG.standard_normal((n, 3)) * np.sqrt(scatter)
+    x = z / np.abs(RNG.standard_normal((n, 1)))  # t_1: a normal over |a normal|
+    counts = sum(
+        block_histograms(x[a : a + 1024], np.eye(3), trace=False) for a in range(0, n, 1024)
+    )
+    n_pairs, degree = scree_design((1024,) * 4)
+    mech = PairQuantiles(((0.5,),) * 3, 2.0, n_pairs, degree)
+    robust = np.array([robust_from_quantile(r[0]) for r in mech.release(counts)])
+    assert robust[:2] / robust[2] == pytest.approx(scatter[:2] / scatter[2], rel=0.2)
