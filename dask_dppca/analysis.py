@@ -485,6 +485,7 @@ def analyze(
             scree, scree_rows = _scree_stage(
                 blocks,
                 plan.block_sizes,
+                plan.block_pairs,
                 directions,
                 divided,
                 chosen,
@@ -551,6 +552,7 @@ def _split_rows(split: BudgetSplit) -> list[dict[str, Any]]:
 def _scree_stage(
     blocks,
     block_sizes,
+    block_pairs,
     directions,
     split,
     methods,
@@ -564,7 +566,7 @@ def _scree_stage(
 ):
     """The scree stages: quantiles, then the Gaussian means, then the Huber steps."""
     k = directions.shape[0]
-    n_pairs, degree = scree_design(tuple(block_sizes))
+    n_pairs, degree = scree_design(tuple(block_sizes), tuple(block_pairs))
     slack = summation_slack(n_pairs)
     place = {
         "trusted_worker": trusted_worker,
@@ -580,7 +582,7 @@ def _scree_stage(
     released, where = release_statistic(
         target,
         q_mech.release,
-        scree_histogram_graph(blocks, directions, trace=True),
+        scree_histogram_graph(blocks, directions, block_pairs, trace=True),
         f"{analysis_id}-quantiles",
         **place,
     )
@@ -631,7 +633,13 @@ def _scree_stage(
             target,
             release_means,
             scree_sums_graph(
-                blocks, directions, clip, upper, centre if huber else None, tau if huber else None
+                blocks,
+                block_pairs,
+                directions,
+                clip,
+                upper,
+                centre if huber else None,
+                tau if huber else None,
             ),
             f"{analysis_id}-means",
             **place,
@@ -658,7 +666,7 @@ def _scree_stage(
             noisy, where = release_statistic(
                 target,
                 release_step,
-                scree_sums_graph(blocks, directions, clip, None, centre, tau),
+                scree_sums_graph(blocks, block_pairs, directions, clip, None, centre, tau),
                 f"{analysis_id}-huber-{step}",
                 **place,
             )

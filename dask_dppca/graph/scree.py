@@ -1,7 +1,7 @@
-"""The Dask graph of the scree statistics: one task per row block, partial totals merged.
+"""The Dask graph of the scree statistics: one task per block pair, partial totals merged.
 
-The scree design's pairs lie inside the row blocks (:mod:`dask_dppca.kernel.scree_stats`),
-so every block's statistics are computed by one task from that block alone, lazily and
+The scree design's pairs lie inside K_hat's block pairs (:mod:`dask_dppca.kernel.scree_stats`),
+so every block pair's statistics are computed by one task from its two blocks, lazily and
 without reading data here; the partial totals are merged ``MERGE_FAN_IN`` at a time down
 to at most that many, which the release task adds (exactly: integer counts, or
 :class:`~dask_dppca.kernel.exact_sum.ExactSum`) on the trusted worker.  The exact total is never
@@ -39,17 +39,31 @@ def merge_partials(*partials: Any) -> Any:
 
 
 def _per_block(
-    data: da.Array, function: Callable[..., Any], args: tuple, name: str, token: str
+    data: da.Array,
+    block_pairs: tuple[tuple[int, int], ...] | None,
+    function: Callable[..., Any],
+    args: tuple,
+    name: str,
+    token: str,
 ) -> list[Delayed]:
     if len(data.chunks[1]) != 1:
         data = data.rechunk({1: -1})
     blocks = data.to_delayed().ravel().tolist()
+    rows = data.chunks[0]
     d = int(data.shape[1])
+    pairs = tuple((i, i) for i in range(len(blocks))) if block_pairs is None else block_pairs
     partials = [
         dask.delayed(_checked, pure=False)(
-            function, rows, d, block, *args, dask_key_name=f"{name}-{token}-{i}"
+            function,
+            (i, j),
+            (rows[i], rows[j]),
+            d,
+            blocks[i],
+            None if i == j else blocks[j],
+            *args,
+            dask_key_name=f"{name}-{token}-{number}",
         )
-        for i, (rows, block) in enumerate(zip(data.chunks[0], blocks))
+        for number, (i, j) in enumerate(pairs)
     ]
     level = 0
     while len(partials) > MERGE_FAN_IN:
@@ -64,24 +78,41 @@ def _per_block(
     return partials
 
 
-def _checked(function: Callable[..., Any], rows: int, d: int, block: Any, *args: Any) -> Any:
-    """``function(block, *args)`` once the block holds the declared shape (n, ``|P|`` and
-    the sensitivity come from the declared shape; a block holding other rows releases
-    nothing).
+def _checked(
+    function: Callable[..., Any],
+    indices: tuple[int, int],
+    rows: tuple[int, int],
+    d: int,
+    block: Any,
+    other: Any,
+    *args: Any,
+) -> Any:
+    """``function(block, *args, other=..., indices=...)`` once the blocks hold the declared
+    shapes (n, ``|P|`` and the sensitivity come from the declared shape; a block holding
+    other rows releases nothing).
     """
-    shape = getattr(block, "shape", None)
-    if shape != (rows, d):
-        raise ValueError(
-            f"X: a block holds an array of shape {shape}, but the input declared ({rows}, {d}); "
-            "nothing is computed or released from it"
-        )
-    return function(block, *args)
+    for index, count, array in zip(indices, rows, (block, other)):
+        if array is None:
+            continue
+        shape = getattr(array, "shape", None)
+        if shape != (count, d):
+            raise ValueError(
+                f"X: block {index} holds an array of shape {shape}, but the input declared "
+                f"({count}, {d}); nothing is computed or released from it"
+            )
+    return function(block, *args, other=other, indices=indices)
 
 
 def scree_histogram_graph(
-    data: da.Array, directions: np.ndarray, *, trace: bool = True, token: str | None = None
+    data: da.Array,
+    directions: np.ndarray,
+    block_pairs: tuple[tuple[int, int], ...] | None = None,
+    *,
+    trace: bool = True,
+    token: str | None = None,
 ) -> list[Delayed]:
-    """Lazy partial counts of the pairs' ``|dy|`` (and ``||dx||``) on the public grid.
+    """Lazy partial counts of the pairs' ``|dy|`` (and ``||dx||``) on the public grid,
+    over the scree design of ``block_pairs`` (K_hat's; None: each block with itself).
 
     Returns
     -------
@@ -91,6 +122,7 @@ def scree_histogram_graph(
     """
     return _per_block(
         data,
+        block_pairs,
         _histograms,
         (np.asarray(directions, dtype=np.float64), bool(trace)),
         "dppca-scree-hist",
@@ -98,12 +130,13 @@ def scree_histogram_graph(
     )
 
 
-def _histograms(block: np.ndarray, directions: np.ndarray, trace: bool) -> np.ndarray:
-    return block_histograms(block, directions, trace=trace)
+def _histograms(block: np.ndarray, directions: np.ndarray, trace: bool, **pair: Any) -> np.ndarray:
+    return block_histograms(block, directions, trace=trace, **pair)
 
 
 def scree_sums_graph(
     data: da.Array,
+    block_pairs: tuple[tuple[int, int], ...] | None,
     directions: np.ndarray,
     clip: np.ndarray,
     upper: np.ndarray | None = None,
@@ -119,4 +152,6 @@ def scree_sums_graph(
         None if a is None else np.asarray(a, dtype=np.float64)
         for a in (directions, clip, upper, huber_centre, huber_tau)
     )
-    return _per_block(data, block_sums, args, "dppca-scree-sums", token or uuid.uuid4().hex)
+    return _per_block(
+        data, block_pairs, block_sums, args, "dppca-scree-sums", token or uuid.uuid4().hex
+    )

@@ -4,15 +4,18 @@ Along public (already released) unit directions ``v_1..v_k`` the scree statistic
 functions of record pairs only: ``dy_l = v_l^T (x_i - x_j)`` and, for the trace,
 ``||x_i - x_j||``.  They need no centre (a translation of the data changes nothing).
 
-The pairs: the *scree design*, inside each row block of the input, every pair ``i < j``
-of consecutive sub-blocks of :data:`SCREE_BLOCK_ROWS` rows (public: it depends on the
-block sizes only).  With sub-blocks of equal size ``b`` every record is in ``b - 1``
-pairs of ``n (b - 1) / 2``, so one record's change moves at most ``b - 1`` pair terms and
-a mean over the pairs has sensitivity ``2 / n`` times the term's range, as for the
-complete design, for ``b / n`` of its pairs (the statistical efficiency of a
-block-diagonal U-statistic is that of the complete one up to ``O(1 / b)``).
+The pairs: the *scree design*, a public sub-design of K_hat's block pairs.  The rows
+of each block are put in a public random order (a permutation drawn from the public
+:data:`ORDER_SEED` and the block's index: the input's own row order, sorted by group
+say, does not matter) and cut into consecutive sub-blocks of :data:`SCREE_BLOCK_ROWS`
+rows.  For a block pair ``(I, I)`` the design keeps every pair inside each sub-block;
+for a block pair ``(I, J)``, every pair between sub-block ``t`` of I and sub-block ``t``
+of J.  So over the complete design with B equal blocks every record is in about
+``128 B`` of about ``64 B n`` pairs: a mean over them has sensitivity about ``2 / n``
+times the term's range, as over all pairs, for ``128 / block`` of the work (the degrees
+and ``|P|`` are counted exactly by :func:`scree_design`).
 
-This module computes, for one row block and public parameters,
+This module computes, for one block pair and public parameters,
 
 * :func:`block_histograms`: the exact integer counts of the pairs' ``|dy_l|`` (and
   ``||dx||``) on the public log grid :func:`grid_values` (``2^(j / 64)``, ``|j| <= 4096``);
@@ -39,8 +42,10 @@ from .fp_state import own_errstate
 __all__ = [
     "GRID_HALF_WIDTH",
     "GRID_STEPS_PER_OCTAVE",
+    "ORDER_SEED",
     "SCREE_BLOCK_ROWS",
     "block_histograms",
+    "block_order",
     "block_sums",
     "grid_index",
     "grid_values",
@@ -88,15 +93,40 @@ def sub_blocks(n_rows: int) -> list[tuple[int, int]]:
     return [(start, min(start + b, n_rows)) for start in range(0, int(n_rows), b)]
 
 
-def scree_design(block_sizes: tuple[int, ...]) -> tuple[int, int]:
-    """``(n_pairs, max_degree)`` of the scree design over these row blocks (public)."""
-    n_pairs, degree = 0, 0
-    for size in block_sizes:
-        for start, stop in sub_blocks(size):
-            m = stop - start
-            n_pairs += m * (m - 1) // 2
-            degree = max(degree, m - 1)
-    return n_pairs, degree
+def scree_design(
+    block_sizes: tuple[int, ...], block_pairs: tuple[tuple[int, int], ...] | None = None
+) -> tuple[int, int]:
+    """``(n_pairs, max_degree)`` of the scree design over these blocks and block pairs.
+
+    ``block_pairs`` are K_hat's (``None``: each block with itself only).  Public: block
+    sizes and pairs only.
+    """
+    pairs = tuple((i, i) for i in range(len(block_sizes))) if block_pairs is None else block_pairs
+    subs = [[stop - start for start, stop in sub_blocks(size)] for size in block_sizes]
+    degrees = [np.zeros(len(s), dtype=np.int64) for s in subs]
+    n_pairs = 0
+    for i, j in pairs:
+        if i == j:
+            m = np.asarray(subs[i], dtype=np.int64)
+            n_pairs += int(np.sum(m * (m - 1) // 2))
+            degrees[i] += m - 1
+            continue
+        t = min(len(subs[i]), len(subs[j]))
+        a = np.asarray(subs[i][:t], dtype=np.int64)
+        b = np.asarray(subs[j][:t], dtype=np.int64)
+        n_pairs += int(np.sum(a * b))
+        degrees[i][:t] += b
+        degrees[j][:t] += a
+    return n_pairs, int(max((int(d.max()) for d in degrees if d.size), default=0))
+
+
+#: Public seed of the rows' order inside each block (with the block's index).
+ORDER_SEED = 20261201
+
+
+def block_order(index: int, rows: int) -> NDArray[np.int64]:
+    """The public random order of a block's rows (from :data:`ORDER_SEED` and its index)."""
+    return np.random.default_rng([ORDER_SEED, int(index)]).permutation(int(rows))
 
 
 _PAIRS: dict[int, tuple[NDArray[np.intp], NDArray[np.intp]]] = {}
@@ -108,33 +138,70 @@ def _pairs(m: int) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
     return _PAIRS[m]
 
 
+def _pair_values(
+    xa: NDArray[np.float64],
+    ya: NDArray[np.float64],
+    xb: NDArray[np.float64] | None,
+    yb: NDArray[np.float64] | None,
+    trace: bool,
+) -> NDArray[np.float64]:
+    """``|dy|`` (and ``||dx||``) of the pairs inside ``a`` (``b`` None) or of ``a x b``."""
+    if xb is None or yb is None:
+        i, j = _pairs(xa.shape[0])
+        xi, xj, yi, yj = xa[i], xa[j], ya[i], ya[j]
+    else:
+        i, j = np.divmod(np.arange(xa.shape[0] * xb.shape[0]), xb.shape[0])
+        xi, xj, yi, yj = xa[i], xb[j], ya[i], yb[j]
+    with np.errstate(all="ignore"):
+        dy = np.abs(yi - yj)
+        if trace:
+            dx = xi - xj
+            scale = np.max(np.abs(dx), axis=1) if dx.shape[1] else np.zeros(dx.shape[0])
+            unit = np.where(scale[:, None] > 0, dx / scale[:, None], 0.0)
+            norm = scale * np.sqrt(np.einsum("pd,pd->p", unit, unit))
+            dy = np.concatenate([dy, norm[:, None]], axis=1)
+    return dy
+
+
 def _differences(
-    block: NDArray[np.float64], directions: NDArray[np.float64], trace: bool
+    block: NDArray[np.float64],
+    directions: NDArray[np.float64],
+    trace: bool,
+    other: NDArray[np.float64] | None = None,
+    indices: tuple[int, int] | None = None,
 ) -> Iterator[NDArray[np.float64]]:
-    """For each sub-block: ``|dy|`` of its pairs, shape (pairs, k [+ 1 for ||dx||])."""
-    x = np.asarray(block, dtype=np.float64)
+    """For each sub-block (pair): ``|dy|`` of its pairs, shape (pairs, k [+ 1 for ||dx||]).
+
+    ``indices`` are the blocks' indices (their public row order); ``other`` the second
+    block of a block pair (None: the block with itself).
+    """
+    v = np.asarray(directions, dtype=np.float64)
+    ia, ib = indices if indices is not None else (0, 1)
+    x = np.asarray(block, dtype=np.float64)[block_order(ia, block.shape[0])]
     with np.errstate(all="ignore"):  # non-finite records: treated below, never a warning
-        scores = x @ np.asarray(directions, dtype=np.float64).T  # (rows, k)
-    for start, stop in sub_blocks(x.shape[0]):
-        i, j = _pairs(stop - start)
-        if i.size == 0:
-            continue
-        with np.errstate(all="ignore"):
-            dy = np.abs(scores[start:stop][i] - scores[start:stop][j])
-            if trace:
-                dx = x[start:stop][i] - x[start:stop][j]
-                scale = np.max(np.abs(dx), axis=1)  # overflow-safe norm
-                unit = np.where(scale[:, None] > 0, dx / scale[:, None], 0.0)
-                norm = scale * np.sqrt(np.einsum("pd,pd->p", unit, unit))
-                dy = np.concatenate([dy, norm[:, None]], axis=1)
-        yield dy
+        scores = x @ v.T  # (rows, k)
+    if other is None:
+        for start, stop in sub_blocks(x.shape[0]):
+            if stop - start > 1:
+                yield _pair_values(x[start:stop], scores[start:stop], None, None, trace)
+        return
+    z = np.asarray(other, dtype=np.float64)[block_order(ib, other.shape[0])]
+    with np.errstate(all="ignore"):
+        scores_z = z @ v.T
+    for (a0, a1), (b0, b1) in zip(sub_blocks(x.shape[0]), sub_blocks(z.shape[0])):
+        yield _pair_values(x[a0:a1], scores[a0:a1], z[b0:b1], scores_z[b0:b1], trace)
 
 
 @own_errstate
 def block_histograms(
-    block: NDArray[np.float64], directions: NDArray[np.float64], *, trace: bool = True
+    block: NDArray[np.float64],
+    directions: NDArray[np.float64],
+    *,
+    trace: bool = True,
+    other: NDArray[np.float64] | None = None,
+    indices: tuple[int, int] | None = None,
 ) -> NDArray[np.int64]:
-    """Exact counts of the block's scree-design pairs on the public grid.
+    """Exact counts of a block pair's scree-design pairs on the public grid.
 
     Parameters
     ----------
@@ -143,6 +210,10 @@ def block_histograms(
         Public unit directions.
     trace : bool
         Also count ``||x_i - x_j||`` (the last row).
+    other : ndarray, shape (rows', d), optional
+        The block pair's second block (default: the block with itself).
+    indices : (int, int), optional
+        The blocks' indices in the input (their public row order; default (0, 1)).
 
     Returns
     -------
@@ -151,7 +222,7 @@ def block_histograms(
     k = directions.shape[0] + (1 if trace else 0)
     counts = np.zeros(k * _N_GRID, dtype=np.int64)
     offsets = np.arange(k, dtype=np.int64) * _N_GRID
-    for dy in _differences(block, directions, trace):
+    for dy in _differences(block, directions, trace, other, indices):
         index = grid_index(dy) + offsets[None, :]
         counts += np.bincount(index.ravel(), minlength=k * _N_GRID)
     return counts.reshape(k, _N_GRID)
@@ -165,8 +236,12 @@ def block_sums(
     upper: NDArray[np.float64] | None = None,
     huber_centre: NDArray[np.float64] | None = None,
     huber_tau: NDArray[np.float64] | None = None,
+    *,
+    other: NDArray[np.float64] | None = None,
+    indices: tuple[int, int] | None = None,
 ) -> ExactSum:
-    """Exact sums over the block's scree-design pairs of the clipped, winsorized and Huber terms.
+    """Exact sums over a block pair's scree-design pairs of the clipped, winsorized and
+    Huber terms.
 
     Parameters
     ----------
@@ -178,6 +253,8 @@ def block_sums(
         Winsorizing levels of ``dy_l^2 / 2``.
     huber_centre, huber_tau : ndarray, shape (k,), optional
         The Huber step's current centre and threshold.
+    other, indices
+        As for :func:`block_histograms`.
 
     Returns
     -------
@@ -194,7 +271,7 @@ def block_sums(
     if huber_centre is not None:
         parts.append(k)
     total = ExactSum((sum(parts),))
-    for diff in _differences(block, directions, trace):
+    for diff in _differences(block, directions, trace, other, indices):
         with np.errstate(over="ignore", invalid="ignore"):
             half_square = 0.5 * diff * diff
         bad = ~np.isfinite(half_square)
@@ -217,11 +294,11 @@ def block_sums(
 def summation_slack(n_pairs: int) -> float:
     """Room, in units of a term's range, for the float sums' rounding (public).
 
-    A sub-block's pairwise sum of ``p <= SCREE_BLOCK_ROWS^2 / 2`` terms in ``[0, C]`` is
+    A sub-block pair's pairwise sum of ``p <= SCREE_BLOCK_ROWS^2`` terms in ``[0, C]`` is
     within ``(log2 p + 1) u p C`` of exact (Higham 2002, 4.3), so one record's change
     moves it by at most its exact change plus twice that; the exact cross-block total
     is rounded once more (``u |P| C`` each side).  ``u = 2^-53``.
     """
-    p = SCREE_BLOCK_ROWS * (SCREE_BLOCK_ROWS - 1) / 2
+    p = SCREE_BLOCK_ROWS * SCREE_BLOCK_ROWS
     u = 2.0**-53
     return (2.0 * (math.log2(p) + 2.0) * p + 2.0 * float(n_pairs)) * u * (1.0 + 1e-6)

@@ -16,6 +16,7 @@ from scipy import stats
 from dask_dppca.kernel.scree_stats import (
     SCREE_BLOCK_ROWS,
     block_histograms,
+    block_order,
     block_sums,
     grid_index,
     grid_values,
@@ -43,64 +44,85 @@ def _directions(d: int, k: int) -> np.ndarray:
     return np.linalg.qr(RNG.standard_normal((d, k)))[0].T
 
 
-def _pairs(n: int):
-    for start, stop in sub_blocks(n):
-        for i in range(start, stop):
-            for j in range(i + 1, stop):
-                yield i, j
+def _design_pairs(sizes, block_pairs):
+    """The scree design's record pairs, listed one by one (the oracle)."""
+    offsets = np.cumsum((0,) + tuple(sizes))
+    order = [offsets[b] + block_order(b, size) for b, size in enumerate(sizes)]
+    for i, j in block_pairs:
+        subs_i, subs_j = sub_blocks(sizes[i]), sub_blocks(sizes[j])
+        if i == j:
+            for a0, a1 in subs_i:
+                rows = order[i][a0:a1]
+                for p in range(len(rows)):
+                    for q in range(p + 1, len(rows)):
+                        yield int(rows[p]), int(rows[q])
+        else:
+            for (a0, a1), (b0, b1) in zip(subs_i, subs_j):
+                for p in order[i][a0:a1]:
+                    for q in order[j][b0:b1]:
+                        yield int(p), int(q)
 
 
 # -- the exact statistics, against pair-by-pair loops ------------------------------------
 
 
 def test_design_counts_and_degrees_match_the_pair_list():
-    for sizes in [(300,), (128, 5, 1), (SCREE_BLOCK_ROWS * 3,)]:
-        offsets = np.cumsum((0,) + sizes)
-        pairs = [(o + i, o + j) for size, o in zip(sizes, offsets) for i, j in _pairs(size)]
+    for sizes, pairs in [
+        ((300,), None),
+        ((128, 5, 1), None),
+        ((200, 130, 70), ((0, 0), (0, 1), (1, 1), (1, 2), (2, 2), (0, 2))),
+    ]:
+        block_pairs = tuple((b, b) for b in range(len(sizes))) if pairs is None else pairs
+        listed = list(_design_pairs(sizes, block_pairs))
         degree: dict[int, int] = {}
-        for i, j in pairs:
+        for i, j in listed:
             degree[i] = degree.get(i, 0) + 1
             degree[j] = degree.get(j, 0) + 1
-        assert scree_design(sizes) == (len(pairs), max(degree.values()))
+        assert len(set(listed)) == len(listed)  # no pair twice
+        assert scree_design(sizes, pairs) == (len(listed), max(degree.values()))
     assert scree_design((SCREE_BLOCK_ROWS * 4,)) == (4 * 128 * 127 // 2, 127)
 
 
 def test_histograms_and_sums_equal_the_pair_loop_with_bad_values():
-    x = RNG.standard_normal((200, 4)) * [3.0, 1.0, 0.5, 0.1]
+    x = RNG.standard_normal((330, 4)) * [3.0, 1.0, 0.5, 0.1]
     x[7] = np.nan
-    x[150, 2] = np.inf
+    x[250, 2] = np.inf
+    sizes = (200, 130)
+    blocks = (x[:200], x[200:])
     v = _directions(4, 2)
     clip = np.array([2.0, 0.5, 5.0])
     upper = np.array([1.5, 0.3])
     centre, tau = np.array([1.0, 0.2]), np.array([3.0, 0.6])
-    hist = np.zeros((3, grid_values().size), dtype=np.int64)
-    sums = np.zeros(3 + 2 + 2)
-    for i, j in _pairs(200):
-        dx = x[i] - x[j]
-        dy = np.abs(v @ dx)
-        with np.errstate(invalid="ignore"):
-            values = [*dy, float(np.sqrt(np.sum(dx * dx)))]
-        for r, value in enumerate(values):
-            bin_ = (
-                grid_values().size - 1
-                if not np.isfinite(value)
-                else int(
-                    np.clip(np.ceil(64 * np.log2(value)) if value > 0 else -4096, -4096, 4096)
-                    + 4096
+    for pair in [(0, 0), (0, 1)]:
+        hist = np.zeros((3, grid_values().size), dtype=np.int64)
+        sums = np.zeros(3 + 2 + 2)
+        for i, j in _design_pairs(sizes, (pair,)):
+            dx = x[i] - x[j]
+            with np.errstate(invalid="ignore"):
+                dy = np.abs(v @ dx)
+                values = [*dy, float(np.sqrt(np.sum(dx * dx)))]
+            for r, value in enumerate(values):
+                if not np.isfinite(value):
+                    bin_ = grid_values().size - 1
+                elif value == 0:
+                    bin_ = 0
+                else:
+                    bin_ = int(np.clip(np.ceil(64 * np.log2(value)), -4096, 4096) + 4096)
+                hist[r, bin_] += 1
+            s = [0.5 * value * value for value in values]
+            for r in range(3):
+                sums[r] += clip[r] if not np.isfinite(s[r]) else min(s[r], clip[r])
+            for r in range(2):
+                sums[3 + r] += upper[r] if not np.isfinite(s[r]) else min(s[r], upper[r])
+                sums[5 + r] += (
+                    tau[r] if not np.isfinite(s[r]) else np.clip(s[r] - centre[r], -tau[r], tau[r])
                 )
-            )
-            hist[r, bin_] += 1
-        s = [0.5 * value * value for value in values]
-        for r in range(3):
-            sums[r] += clip[r] if not np.isfinite(s[r]) else min(s[r], clip[r])
-        for r in range(2):
-            sums[3 + r] += upper[r] if not np.isfinite(s[r]) else min(s[r], upper[r])
-            sums[5 + r] += (
-                tau[r] if not np.isfinite(s[r]) else np.clip(s[r] - centre[r], -tau[r], tau[r])
-            )
-    assert np.array_equal(block_histograms(x, v, trace=True), hist)
-    got = block_sums(x, v, clip, upper, centre, tau).to_float()
-    assert got == pytest.approx(sums, rel=1e-12)
+        a, b = pair
+        other = None if a == b else blocks[b]
+        got_hist = block_histograms(blocks[a], v, trace=True, other=other, indices=pair)
+        assert np.array_equal(got_hist, hist), pair
+        got = block_sums(blocks[a], v, clip, upper, centre, tau, other=other, indices=pair)
+        assert got.to_float() == pytest.approx(sums, rel=1e-12), pair
 
 
 def test_grid_index_is_the_first_grid_point_at_or_above():
@@ -227,7 +249,9 @@ def test_gaussian_scree_release_audit(broken):
     n_pairs, degree = scree_design((128,))
     cls = BrokenHalfNoise if broken else GaussianStatistic
     mech = cls("clipped", (1.0,), 0.5, n_pairs, degree, summation_slack(n_pairs), OpenDPSampler())
-    delta = 1e-3
+    # At delta = 0.05 the claim (epsilon 0.51) is where 3000 draws can see a factor 2 in
+    # the noise: expected bounds 0.26 (honest) and 1.08 (half the noise).
+    delta = 0.05
     claimed = gaussian_dp_epsilon(0.5, delta)
     z = [block_sums(data, v, clip).to_float()[0] / mech.sensitivities[0] for data in (s, s_prime)]
     assert abs(z[0] - z[1]) > 0.99  # worst-case neighbours
@@ -236,10 +260,10 @@ def test_gaussian_scree_release_audit(broken):
         return lambda n: mech.sampler.add_noise(np.full(n, value), mech.sigma)
 
     # The optimal (likelihood-ratio) test for Gaussian noise, its threshold fixed in units
-    # of the public gap before any draw: "S'" when the output is 2.5 gaps past S's value.
+    # of the public gap before any draw: "S'" when the output is 1.75 gaps past S's value.
     gap, sign = abs(z[1] - z[0]), np.sign(z[1] - z[0])
     bound = _audit(
-        draws(z[0]), draws(z[1]), lambda out: (out - z[0]) * sign > 2.5 * gap, delta, 3000
+        draws(z[0]), draws(z[1]), lambda out: (out - z[0]) * sign > 1.75 * gap, delta, 3000
     )
     if broken:
         assert bound > claimed, (bound, claimed)
