@@ -18,6 +18,7 @@ Three figures, each measured in this run:
 
     python benchmarks/bench_analysis.py              # 20 runs; n = 10^6, d = 32
     python benchmarks/bench_analysis.py --quick      # 3 runs; n = 2 10^4, d = 8
+    python benchmarks/bench_analysis.py --smoke      # 1 run each, tiny wall-time check
 """
 
 from __future__ import annotations
@@ -140,12 +141,13 @@ def wall_time(n: int, d: int, repeats: int) -> None:
     # warm up the embedded cluster and the kernel's compilation
     dd.analyze(x[:4000], 2, epsilon=3.0, delta=1e-5)
     alone, whole = [], []
+    k = min(5, d)
     for _ in range(repeats):
         started = time.perf_counter()
-        dd.DPPCA(5, epsilon=1.5, delta=5e-6).fit(x)
+        dd.DPPCA(k, epsilon=1.5, delta=5e-6).fit(x)
         alone.append(time.perf_counter() - started)
         started = time.perf_counter()
-        dd.analyze(x, 5, epsilon=3.0, delta=1e-5)
+        dd.analyze(x, k, epsilon=3.0, delta=1e-5)
         whole.append(time.perf_counter() - started)
     a, w = min(alone), min(whole)
     print(
@@ -162,13 +164,17 @@ def main() -> None:
     parser.add_argument("--d", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="3 runs, n = 20000, d = 8")
+    parser.add_argument("--smoke", action="store_true", help="1 run each; n = 4000, d = 6")
     parser.add_argument("--skip-wall-time", action="store_true")
+    parser.add_argument("--t1-n", type=int, default=20000)
     args = parser.parse_args()
     if args.quick:
         args.runs, args.n, args.d = 3, 20_000, 8
+    if args.smoke:
+        args.runs, args.n, args.d, args.t1_n = 1, 4000, 6, 4000
     warnings.simplefilter("ignore")
     accuracy_gau(args.runs, "threads")
-    accuracy_t1(max(3, args.runs // 4), "threads")
+    accuracy_t1(1 if args.smoke else max(3, args.runs // 4), "threads", args.t1_n)
     if not args.skip_wall_time:
         wall_time(args.n, args.d, args.repeats)
 

@@ -11,8 +11,8 @@ say, does not matter) and cut into consecutive sub-blocks of :data:`SCREE_BLOCK_
 rows.  For a block pair ``(I, I)`` the design keeps every pair inside each sub-block;
 for a block pair ``(I, J)``, every pair between sub-block ``t`` of I and sub-block ``t``
 of J.  So over the complete design with B equal blocks every record is in about
-``128 B`` of about ``64 B n`` pairs: a mean over them has sensitivity about ``2 / n``
-times the term's range, as over all pairs, for ``128 / block`` of the work (the degrees
+``64 B`` of about ``32 B n`` pairs: a mean over them has sensitivity about ``2 / n``
+times the term's range, as over all pairs, for ``64 / block`` of the work (the degrees
 and ``|P|`` are counted exactly by :func:`scree_design`).
 
 This module computes, for one block pair and public parameters,
@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 #: Rows of a sub-block of the scree design.
-SCREE_BLOCK_ROWS = 128
+SCREE_BLOCK_ROWS = 64
 #: Grid points per factor 2 of the dispersion grid (a relative step of 1.1 %).
 GRID_STEPS_PER_OCTAVE = 64
 #: The grid is ``2^(j / 64)`` for ``-GRID_HALF_WIDTH <= j <= GRID_HALF_WIDTH`` (2^-64 .. 2^64).
@@ -145,22 +145,32 @@ def _pair_values(
     yb: NDArray[np.float64] | None,
     trace: bool,
 ) -> NDArray[np.float64]:
-    """``|dy|`` (and ``||dx||``) of the pairs inside ``a`` (``b`` None) or of ``a x b``."""
-    if xb is None or yb is None:
-        i, j = _pairs(xa.shape[0])
-        xi, xj, yi, yj = xa[i], xa[j], ya[i], ya[j]
-    else:
-        i, j = np.divmod(np.arange(xa.shape[0] * xb.shape[0]), xb.shape[0])
-        xi, xj, yi, yj = xa[i], xb[j], ya[i], yb[j]
+    """``|dy|`` (and ``||dx||``) of the pairs inside ``a`` (``b`` None) or of ``a x b``.
+
+    Pairs in row-major order of ``a x b`` (inside ``a``: ``i < j``), by broadcasting.
+    ``||dx||^2`` is ``||x_i||^2 + ||x_j||^2 - 2 x_i . x_j`` from one matrix product (O(d)
+    per pair in BLAS, not a d-vector per pair): each pair's value is still a function of
+    its two records alone (an entry of a product does not depend on the other rows), so
+    privacy is untouched; its accuracy needs data not far from the origin relative to
+    its spread (relative error about ``u ||x||^2 / ||dx||^2``), negatives from rounding
+    are set to 0.
+    """
+    within = xb is None or yb is None
+    xo = xa if within else xb
+    yo = ya if within else yb
+    assert xo is not None and yo is not None
     with np.errstate(all="ignore"):
-        dy = np.abs(yi - yj)
+        dy = np.abs(ya[:, None, :] - yo[None, :, :])  # (a, b, k)
         if trace:
-            dx = xi - xj
-            scale = np.max(np.abs(dx), axis=1) if dx.shape[1] else np.zeros(dx.shape[0])
-            unit = np.where(scale[:, None] > 0, dx / scale[:, None], 0.0)
-            norm = scale * np.sqrt(np.einsum("pd,pd->p", unit, unit))
-            dy = np.concatenate([dy, norm[:, None]], axis=1)
-    return dy
+            sa = np.einsum("pd,pd->p", xa, xa)
+            sb = sa if within else np.einsum("pd,pd->p", xo, xo)
+            square = sa[:, None] + sb[None, :] - 2.0 * (xa @ xo.T)
+            norm = np.sqrt(np.where(square > 0.0, square, np.where(np.isnan(square), square, 0.0)))
+            dy = np.concatenate([dy, norm[:, :, None]], axis=2)
+    if within:
+        i, j = _pairs(xa.shape[0])
+        return dy[i, j]
+    return dy.reshape(-1, dy.shape[2])
 
 
 def _differences(
