@@ -167,14 +167,16 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="1 run each; n = 4000, d = 6")
     parser.add_argument("--skip-wall-time", action="store_true")
     parser.add_argument("--t1-n", type=int, default=20000)
+    parser.add_argument("--wall-time-only", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.n, args.d = 3, 20_000, 8
     if args.smoke:
         args.runs, args.n, args.d, args.t1_n = 1, 4000, 6, 4000
     warnings.simplefilter("ignore")
-    accuracy_gau(args.runs, "threads")
-    accuracy_t1(1 if args.smoke else max(3, args.runs // 4), "threads", args.t1_n)
+    if not args.wall_time_only:
+        accuracy_gau(args.runs, "threads")
+        accuracy_t1(1 if args.smoke else max(3, args.runs // 4), "threads", args.t1_n)
     if not args.skip_wall_time:
         wall_time(args.n, args.d, args.repeats)
 

@@ -242,19 +242,26 @@ class BrokenHalfNoise(GaussianStatistic):
         return super().sigma / 2.0
 
 
+@pytest.mark.parametrize("term", ["clipped", "winsorized", "huber"])
 @pytest.mark.parametrize("broken", [False, True])
-def test_gaussian_scree_release_audit(broken):
+def test_gaussian_scree_release_audit(broken, term):
+    """Each Gaussian scree release (its term, range and sensitivity) on worst-case
+    neighbours; the half-noise version must be caught."""
     s, s_prime = _hostile_neighbours(128, 2)["far-vs-cluster"]
     v = _directions(2, 1)
-    clip = np.array([1.0])
+    clip, upper, centre, tau = np.array([1.0]), np.array([0.5]), np.array([0.2]), np.array([0.2])
+    index, width = {"clipped": (0, 1.0), "winsorized": (1, 0.5), "huber": (2, 0.4)}[term]
     n_pairs, degree = scree_design((128,))
     cls = BrokenHalfNoise if broken else GaussianStatistic
-    mech = cls("clipped", (1.0,), 0.5, n_pairs, degree, summation_slack(n_pairs), OpenDPSampler())
+    mech = cls(term, (width,), 0.5, n_pairs, degree, summation_slack(n_pairs), OpenDPSampler())
     # At delta = 0.05 the claim (epsilon 0.51) is where 3000 draws can see a factor 2 in
     # the noise: expected bounds 0.26 (honest) and 1.08 (half the noise).
     delta = 0.05
     claimed = gaussian_dp_epsilon(0.5, delta)
-    z = [block_sums(data, v, clip).to_float()[0] / mech.sensitivities[0] for data in (s, s_prime)]
+    z = [
+        block_sums(data, v, clip, upper, centre, tau).to_float()[index] / mech.sensitivities[0]
+        for data in (s, s_prime)
+    ]
     assert abs(z[0] - z[1]) > 0.99  # worst-case neighbours
 
     def draws(value):
