@@ -122,3 +122,37 @@ def test_parameters_are_checked_with_their_names(data):
 def test_the_fitted_estimator_keeps_working(data):
     est = dd.DPPCA(n_components=2, epsilon=1.0, scheduler="synchronous").fit(data)
     assert est.components_.shape == (2, 5)
+
+
+class _StubScoreMap:
+    """A score-map stage as the score-map mechanisms will plug in: its own parts."""
+
+    def planned_parts(self, n_components):
+        from dask_dppca.privacy.accounting import PlannedPart
+
+        return [PlannedPart("score_map", "histogram", "gaussian")]
+
+    def run(self, context, split):
+        part = split.part("score_map", "histogram")
+        assert context["directions"].shape[0] == 2 and "blocks" in context
+        return {"bins": [1, 2]}, [
+            {"stage": "score_map", "release": "histogram", "guarantee": "mu-GDP", "mu": part.mu}
+        ]
+
+
+def test_a_score_map_stage_plugs_in_with_its_own_parts(data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = dd.analyze(
+            data,
+            n_components=2,
+            methods=("clipped",),
+            score_map=_StubScoreMap(),
+            scheduler="synchronous",
+        )
+    assert result.score_map == {"bins": [1, 2]}
+    assert result.meta["shares"] == pytest.approx(
+        {"directions": 0.5, "scree": 0.25, "score_map": 0.25}
+    )
+    assert result.privacy[-1]["stage"] == "score_map"
+    assert result.meta["composed_epsilon"] <= 3.0
