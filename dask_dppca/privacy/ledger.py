@@ -47,6 +47,7 @@ Waits for the write lock are bounded (:data:`LOCK_TIMEOUT` seconds, then a
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -59,6 +60,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NoReturn, Protocol
+
+from .parts import PrivacyPart, part_from_dict, part_to_dict
 
 __all__ = [
     "LOCK_TIMEOUT",
@@ -77,6 +80,11 @@ LOCK_TIMEOUT = 60.0
 
 #: Version of the file layout below; a ledger written by another version is refused.
 _FORMAT = 1
+#: Layouts this version reads: 1, and 2 = 1 plus the nullable ``parts`` column holding
+#: rows with mixed parts (a file becomes 2 when its first such row is written, so a
+#: version that cannot count them refuses the file instead of under-counting it).
+_READABLE_FORMATS = (1, 2)
+_PARTS_FORMAT = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS budget (
@@ -172,6 +180,10 @@ class Release:
         The machine of the process that reserved it.
     note : str
         Why the row was settled as it was, when ``budget resolve`` settled it.
+    parts : tuple of PrivacyPart
+        A release stated as parts (:mod:`.parts`: Gaussian, pure or approximate DP,
+        composed exactly by :mod:`.accounting`); empty for a Gaussian release stated by
+        ``sensitivity / sigma``.  A row with parts has ``sensitivity = 0``, ``sigma = 1``.
     """
 
     sensitivity: float
@@ -191,6 +203,7 @@ class Release:
     dispatched_at: float | None = None
     host: str = ""
     note: str = ""
+    parts: tuple[PrivacyPart, ...] = ()
 
     @property
     def mu(self) -> float:
@@ -431,9 +444,14 @@ class SQLiteLedger:
         with self._transaction(write=True) as db:
             admit(_rows(db, self.location, counted_only=True))
             row = replace(release, pid=os.getpid(), host=_HOST)
-            values = [getattr(row, name) for name in _COLUMNS[1:]]
+            names = list(_COLUMNS[1:])
+            values = [getattr(row, name) for name in names]
+            if row.parts:
+                _add_parts_column(db)
+                names.append("parts")
+                values.append(json.dumps([part_to_dict(part) for part in row.parts]))
             cursor = db.execute(
-                f"INSERT INTO releases ({', '.join(_COLUMNS[1:])}) "
+                f"INSERT INTO releases ({', '.join(names)}) "
                 f"VALUES ({', '.join('?' * len(values))})",
                 values,
             )
@@ -672,8 +690,10 @@ def _read_totals(db: sqlite3.Connection, path: str) -> tuple[float, float]:
     if len(found) != 1:
         raise LedgerError(f"ledger {path}: not a dask-dppca ledger (no budget totals)")
     epsilon, delta, layout = found[0]
-    if layout != _FORMAT:
-        raise LedgerError(f"ledger {path}: file format {layout!r}, this version reads {_FORMAT}")
+    if layout not in _READABLE_FORMATS:
+        raise LedgerError(
+            f"ledger {path}: file format {layout!r}, this version reads {_READABLE_FORMATS}"
+        )
     if not (
         _is_number(epsilon)
         and _is_number(delta)
@@ -751,12 +771,41 @@ def _checked_row(path: str | None, values: dict[str, object]) -> Release:
             values[column] = ""
         elif not isinstance(value, str):
             bad(column, "text or NULL")
+    try:
+        values["parts"] = _parts_of(values.get("parts"))
+    except (TypeError, ValueError, KeyError):
+        bad("parts", "a JSON list of privacy parts or NULL")
     return Release(**values)  # type: ignore[arg-type]
+
+
+def _has_parts_column(db: sqlite3.Connection) -> bool:
+    return any(row[1] == "parts" for row in db.execute("PRAGMA table_info(releases)"))
+
+
+def _add_parts_column(db: sqlite3.Connection) -> None:
+    """Migrate a layout-1 file in place (inside the caller's write transaction): the
+    nullable ``parts`` column, and format 2 so that older versions refuse the file.
+    """
+    if not _has_parts_column(db):
+        db.execute("ALTER TABLE releases ADD COLUMN parts TEXT")
+    db.execute("UPDATE budget SET format = ?", (_PARTS_FORMAT,))
+
+
+def _parts_of(text: object) -> tuple[PrivacyPart, ...]:
+    if text is None or text == "":
+        return ()
+    if not isinstance(text, str):
+        raise TypeError("parts: not text")
+    records = json.loads(text)
+    if not isinstance(records, list):
+        raise ValueError("parts: not a list")
+    return tuple(part_from_dict(record) for record in records)
 
 
 def _rows(db: sqlite3.Connection, path: str | None, counted_only: bool) -> list[Release]:
     present = {info[1] for info in db.execute("PRAGMA table_info(releases)")}
-    columns = [name for name in _COLUMNS if name in present]  # an older file: fewer
+    # An older file: fewer columns; "parts" only once a row with parts was written.
+    columns = [name for name in (*_COLUMNS, "parts") if name in present]
     # Every row is read and checked, also for the counted ones: a row whose state is
     # damaged must raise, not drop out of the count.
     rows = [
