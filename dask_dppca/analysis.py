@@ -586,7 +586,8 @@ def _scree_stage(
         f"{analysis_id}-quantiles",
         **place,
     )
-    rows = [_row("scree", "pair quantiles (median; winsorizing level)", q_mech.describe(), where)]
+    what = "pair quantiles (median; winsorizing level)" if winsorized else "pair quantiles (median)"
+    rows = [_row("scree", what, q_mech.describe(), where)]
     robust = np.array([robust_from_quantile(r[0]) for r in released[:k]])
     robust_trace = robust_from_quantile(released[k][0])
     values: dict[str, list[float]] = {}
