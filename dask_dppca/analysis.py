@@ -342,13 +342,13 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def _table(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
     shown = _display_rows(rows)
     if not shown:
         return ""
-    cols = list(shown[0])
+    cols = list(shown[0]) if columns is None else list(columns)
     widths = {c: max(len(c), *(len(r[c]) for r in shown)) for c in cols}
-    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols).rstrip()]
     lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in shown]
     return "\n".join(lines)
 
@@ -426,7 +426,7 @@ def analyze(
     if score_map is not None:
         planned += score_map.planned_parts(k)
     divided = split_budget(eps, dlt, planned, split)
-    shown = _table(_split_rows(divided))
+    shown = _table(_split_rows(divided), ("stage", "release", "guarantee", "parameter"))
     logger.info("analysis %s: split\n%s", analysis_id, shown)
     if show_split is not None:
         show_split(f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}")

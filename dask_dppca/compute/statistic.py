@@ -30,9 +30,15 @@ from .workers import prepare_workers, single_threaded_blas
 __all__ = ["release_statistic", "statistic_task"]
 
 
-def statistic_task(release: Callable[[Any], Any], *partials: Any) -> Any:
-    """Where the release runs: the partials' exact total, then ``release(total)``."""
-    return release(merge_partials(*partials))
+def statistic_task(release: Callable[[Any], Any], *partials: Any) -> tuple[Any, str]:
+    """Where the release runs: the partials' exact total, then ``release(total)``; the
+    released values and the address of the worker that drew them.
+    """
+    try:
+        where = distributed.get_worker().address
+    except ValueError:  # not on a worker: a local scheduler, this process
+        where = "this process"
+    return release(merge_partials(*partials)), where
 
 
 def release_statistic(
@@ -70,7 +76,7 @@ def release_statistic(
             )
         with local_progress(progress), single_threaded_blas(True):
             values = dask.compute(*partials, scheduler=getattr(target, "name", "sync"))
-        return statistic_task(release, *values), "this process"
+        return statistic_task(release, *values)
     client = target.client
     placement = choose_placement(client, trusted_worker, require_trusted)
     described = describe_placement(placement)
@@ -97,7 +103,8 @@ def release_statistic(
                 retries=0,
                 **placement,
             )
-            return await_result(client, future, label, needed=trusted_present), described
+            values, where = await_result(client, future, label, needed=trusted_present)
+            return values, f"{where} ({described})"
         except distributed.KilledWorker as error:
             raise killed_worker_error(
                 client, error, label, "the analysis stays charged", since=started
