@@ -53,6 +53,7 @@ __all__ = [
 RELEASE_LEDGER_KEY = "dask-dppca.release.ledger"
 #: Dask configuration keys: that ledger's totals (optional; then it is created if missing).
 RELEASE_EPSILON_KEY = "dask-dppca.release.epsilon"
+#: Dask configuration key: that ledger's delta (with :data:`RELEASE_EPSILON_KEY`).
 RELEASE_DELTA_KEY = "dask-dppca.release.delta"
 
 
