@@ -1,0 +1,254 @@
+"""A private score map as one stage: its mechanisms, its budget split, and the released map.
+
+:class:`ScoreMapMechanism` is built from public parameters only (n, the bins, the
+stage's (epsilon, delta), the PUBLIC group domain) and holds the frame's four quantiles
+(:class:`~.frame.FrameMechanism`) and the histograms (:class:`~.histogram.AdditiveHistogram`,
+optionally :class:`~.histogram.SparseHistogram`).  Its :attr:`~ScoreMapMechanism.parts`
+are every release's cost, for an accountant to compose exactly; by basic composition
+alone they already fit in the stage's (epsilon, delta):
+
+    frame: frame_share * epsilon (four pure parts of a quarter each, no delta);
+    each histogram: (1 - frame_share) * epsilon / (number of histograms), delta / (number).
+
+:class:`ScoreMap` is what leaves the trusted worker: the frame, the noisy histograms and
+the public description.  Re-plotting and re-sampling synthetic points from it cost nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..validation import integer_at_least, positive_finite, real_number
+from .frame import DEFAULT_INFLATION, DEFAULT_RADIUS_QUANTILE, Frame, FrameMechanism
+from .histogram import (
+    AdditiveHistogram,
+    NoisyHistogram,
+    SparseHistogram,
+    allocate,
+    synthetic_points,
+)
+from .parts import PrivacyPart
+
+__all__ = ["DEFAULT_FRAME_SHARE", "OTHER_GROUP", "ScoreMap", "ScoreMapMechanism"]
+
+#: The frame's share of the stage's epsilon (the rest goes to the histograms).
+DEFAULT_FRAME_SHARE = 0.25
+#: The name of the group that holds every label outside the public domain.
+OTHER_GROUP = "other"
+_METHODS = ("additive", "sparse")
+
+
+@dataclass(frozen=True)
+class ScoreMapMechanism:
+    """Every release of one score map, planned from public parameters.
+
+    Parameters
+    ----------
+    n_samples : int
+    epsilon, delta : float
+        The stage's share of the analysis' budget.
+    bins : (int, int), default (10, 10)
+    domain : sequence of labels, optional
+        The PUBLIC group labels; labels outside it (missing ones too) form the group
+        ``"other"``.  None: one group.
+    methods : tuple of str, default ("additive",)
+        Any of ``"additive"``, ``"sparse"``.
+    frame_share : float, default 0.25
+    radius_quantile, inflation : float
+        The frame's (:class:`~.frame.FrameMechanism`).
+    """
+
+    n_samples: int
+    epsilon: float
+    delta: float
+    bins: tuple[int, int] = (10, 10)
+    domain: tuple[Any, ...] | None = None
+    methods: tuple[str, ...] = ("additive",)
+    frame_share: float = DEFAULT_FRAME_SHARE
+    radius_quantile: float = DEFAULT_RADIUS_QUANTILE
+    inflation: float = DEFAULT_INFLATION
+    frame: FrameMechanism = field(init=False)
+    histograms: dict[str, AdditiveHistogram | SparseHistogram] = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = integer_at_least("n_samples", self.n_samples, 1)
+        eps = positive_finite("epsilon", self.epsilon)
+        dlt = real_number("delta", self.delta)
+        if not 0.0 < dlt < 1.0:
+            raise ValueError(f"delta: must be in (0, 1), got {dlt!r}")
+        share = real_number("frame_share", self.frame_share)
+        if not 0.0 < share < 1.0:
+            raise ValueError(f"frame_share: must be in (0, 1), got {share!r}")
+        methods = tuple(dict.fromkeys(self.methods))
+        if not methods or any(m not in _METHODS for m in methods):
+            raise ValueError(
+                f"methods: must be a non-empty subset of {_METHODS}, got {self.methods!r}"
+            )
+        domain = None if self.domain is None else tuple(self.domain)
+        if domain is not None and (len(set(domain)) != len(domain) or OTHER_GROUP in domain):
+            raise ValueError(
+                f"domain: labels must be distinct and not {OTHER_GROUP!r}, got {domain!r}"
+            )
+        n_groups = 1 if domain is None else len(domain) + 1
+        frame = FrameMechanism(n, share * eps, self.radius_quantile, self.inflation)
+        eps_h, dlt_h = (1.0 - share) * eps / len(methods), dlt / len(methods)
+        histograms: dict[str, AdditiveHistogram | SparseHistogram] = {}
+        for method in methods:
+            if method == "additive":
+                histograms[method] = AdditiveHistogram.of_epsilon(self.bins, eps_h, dlt_h, n_groups)
+            else:
+                histograms[method] = SparseHistogram(self.bins, eps_h, dlt_h, n_groups)
+        for name, value in [
+            ("n_samples", n),
+            ("epsilon", eps),
+            ("delta", dlt),
+            ("frame_share", share),
+            ("methods", methods),
+            ("domain", domain),
+            ("bins", histograms[methods[0]].bins),
+            ("frame", frame),
+            ("histograms", histograms),
+        ]:
+            object.__setattr__(self, name, value)
+
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        """The rows of every histogram: the domain's labels as strings, then ``"other"``
+        (or ``("all",)`` without groups).
+        """
+        if self.domain is None:
+            return ("all",)
+        return tuple(str(label) for label in self.domain) + (OTHER_GROUP,)
+
+    @property
+    def parts(self) -> tuple[PrivacyPart, ...]:
+        """Every release's cost: the frame's four quantiles, then each histogram."""
+        parts = self.frame.parts
+        for histogram in self.histograms.values():
+            parts = parts + histogram.parts
+        return parts
+
+    def describe(self) -> dict[str, Any]:
+        """The public record, with the split."""
+        return {
+            "n_samples": self.n_samples,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "bins": list(self.bins),
+            "groups": list(self.group_names),
+            "frame_share": self.frame_share,
+            "frame": self.frame.describe(),
+            "histograms": {name: h.describe() for name, h in self.histograms.items()},
+            "neighbours": "replace-one",
+            "composition": (
+                "basic composition of the parts fits (epsilon, delta); an accountant may "
+                "compose them tighter"
+            ),
+        }
+
+
+@dataclass(frozen=True)
+class ScoreMap:
+    """A released score map: public, so plotting and re-sampling it cost nothing.
+
+    Attributes
+    ----------
+    frame : Frame
+    histograms : dict of str to NoisyHistogram
+        ``"additive"`` and/or ``"sparse"``.
+    groups : tuple of str
+        Row names of every histogram.
+    axes : (int, int)
+        The components plotted (0-based).
+    privacy : dict
+        :meth:`ScoreMapMechanism.describe`.
+    """
+
+    frame: Frame
+    histograms: dict[str, NoisyHistogram]
+    groups: tuple[str, ...]
+    axes: tuple[int, int] = (0, 1)
+    privacy: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def bins(self) -> tuple[int, int]:
+        """``(m_x, m_y)``."""
+        return next(iter(self.histograms.values())).bins
+
+    def histogram(self, method: str | None = None) -> NoisyHistogram:
+        """The ``method`` histogram (the first released one by default)."""
+        if method is None:
+            return next(iter(self.histograms.values()))
+        if method not in self.histograms:
+            raise ValueError(f"method: expected one of {sorted(self.histograms)}, got {method!r}")
+        return self.histograms[method]
+
+    def group_sizes(self, method: str | None = None) -> dict[str, float]:
+        """Noisy group sizes (the histogram's rows summed; never the exact sizes)."""
+        sizes = self.histogram(method).group_sizes()
+        return dict(zip(self.groups, (float(v) for v in sizes)))
+
+    def synthetic(
+        self,
+        size: int | None = None,
+        *,
+        method: str | None = None,
+        sampling: str = "uniform",
+        bandwidth_scale: float | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> dict[str, NDArray[np.float64]]:
+        """Synthetic points per group (post-processing).
+
+        ``size`` in all: the noisy in-frame total by default (clipped counts); split across
+        groups in proportion to their noisy in-frame mass (largest remainder).  The
+        out-of-frame mass has no position and is not sampled.
+        """
+        hist = self.histogram(method)
+        mx, my = hist.bins
+        in_frame = np.clip(hist.counts[:, : mx * my], 0.0, None)
+        total = (
+            int(round(float(in_frame.sum()))) if size is None else integer_at_least("size", size, 0)
+        )
+        sizes = allocate(total, in_frame.sum(axis=1))
+        generator = rng if rng is not None else np.random.default_rng()
+        return {
+            name: synthetic_points(
+                in_frame[g],
+                self.frame,
+                hist.bins,
+                int(sizes[g]),
+                method=sampling,
+                bandwidth_scale=bandwidth_scale,
+                rng=generator,
+            )
+            for g, name in enumerate(self.groups)
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "frame": self.frame.to_dict(),
+            "histograms": {name: h.to_dict() for name, h in self.histograms.items()},
+            "groups": list(self.groups),
+            "axes": list(self.axes),
+            "privacy": self.privacy,
+        }
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> ScoreMap:
+        """The map a :meth:`to_dict` record describes."""
+        cx, cy = (float(v) for v in record["frame"]["centre"])
+        hx, hy = (float(v) for v in record["frame"]["half_width"])
+        histograms = {}
+        for name, h in record["histograms"].items():
+            mx, my = (int(v) for v in h["bins"])
+            counts = np.asarray(h["counts"], dtype=np.float64)
+            histograms[name] = NoisyHistogram(counts, (mx, my), str(h["method"]))
+        ax, ay = (int(v) for v in record.get("axes", (0, 1)))
+        groups = tuple(str(g) for g in record["groups"])
+        privacy = dict(record.get("privacy", {}))
+        return cls(Frame((cx, cy), (hx, hy)), histograms, groups, (ax, ay), privacy)
