@@ -31,6 +31,8 @@ from .histogram import (
     allocate,
     synthetic_points,
 )
+from .laplace import IntegerNoise
+from .noise import NoiseSampler
 from .parts import PrivacyPart
 
 __all__ = ["DEFAULT_FRAME_SHARE", "OTHER_GROUP", "ScoreMap", "ScoreMapMechanism"]
@@ -131,6 +133,28 @@ class ScoreMapMechanism:
         for histogram in self.histograms.values():
             parts = parts + histogram.parts
         return parts
+
+    def release_centre(self, exact_counts: Any, sampler: IntegerNoise) -> tuple[float, float]:
+        """The two private medians from ``#{y_k <= t}`` (shape (2, G)), on the trusted worker."""
+        q = self.frame.centre
+        return (q.release(exact_counts[0], sampler), q.release(exact_counts[1], sampler))
+
+    def release_radius(self, exact_counts: Any, sampler: IntegerNoise) -> tuple[float, float]:
+        """The two private radii from ``#{|y_k - c_k| <= t}`` (shape (2, G))."""
+        q = self.frame.radius
+        return (q.release(exact_counts[0], sampler), q.release(exact_counts[1], sampler))
+
+    def release_histograms(
+        self, exact_counts: Any, gaussian: NoiseSampler, integer: IntegerNoise
+    ) -> dict[str, NoisyHistogram]:
+        """Every histogram of the exact ``counts[g, cell]``, noised once each."""
+        out: dict[str, NoisyHistogram] = {}
+        for name, histogram in self.histograms.items():
+            if isinstance(histogram, AdditiveHistogram):
+                out[name] = histogram.release(exact_counts, gaussian)
+            else:
+                out[name] = histogram.release(exact_counts, integer)
+        return out
 
     def describe(self) -> dict[str, Any]:
         """The public record, with the split."""
