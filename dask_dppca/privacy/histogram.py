@@ -83,7 +83,7 @@ class NoisyHistogram:
 
     @property
     def n_groups(self) -> int:
-        """Rows of :attr:`counts`."""
+        """Rows of ``counts``."""
         return int(self.counts.shape[0])
 
     def probabilities(self) -> NDArray[np.float64]:
