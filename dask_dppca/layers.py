@@ -56,6 +56,7 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
                 "planning",
                 "theory",
                 "results",
+                "score_plots",
                 "cli",
                 "__init__",
                 "__main__",

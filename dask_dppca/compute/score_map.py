@@ -6,7 +6,7 @@ never gathered), it releases
 
 1. the two private medians (one pass: the counts below every public candidate),
 2. the two private radii about them (one pass: the counts of the deviations),
-3. the histograms on the frame's grid, per group (one pass),
+3. the histograms on the frame's grid, per group, and the noisy group sizes (one pass),
 
 each through :func:`~.statistic.release_statistic`, so each exact statistic reaches
 only its release task.  What comes back is a :class:`~dask_dppca.privacy.score_map.ScoreMap`.
@@ -116,7 +116,7 @@ def release_score_map(
         if labels is None
         else label_codes(labels, mechanism.domain or (), tuple(scores.chunks[0]))
     )
-    histograms, where = run(
+    (histograms, group_counts), where = run(
         histogram_counts_graph(scores, x_edges, y_edges, codes, len(mechanism.group_names)),
         functools.partial(mechanism.release_histograms, gaussian=gaussian, integer=integer),
         "score map: histograms",
@@ -124,4 +124,4 @@ def release_score_map(
     privacy = mechanism.describe()
     privacy["released_on"] = where
     privacy["private"] = bool(gaussian.is_private and integer.is_private)
-    return ScoreMap(frame, histograms, mechanism.group_names, axes, privacy)
+    return ScoreMap(frame, histograms, mechanism.group_names, axes, privacy, group_counts)

@@ -34,6 +34,7 @@ from .parts import ApproxDPPart, GaussianPart, PrivacyPart
 
 __all__ = [
     "AdditiveHistogram",
+    "GroupCounts",
     "NoisyHistogram",
     "SparseHistogram",
     "allocate",
@@ -186,6 +187,56 @@ class AdditiveHistogram:
             "method": "additive",
             "mechanism": "Gaussian noise on every count (l2 sensitivity sqrt 2, replace-one)",
             "bins": list(self.bins),
+            "n_groups": self.n_groups,
+            "mu": self.mu,
+            "sigma": self.sigma,
+        }
+
+
+@dataclass(frozen=True)
+class GroupCounts:
+    """Noisy group sizes: ``N(0, sigma^2)``, ``sigma = sqrt(2) / mu``, on each group's count.
+
+    One record changes group (two sizes move by one) or not: l2 sensitivity ``sqrt 2``.
+    The exact sizes are the count matrix's row sums, taken inside the release.
+
+    Parameters
+    ----------
+    n_groups : int
+    mu : float
+    """
+
+    n_groups: int
+    mu: float
+    sigma: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n_groups", integer_at_least("n_groups", self.n_groups, 1))
+        mu = positive_finite("mu", self.mu)
+        if _SQRT2 / mu >= _MAX_SIGMA:
+            raise ValueError(f"mu: {mu!r} is too small (sigma would exceed 2^30)")
+        object.__setattr__(self, "mu", mu)
+        object.__setattr__(self, "sigma", _SQRT2 / mu)
+
+    @property
+    def parts(self) -> tuple[PrivacyPart, ...]:
+        """One mu-GDP part."""
+        return (GaussianPart(self.mu),)
+
+    def release(self, exact_counts: ArrayLike, sampler: NoiseSampler) -> NDArray[np.float64]:
+        """Each group's size plus noise, from the count matrix ``counts[g, cell]``."""
+        counts = np.asarray(exact_counts)
+        if counts.ndim != 2 or counts.shape[0] != self.n_groups:
+            raise ValueError(
+                f"exact_counts: expected {self.n_groups} rows of integers, got {counts.shape}"
+            )
+        sizes = _check_counts(counts, counts.shape).sum(axis=1)
+        return sampler.add_noise(sizes.astype(np.float64), self.sigma)
+
+    def describe(self) -> dict[str, Any]:
+        """The public record."""
+        return {
+            "mechanism": "Gaussian noise on each group's size (l2 sensitivity sqrt 2)",
             "n_groups": self.n_groups,
             "mu": self.mu,
             "sigma": self.sigma,

@@ -16,6 +16,7 @@ the public description.  Re-plotting and re-sampling synthetic points from it co
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,9 +24,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..validation import integer_at_least, positive_finite, real_number
+from .calibration import gaussian_dp_mu
 from .frame import DEFAULT_INFLATION, DEFAULT_RADIUS_QUANTILE, Frame, FrameMechanism
 from .histogram import (
     AdditiveHistogram,
+    GroupCounts,
     NoisyHistogram,
     SparseHistogram,
     allocate,
@@ -35,10 +38,20 @@ from .laplace import IntegerNoise
 from .noise import NoiseSampler
 from .parts import PrivacyPart
 
-__all__ = ["DEFAULT_FRAME_SHARE", "OTHER_GROUP", "ScoreMap", "ScoreMapMechanism"]
+__all__ = [
+    "DEFAULT_FRAME_SHARE",
+    "GROUP_COUNTS_SHARE",
+    "OTHER_GROUP",
+    "ScoreMap",
+    "ScoreMapMechanism",
+]
 
 #: The frame's share of the stage's epsilon (the rest goes to the histograms).
 DEFAULT_FRAME_SHARE = 0.25
+#: With groups, the share of the additive histogram's Gaussian budget (in mu^2) that goes to
+#: the group sizes: the histogram keeps mu sqrt(0.9), the sizes get mu sqrt(0.1), and the
+#: two compose exactly (Gaussian DP) to the histogram's mu.
+GROUP_COUNTS_SHARE = 0.1
 #: The name of the group that holds every label outside the public domain.
 OTHER_GROUP = "other"
 _METHODS = ("additive", "sparse")
@@ -75,6 +88,7 @@ class ScoreMapMechanism:
     inflation: float = DEFAULT_INFLATION
     frame: FrameMechanism = field(init=False)
     histograms: dict[str, AdditiveHistogram | SparseHistogram] = field(init=False)
+    group_counts: GroupCounts | None = field(init=False)
 
     def __post_init__(self) -> None:
         n = integer_at_least("n_samples", self.n_samples, 1)
@@ -99,9 +113,14 @@ class ScoreMapMechanism:
         frame = FrameMechanism(n, share * eps, self.radius_quantile, self.inflation)
         eps_h, dlt_h = (1.0 - share) * eps / len(methods), dlt / len(methods)
         histograms: dict[str, AdditiveHistogram | SparseHistogram] = {}
+        group_counts = None
         for method in methods:
             if method == "additive":
-                histograms[method] = AdditiveHistogram.of_epsilon(self.bins, eps_h, dlt_h, n_groups)
+                mu = gaussian_dp_mu(eps_h, dlt_h)
+                if domain is not None:  # the sizes take a share of the Gaussian budget
+                    group_counts = GroupCounts(n_groups, mu * math.sqrt(GROUP_COUNTS_SHARE))
+                    mu *= math.sqrt(1.0 - GROUP_COUNTS_SHARE)
+                histograms[method] = AdditiveHistogram(self.bins, mu, n_groups)
             else:
                 histograms[method] = SparseHistogram(self.bins, eps_h, dlt_h, n_groups)
         for name, value in [
@@ -114,6 +133,7 @@ class ScoreMapMechanism:
             ("bins", histograms[methods[0]].bins),
             ("frame", frame),
             ("histograms", histograms),
+            ("group_counts", group_counts),
         ]:
             object.__setattr__(self, name, value)
 
@@ -132,6 +152,8 @@ class ScoreMapMechanism:
         parts = self.frame.parts
         for histogram in self.histograms.values():
             parts = parts + histogram.parts
+        if self.group_counts is not None:
+            parts = parts + self.group_counts.parts
         return parts
 
     def release_centre(self, exact_counts: Any, sampler: IntegerNoise) -> tuple[float, float]:
@@ -146,15 +168,20 @@ class ScoreMapMechanism:
 
     def release_histograms(
         self, exact_counts: Any, gaussian: NoiseSampler, integer: IntegerNoise
-    ) -> dict[str, NoisyHistogram]:
-        """Every histogram of the exact ``counts[g, cell]``, noised once each."""
+    ) -> tuple[dict[str, NoisyHistogram], NDArray[np.float64] | None]:
+        """Every histogram of the exact ``counts[g, cell]``, noised once each, and the
+        noisy group sizes (None without groups or without the additive histogram).
+        """
         out: dict[str, NoisyHistogram] = {}
         for name, histogram in self.histograms.items():
             if isinstance(histogram, AdditiveHistogram):
                 out[name] = histogram.release(exact_counts, gaussian)
             else:
                 out[name] = histogram.release(exact_counts, integer)
-        return out
+        sizes = (
+            None if self.group_counts is None else self.group_counts.release(exact_counts, gaussian)
+        )
+        return out, sizes
 
     def describe(self) -> dict[str, Any]:
         """The public record, with the split."""
@@ -167,6 +194,7 @@ class ScoreMapMechanism:
             "frame_share": self.frame_share,
             "frame": self.frame.describe(),
             "histograms": {name: h.describe() for name, h in self.histograms.items()},
+            "group_counts": None if self.group_counts is None else self.group_counts.describe(),
             "neighbours": "replace-one",
             "composition": (
                 "basic composition of the parts fits (epsilon, delta); an accountant may "
@@ -190,6 +218,8 @@ class ScoreMap:
         The components plotted (0-based).
     privacy : dict
         :meth:`ScoreMapMechanism.describe`.
+    group_counts : ndarray, shape (n_groups,), optional
+        The noisy group sizes (unclipped), when released.
     """
 
     frame: Frame
@@ -197,6 +227,7 @@ class ScoreMap:
     groups: tuple[str, ...]
     axes: tuple[int, int] = (0, 1)
     privacy: dict[str, Any] = field(default_factory=dict)
+    group_counts: NDArray[np.float64] | None = None
 
     @property
     def bins(self) -> tuple[int, int]:
@@ -212,8 +243,13 @@ class ScoreMap:
         return self.histograms[method]
 
     def group_sizes(self, method: str | None = None) -> dict[str, float]:
-        """Noisy group sizes (the histogram's rows summed; never the exact sizes)."""
-        sizes = self.histogram(method).group_sizes()
+        """Noisy group sizes, clipped at 0: the released group counts, else the histogram's
+        rows summed (post-processing either way; never the exact sizes).
+        """
+        if self.group_counts is not None:
+            sizes = np.clip(self.group_counts, 0.0, None)
+        else:
+            sizes = self.histogram(method).group_sizes()
         return dict(zip(self.groups, (float(v) for v in sizes)))
 
     def synthetic(
@@ -227,17 +263,21 @@ class ScoreMap:
     ) -> dict[str, NDArray[np.float64]]:
         """Synthetic points per group (post-processing).
 
-        ``size`` in all: the noisy in-frame total by default (clipped counts); split across
-        groups in proportion to their noisy in-frame mass (largest remainder).  The
-        out-of-frame mass has no position and is not sampled.
+        Each group gets its noisy size (:meth:`group_sizes`) times its histogram's noisy
+        in-frame share; with ``size``, that many points in all, split in proportion
+        (largest remainder).  The out-of-frame mass has no position and is not sampled.
         """
         hist = self.histogram(method)
         mx, my = hist.bins
         in_frame = np.clip(hist.counts[:, : mx * my], 0.0, None)
-        total = (
-            int(round(float(in_frame.sum()))) if size is None else integer_at_least("size", size, 0)
-        )
-        sizes = allocate(total, in_frame.sum(axis=1))
+        everywhere = np.clip(hist.counts, 0.0, None).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(everywhere > 0, in_frame.sum(axis=1) / everywhere, 0.0)
+        expected = np.array(list(self.group_sizes(method).values())) * share  # in frame
+        if size is None:
+            sizes = np.rint(expected).astype(np.int64)
+        else:
+            sizes = allocate(integer_at_least("size", size, 0), expected)
         generator = rng if rng is not None else np.random.default_rng()
         return {
             name: synthetic_points(
@@ -260,6 +300,7 @@ class ScoreMap:
             "groups": list(self.groups),
             "axes": list(self.axes),
             "privacy": self.privacy,
+            "group_counts": None if self.group_counts is None else self.group_counts.tolist(),
         }
 
     @classmethod
@@ -275,4 +316,6 @@ class ScoreMap:
         ax, ay = (int(v) for v in record.get("axes", (0, 1)))
         groups = tuple(str(g) for g in record["groups"])
         privacy = dict(record.get("privacy", {}))
-        return cls(Frame((cx, cy), (hx, hy)), histograms, groups, (ax, ay), privacy)
+        counts = record.get("group_counts")
+        sizes = None if counts is None else np.asarray(counts, dtype=np.float64)
+        return cls(Frame((cx, cy), (hx, hy)), histograms, groups, (ax, ay), privacy, sizes)

@@ -24,6 +24,7 @@ from dask_dppca.privacy.calibration import gaussian_dp_epsilon
 from dask_dppca.privacy.frame import Frame
 from dask_dppca.privacy.histogram import (
     AdditiveHistogram,
+    GroupCounts,
     NoisyHistogram,
     SparseHistogram,
     allocate,
@@ -189,12 +190,16 @@ def test_sparse_release_keeps_counts_above_the_threshold_and_zeroes_the_rest():
 def test_the_stage_splits_its_budget_within_epsilon_and_delta():
     m = ScoreMapMechanism(5000, 0.75, 2.5e-5, domain=("x", "y"), methods=("additive", "sparse"))
     pure = sum(p.epsilon for p in m.parts if isinstance(p, PureDPPart))
-    (gauss,) = [p for p in m.parts if isinstance(p, GaussianPart)]
+    gaussian = [p.mu for p in m.parts if isinstance(p, GaussianPart)]  # histogram, sizes
+    assert len(gaussian) == 2 and gaussian[1] < gaussian[0]
+    mu = math.sqrt(sum(g * g for g in gaussian))  # Gaussian DP composes exactly
     (approx,) = [p for p in m.parts if isinstance(p, ApproxDPPart)]
-    total_eps = pure + gaussian_dp_epsilon(gauss.mu, 2.5e-5 / 2) + approx.epsilon
+    total_eps = pure + gaussian_dp_epsilon(mu, 2.5e-5 / 2) + approx.epsilon
     assert total_eps <= 0.75 * (1 + 1e-9) and approx.delta + 2.5e-5 / 2 <= 2.5e-5
     assert m.group_names == ("x", "y", "other")
     assert m.histograms["additive"].shape == (3, 101)
+    assert m.group_counts is not None and m.group_counts.n_groups == 3
+    assert ScoreMapMechanism(5000, 0.75, 2.5e-5).group_counts is None  # no groups
     with pytest.raises(ValueError, match="domain"):
         ScoreMapMechanism(10, 1.0, 1e-5, domain=("a", "a"))
     with pytest.raises(ValueError, match="methods"):
@@ -232,10 +237,22 @@ def test_a_score_map_is_sized_from_noisy_counts_and_round_trips():
         ("a", "other"),
     )
     pts = m.synthetic(rng=np.random.default_rng(1))  # post-processing seed
-    assert {k: len(v) for k, v in pts.items()} == {"a": 20, "other": 4}  # clipped, in frame
+    assert {k: len(v) for k, v in pts.items()} == {"a": 20, "other": 2}  # size x in-frame share
     assert m.group_sizes() == {"a": 23.0, "other": 2.0}
     again = ScoreMap.from_dict(m.to_dict())
     assert again.frame == m.frame and np.array_equal(again.histogram().counts, counts)
+    released = ScoreMap(m.frame, m.histograms, m.groups, group_counts=np.array([30.0, -1.0]))
+    assert released.group_sizes() == {"a": 30.0, "other": 0.0}  # the released sizes win
+    assert {k: len(v) for k, v in released.synthetic().items()} == {"a": 26, "other": 0}
+    assert ScoreMap.from_dict(released.to_dict()).group_counts.tolist() == [30.0, -1.0]
+
+
+def test_group_counts_add_noise_to_the_row_sums_only():
+    g = GroupCounts(2, 1.0)
+    assert g.release(np.array([[3, 0, 1], [0, 2, 0]]), NoGaussian()).tolist() == [4.0, 2.0]
+    assert g.parts == (GaussianPart(1.0),) and g.sigma == pytest.approx(SQRT2)
+    with pytest.raises(ValueError, match="exact_counts"):
+        g.release(np.array([[1, 2]]), NoGaussian())
 
 
 # -- audits ---------------------------------------------------------------------------------
