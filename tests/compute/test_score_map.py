@@ -170,3 +170,24 @@ def test_the_stage_releases_on_the_trusted_worker_of_a_cluster(data):
         score_map = _stage(x, pd.Series(labels), ClusterTarget(client), require_trusted=True)
     _check_map(score_map, x, labels)
     assert TRUSTED_RESOURCE in score_map.privacy["released_on"]
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        np.full((60, 4), np.nan),
+        np.full((60, 4), 5.0),
+        np.tile([[1e308, -1e308, np.inf, 0.0], [-np.inf, 1e-300, 0.0, np.nan]], (30, 1)),
+    ],
+    ids=["all NaN", "constant", "extremes"],
+)
+def test_hostile_data_gets_a_bounded_treatment_never_an_error(rows):
+    """Whatever the values, a map comes out: a finite frame, every record in one cell."""
+    mechanism = ScoreMapMechanism(60, 1.0, 1e-5, bins=(3, 3), methods=("additive", "sparse"))
+    scores = project_scores(da.from_array(rows, chunks=(25, 4)), np.eye(4)[:2])
+    score_map = release_score_map(LocalScheduler("synchronous"), scores, mechanism)
+    x_edges, y_edges = score_map.frame.edges(score_map.bins)
+    assert np.all(np.isfinite(x_edges)) and np.all(np.diff(x_edges) > 0)
+    assert np.all(np.isfinite(y_edges)) and np.all(np.diff(y_edges) > 0)
+    assert score_map.histogram().counts.shape == (1, 10)
+    assert score_map.privacy["private"] is True  # the default samplers
