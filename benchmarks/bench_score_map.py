@@ -21,12 +21,21 @@ runs:
 * ``coverage``: the share of the points inside the private frame (target >= 0.98);
 * the same TV per group (groups = the five clusters, one common frame), and the noisy
   group sizes' largest relative error.
+
+With ``--r-package DIR`` (a checkout of github.com/yejinjo0220/dppca; R with VGAM), the R
+package's own frame and additive histogram (benchmarks/r_score_map.R) run on the scores of
+the first run at the same score-map budget, split as R splits it (frame half, histogram
+half), and the same two figures are printed for it.  Its frame uses the data's own range
+and its histogram clamps out-of-frame points into the edge bins.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import dask.array as da
 import numpy as np
@@ -59,7 +68,27 @@ def total_variation(released: np.ndarray, exact: np.ndarray) -> float:
     return 0.5 * float(np.abs(p - exact / exact.sum()).sum())
 
 
-def one_run(x: np.ndarray, labels: np.ndarray, grouped: bool) -> dict[str, float]:
+def r_figures(package: str, scores: np.ndarray, runs: int) -> dict[str, np.ndarray]:
+    """TV and coverage of the R package's frame and additive histogram on ``scores``."""
+    script = Path(__file__).with_name("r_score_map.R")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "scores.csv"
+        np.savetxt(path, scores, delimiter=",", fmt="%.17g")
+        eps, delta = SCORE_MAP_SHARE * TOTAL_EPSILON, SCORE_MAP_SHARE * TOTAL_DELTA
+        done = subprocess.run(
+            ["Rscript", str(script), package, str(path), str(eps), str(delta), str(runs)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=1800,
+        )
+    values = np.array([[float(v) for v in line.split()] for line in done.stdout.splitlines()])
+    return {"TV": values[:, 0], "coverage": values[:, 1]}
+
+
+def one_run(
+    x: np.ndarray, labels: np.ndarray, grouped: bool, keep: list | None = None
+) -> dict[str, float]:
     n = x.shape[0]
     started = time.perf_counter()
     est = dd.DPPCA(
@@ -84,6 +113,8 @@ def one_run(x: np.ndarray, labels: np.ndarray, grouped: bool) -> dict[str, float
     )
     map_s = time.perf_counter() - started
     y = x @ est.components_[:2].T
+    if keep is not None:
+        keep.append(y)
     x_edges, y_edges = score_map.frame.edges(score_map.bins)
     codes = None
     if grouped:
@@ -110,12 +141,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--csv", help="R's write.csv(gau) export instead of the generated data")
+    parser.add_argument("--r-package", help="a checkout of the R package dppca, to compare")
     args = parser.parse_args()
     x, labels = gau()
     if args.csv:
         x = np.loadtxt(args.csv, delimiter=",", skiprows=1)
     for grouped in (False, True):
-        runs = [one_run(x, labels, grouped) for _ in range(args.runs)]
+        kept: list = []
+        runs = [one_run(x, labels, grouped, kept) for _ in range(args.runs)]
         title = "groups: the 5 clusters (one frame)" if grouped else "no groups"
         print(
             f"\n{title}; n = {x.shape[0]}, 10 x 10 bins, score map (0.75, 2.5e-5), {args.runs} runs\n"
@@ -127,6 +160,15 @@ def main() -> None:
             values = np.array([r[key] for r in runs])
             target, worst = targets.get(key, ("", max))
             print(f"| {key} | {np.median(values):.4g} | {worst(values):.4g} | {target} |")
+        if args.r_package and not grouped:
+            r = r_figures(args.r_package, kept[0], args.runs)
+            print(
+                f"\nthe R package's frame and additive histogram on run 1's scores, {args.runs} runs\n"
+            )
+            print("| figure | median | worst | target |")
+            print("|---|---|---|---|")
+            for key, (target, worst) in targets.items():
+                print(f"| {key} | {np.median(r[key]):.4g} | {worst(r[key]):.4g} | {target} |")
 
 
 if __name__ == "__main__":
