@@ -316,6 +316,6 @@ class ScoreMap:
         ax, ay = (int(v) for v in record.get("axes", (0, 1)))
         groups = tuple(str(g) for g in record["groups"])
         privacy = dict(record.get("privacy", {}))
-        counts = record.get("group_counts")
-        sizes = None if counts is None else np.asarray(counts, dtype=np.float64)
+        recorded = record.get("group_counts")
+        sizes = None if recorded is None else np.asarray(recorded, dtype=np.float64)
         return cls(Frame((cx, cy), (hx, hy)), histograms, groups, (ax, ay), privacy, sizes)
