@@ -260,12 +260,20 @@ def test_group_counts_add_noise_to_the_row_sums_only():
 MU_CLAIMED = 1.0
 
 
+PAIRS = 500  # independent neighbour pairs in one release (see _additive_draws)
+
+
 def _additive_draws(sampler, sigma_factor=1.0):
     """The additive release on neighbours [[5, 0]] ~ [[4, 1]], projected on their
-    difference (the optimal test for Gaussian noise)."""
-    h = AdditiveHistogram((1, 1), MU_CLAIMED)
-    neighbours = (np.array([[5, 0]]), np.array([[4, 1]]))
-    direction = np.array([-1.0, 1.0]) / SQRT2
+    difference (the optimal test for Gaussian noise).
+
+    One release of a histogram of ``PAIRS`` such pairs of cells gives ``PAIRS`` draws: each
+    entry's noise is independent of the others', so a pair's two entries have the law
+    they would have on a data set where only that pair differs (a true replace-one
+    neighbour).  That makes the audit ~500 times cheaper, on the real release path.
+    """
+    h = AdditiveHistogram((2 * PAIRS - 1, 1), MU_CLAIMED)
+    neighbours = (np.tile([5, 0], PAIRS)[None, :], np.tile([4, 1], PAIRS)[None, :])
 
     def release(counts):
         if sigma_factor == 1.0:
@@ -274,7 +282,11 @@ def _additive_draws(sampler, sigma_factor=1.0):
         return sampler.add_noise(counts[0].astype(float), h.sigma * sigma_factor)
 
     def draw(side, n):
-        return np.array([release(neighbours[side]) @ direction for _ in range(n)])
+        out = []
+        while len(out) < n:
+            noisy = release(neighbours[side]).reshape(PAIRS, 2)
+            out.extend((noisy[:, 1] - noisy[:, 0]) / SQRT2)
+        return np.array(out[:n])
 
     return draw
 
