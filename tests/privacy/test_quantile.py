@@ -225,3 +225,22 @@ def test_audit_catches_a_frame_from_the_data_min_and_max():
         return (x.max() - x.min()) / 2
 
     assert _frame_audit(min_max_half_width) > EPS_FRAME / 2
+
+
+def test_the_release_draws_every_noise_at_the_claimed_scale():
+    """With the sampler's law pinned (tests/privacy/test_laplace.py), this pins the noise:
+    half the noise would show here as a scale below ``noise_scale``."""
+
+    class Recording(NoNoise):
+        def __init__(self):
+            self.scales = []
+
+        def _draw(self, scale, size):
+            self.scales.append(scale)
+            return super()._draw(scale, size)
+
+    m = PrivateQuantile(50, 0.5, 0.3, True, 2)
+    sampler = Recording()
+    m.release(count_at_most(np.arange(50.0), m.candidates)[0], sampler)
+    assert set(sampler.scales) == {m.noise_scale}
+    assert 2 * m.multiplier / m.noise_scale <= 0.3
