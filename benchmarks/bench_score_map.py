@@ -87,7 +87,11 @@ def r_figures(package: str, scores: np.ndarray, runs: int) -> dict[str, np.ndarr
 
 
 def one_run(
-    x: np.ndarray, labels: np.ndarray, grouped: bool, keep: list | None = None
+    x: np.ndarray,
+    labels: np.ndarray,
+    grouped: bool,
+    keep: list | None = None,
+    methods: tuple[str, ...] = ("additive",),
 ) -> dict[str, float]:
     n = x.shape[0]
     started = time.perf_counter()
@@ -105,6 +109,7 @@ def one_run(
         SCORE_MAP_SHARE * TOTAL_DELTA,
         bins=(10, 10),
         domain=tuple(sorted(set(labels))) if grouped else None,
+        methods=methods,
     )
     scores = project_scores(da.from_array(x, chunks=(1000, x.shape[1])), est.components_)
     started = time.perf_counter()
@@ -126,6 +131,11 @@ def one_run(
     out = {
         "TV": total_variation(released.sum(axis=0), exact.sum(axis=0)),
         "coverage": float(inside.mean()),
+        **{
+            f"TV {name}": total_variation(h.counts.sum(axis=0), exact.sum(axis=0))
+            for name, h in score_map.histograms.items()
+            if len(methods) > 1
+        },
         "directions_s": directions_s,
         "score_map_s": map_s,
     }
@@ -142,14 +152,20 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--csv", help="R's write.csv(gau) export instead of the generated data")
     parser.add_argument("--r-package", help="a checkout of the R package dppca, to compare")
+    parser.add_argument("--sparse", action="store_true", help="also additive + sparse")
     args = parser.parse_args()
     x, labels = gau()
     if args.csv:
         x = np.loadtxt(args.csv, delimiter=",", skiprows=1)
-    for grouped in (False, True):
+    configurations = [(False, ("additive",)), (True, ("additive",))]
+    if args.sparse:
+        configurations.append((False, ("additive", "sparse")))
+    for grouped, methods in configurations:
         kept: list = []
-        runs = [one_run(x, labels, grouped, kept) for _ in range(args.runs)]
+        runs = [one_run(x, labels, grouped, kept, methods) for _ in range(args.runs)]
         title = "groups: the 5 clusters (one frame)" if grouped else "no groups"
+        if len(methods) > 1:
+            title += "; additive and sparse, each half of the histograms' share"
         print(
             f"\n{title}; n = {x.shape[0]}, 10 x 10 bins, score map (0.75, 2.5e-5), {args.runs} runs\n"
         )
@@ -160,7 +176,7 @@ def main() -> None:
             values = np.array([r[key] for r in runs])
             target, worst = targets.get(key, ("", max))
             print(f"| {key} | {np.median(values):.4g} | {worst(values):.4g} | {target} |")
-        if args.r_package and not grouped:
+        if args.r_package and not grouped and len(methods) == 1:
             r = r_figures(args.r_package, kept[0], args.runs)
             print(
                 f"\nthe R package's frame and additive histogram on run 1's scores, {args.runs} runs\n"
