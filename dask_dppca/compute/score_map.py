@@ -10,7 +10,15 @@ never gathered), it releases
 
 each through :func:`~.statistic.release_statistic`, so each exact statistic reaches
 only its release task.  What comes back is a :class:`~dask_dppca.privacy.score_map.ScoreMap`.
-The caller charges ``mechanism.parts`` to its budgets before calling.
+The caller charges ``mechanism.parts`` to its budgets before calling.  An analysis
+shell, after its directions release, calls (``records``, ``plan``, ``target`` as in
+``DPPCA.fit``)::
+
+    mechanism = ScoreMapMechanism(n, epsilon_share, delta_share, bins=(10, 10),
+                                  domain=labels_domain)          # public parameters only
+    # ... charge mechanism.parts to every active budget ...
+    scores = project_scores(records.blocks(plan.block_sizes), release.components, (0, 1))
+    score_map = release_score_map(target, scores, mechanism, labels=labels)
 """
 
 from __future__ import annotations
