@@ -11,6 +11,7 @@ the release task on the trusted worker while the client never holds it
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -209,7 +210,8 @@ def label_codes(labels: Any, domain: Sequence[Any], row_chunks: tuple[int, ...])
     ----------
     labels : array-like
         A numpy array or list, a pandas or dask Series (a categorical column too), an
-        xarray DataArray (e.g. a coordinate), a dask array, or a Zarr array of labels.
+        xarray DataArray (e.g. a coordinate), a dask array, or a Zarr array of labels
+        (the array, or its path).
     domain : sequence
         The public labels.
     row_chunks : tuple of int
@@ -220,6 +222,8 @@ def label_codes(labels: Any, domain: Sequence[Any], row_chunks: tuple[int, ...])
     dask.array.Array of int64, shape (n,)
     """
     values: Any = labels
+    if isinstance(values, (str, os.PathLike)) or type(values).__module__.startswith("zarr"):
+        values = da.from_zarr(values)  # a Zarr array of labels (a path or the array): lazy
     if hasattr(values, "variable") and hasattr(values, "dims"):  # xarray
         values = values.data
     if hasattr(values, "to_dask_array"):  # dask Series

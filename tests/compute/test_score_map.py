@@ -76,11 +76,16 @@ def test_graph_counts_equal_the_block_functions_on_the_whole_data(data):
         )
 
 
-def test_labels_from_pandas_and_dask_series_and_xarray_give_the_same_codes(data):
+def test_labels_from_pandas_and_dask_series_xarray_and_zarr_give_the_same_codes(data, tmp_path):
     import dask.dataframe as dd
     import xarray as xr
+    import zarr
 
     _, labels = data
+    store = zarr.create_array(
+        store=str(tmp_path / "labels.zarr"), shape=labels.shape, chunks=(700,), dtype=str
+    )
+    store[:] = labels.astype(str)
     chunks = (1000, 1000, 1000)
     expected = group_codes(labels, ["a", "b", "c"])
     series = pd.Series(labels).astype("category")
@@ -90,6 +95,8 @@ def test_labels_from_pandas_and_dask_series_and_xarray_give_the_same_codes(data)
         dd.from_pandas(series, npartitions=4),
         xr.DataArray(labels, dims="row"),
         da.from_array(labels, chunks=500),
+        store,
+        str(tmp_path / "labels.zarr"),
     ):
         codes = label_codes(given, ["a", "b", "c"], chunks)
         assert codes.chunks == (chunks,)
