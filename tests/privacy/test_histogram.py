@@ -339,3 +339,37 @@ def test_audit_catches_a_sparse_histogram_without_its_threshold():
     h = _NoThreshold((2, 1), EPS_SPARSE, DELTA_SPARSE)
     bound = audit(_sparse_draws(h), 300, 1000, lambda a, b, t: epsilon_bound(a, b, t, DELTA_SPARSE))
     assert bound > EPS_SPARSE
+
+
+_value = st.one_of(
+    st.floats(-4, 4),
+    st.sampled_from([math.nan, math.inf, -math.inf, 1e300, -1e300, -3.0, 0.0, 3.0]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(_value, _value, st.sampled_from(["a", "b", "zz", None])), min_size=1, max_size=25
+    ),
+    st.tuples(_value, _value, st.sampled_from(["a", "b", "zz", None])),
+    st.integers(0, 24),
+    st.booleans(),
+)
+def test_random_hostile_neighbours_never_exceed_the_claimed_sensitivities(rows, new, k, clamp):
+    """Any record replaced by anything: the count matrix within sqrt 2 (l2) and 2 (l1),
+    the group sizes within sqrt 2."""
+    k = k % len(rows)
+    other = list(rows)
+    other[k] = new
+    xe, ye = np.linspace(-3, 3, 4), np.linspace(-3, 3, 3)
+
+    def counts(data):
+        scores = np.array([[x, y] for x, y, _ in data], dtype=float).reshape(-1, 2)
+        codes = group_codes([g for _, _, g in data], ["a", "b"])
+        return histogram_counts(scores, xe, ye, codes, 3, clamp=clamp)
+
+    a, b = counts(rows), counts(other)
+    assert np.linalg.norm(b - a) <= SQRT2 and np.abs(b - a).sum() <= 2
+    assert np.linalg.norm(b.sum(axis=1) - a.sum(axis=1)) <= SQRT2
+    assert a.sum() == b.sum() == len(rows)  # every record in exactly one entry

@@ -244,3 +244,21 @@ def test_the_release_draws_every_noise_at_the_claimed_scale():
     m.release(count_at_most(np.arange(50.0), m.candidates)[0], sampler)
     assert set(sampler.scales) == {m.noise_scale}
     assert 2 * m.multiplier / m.noise_scale <= 0.3
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=25),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(0, 24),
+)
+def test_random_hostile_neighbours_move_counts_by_one_in_one_direction(values, new, k):
+    grid = quantile_candidates(True, 2)
+    other = list(values)
+    other[k % len(values)] = new
+    for centre in (None, 1.5):
+        a, b = np.array(values), np.array(other)
+        if centre is not None:
+            a, b = deviations(a, [centre])[:, 0], deviations(b, [centre])[:, 0]
+        diff = count_at_most(b, grid)[0] - count_at_most(a, grid)[0]
+        assert np.abs(diff).max() <= 1 and (diff.min() >= 0 or diff.max() <= 0)
