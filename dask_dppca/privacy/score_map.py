@@ -292,6 +292,23 @@ class ScoreMap:
             for g, name in enumerate(self.groups)
         }
 
+    def summary(self) -> str:
+        """The release in a few lines of text (frame, histograms, noisy group sizes)."""
+        (x0, x1), (y0, y1) = self.frame.xlim, self.frame.ylim
+        a, b = self.axes
+        lines = [
+            f"private score map of PC{a + 1} x PC{b + 1}, {self.bins[0]} x {self.bins[1]} bins",
+            f"frame: PC{a + 1} in [{x0:.4g}, {x1:.4g}], PC{b + 1} in [{y0:.4g}, {y1:.4g}]",
+            f"histograms: {', '.join(self.histograms)}",
+        ]
+        hist = self.histogram()
+        outside = hist.out_of_frame()
+        for g, (name, size) in enumerate(self.group_sizes().items()):
+            lines.append(
+                f"  {name}: noisy size {size:.0f}, outside the frame {outside[g]:.0f} (noisy)"
+            )
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return {

@@ -7,6 +7,7 @@ are NOT private.
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import dask
@@ -31,7 +32,7 @@ from dask_dppca.kernel.score_stats import count_at_most, group_codes, histogram_
 from dask_dppca.privacy.laplace import SeededDiscreteLaplace
 from dask_dppca.privacy.noise import SeededSampler
 from dask_dppca.privacy.quantile import quantile_candidates
-from dask_dppca.privacy.score_map import ScoreMapMechanism
+from dask_dppca.privacy.score_map import ScoreMap, ScoreMapMechanism
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
@@ -150,6 +151,10 @@ def _check_map(score_map, x, labels):
     points = score_map.synthetic(rng=np.random.default_rng(0))
     assert sum(len(p) for p in points.values()) > 0.9 * x.shape[0]
     assert score_map.privacy["private"] is False  # the test samplers say so
+    again = ScoreMap.from_dict(json.loads(json.dumps(score_map.to_dict())))  # JSON-ready
+    assert again.frame == score_map.frame and again.groups == score_map.groups
+    assert np.array_equal(again.group_counts, score_map.group_counts)
+    assert "outside the frame" in score_map.summary()
 
 
 def test_the_stage_releases_a_map_on_a_local_scheduler(data):
