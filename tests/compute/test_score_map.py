@@ -203,3 +203,15 @@ def test_hostile_data_gets_a_bounded_treatment_never_an_error(rows):
     assert np.all(np.isfinite(y_edges)) and np.all(np.diff(y_edges) > 0)
     assert score_map.histogram().counts.shape == (1, 10)
     assert score_map.privacy["private"] is True  # the default samplers
+
+
+def test_a_statistic_release_draws_at_most_once():
+    from dask_dppca.compute.statistic import _release_task
+    from dask_dppca.compute.tickets import ReleaseAlreadyDrawnError
+
+    draws = []
+    release = draws.append
+    _release_task(release, "statistic-test-once", ExactCounts(np.arange(2)))
+    with pytest.raises(ReleaseAlreadyDrawnError):
+        _release_task(release, "statistic-test-once", ExactCounts(np.arange(2)))
+    assert len(draws) == 1
