@@ -84,6 +84,7 @@ def plot_score_map(
     score_map: ScoreMap,
     *,
     method: str | None = None,
+    floor_sigmas: float = 0.0,
     synthetic: bool = False,
     reference: Any = None,
     ax: Any = None,
@@ -96,6 +97,9 @@ def plot_score_map(
     score_map : ScoreMap
     method : str, optional
         ``"additive"`` or ``"sparse"`` (the first released by default).
+    floor_sigmas : float, default 0
+        Show cells whose noisy count is below this many noise sigmas as empty
+        (post-processing).
     synthetic : bool, default False
         Draw synthetic points (post-processing) on top.
     reference : array of shape (n, 2), optional
@@ -110,9 +114,10 @@ def plot_score_map(
     """
     figure, ax = _axes(ax)
     hist = score_map.histogram(method)
-    mesh = _heat(ax, hist.grid(), score_map, None)
+    mesh = _heat(ax, hist.grid(floor=hist.floor(floor_sigmas)), score_map, None)
     figure.colorbar(mesh, ax=ax, label="noisy count")
-    _out_of_frame_note(ax, float(hist.out_of_frame().sum()), float(hist.group_sizes().sum()))
+    total = sum(score_map.group_sizes(method).values())
+    _out_of_frame_note(ax, float(hist.out_of_frame().sum()), float(total))
     if synthetic:
         for points in score_map.synthetic(method=method, rng=rng).values():
             ax.scatter(points[:, 0], points[:, 1], s=2, c="tab:orange", alpha=0.5)
@@ -126,13 +131,15 @@ def plot_group_panels(
     score_map: ScoreMap,
     *,
     method: str | None = None,
+    floor_sigmas: float = 0.0,
     ncols: int = 3,
     reference: Any = None,
     reference_groups: Any = None,
 ) -> Any:
     """One heat map per group on the common frame and one colour scale.
 
-    Each panel's title gives the group's noisy size; its out-of-frame mass is written in it.
+    Each panel's title gives the group's noisy size (:meth:`~.ScoreMap.group_sizes`); its
+    out-of-frame mass is written in it; ``floor_sigmas`` as for :func:`plot_score_map`.
     A non-private ``reference`` (raw scores, with ``reference_groups`` labels) is drawn
     only when passed, labelled NOT PRIVATE.
 
@@ -147,12 +154,13 @@ def plot_group_panels(
     cols = max(1, min(int(ncols), n))
     rows = math.ceil(n / cols)
     figure, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
-    vmax = max(float(hist.grid(g).max()) for g in range(n)) or 1.0
-    sizes = hist.group_sizes()
+    floor = hist.floor(floor_sigmas)
+    vmax = max(float(hist.grid(g, floor).max()) for g in range(n)) or 1.0
+    sizes = list(score_map.group_sizes(method).values())
     mesh = None
     for g, name in enumerate(score_map.groups):
         ax = axes[g // cols][g % cols]
-        mesh = _heat(ax, hist.grid(g), score_map, vmax)
+        mesh = _heat(ax, hist.grid(g, floor), score_map, vmax)
         _out_of_frame_note(ax, float(hist.out_of_frame()[g]), float(sizes[g]))
         ax.set_title(f"{name} (noisy n = {sizes[g]:.0f})", fontsize=9)
         if reference is not None:

@@ -76,33 +76,50 @@ class NoisyHistogram:
     bins : (int, int)
     method : str
         ``"additive"`` or ``"sparse"``.
+    sigma : float or None
+        The noise's standard deviation per entry (public; the additive histogram's).
+
+    Every view below may drop the entries under a ``floor`` (in counts, e.g. two sigma):
+    post-processing of the release, free, which removes most of the mass the noise puts
+    in empty cells (benchmarks/bench_score_map.py measures it).
     """
 
     counts: NDArray[np.float64]
     bins: tuple[int, int]
     method: str
+    sigma: float | None = None
 
     @property
     def n_groups(self) -> int:
         """Rows of ``counts``."""
         return int(self.counts.shape[0])
 
-    def probabilities(self) -> NDArray[np.float64]:
-        """Counts clipped at 0 and normalised per group over all cells (out-of-frame
-        included); a group with no positive count gets zeros (post-processing).
+    def floor(self, sigmas: float) -> float:
+        """``sigmas`` times the noise's sigma (0 for a histogram without one)."""
+        return float(sigmas) * (self.sigma or 0.0)
+
+    def _kept(self, floor: float) -> NDArray[np.float64]:
+        kept: NDArray[np.float64] = np.where(self.counts >= floor, self.counts, 0.0)
+        return np.clip(kept, 0.0, None)
+
+    def probabilities(self, floor: float = 0.0) -> NDArray[np.float64]:
+        """Counts below ``floor`` set to 0, clipped at 0 and normalised per group over all
+        cells (out-of-frame included); a group with no positive count gets zeros
+        (post-processing).
         """
-        clipped = np.clip(self.counts, 0.0, None)
+        clipped = self._kept(floor)
         totals = clipped.sum(axis=1, keepdims=True)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(totals > 0, clipped / np.where(totals > 0, totals, 1.0), 0.0)
 
-    def grid(self, group: int | None = None) -> NDArray[np.float64]:
-        """The in-frame counts clipped at 0 as an ``(m_y, m_x)`` image (row = y bin);
-        summed over groups when ``group`` is None.
+    def grid(self, group: int | None = None, floor: float = 0.0) -> NDArray[np.float64]:
+        """The in-frame counts (below ``floor``: 0) clipped at 0 as an ``(m_y, m_x)`` image
+        (row = y bin); summed over groups when ``group`` is None.
         """
         mx, my = self.bins
-        rows = self.counts if group is None else self.counts[group : group + 1]
-        image: NDArray[np.float64] = np.clip(rows[:, : mx * my], 0.0, None).sum(axis=0)
+        kept = self._kept(floor)
+        rows = kept if group is None else kept[group : group + 1]
+        image: NDArray[np.float64] = rows[:, : mx * my].sum(axis=0)
         return image.reshape(my, mx)
 
     def out_of_frame(self) -> NDArray[np.float64]:
@@ -119,7 +136,12 @@ class NoisyHistogram:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
-        return {"method": self.method, "bins": list(self.bins), "counts": self.counts.tolist()}
+        return {
+            "method": self.method,
+            "bins": list(self.bins),
+            "counts": self.counts.tolist(),
+            "sigma": self.sigma,
+        }
 
 
 @dataclass(frozen=True)
@@ -179,7 +201,7 @@ class AdditiveHistogram:
         """
         counts = _check_counts(exact_counts, self.shape)
         noisy = sampler.add_noise(counts.ravel().astype(np.float64), self.sigma)
-        return NoisyHistogram(noisy.reshape(self.shape), self.bins, "additive")
+        return NoisyHistogram(noisy.reshape(self.shape), self.bins, "additive", self.sigma)
 
     def describe(self) -> dict[str, Any]:
         """The public record."""

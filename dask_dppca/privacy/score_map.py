@@ -259,18 +259,23 @@ class ScoreMap:
         method: str | None = None,
         sampling: str = "uniform",
         bandwidth_scale: float | None = None,
+        floor_sigmas: float = 2.0,
         rng: np.random.Generator | None = None,
     ) -> dict[str, NDArray[np.float64]]:
         """Synthetic points per group (post-processing).
 
         Each group gets its noisy size (:meth:`group_sizes`) times its histogram's noisy
         in-frame share; with ``size``, that many points in all, split in proportion
-        (largest remainder).  The out-of-frame mass has no position and is not sampled.
+        (largest remainder).  Cells whose noisy count is below ``floor_sigmas`` times the
+        noise's sigma are left empty (by default 2: otherwise the noise's positive part in
+        the empty cells scatters points over the whole frame).  The out-of-frame mass has
+        no position and is not sampled.
         """
         hist = self.histogram(method)
         mx, my = hist.bins
-        in_frame = np.clip(hist.counts[:, : mx * my], 0.0, None)
-        everywhere = np.clip(hist.counts, 0.0, None).sum(axis=1)
+        kept = hist._kept(hist.floor(floor_sigmas))
+        in_frame = kept[:, : mx * my]
+        everywhere = kept.sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             share = np.where(everywhere > 0, in_frame.sum(axis=1) / everywhere, 0.0)
         expected = np.array(list(self.group_sizes(method).values())) * share  # in frame
@@ -329,7 +334,8 @@ class ScoreMap:
         for name, h in record["histograms"].items():
             mx, my = (int(v) for v in h["bins"])
             counts = np.asarray(h["counts"], dtype=np.float64)
-            histograms[name] = NoisyHistogram(counts, (mx, my), str(h["method"]))
+            sigma = None if h.get("sigma") is None else float(h["sigma"])
+            histograms[name] = NoisyHistogram(counts, (mx, my), str(h["method"]), sigma)
         ax, ay = (int(v) for v in record.get("axes", (0, 1)))
         groups = tuple(str(g) for g in record["groups"])
         privacy = dict(record.get("privacy", {}))

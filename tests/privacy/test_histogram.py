@@ -373,3 +373,18 @@ def test_random_hostile_neighbours_never_exceed_the_claimed_sensitivities(rows, 
     assert np.linalg.norm(b - a) <= SQRT2 and np.abs(b - a).sum() <= 2
     assert np.linalg.norm(b.sum(axis=1) - a.sum(axis=1)) <= SQRT2
     assert a.sum() == b.sum() == len(rows)  # every record in exactly one entry
+
+
+def test_a_floor_drops_the_noise_in_empty_cells_as_post_processing():
+    h = AdditiveHistogram((2, 2), 1.0)
+    released = h.release(np.array([[40, 1, 0, 30, 2]]), NoGaussian())
+    assert released.sigma == h.sigma and released.floor(2.0) == pytest.approx(2 * SQRT2)
+    assert released.probabilities(released.floor(2.0))[0].tolist() == [40 / 70, 0, 0, 30 / 70, 0]
+    assert released.grid(floor=3.0).tolist() == [[40, 0], [0, 30]]
+    m = ScoreMap(Frame((0.0, 0.0), (1.0, 1.0)), {"additive": released}, ("all",))
+    points = m.synthetic(rng=np.random.default_rng(3), bandwidth_scale=0.0)["all"]
+    assert len(points) == 73  # the noisy size, all of its kept mass in the frame
+    assert set(np.sign(points[:, 0] * points[:, 1]).tolist()) == {1.0}  # cells 0 and 3 only
+    raw = m.synthetic(rng=np.random.default_rng(3), floor_sigmas=0.0)["all"]
+    assert len(raw) == 71  # 73 noisy, 2 of them outside the frame
+    assert ScoreMap.from_dict(m.to_dict()).histogram().sigma == h.sigma
