@@ -150,6 +150,10 @@ def one_run(
     if grouped:
         tvs = [total_variation(released[g], exact[g]) for g in range(len(mechanism.domain or ()))]
         out["TV per group (worst)"] = max(tvs)
+        kept = score_map.histogram("additive")._kept(score_map.histogram("additive").floor(2.0))
+        out["TV per group (worst), 2 sigma dropped"] = max(
+            total_variation(kept[g], exact[g]) for g in range(len(mechanism.domain or ()))
+        )
         sizes = np.array(list(score_map.group_sizes().values()))[:-1]
         out["group size rel. error (worst)"] = float(np.max(np.abs(sizes - 1000) / 1000))
     return out
