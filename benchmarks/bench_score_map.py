@@ -135,7 +135,7 @@ def one_run(
         "coverage": float(inside.mean()),
         "TV, cells under 2 sigma dropped": total_variation(
             score_map.histogram("additive")
-            ._kept(score_map.histogram("additive").floor(2.0))
+            .kept(score_map.histogram("additive").floor(2.0))
             .sum(axis=0),
             exact.sum(axis=0),
         ),
@@ -150,7 +150,7 @@ def one_run(
     if grouped:
         tvs = [total_variation(released[g], exact[g]) for g in range(len(mechanism.domain or ()))]
         out["TV per group (worst)"] = max(tvs)
-        kept = score_map.histogram("additive")._kept(score_map.histogram("additive").floor(2.0))
+        kept = score_map.histogram("additive").kept(score_map.histogram("additive").floor(2.0))
         out["TV per group (worst), 2 sigma dropped"] = max(
             total_variation(kept[g], exact[g]) for g in range(len(mechanism.domain or ()))
         )

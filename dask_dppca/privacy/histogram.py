@@ -98,7 +98,8 @@ class NoisyHistogram:
         """``sigmas`` times the noise's sigma (0 for a histogram without one)."""
         return float(sigmas) * (self.sigma or 0.0)
 
-    def _kept(self, floor: float) -> NDArray[np.float64]:
+    def kept(self, floor: float = 0.0) -> NDArray[np.float64]:
+        """The counts with every entry below ``floor`` set to 0, clipped at 0."""
         kept: NDArray[np.float64] = np.where(self.counts >= floor, self.counts, 0.0)
         return np.clip(kept, 0.0, None)
 
@@ -107,7 +108,7 @@ class NoisyHistogram:
         cells (out-of-frame included); a group with no positive count gets zeros
         (post-processing).
         """
-        clipped = self._kept(floor)
+        clipped = self.kept(floor)
         totals = clipped.sum(axis=1, keepdims=True)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(totals > 0, clipped / np.where(totals > 0, totals, 1.0), 0.0)
@@ -117,7 +118,7 @@ class NoisyHistogram:
         (row = y bin); summed over groups when ``group`` is None.
         """
         mx, my = self.bins
-        kept = self._kept(floor)
+        kept = self.kept(floor)
         rows = kept if group is None else kept[group : group + 1]
         image: NDArray[np.float64] = rows[:, : mx * my].sum(axis=0)
         return image.reshape(my, mx)

@@ -273,7 +273,7 @@ class ScoreMap:
         """
         hist = self.histogram(method)
         mx, my = hist.bins
-        kept = hist._kept(hist.floor(floor_sigmas))
+        kept = hist.kept(hist.floor(floor_sigmas))
         in_frame = kept[:, : mx * my]
         everywhere = kept.sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
