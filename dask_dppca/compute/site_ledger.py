@@ -12,7 +12,7 @@ Configuration (read in the process that draws, when the release runs):
   path on the worker's machine); environment variable
   ``DASK_DASK_DPPCA__RELEASE__LEDGER``, a Dask YAML file, or a ``--preload`` module
   calling ``dask.config.set``;
-* :data:`RELEASE_EPSILON_KEY`, :data:`RELEASE_DELTA_KEY`
+* :data:`RELEASE_EPSILON_KEY`, ``RELEASE_DELTA_KEY``
   (``dask-dppca.release.epsilon`` / ``.delta``): its totals; with them the ledger is
   created if missing (and refused if it holds other totals); without them it must exist.
 
