@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
             rc = _run(args)
             gc.collect()  # while the filter holds
             return rc
+    except KeyboardInterrupt as error:  # stopped just after the command itself returned
+        print(f"dask-dppca: {_stopped(error, args)}", file=sys.stderr)
+        return exit_code(error)
     finally:  # main() may be called in a process that goes on (tests, notebooks)
         warnings.formatwarning = shown_as
         logging.disable(disabled)

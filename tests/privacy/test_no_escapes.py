@@ -221,3 +221,42 @@ def test_the_dask_configuration_names_a_default_ledger_and_can_require_one(budge
     assert refused.startswith("BudgetRequiredError") and "nothing was released" in refused
     charged = [f for _, f in _charged(budget)]
     assert len(charged) == 4 and charged[0] == here and charged[-1] == there
+
+
+def test_the_ledger_where_the_noise_is_drawn_charges_a_local_fit_once_and_refuses_beyond(
+    tmp_path, clean_env
+):
+    """dask-dppca.release.ledger in the process that draws (here: a local scheduler):
+    charged inside the release, once when it is also the client's budget, and a release
+    it cannot afford refused before any noise."""
+    from dask_dppca.privacy import mechanism
+    from dask_dppca.privacy.budget import BudgetExceededError
+
+    site = str(tmp_path / "site.ledger")
+    keys = {
+        "dask-dppca.release.ledger": site,
+        "dask-dppca.release.epsilon": 1.2,
+        "dask-dppca.release.delta": 1e-5,
+    }
+    with dask.config.set(keys):
+        _, alone = fit_here(0)  # no budget on the client's side at all
+        ledger = PrivacyBudget.open(site)
+        with ledger:
+            _, both = fit_here(1)  # the client's budget is the same file: one row
+        draws = []
+        original = mechanism.add_symmetric_noise
+        mechanism.add_symmetric_noise = lambda *a, **k: draws.append(1) or original(*a, **k)
+        try:
+            with pytest.raises(BudgetExceededError, match="refused where the noise is drawn"):
+                for seed in range(2, 12):  # until the site ledger is spent
+                    fit_here(seed)
+        finally:
+            mechanism.add_symmetric_noise = original
+    rows = ledger._ledger.rows()
+    assert [r.fit_id for r in rows[:2]] == [alone, both]
+    assert "charged where drawn" in rows[0].label and "charged where drawn" not in rows[1].label
+    assert {r.state for r in rows} == {"committed"}  # the refused one left no row
+    assert len(draws) == len(rows) - 2  # the refused release drew nothing
+    with dask.config.set({"dask-dppca.release.ledger": site, "dask-dppca.release.delta": 1e-5}):
+        with pytest.raises(ValueError, match="set both totals"):
+            fit_here(20)
