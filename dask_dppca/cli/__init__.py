@@ -175,8 +175,18 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _stopped(error: KeyboardInterrupt, args: argparse.Namespace) -> str:
-    """The line of a stopped command: the signal, and the budgets' reservations."""
+    """The line of a stopped command: the signal, and the budgets' reservations.
+
+    What the stop left half made (an event loop stopped while it started) is collected
+    now, its complaints ("Exception ignored in ...") silenced: the line is the output.
+    """
     from ..privacy.charging import default_budget
+
+    hook, sys.unraisablehook = sys.unraisablehook, lambda unraisable: None
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
     budgets = list(getattr(args, "charged_budgets", []))
     try:
