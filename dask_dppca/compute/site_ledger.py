@@ -51,8 +51,10 @@ __all__ = [
 
 #: Dask configuration key: the ledger charged where the noise is drawn.
 RELEASE_LEDGER_KEY = "dask-dppca.release.ledger"
-#: Dask configuration keys: that ledger's totals (optional; then it is created if missing).
+#: Dask configuration key: that ledger's total epsilon (optional, with the delta: then
+#: the ledger is created if missing).
 RELEASE_EPSILON_KEY = "dask-dppca.release.epsilon"
+#: Dask configuration key: that ledger's total delta.
 RELEASE_DELTA_KEY = "dask-dppca.release.delta"
 
 
