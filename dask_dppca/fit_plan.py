@@ -321,8 +321,8 @@ def _memory(
     per_lane = 2 * exact_sum + layout.carried_blocks * block
     held = min(layout.shared_blocks, layout.shared_blocks_per_lane * lanes_per_worker)
     running = min(shape.threads_per_worker, layout.lane_tasks)
-    # The embedded cluster's worker is this process, which holds an in-memory input too.
-    in_process = isinstance(records.source, np.ndarray) and shape.workers == 1
+    # An in-process worker (the embedded cluster's) shares this process and its input.
+    in_process = isinstance(records.source, np.ndarray) and shape.in_process
     parts = {
         "baseline": machine.worker_baseline_bytes,
         "tasks": running * per_task,

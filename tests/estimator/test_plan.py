@@ -263,5 +263,5 @@ def test_a_cluster_shape_reads_a_running_cluster():
         Client(cluster, set_as_default=False) as client,
     ):
         shape = cluster_shape(client)
-    assert shape == ClusterShape(2, 1, 2**30, shape.source)
+    assert shape == ClusterShape(2, 1, 2**30, shape.source, in_process=True)
     assert shape.n_threads == 2
