@@ -25,6 +25,8 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 #: Public name -> module that defines it.
 _PUBLIC = {
     "DPPCA": "estimator",
+    "analyze": "analysis",
+    "PrivateAnalysis": "analysis",
     "kendall_matrix": "reference",
     "sin_theta": "metrics",
     "PrivacyBudget": "privacy.budget",
@@ -56,6 +58,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .analysis import PrivateAnalysis, analyze  # noqa: F401
     from .compute.placement import UntrustedReleaseWarning  # noqa: F401
     from .compute.waits import ClusterStalledError  # noqa: F401
     from .design import CompleteDesign, RegularDesign  # noqa: F401

@@ -23,6 +23,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .compute import check_scheduler, compute_target
+from .compute.budget_config import budget_required, configured_ledgers
 from .design import Design, check_design, plan_blocks
 from .graph import kernel_sum_graph
 from .io import is_lazy_input, open_records
@@ -290,6 +291,8 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                     fit_id=fit_id,
                     dataset=records.dataset,
                     carried=self.carried_budgets,
+                    named=configured_ledgers(),
+                    required=budget_required(),
                     abandon=lambda: target.abandon(fit_id),
                 ):
                     lane_sums = kernel_sum_graph(
@@ -307,6 +310,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                         trusted_worker=params.trusted_worker,
                         require_trusted=params.require_trusted,
                         progress=params.progress,
+                        dataset=records.dataset,
                     )
             except BaseException as error:
                 logger.warning(

@@ -51,6 +51,7 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
         frozenset(
             {
                 "estimator",
+                "analysis",
                 "reference",
                 "metrics",
                 "planning",
@@ -58,13 +59,14 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
                 "machine",
                 "theory",
                 "results",
+                "score_plots",
                 "cli",
                 "__init__",
                 "__main__",
             }
         ),
-        "DPPCA, the non-private kendall_matrix, sin theta, the planner, the fit plan and the "
-        "machine model, theory, result files, the command line",
+        "DPPCA, the private analysis, the non-private kendall_matrix, sin theta, the planner, "
+        "the fit plan and the machine model, theory, result files, the command line",
     ),
 )
 

@@ -1,10 +1,11 @@
-"""Command line: ``dask-dppca demo``, ``fit STORE``, ``plan STORE``, ``bench``,
-``budget create|show LEDGER``
-(one module per command).
+"""Command line: ``dask-dppca demo``, ``fit STORE``, ``analyze STORE``, ``plan STORE``,
+``bench``, ``budget create|show|resolve LEDGER`` (one module per command).
 
 Every user error ends with one line on stderr and a non-zero exit code, never a
 traceback: 2 for a bad parameter or input, 3 when the cluster cannot be reached or a
 release fails, 1 for anything unexpected (with the exception's one-line summary).
+SIGINT, SIGTERM and SIGHUP stop a command alike (:mod:`.signals`): exit code 128 +
+the signal's number, one line saying what became of the budget reservation.
 
 Imports are lazy: the parser needs only argparse, so ``--help`` answers at once;
 each command imports numpy, Dask and the library when it runs.
@@ -13,12 +14,15 @@ each command imports numpy, Dask and the library when it runs.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
+import time
 import warnings
 
 from .. import __version__
-from . import bench, budget, demo, fit, plan
+from . import analyze, bench, budget, demo, fit, plan
+from .signals import exit_code, stop_signals_as_interrupts, stopped_line
 
 __all__ = [
     "CLI_SPELLINGS",
@@ -35,7 +39,7 @@ EXIT_CLUSTER = 3
 EXIT_UNEXPECTED = 1
 
 #: The sub-command modules, each with ``add_parser(commands)`` setting ``run``.
-COMMANDS = (demo, fit, plan, bench, budget)
+COMMANDS = (demo, fit, analyze, plan, bench, budget)
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -130,8 +134,17 @@ def main(argv: list[str] | None = None) -> int:
     # that went away, 30 lines): the command's error is its one line.
     disabled = logging.root.manager.disable
     logging.disable(logging.ERROR)
+    args.started = time.time()
     try:
-        return _run(args)
+        with stop_signals_as_interrupts(), warnings.catch_warnings():
+            # A stopped command leaves the coroutines it was awaiting (fsspec, zarr)
+            # unfinished; Python's warning about each is not the command's line.
+            warnings.filterwarnings(
+                "ignore", message="coroutine .* was never awaited", category=RuntimeWarning
+            )
+            rc = _run(args)
+            gc.collect()  # while the filter holds
+            return rc
     finally:  # main() may be called in a process that goes on (tests, notebooks)
         warnings.formatwarning = shown_as
         logging.disable(disabled)
@@ -147,15 +160,29 @@ def _run(args: argparse.Namespace) -> int:
     except (OSError, TimeoutError, RuntimeError) as error:
         print(f"dask-dppca: error: {type(error).__name__}: {_one_line(error)}", file=sys.stderr)
         return EXIT_CLUSTER
-    except KeyboardInterrupt:
-        print("dask-dppca: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as error:  # SIGINT, and SIGTERM or SIGHUP (signals.Stopped)
+        print(f"dask-dppca: {_stopped(error, args)}", file=sys.stderr)
+        return exit_code(error)
     except Exception as error:
         print(
             f"dask-dppca: unexpected error: {type(error).__name__}: {_one_line(error)}",
             file=sys.stderr,
         )
         return EXIT_UNEXPECTED
+
+
+def _stopped(error: KeyboardInterrupt, args: argparse.Namespace) -> str:
+    """The line of a stopped command: the signal, and the budgets' reservations."""
+    from ..privacy.charging import default_budget
+
+    budgets = list(getattr(args, "charged_budgets", []))
+    try:
+        default = default_budget()
+    except (OSError, RuntimeError):
+        default = None
+    if default is not None and default.ledger not in {b.ledger for b in budgets}:
+        budgets.append(default)
+    return stopped_line(error, budgets, args.started)
 
 
 def _one_line(error: BaseException) -> str:

@@ -1,8 +1,11 @@
-"""``dask-dppca budget create|show LEDGER``: a durable privacy budget shared by every fit."""
+"""``dask-dppca budget create|show|resolve LEDGER``: a durable privacy budget shared by
+every fit.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from typing import TYPE_CHECKING
 
@@ -11,7 +14,9 @@ if TYPE_CHECKING:
 
 
 def add_parser(commands) -> None:
-    """Register ``budget`` (with ``create`` and ``show``) on the sub-command parser."""
+    """Register ``budget`` (with ``create``, ``show`` and ``resolve``) on the sub-command
+    parser.
+    """
     budget = commands.add_parser(
         "budget",
         help="create or show a privacy budget ledger (pass it to fit with --budget)",
@@ -40,7 +45,27 @@ def add_parser(commands) -> None:
         "and a table of every release.",
     )
     show.add_argument("ledger", help="ledger file")
+    show.add_argument(
+        "--json",
+        action="store_true",
+        help="print machine-readable JSON instead: totals, counts, spent, remaining, and "
+        "every release with all its columns (state, stage, times, pid, ...)",
+    )
     show.set_defaults(run=run_show)
+    resolve = actions.add_parser(
+        "resolve",
+        help="settle reservations left by fits that stopped before settling them",
+        description="Settle 'reserved' rows whose fit stopped (killed, machine lost) before "
+        "committing or cancelling them. A row whose release was never dispatched provably "
+        "drew no noise and is cancelled (given back); any other reserved row may have drawn "
+        "and is committed (it stays spent); a row whose process still runs on this machine "
+        "is left to it. Each row's outcome is printed with the reason.",
+    )
+    resolve.add_argument("ledger", help="ledger file")
+    resolve.add_argument(
+        "row", nargs="?", type=int, help="the release (its id in 'budget show'); default all"
+    )
+    resolve.set_defaults(run=run_resolve)
 
 
 def run_create(args: argparse.Namespace) -> int:
@@ -58,8 +83,29 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    """Print the ledger's report."""
-    print(open_ledger(args.ledger).describe())
+    """Print the ledger's report (as JSON with ``--json``)."""
+    budget = open_ledger(args.ledger)
+    if args.json:
+        print(json.dumps(budget.as_dict(), indent=2, allow_nan=False))
+    else:
+        print(budget.describe())
+    return 0
+
+
+def run_resolve(args: argparse.Namespace) -> int:
+    """Settle the reserved rows (or one), one line each, then the budget's remaining."""
+    budget = open_ledger(args.ledger)
+    if args.row is not None and args.row not in {r["id"] for r in budget.as_dict()["releases"]}:
+        raise ValueError(f"row: {args.ledger} holds no release {args.row} (see budget show)")
+    resolutions = budget.resolve(args.row)
+    for done in resolutions:
+        print(f"release {done.release.id}: {done.outcome}: {done.why}")
+    if not resolutions:
+        print("no reserved releases to resolve")
+    print(
+        f"budget {args.ledger}: epsilon {budget.remaining():.6g} left for one more release "
+        f"at delta={budget.delta:g}"
+    )
     return 0
 
 

@@ -197,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress and sys.stdout.isatty(),
     )
     budget = open_ledger(args.budget) if args.budget else None
+    args.charged_budgets = [] if budget is None else [budget]  # for a stopped fit's line
     with (
         nullcontext() if budget is None else budget,
         tls_config(args.tls_ca_file, args.tls_cert, args.tls_key),

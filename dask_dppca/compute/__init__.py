@@ -11,6 +11,8 @@
 * :mod:`.release`: running a :class:`~.ReleaseMechanism` once, on the
   trusted worker; :mod:`.placement` and :mod:`.trust` (where it may run),
   :mod:`.tickets` (drawn at most once).
+* :mod:`.statistic`: any other noisy statistic released once on the trusted worker;
+  :mod:`.score_map`: the private score map stage (frame, histograms, group sizes).
 """
 
 from .cluster import TRUSTED_RESOURCE, check_scheduler, close_embedded_cluster, tls_config

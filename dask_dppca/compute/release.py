@@ -32,8 +32,10 @@ from .failures import (
 )
 from .placement import choose_placement, describe_placement, placement_available
 from .progress import cluster_progress, local_progress
+from .site_ledger import charged_where_drawn
 from .tickets import (
     claim_release_ticket,
+    current_worker,
     mark_release_dispatched,
     mark_release_settled,
     prune_release_tickets,
@@ -45,13 +47,19 @@ __all__ = ["release_here", "release_on_cluster", "release_task"]
 
 
 def release_task(
-    mechanism: ReleaseMechanism, n_components: int, fit_id: str, *lane_sums: Any
+    mechanism: ReleaseMechanism, n_components: int, fit_id: str, *lane_sums: Any, dataset: str = ""
 ) -> PrivateRelease:
-    """The release, where it runs: the lanes' exact total, the ticket, the noise, eigh."""
+    """The release, where it runs: the lanes' exact total, the ledger configured here
+    (:mod:`.site_ledger`: charged before the draw, or the release refused), the ticket,
+    the noise, eigh.
+    """
     kernel_sum = lanes_total(*lane_sums)
-    worker = claim_release_ticket(fit_id)
-    released_on = worker.address if worker is not None else "this process"
-    return mechanism.release(kernel_sum, n_components, released_on=released_on)
+    here = current_worker()
+    with charged_where_drawn(mechanism, fit_id, dataset, getattr(here, "address", None)) as drawing:
+        worker = claim_release_ticket(fit_id)
+        released_on = worker.address if worker is not None else "this process"
+        drawing[0] = True
+        return mechanism.release(kernel_sum, n_components, released_on=released_on)
 
 
 def release_here(
@@ -63,6 +71,7 @@ def release_here(
     *,
     require_trusted: bool,
     progress: bool,
+    dataset: str = "",
 ) -> tuple[PrivateRelease, str]:
     """The release on a local scheduler: the sums computed and released in this process."""
     if require_trusted:
@@ -73,7 +82,7 @@ def release_here(
         )
     with local_progress(progress), single_threaded_blas(True):
         lanes = dask.compute(*lane_sums, scheduler=scheduler)
-    release = release_task(mechanism, n_components, fit_id, *lanes)
+    release = release_task(mechanism, n_components, fit_id, *lanes, dataset=dataset)
     return release, f"this process (local scheduler {scheduler!r})"
 
 
@@ -88,6 +97,7 @@ def release_on_cluster(
     trusted_worker: str | None,
     require_trusted: bool,
     progress: bool,
+    dataset: str = "",
 ) -> tuple[PrivateRelease, str]:
     """The release on a cluster: one non-retried task on the trusted worker; only it is gathered."""
     placement = choose_placement(client, trusted_worker, require_trusted)
@@ -117,14 +127,18 @@ def release_on_cluster(
                 n_components,
                 fit_id,
                 *lane_futures,
+                dataset=dataset,
                 key=f"dppca-release-{fit_id}",
                 pure=False,
                 retries=0,
                 **placement,
             )
-            release = await_result(
-                client, release_future, f"release {fit_id}", needed=trusted_worker_present
-            )
+            # Its own bar: the release is submitted once the lanes are done, so the lanes'
+            # bar cannot show it.
+            with cluster_progress(client, [release_future], progress):
+                release = await_result(
+                    client, release_future, f"release {fit_id}", needed=trusted_worker_present
+                )
             mark_release_settled(fit_id)
             prune_release_tickets(client)
         except ClusterStalledError as error:

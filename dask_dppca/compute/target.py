@@ -73,8 +73,13 @@ class ComputeTarget(ABC):
         trusted_worker: str | None = None,
         require_trusted: bool = False,
         progress: bool = False,
+        dataset: str = "",
     ) -> tuple[PrivateRelease, str]:
-        """Run ``mechanism`` once on the lanes' exact sums; the release and where it ran."""
+        """Run ``mechanism`` once on the lanes' exact sums; the release and where it ran.
+
+        ``dataset`` (what was released on, public) goes into the row of the ledger
+        configured where the noise is drawn, if any (:mod:`.site_ledger`).
+        """
 
     @abstractmethod
     def abandon(self, fit_id: str) -> bool:
@@ -112,6 +117,7 @@ class LocalScheduler(ComputeTarget):
         trusted_worker=None,
         require_trusted=False,
         progress=False,
+        dataset="",
     ):
         """Run ``mechanism`` once on the lanes' exact sums; the release and where it ran."""
         return release_here(
@@ -122,6 +128,7 @@ class LocalScheduler(ComputeTarget):
             fit_id,
             require_trusted=require_trusted,
             progress=progress,
+            dataset=dataset,
         )
 
     def abandon(self, fit_id: str) -> bool:
@@ -188,6 +195,7 @@ class ClusterTarget(ComputeTarget):
         trusted_worker=None,
         require_trusted=False,
         progress=False,
+        dataset="",
     ):
         """Run ``mechanism`` once on the lanes' exact sums; the release and where it ran."""
         return release_on_cluster(
@@ -200,6 +208,7 @@ class ClusterTarget(ComputeTarget):
             trusted_worker=trusted_worker,
             require_trusted=require_trusted,
             progress=progress,
+            dataset=dataset,
         )
 
     def abandon(self, fit_id: str) -> bool:

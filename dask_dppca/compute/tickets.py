@@ -24,6 +24,8 @@ from typing import Any
 
 import distributed
 
+from ..privacy.charging import release_dispatched
+
 __all__ = [
     "ABANDONED_METADATA_KEY",
     "RELEASE_METADATA_KEY",
@@ -71,7 +73,12 @@ class ReleaseAlreadyDrawnError(RuntimeError):
 def mark_release_dispatched(fit_id: str, scheduler_id: str | None = None) -> None:
     """Record, before it can draw, that the release of ``fit_id`` is called or submitted
     here (to the scheduler ``scheduler_id``, on a cluster).
+
+    First in every ledger charged for it (:func:`~dask_dppca.privacy.charging.release_dispatched`:
+    a ledger row whose release was never dispatched proves that nothing was drawn);
+    a ledger that refuses (its row was resolved meanwhile) stops the release here.
     """
+    release_dispatched(fit_id)
     _dispatched.add(fit_id)
     if scheduler_id is not None:
         _dispatched_to[fit_id] = scheduler_id
@@ -81,9 +88,10 @@ def mark_release_settled(fit_id: str) -> None:
     """Record that the release of ``fit_id`` returned to this client (its task can no
     longer run: its key was released), so that its ticket may be pruned later.
     """
+    # It stays among the dispatched ones (so abandon_release never takes a drawn release
+    # for one that never drew: a fit stopped after this point, say by SIGTERM while it
+    # prunes the tickets, keeps its reservation) until its ticket is pruned.
     _settled.append(fit_id)
-    _dispatched.discard(fit_id)
-    _dispatched_to.pop(fit_id, None)
 
 
 def prune_release_tickets(client: distributed.Client) -> int:
@@ -112,10 +120,14 @@ def prune_release_tickets(client: distributed.Client) -> int:
         return len(old)
 
     try:
-        return int(client.run_on_scheduler(prune, fit_ids=prunable, older_than=older_than))
+        pruned = int(client.run_on_scheduler(prune, fit_ids=prunable, older_than=older_than))
     except Exception:  # pruning is housekeeping; the tickets stay
         _settled.extendleft(reversed(prunable))
         return 0
+    for fit_id in prunable:  # long settled: their fits committed
+        _dispatched.discard(fit_id)
+        _dispatched_to.pop(fit_id, None)
+    return pruned
 
 
 def abandon_release(fit_id: str, client: distributed.Client | None) -> bool:

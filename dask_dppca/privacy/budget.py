@@ -33,6 +33,7 @@ Which budgets a fit charges (the default, open ``with`` blocks, carried ones) is
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import os
@@ -45,6 +46,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..validation import nonnegative_finite, positive_finite
+from . import lineage
+from .accounting import Composition, compose
 from .calibration import (
     DELTA_RELATIVE_ERROR,
     _apply_excess,
@@ -58,15 +61,18 @@ from .ledger import (
     LedgerError,
     MemoryLedger,
     Release,
+    Resolution,
     SQLiteLedger,
     UnreachableLedger,
     ledger_path,
 )
+from .parts import GaussianPart, PrivacyPart, PureDPPart, part_to_dict
 
 __all__ = [
     "BudgetExceededError",
     "GaussianCharge",
     "LedgerError",
+    "PartsCharge",
     "PrivacyBudget",
     "Release",
     "Reservation",
@@ -87,8 +93,34 @@ _OPEN: dict[BudgetKey, list[Any]] = {}  # key -> [budget, depth]
 _IN_MEMORY: weakref.WeakValueDictionary[str, PrivacyBudget] = weakref.WeakValueDictionary()
 
 
+#: Environment variable naming the ledger of the default budget (inherited by child
+#: processes); see :mod:`~dask_dppca.privacy.charging`.
+BUDGET_ENV = "DASK_DPPCA_BUDGET"
+
+
+def publish_budgets() -> None:
+    """Register this process's default and open budgets for its child processes
+    (:mod:`~dask_dppca.privacy.lineage`).
+    """
+    with _STATE_LOCK:
+        opened = [budget for budget, _ in _OPEN.values()]
+        ledgers = [budget.ledger for budget in opened if budget.ledger is not None]
+        default = os.environ.get(BUDGET_ENV)
+        if default:
+            try:
+                ledgers.insert(0, ledger_path(default))
+            except ValueError:
+                pass  # a fit here refuses it (charging.default_budget)
+        memory = any(budget.ledger is None for budget in opened)
+        lineage.register(list(dict.fromkeys(ledgers)), memory)
+
+
 class BudgetExceededError(RuntimeError):
     """A release would exceed the (epsilon, delta) of a privacy budget."""
+
+
+class _AlreadyCharged(Exception):
+    """reserve_once: the ledger already counts this fit (nothing is recorded)."""
 
 
 @dataclass(frozen=True)
@@ -119,15 +151,51 @@ class GaussianCharge:
     delta: float | None = None
 
 
-def _charge_of(item: Any) -> GaussianCharge:
-    """The charge of a mechanism (``.charge``) or a charge itself."""
+@dataclass(frozen=True)
+class PartsCharge:
+    """What a budget charges for a release stated as parts (:mod:`.parts`).
+
+    Mixed parts (Gaussian, pure and approximate DP) are composed exactly with every
+    other release (:mod:`.accounting`).  A mechanism offering ``.parts`` (and no
+    ``.charge``) is charged this way.
+
+    Attributes
+    ----------
+    parts : tuple of PrivacyPart
+        At least one.
+    epsilon, delta : float or None
+        For the record only.
+    """
+
+    parts: tuple[PrivacyPart, ...]
+    epsilon: float | None = None
+    delta: float | None = None
+
+    def __post_init__(self) -> None:
+        parts = tuple(self.parts)
+        if not parts or not all(
+            isinstance(p, (GaussianPart, PureDPPart)) or hasattr(p, "delta") for p in parts
+        ):
+            raise ValueError(f"parts: expected one or more privacy parts, got {self.parts!r}")
+        object.__setattr__(self, "parts", parts)
+
+
+def _charge_of(item: Any) -> GaussianCharge | PartsCharge:
+    """The charge of a mechanism (``.charge``, else ``.parts``) or a charge itself."""
     charge = getattr(item, "charge", item)
-    if not isinstance(charge, GaussianCharge):
-        raise TypeError(
-            f"charge: expected a GaussianCharge or a mechanism with .charge, got "
-            f"{type(item).__name__}"
-        )
-    return charge
+    if isinstance(charge, (GaussianCharge, PartsCharge)):
+        return charge
+    parts = getattr(item, "parts", None)
+    if parts is not None:
+        return PartsCharge(tuple(parts))
+    raise TypeError(
+        f"charge: expected a GaussianCharge, a PartsCharge or a mechanism with .charge or "
+        f".parts, got {type(item).__name__}"
+    )
+
+
+def _is_discrete(part: PrivacyPart) -> bool:
+    return not isinstance(part, GaussianPart)
 
 
 def _check_release(sensitivity: float, sigma: float, excess: float) -> tuple[float, float, float]:
@@ -230,7 +298,10 @@ class PrivacyBudget:
 
     def __enter__(self) -> PrivacyBudget:
         with _STATE_LOCK:
-            _OPEN.setdefault(self._key, [self, 0])[1] += 1
+            entry = _OPEN.setdefault(self._key, [self, 0])
+            entry[1] += 1
+            if entry[1] == 1:
+                publish_budgets()  # for child processes, whenever they were started
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -239,6 +310,7 @@ class PrivacyBudget:
             entry[1] -= 1
             if entry[1] == 0:
                 del _OPEN[self._key]
+                publish_budgets()
 
     # -- accounting -----------------------------------------------------------------------
 
@@ -251,8 +323,41 @@ class PrivacyBudget:
     ) -> tuple[float, float]:
         """(mu, excess) of ``rows`` plus extra (mu, excess) pairs, mu rounded up."""
         squares = [r.mu**2 for r in rows] + [mu**2 for mu, _ in extra]
+        squares += [p.mu**2 for r in rows for p in r.parts if isinstance(p, GaussianPart)]
         excess = [r.excess for r in rows] + [exc for _, exc in extra]
         return math.sqrt(math.fsum(squares)) * _ROUND_UP, math.fsum(excess)
+
+    @staticmethod
+    def _mixed(rows: Sequence[Release], extra: Sequence[PrivacyPart] = ()) -> bool:
+        """Whether ``rows`` and ``extra`` hold any non-Gaussian part (exact accountant)."""
+        return any(_is_discrete(p) for p in extra) or any(
+            _is_discrete(p) for r in rows for p in r.parts
+        )
+
+    @staticmethod
+    def _composition(
+        rows: Sequence[Release], extra: Sequence[PrivacyPart] = ()
+    ) -> tuple[Composition, float]:
+        """The exact composition of ``rows`` and ``extra`` parts, and the summed excess."""
+        parts: list[PrivacyPart] = [GaussianPart(r.mu) for r in rows if r.mu > 0.0]
+        parts += [p for r in rows for p in r.parts]
+        parts += list(extra)
+        return compose(parts), math.fsum(r.excess for r in rows)
+
+    def _fits_parts(
+        self, rows: Sequence[Release], extra: Sequence[PrivacyPart], excess: float = 0.0
+    ) -> bool:
+        """Whether ``rows`` plus ``extra`` parts (plus ``excess``) meet the budget."""
+        if not self._mixed(rows, extra):
+            squares = [p.mu for p in extra if isinstance(p, GaussianPart)]
+            mu, total = self._composed(rows, [(m, 0.0) for m in squares])
+            return self._fits(mu, total + excess)
+        composition, total = self._composition(rows, extra)
+        target = self._target(total + excess)
+        if target is None:
+            return False
+        eps, dlt = target
+        return composition.delta(eps) <= dlt * (1.0 - DELTA_RELATIVE_ERROR)
 
     def _target(self, excess: float) -> tuple[float, float] | None:
         """(epsilon, delta) the ideal Gaussian must meet; None if the excess leaves none."""
@@ -271,10 +376,38 @@ class PrivacyBudget:
     def _admit(self, sens: float, sig: float, exc: float, rows: Sequence[Release]) -> None:
         """Raise BudgetExceededError unless one more release fits after ``rows``."""
         mu, total_excess = self._composed(rows, [(sens / sig, exc)])
+        if self._mixed(rows):
+            if sens > 0.0 and not self._fits_parts(rows, [GaussianPart(sens / sig)], exc):
+                composition, excess = self._composition(rows, [GaussianPart(sens / sig)])
+                target = self._target(excess + exc)
+                needed = (
+                    math.inf
+                    if target is None
+                    else composition.epsilon(target[1]) + 2.0 * (excess + exc)
+                )
+                raise BudgetExceededError(
+                    f"release (sensitivity={sens:.6g}, sigma={sig:.6g}) would exceed the "
+                    f"budget (epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}): "
+                    f"with the {len(rows)} release(s) so far it needs epsilon={needed:.6g} "
+                    "at this delta"
+                )
+            return
         if not self._fits(mu, total_excess):
             needed = gaussian_dp_epsilon(mu, self.delta) + 2.0 * total_excess
             raise BudgetExceededError(
                 f"release (sensitivity={sens:.6g}, sigma={sig:.6g}) would exceed the budget "
+                f"(epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}): with the "
+                f"{len(rows)} release(s) so far it needs epsilon={needed:.6g} at this delta"
+            )
+
+    def _admit_parts(self, parts: Sequence[PrivacyPart], rows: Sequence[Release]) -> None:
+        """Raise BudgetExceededError unless a release of ``parts`` fits after ``rows``."""
+        if not self._fits_parts(rows, parts):
+            composition, excess = self._composition(rows, parts)
+            target = self._target(excess)
+            needed = math.inf if target is None else composition.epsilon(target[1]) + 2.0 * excess
+            raise BudgetExceededError(
+                f"release ({', '.join(_part_text(p) for p in parts)}) would exceed the budget "
                 f"(epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}): with the "
                 f"{len(rows)} release(s) so far it needs epsilon={needed:.6g} at this delta"
             )
@@ -299,6 +432,9 @@ class PrivacyBudget:
             If the composition with this release is not (epsilon, delta)-DP.
         """
         c = _charge_of(charge)
+        if isinstance(c, PartsCharge):
+            self._admit_parts(c.parts, self._counted())
+            return
         self._admit(*_check_release(c.sensitivity, c.sigma, c.excess), self._counted())
 
     def reserve(
@@ -329,6 +465,39 @@ class PrivacyBudget:
             self, self._record("reserved", _charge_of(charge), label, fit_id, dataset)
         )
 
+    def reserve_once(
+        self, charge: GaussianCharge | Any, *, fit_id: str, label: str = "", dataset: str = ""
+    ) -> Reservation | None:
+        """:meth:`reserve`, unless this ledger already counts a release of ``fit_id``.
+
+        For the ledger configured where the noise is drawn: when it is the very file the
+        fit's client already reserved in, the fit is charged there once, not twice.  The
+        look and the insert are one transaction.
+
+        Returns
+        -------
+        Reservation or None
+            None when a counted row of ``fit_id`` was already there (nothing recorded).
+
+        Raises
+        ------
+        BudgetExceededError
+            Nothing is recorded then.
+        """
+        if not fit_id:
+            raise ValueError("fit_id: reserve_once needs the fit's id")
+        release, admit_one = self._row("reserved", _charge_of(charge), label, fit_id, dataset)
+
+        def admit(rows: Sequence[Release]) -> None:
+            if any(row.fit_id == fit_id for row in rows):
+                raise _AlreadyCharged
+            admit_one(rows)
+
+        try:
+            return Reservation(self, self._ledger.record(release, admit))
+        except _AlreadyCharged:
+            return None
+
     def spend(self, charge: GaussianCharge | Any, label: str = "") -> None:
         """Check, then record one Gaussian release as committed, atomically.
 
@@ -347,22 +516,47 @@ class PrivacyBudget:
         self._record("committed", _charge_of(charge), label, "", "")
 
     def _record(
-        self, state: str, charge: GaussianCharge, label: str, fit_id: str, dataset: str
+        self,
+        state: str,
+        charge: GaussianCharge | PartsCharge,
+        label: str,
+        fit_id: str,
+        dataset: str,
     ) -> Release:
-        sens, sig, exc = _check_release(charge.sensitivity, charge.sigma, charge.excess)
-        release = Release(
-            sens,
-            sig,
-            str(label),
-            exc,
-            str(fit_id),
-            str(dataset),
-            None if charge.epsilon is None else float(charge.epsilon),
-            None if charge.delta is None else float(charge.delta),
-            state,
-            time.time(),
+        release, admit = self._row(state, charge, label, fit_id, dataset)
+        return self._ledger.record(release, admit)
+
+    def _row(
+        self,
+        state: str,
+        charge: GaussianCharge | PartsCharge,
+        label: str,
+        fit_id: str,
+        dataset: str,
+    ) -> tuple[Release, Callable[[Sequence[Release]], None]]:
+        """The row recording ``charge`` and the check that admits it after the counted rows."""
+        # A parts row keeps sensitivity 0 and sigma 1 (mu 0): its cost is in its parts.
+        row = Release(
+            0.0,
+            1.0,
+            label=str(label),
+            fit_id=str(fit_id),
+            dataset=str(dataset),
+            epsilon=None if charge.epsilon is None else float(charge.epsilon),
+            delta=None if charge.delta is None else float(charge.delta),
+            state=state,
+            reserved_at=time.time(),
+            stage="reserved" if state == "reserved" else None,
         )
-        return self._ledger.record(release, lambda rows: self._admit(sens, sig, exc, rows))
+        if isinstance(charge, PartsCharge):
+            # No stage: the statistic releases mark no dispatch, so `budget resolve` must
+            # treat a reserved parts row as possibly drawn (never cancel it).
+            parts = charge.parts
+            row = dataclasses.replace(row, parts=parts, stage=None)
+            return row, lambda rows: self._admit_parts(parts, rows)
+        sens, sig, exc = _check_release(charge.sensitivity, charge.sigma, charge.excess)
+        row = dataclasses.replace(row, sensitivity=sens, sigma=sig, excess=exc)
+        return row, lambda rows: self._admit(sens, sig, exc, rows)
 
     def min_sigma(self, sensitivity: float, excess: float = 0.0) -> float:
         """Smallest sigma that :meth:`check` accepts now for this sensitivity.
@@ -386,6 +580,8 @@ class PrivacyBudget:
         if not sens > 0.0:
             raise ValueError(f"sensitivity: must be > 0, got {sens!r}")
         rows = self._counted()
+        if self._mixed(rows):
+            return self._min_sigma_mixed(rows, sens, exc)
         spent_mu, spent_excess = self._composed(rows)
         target = self._target(spent_excess + exc)
         room = 0.0
@@ -400,6 +596,31 @@ class PrivacyBudget:
         for _ in range(10_000):  # raise sigma until the exact check accepts it
             mu, total = self._composed(rows, [(sens / sigma, exc)])
             if self._fits(mu, total):
+                return sigma
+            sigma *= 1.0 + 2.0**-40
+        raise BudgetExceededError("min_sigma: no sigma found within the budget")  # pragma: no cover
+
+    def _min_sigma_mixed(self, rows: Sequence[Release], sens: float, exc: float) -> float:
+        """:meth:`min_sigma` after releases with non-Gaussian parts: bisection on mu."""
+        if not self._fits_parts(rows, [GaussianPart(1e-300)], exc):
+            raise BudgetExceededError(
+                f"the budget (epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}) "
+                "has no room left"
+            )
+        lo, hi = 0.0, 1.0
+        while self._fits_parts(rows, [GaussianPart(hi)], exc):
+            lo, hi = hi, 2.0 * hi
+        for _ in range(80):
+            mid = 0.5 * (lo + hi)
+            if mid in (lo, hi):
+                break
+            if mid > 0.0 and self._fits_parts(rows, [GaussianPart(mid)], exc):
+                lo = mid
+            else:
+                hi = mid
+        sigma = sens / lo if lo > 0.0 else math.inf
+        for _ in range(10_000):  # the check a reservation makes, on the rounded mu
+            if self._fits_parts(rows, [GaussianPart(sens / sigma)], exc):
                 return sigma
             sigma *= 1.0 + 2.0**-40
         raise BudgetExceededError("min_sigma: no sigma found within the budget")  # pragma: no cover
@@ -425,6 +646,8 @@ class PrivacyBudget:
 
     def _remaining(self, rows: Sequence[Release], k: int) -> float:
         """:meth:`remaining` for these counted releases (one read of the ledger)."""
+        if self._mixed(rows):
+            return self._remaining_mixed(rows, k)
         spent_mu, spent_excess = self._composed(rows)
         target = self._target(spent_excess)
         if target is None:
@@ -445,6 +668,27 @@ class PrivacyBudget:
             eps *= 1.0 - 2.0**-42
         return 0.0  # pragma: no cover - the first candidate is within a few ulps
 
+    def _remaining_mixed(self, rows: Sequence[Release], k: int) -> float:
+        """:meth:`remaining` after releases with non-Gaussian parts: bisection on epsilon,
+        with the same exact check a reservation makes (largest epsilon that fits).
+        """
+
+        def fits(eps: float) -> bool:
+            return self._fits_parts(rows, [GaussianPart(gaussian_dp_mu(eps, self.delta))] * k)
+
+        lo, hi = 0.0, self.epsilon
+        if fits(hi):
+            return hi
+        for _ in range(80):
+            mid = 0.5 * (lo + hi)
+            if mid in (lo, hi) or hi - lo <= 1e-12 * hi:
+                break
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
     # -- reporting -------------------------------------------------------------------------
 
     @property
@@ -459,13 +703,21 @@ class PrivacyBudget:
 
     @property
     def spent_mu(self) -> float:
-        """Gaussian-DP parameter of the composition so far, ``sqrt(sum mu_i^2)``."""
+        """Gaussian-DP parameter of the Gaussian releases so far, ``sqrt(sum mu_i^2)``
+        (the other parts, if any, are composed exactly in :attr:`spent_epsilon`).
+        """
         rows = self._counted()
         return self._composed(rows)[0] if rows else 0.0
 
     def _spent_epsilon(self, rows: Sequence[Release]) -> float:
         if not rows:
             return 0.0
+        if self._mixed(rows):
+            composition, total = self._composition(rows)
+            found = self._target(total)
+            if found is None:
+                return math.inf
+            return composition.epsilon(found[1]) + 2.0 * total
         mu, excess = self._composed(rows)
         target = self._target(excess)
         if target is None:
@@ -535,17 +787,83 @@ class PrivacyBudget:
             return "-" if value is None else f"{value:.4g}"
 
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row.reserved_at))
+        mixed = bool(row.parts)
         return (
             str(row.id),
             row.state,
             when,
             number(row.epsilon),
             number(row.delta),
-            f"{row.sensitivity:.4g}",
-            f"{row.sigma:.4g}",
+            "parts" if mixed else f"{row.sensitivity:.4g}",
+            "; ".join(_part_text(p) for p in row.parts) if mixed else f"{row.sigma:.4g}",
             row.dataset,
             row.label,
         )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain data (``dask-dppca budget show --json``), from one read.
+
+        Returns
+        -------
+        dict
+            ``ledger``, ``epsilon``, ``delta`` (the totals); ``counts`` (releases per
+            state, and how many count as spent); ``spent`` (``epsilon`` at the budget's
+            delta and ``mu``); ``remaining`` (the epsilon each of 1, 2 or 4 more
+            releases may have); ``releases``: every row with all its columns, its
+            ``mu`` and whether it ``counted``.  Times are Unix seconds; JSON-ready (no
+            NaN: an exhausted budget's spent epsilon is ``null`` when infinite).
+        """
+        rows = self._ledger.rows()
+        counted = [r for r in rows if r.counted]
+        spent = self._spent_epsilon(counted)
+        return {
+            "ledger": self.ledger,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "counts": {
+                **{
+                    state: sum(r.state == state for r in rows)
+                    for state in ("committed", "reserved", "cancelled")
+                },
+                "counted": len(counted),
+            },
+            "spent": {
+                "epsilon": spent if math.isfinite(spent) else None,
+                "mu": self._composed(counted)[0] if counted else 0.0,
+            },
+            "remaining": {str(k): self._remaining(counted, k) for k in (1, 2, 4)},
+            "releases": [{**dataclasses.asdict(r), "mu": r.mu, "counted": r.counted} for r in rows],
+        }
+
+    def resolve(self, release_id: int | None = None) -> list[Resolution]:
+        """Settle the reserved rows that processes which stopped left behind.
+
+        A row whose release was never dispatched provably drew no noise and is
+        cancelled (given back); any other reserved row may have drawn and is committed
+        (it stays spent); one whose process still runs on this machine is left to it.
+        See :meth:`~dask_dppca.privacy.ledger.SQLiteLedger.resolve`.
+
+        Parameters
+        ----------
+        release_id : int, optional
+            One row (``id``); by default every reserved row.
+
+        Returns
+        -------
+        list of Resolution
+            One per row looked at: the row, what was done, and why.
+
+        Raises
+        ------
+        LedgerError
+            For a budget without a ledger file (nothing outlives its process), or a
+            ``release_id`` the ledger does not hold.
+        """
+        if not isinstance(self._ledger, SQLiteLedger):
+            raise LedgerError(
+                "resolve: this budget has no ledger file; its reservations end with its process"
+            )
+        return self._ledger.resolve(release_id)
 
     def describe(self) -> str:
         """A plain-text report: totals, spent, remaining, and a table of every release."""
@@ -620,6 +938,20 @@ class Reservation:
         self.budget = budget
         self.release = release
 
+    def dispatch(self) -> None:
+        """Record that the release is handed to the code that draws its noise.
+
+        Call it before anything can draw: until then the ledger proves that nothing was
+        drawn (``budget resolve`` cancels such a row of a process that died).
+
+        Raises
+        ------
+        LedgerError
+            If the row is no longer reserved (``budget resolve`` cancelled it): the
+            release must not draw then.
+        """
+        self.budget._ledger.dispatch(self.release.id)
+
     def commit(self) -> None:
         """Mark the release committed: its noise was drawn and released."""
         self.budget._ledger.settle(self.release.id, "committed")
@@ -636,3 +968,13 @@ def open_budgets() -> list[PrivacyBudget]:
     """The budgets whose ``with`` block is open in any thread of this process, in entry order."""
     with _STATE_LOCK:
         return [budget for budget, _ in _OPEN.values()]
+
+
+def _part_text(part: PrivacyPart) -> str:
+    """A part in a few characters, for reports: ``mu=0.3``, ``eps=0.1``, ``eps=0.1,delta=1e-6``."""
+    record = part_to_dict(part)
+    if record["kind"] == "gaussian":
+        return f"mu={record['mu']:.4g}"
+    if record["kind"] == "pure":
+        return f"eps={record['epsilon']:.4g}"
+    return f"eps={record['epsilon']:.4g},delta={record['delta']:.3g}"

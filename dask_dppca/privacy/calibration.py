@@ -220,10 +220,12 @@ def _log_delta(epsilon: float, mu: float) -> float:
 
     which avoids the cancellation of the two nearly equal terms (relative error
     below 1e-12 where the direct formula loses 1e-9 at epsilon = 1e-3).  For
-    ``x >= 0`` (epsilon <= mu^2/2) see :func:`_log_delta_above_zero`.
+    ``x >= 0`` (epsilon <= mu^2/2) see :func:`_log_delta_above_zero`.  Exact for every
+    real epsilon, negative ones included (the accountant evaluates the profile at
+    shifted epsilons: :mod:`dask_dppca.privacy.accounting`).
     """
     if mu == 0.0:
-        return -math.inf
+        return math.log(-math.expm1(epsilon)) if epsilon < 0.0 else -math.inf
     if math.isinf(mu):
         return 0.0
     x = mu / 2.0 - epsilon / mu
@@ -247,6 +249,13 @@ def _log_delta_above_zero(epsilon: float, mu: float, x: float) -> float:
     final subtraction loses at most a couple of bits.
     """
     bracket = 0.5 * (float(erf(x / _SQRT2)) + float(erf((mu - x) / _SQRT2)))
+    if epsilon < 0.0:
+        # A negative epsilon (the accountant's shifted profiles, privacy/accounting.py):
+        # delta = bracket + (1 - e^epsilon) Phi(x - mu), two non-negative terms.
+        added = math.log(-math.expm1(epsilon)) + float(log_ndtr(x - mu))
+        if not bracket > 0.0:
+            return added
+        return float(np.logaddexp(math.log(bracket), added))
     if not bracket > 0.0:
         return -math.inf
     # log((e^epsilon - 1) Phi(x - mu)), without overflowing e^epsilon.

@@ -22,24 +22,38 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Self, cast
 
-from .budget import BudgetKey, PrivacyBudget, Reservation, open_budgets
+from .budget import (
+    BUDGET_ENV,
+    BudgetKey,
+    PrivacyBudget,
+    Reservation,
+    open_budgets,
+    publish_budgets,
+)
 from .ledger import LedgerError, ledger_path
+from .lineage import ancestor_budgets
 
 __all__ = [
     "BUDGET_ENV",
     "BudgetCarrier",
+    "BudgetRequiredError",
     "active_budgets",
     "current_budget",
     "default_budget",
+    "release_dispatched",
     "reserve_release",
     "set_default_budget",
 ]
 
-#: Environment variable naming the ledger of the default budget (inherited by child processes).
-BUDGET_ENV = "DASK_DPPCA_BUDGET"
-
 _DEFAULT_LOCK = threading.RLock()
 _DEFAULT: dict[str, PrivacyBudget] = {}  # ledger path -> the default budget opened on it
+# Fit id -> its reservations not yet dispatched (see release_dispatched).
+_UNDISPATCHED: dict[str, tuple[Reservation, ...]] = {}
+_UNDISPATCHED_LOCK = threading.Lock()
+
+
+class BudgetRequiredError(LedgerError):
+    """A fit that must be charged found no budget to charge (the "required" flag)."""
 
 
 def set_default_budget(
@@ -68,6 +82,7 @@ def set_default_budget(
         if budget is None:
             os.environ.pop(BUDGET_ENV, None)
             _DEFAULT.clear()
+            publish_budgets()
             return None
         if not isinstance(budget, PrivacyBudget):
             budget = PrivacyBudget.open(budget)
@@ -79,6 +94,7 @@ def set_default_budget(
         _DEFAULT.clear()
         _DEFAULT[budget.ledger] = budget
         os.environ[BUDGET_ENV] = budget.ledger
+        publish_budgets()  # child processes started before now see it too
         return budget
 
 
@@ -114,11 +130,31 @@ def _unique(budgets: Iterable[PrivacyBudget]) -> tuple[PrivacyBudget, ...]:
 
 
 def active_budgets() -> tuple[PrivacyBudget, ...]:
-    """The budgets a fit in this process charges now: the default, then every open ``with``
-    block (in any thread), outermost first; one entry per ledger.
+    """The budgets a fit in this process charges now: the default, every open ``with``
+    block (in any thread), outermost first, then every ledger a running ancestor process
+    registered (:mod:`.lineage`); one entry per ledger.
+
+    Raises
+    ------
+    LedgerError
+        If an ancestor process holds an in-memory budget (no other process can charge
+        it: the fit is refused rather than left uncharged), or a ledger is missing.
     """
     default = default_budget()
-    return _unique(([default] if default is not None else []) + open_budgets())
+    inherited = ancestor_budgets()
+    if inherited.memory_in:
+        raise LedgerError(
+            f"process {inherited.memory_in[0]}, an ancestor of this process "
+            f"({os.getpid()}), has a budget open that has no ledger file; it cannot be charged "
+            "from here, so this fit is refused. Create it with ledger=PATH to share it"
+        )
+    from_ancestors = []
+    for path in inherited.ledgers:
+        try:
+            from_ancestors.append(PrivacyBudget.open(path))
+        except LedgerError as error:
+            raise LedgerError(f"a budget of a parent process: {error}") from None
+    return _unique(([default] if default is not None else []) + open_budgets() + from_ancestors)
 
 
 def current_budget() -> PrivacyBudget | None:
@@ -135,25 +171,42 @@ def reserve_release(
     label: str = "",
     dataset: str = "",
     carried: Iterable[PrivacyBudget] = (),
+    named: Iterable[tuple[str, str]] = (),
+    required: bool = False,
     abandon: Callable[[], bool] | None = None,
 ) -> Iterator[tuple[Reservation, ...]]:
     """Reserve ``mechanism``'s release in every budget that must pay for it; commit when the
     block ends.
 
     The budgets are :func:`active_budgets` plus ``carried`` (those an estimator carries,
-    :class:`BudgetCarrier`).  Each reserves the mechanism's charge (``mechanism.charge``)
-    in turn; if one refuses, those already reserved are cancelled (nothing was drawn) and
-    the refusal propagates.  Draw the noise inside the block.  When the block returns,
-    every reservation is committed.  When it raises, the reservations stay counted
-    unless ``abandon()`` proves that the release never drew and never will (the compute
-    target's hook: it makes a late release refuse to draw); then they are cancelled.
+    :class:`BudgetCarrier`) plus the ledgers ``named`` as ``(where it was named, path)``
+    pairs (the Dask configuration's default, read by the caller: this layer reads no Dask
+    configuration). With ``required``, a fit with none of them is refused
+    (:class:`BudgetRequiredError`) instead of running uncharged. Each reserves the
+    mechanism's charge (``mechanism.charge``) in turn; if one refuses, those already
+    reserved are cancelled (nothing was drawn) and the refusal propagates. Draw the noise
+    inside the block. When the block returns, every reservation is committed. When it
+    raises, the reservations stay counted unless ``abandon()`` proves that the release never
+    drew and never will (the compute target's hook: it makes a late release refuse to draw);
+    then they are cancelled.
+
+    The code that draws calls :func:`release_dispatched` with ``fit_id`` before anything
+    can draw: each ledger row then records that its release was dispatched (until then
+    the row proves that nothing was drawn, ``budget resolve``).
 
     Yields
     ------
     tuple of Reservation
         Empty when no budget is active.
     """
-    budgets = _unique([*active_budgets(), *carried])
+    budgets = _unique([*active_budgets(), *carried, *_named(named)])
+    if required and not budgets:
+        raise BudgetRequiredError(
+            "this fit must be charged to a privacy budget (the budget-required flag is set) "
+            "but has none: set a default ledger (dd.set_default_budget, DASK_DPPCA_BUDGET or "
+            "the Dask configuration key dask-dppca.ledger), open a budget with 'with', or "
+            "pass --budget LEDGER; nothing was released"
+        )
     reservations: list[Reservation] = []
     try:
         for budget in budgets:
@@ -164,14 +217,77 @@ def reserve_release(
             )
     except BaseException:
         _settle(reservations, "cancel")
+        _cancel_strays(budgets, reservations, fit_id)
         raise
+    if fit_id:
+        with _UNDISPATCHED_LOCK:
+            _UNDISPATCHED[fit_id] = tuple(reservations)
     try:
         yield tuple(reservations)
     except BaseException:
         if reservations and abandon is not None and abandon():
             _settle(reservations, "cancel")
         raise
-    _settle(reservations, "commit")
+    else:
+        _settle(reservations, "commit")
+    finally:
+        with _UNDISPATCHED_LOCK:
+            _UNDISPATCHED.pop(fit_id, None)
+
+
+def _named(named: Iterable[tuple[str, str]]) -> list[PrivacyBudget]:
+    """The budgets of ledger paths named in configuration; a missing ledger refuses."""
+    budgets = []
+    for where, path in named:
+        try:
+            budgets.append(PrivacyBudget.open(path))
+        except (LedgerError, ValueError) as error:
+            raise LedgerError(f"{where}={path!r}: {error}") from None
+    return budgets
+
+
+def release_dispatched(fit_id: str) -> None:
+    """Record in every ledger charged for ``fit_id`` that its release is dispatched.
+
+    Called by the code that draws (the compute layer), before anything can draw; a
+    second call, or one for a fit this process did not reserve, does nothing.
+
+    Raises
+    ------
+    LedgerError
+        If a ledger no longer holds the row as reserved (``budget resolve`` cancelled
+        it) or cannot be written: the release must not draw then.
+    """
+    with _UNDISPATCHED_LOCK:
+        reservations = _UNDISPATCHED.pop(fit_id, ())
+    for reservation in reservations:
+        reservation.dispatch()
+
+
+def _cancel_strays(
+    budgets: Sequence[PrivacyBudget], reservations: Sequence[Reservation], fit_id: str
+) -> None:
+    """Cancel rows of ``fit_id`` that this process reserved but never got back: an
+    interrupt (SIGINT, SIGTERM) after a row was written and before ``reserve`` returned.
+    Nothing was dispatched yet, so nothing was drawn.
+    """
+    if not fit_id:
+        return
+    known = {(r.budget._key, r.release.id) for r in reservations}
+    for budget in budgets:
+        try:
+            strays = [
+                row
+                for row in budget._ledger.rows()
+                if row.fit_id == fit_id
+                and row.pid == os.getpid()
+                and row.state == "reserved"
+                and (budget._key, row.id) not in known
+            ]
+            for row in strays:
+                budget._ledger.settle(row.id, "cancelled")
+        except (LedgerError, TimeoutError):
+            pass  # a row left reserved counts as spent: never an under-count
 
 
 def _settle(reservations: Sequence[Reservation], action: str) -> None:

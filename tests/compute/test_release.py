@@ -181,6 +181,29 @@ def test_a_submitted_release_that_never_started_is_abandoned_and_can_never_draw(
     assert not LocalScheduler("threads").abandon(drawn)  # local: dispatched means drawn
 
 
+@pytest.mark.cluster
+def test_a_fit_stopped_after_its_release_returned_stays_charged(
+    cluster_client, tmp_path, monkeypatch
+):
+    """An interrupt (SIGINT, SIGTERM) after the release came back, while the client prunes
+    its tickets: the release drew, so the reservation must stay spent (it was given back
+    before: a settled release no longer counted as dispatched)."""
+    import dask_dppca as dd
+    from dask_dppca.compute import release as release_module
+    from dask_dppca.privacy.budget import PrivacyBudget
+
+    def interrupted(client):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(release_module, "prune_release_tickets", interrupted)
+    budget = PrivacyBudget(2.0, 1e-5, ledger=tmp_path / "l.ledger")
+    x = np.random.default_rng(0).standard_normal((60, 3))  # test data only
+    with budget, pytest.raises(KeyboardInterrupt):
+        dd.DPPCA(epsilon=0.5, scheduler=cluster_client).fit(x)
+    (row,) = budget.spent
+    assert row.state == "reserved" and row.stage == "dispatched"
+
+
 def test_a_cluster_target_repr_names_its_scheduler_or_a_closed_client():
     """A closed client has no scheduler (``client.scheduler is None``): the repr says so."""
     from types import SimpleNamespace

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import pickle
+import re
 import signal
 import sqlite3
 import subprocess
@@ -26,6 +27,7 @@ from sklearn.model_selection import cross_val_score
 from sklearn.pipeline import Pipeline
 
 import dask_dppca as dd
+from dask_dppca.privacy import ledger as ledger_module
 from dask_dppca.privacy.budget import (
     BudgetExceededError,
     GaussianCharge,
@@ -125,6 +127,113 @@ def test_missing_and_foreign_files_are_refused(tmp_path):
         PrivacyBudget(1.0, 1e-6, ledger=other)
     with sqlite3.connect(other) as db:
         assert db.execute("SELECT name FROM sqlite_master").fetchall() == [("users",)]
+
+
+def test_an_empty_ledger_file_is_refused_never_taken_for_a_fresh_budget(tmp_path):
+    empty = tmp_path / "study.ledger"
+    empty.touch()  # a truncated file, or one `touch`ed on purpose
+    for attempt in (
+        lambda: PrivacyBudget(2.0, 1e-5, ledger=empty),
+        lambda: PrivacyBudget.open(empty),
+        lambda: set_default_budget(str(empty)),
+    ):
+        with pytest.raises(LedgerError, match=r"the file is empty \(0 bytes\)"):
+            attempt()
+    assert empty.stat().st_size == 0  # left as it was
+    assert BUDGET_ENV not in os.environ
+
+
+def test_two_processes_creating_one_ledger_both_get_it_and_neither_sees_it_half_made(tmp_path):
+    """A new ledger appears complete (written aside, then linked): racing creators agree."""
+    path = tmp_path / "new.ledger"
+    code = """
+        import sys
+        from dask_dppca.privacy.budget import PrivacyBudget
+        print(PrivacyBudget(2.0, 1e-5, ledger=sys.argv[1]).releases)
+        """
+    racers = [_python(code, str(path)) for _ in range(3)]
+    assert [_finish(racer).strip() for racer in racers] == ["0", "0", "0"]
+    assert [p.name for p in tmp_path.iterdir()] == ["new.ledger"]  # no temporary left
+
+
+def _corrupt(ledger: str, statement: str, rebuild: bool = False) -> None:
+    """Edit the file behind the budget's back (``rebuild``: without the NOT NULLs first,
+    as a hand-made or damaged file may be: SQLite stores a NaN as NULL)."""
+    with sqlite3.connect(ledger) as db:
+        if rebuild:
+            columns = [info[1] for info in db.execute("PRAGMA table_info(releases)")]
+            db.execute("ALTER TABLE releases RENAME TO old")
+            db.execute(f"CREATE TABLE releases ({', '.join(columns)})")
+            db.execute("INSERT INTO releases SELECT * FROM old")
+            db.execute("DROP TABLE old")
+        db.execute(statement)
+
+
+@pytest.mark.parametrize(
+    "statement, rebuild, needle",
+    [
+        ("UPDATE releases SET sigma = 'abc'", False, "column sigma: holds 'abc'"),
+        ("UPDATE releases SET sigma = 0", False, "column sigma: holds 0.0"),
+        ("UPDATE releases SET sigma = -2.5", False, "column sigma: holds -2.5"),
+        ("UPDATE releases SET sigma = NULL", True, "column sigma: holds None"),  # a NaN
+        ("UPDATE releases SET sensitivity = 'one'", False, "column sensitivity"),
+        ("UPDATE releases SET sensitivity = 9e999", False, "column sensitivity: holds inf"),
+        ("UPDATE releases SET excess = -1", False, "column excess"),
+        ("UPDATE releases SET epsilon = 'big'", False, "column epsilon: holds 'big'"),
+        ("UPDATE releases SET reserved_at = 'yesterday'", False, "column reserved_at"),
+        ("UPDATE releases SET label = x'ff'", False, "column label: holds b'\\xff'"),
+        ("UPDATE releases SET state = 'spent'", True, "column state: holds 'spent'"),
+    ],
+)
+def test_corrupt_values_raise_ledger_error_naming_the_row_and_column(
+    ledger, statement, rebuild, needle
+):
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    budget.spend(GaussianCharge(1.0, 5.0))
+    _corrupt(ledger, statement, rebuild)
+    for use in (
+        lambda: budget.releases,
+        lambda: budget.remaining(),
+        lambda: budget.describe(),
+        lambda: budget.as_dict(),
+        lambda: budget.reserve(GaussianCharge(1.0, 5.0)),
+        lambda: PrivacyBudget.open(ledger).spent_epsilon,
+    ):
+        with pytest.raises(LedgerError, match=rf"release row 1, {re.escape(needle)}"):
+            use()
+    with sqlite3.connect(ledger) as db:  # the refused reservation wrote nothing
+        assert db.execute("SELECT COUNT(*) FROM releases").fetchone() == (1,)
+
+
+@pytest.mark.parametrize(
+    "statement", ["UPDATE budget SET epsilon = 'two'", "UPDATE budget SET delta = 0"]
+)
+def test_corrupt_totals_raise_ledger_error(ledger, statement):
+    PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    _corrupt(ledger, statement)
+    with pytest.raises(LedgerError, match="invalid totals in table budget"):
+        PrivacyBudget.open(ledger)
+
+
+def test_an_older_ledger_gains_the_new_columns_and_keeps_its_rows(ledger):
+    """A file of the first layout (no stage, host, note columns) is read as it is and
+    migrated by the first write; its rows keep counting, and resolve never cancels them."""
+    with sqlite3.connect(ledger) as db:
+        for statement in filter(str.strip, ledger_module._SCHEMA.split(";")):
+            db.execute(statement)
+        db.execute("INSERT INTO budget VALUES (2.0, 1e-5, 0, 1)")
+        db.execute(
+            "INSERT INTO releases (state, reserved_at, fit_id, label, dataset, sensitivity, "
+            "sigma, excess, pid) VALUES ('reserved', 0, 'f', 'old', '', 1, 5, 0, 999999999)"
+        )
+    budget = PrivacyBudget.open(ledger)
+    assert budget.releases == 1 and budget.spent[0].stage is None
+    budget.spend(GaussianCharge(1.0, 5.0))
+    with sqlite3.connect(ledger) as db:
+        columns = {info[1] for info in db.execute("PRAGMA table_info(releases)")}
+    assert {"stage", "dispatched_at", "host", "note"} <= columns
+    (done,) = budget.resolve()
+    assert done.outcome == "committed" and budget.releases == 2
 
 
 def test_a_ledger_replaced_under_a_budget_is_refused(ledger):

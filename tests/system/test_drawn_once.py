@@ -117,8 +117,9 @@ def _workers(client: Client) -> list[str]:
     return sorted(client.scheduler_info(n_workers=-1)["workers"])
 
 
-def _wait_for_full_cluster(client: Client, gone: str, timeout: float = 60.0) -> list[str]:
-    """Until the nanny's replacement for ``gone`` has joined; the workers then."""
+def _wait_for_full_cluster(client: Client, gone: str, timeout: float = 180.0) -> list[str]:
+    """Until the nanny's replacement for ``gone`` has joined; the workers then (a new worker
+    process took over 60 s to start on a loaded machine)."""
     stop = time.monotonic() + timeout
     while time.monotonic() < stop:
         workers = _workers(client)
@@ -291,7 +292,7 @@ def test_fit_survives_a_worker_that_died_just_before_it(client, counting_sampler
     """
     # One list of the full cluster for both (a second look once raced a worker still
     # rejoining from the test before and found only one).
-    trusted, victim = _wait_for_full_cluster(client, gone="", timeout=60)[:2]
+    trusted, victim = _wait_for_full_cluster(client, gone="")[:2]
     rng = np.random.default_rng(6)  # test data only
     x = rng.standard_normal((300, 4))
     est = dd.DPPCA(n_components=2, scheduler=client, trusted_worker=trusted)

@@ -26,8 +26,11 @@ def test_a_read_over_the_memory_limit_names_the_read_and_the_limit(tmp_path):
     # 4e6 x 12 float64 in one chunk: 366 MiB read at once, never written (fill values).
     path = str(tmp_path / "big.zarr")
     zarr.open_array(path, mode="w", shape=(4_000_000, 12), chunks=(4_000_000, 12), dtype="f8")
-    # One death is enough to tell (Dask would try 4 workers by default).
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+    # One death is enough to tell (Dask would try 4 workers by default).  The stall wait
+    # is longer than the default: on a loaded machine the restarted worker stayed in
+    # "init" past 30 s, and the stall, not the death, ended the fit.
+    config = {"distributed.scheduler.allowed-failures": 0, "dask-dppca.stall-timeout": 150}
+    with dask.config.set(config):
         with (
             LocalCluster(
                 n_workers=1,

@@ -1,0 +1,692 @@
+"""A private PCA analysis under one budget: directions, scree values, a score-map slot.
+
+:func:`analyze` reads top to bottom: check every parameter, plan the parts of every
+stage and split the total (epsilon, delta) over them by the public rule
+(:func:`~dask_dppca.privacy.accounting.split_budget`), show the split (logged, and in the
+result) and check that every active budget can pay for the whole analysis before
+anything is read; then release the directions (a :class:`~.DPPCA` fit at its share), and
+along them the scree statistics (:mod:`dask_dppca.privacy.scree`), each stage one Dask
+reduction released on the trusted worker.  A score-map stage (:class:`ScoreMapStage`)
+plugs in as one more stage with its own parts.
+
+The result, :class:`PrivateAnalysis`, holds only released values and public parameters:
+re-plotting, choosing k, saving and loading never recompute or spend anything.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import os
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from .compute import compute_target
+from .compute.statistic import release_statistic
+from .design import plan_blocks
+from .estimator import DPPCA
+from .graph.scree import scree_histogram_graph, scree_sums_graph
+from .io import open_records
+from .kernel.scree_stats import scree_design, summation_slack
+from .privacy.accounting import BudgetSplit, PlannedPart, compose, split_budget
+from .privacy.budget import PartsCharge
+from .privacy.calibration import gaussian_dp_epsilon, gaussian_dp_mu, validate_privacy_parameters
+from .privacy.charging import active_budgets, reserve_release
+from .privacy.noise import NoiseSampler, OpenDPSampler, SeededSampler
+from .privacy.parts import part_to_dict
+from .privacy.scree import (
+    CLIP_MULTIPLE,
+    HUBER_MULTIPLE,
+    METHODS,
+    GaussianStatistic,
+    PairQuantiles,
+    gaussian_consistent_winsorized,
+    monotone,
+    opendp_selector,
+    robust_from_quantile,
+)
+from .validation import integer_at_least
+
+__all__ = ["PrivateAnalysis", "ScoreMapStage", "analyze"]
+
+logger = logging.getLogger(__name__)
+
+#: Winsorizing level of the winsorized scree mean: pair terms above their private
+#: ``1 - WINSOR_LEVEL`` quantile are set to it, and the mean is made consistent at the
+#: Gaussian (:func:`~dask_dppca.privacy.scree.gaussian_consistent_winsorized`).
+WINSOR_LEVEL = 0.1
+#: Noisy gradient steps of the Huber scree estimator.
+HUBER_STEPS = 2
+#: Weights of the scree stage's parts (public): each quantile 1, the means these.
+SCREE_WEIGHTS = {"clipped": 8.0, "winsorized": 4.0, "huber": 4.0}
+_FORMAT = "dask-dppca private analysis 1"
+
+
+class ScoreMapStage(Protocol):
+    """What a score-map stage offers the analysis (the score-map mechanisms fill it)."""
+
+    def planned_parts(self, n_components: int) -> list[PlannedPart]:
+        """The stage's parts before scaling (stage ``"score_map"``)."""
+        ...
+
+    def run(self, context: dict[str, Any], split: BudgetSplit) -> tuple[Any, list[dict]]:
+        """Release the score map; its result and its rows of the privacy table."""
+        ...
+
+
+def _scree_plan(k: int, methods: Sequence[str]) -> list[PlannedPart]:
+    levels = 2 * k + 1 if "winsorized" in methods else k + 1
+    plan = [PlannedPart("scree", "quantiles", "pure", count=levels)]
+    if "clipped" in methods:
+        plan.append(PlannedPart("scree", "clipped", "gaussian", weight=SCREE_WEIGHTS["clipped"]))
+    if "winsorized" in methods:
+        plan.append(
+            PlannedPart("scree", "winsorized", "gaussian", weight=SCREE_WEIGHTS["winsorized"])
+        )
+    if "huber" in methods:
+        plan.append(
+            PlannedPart(
+                "scree",
+                "huber",
+                "gaussian",
+                count=HUBER_STEPS,
+                weight=SCREE_WEIGHTS["huber"] / HUBER_STEPS,
+            )
+        )
+    return plan
+
+
+def _check_methods(methods: Any) -> tuple[str, ...]:
+    if isinstance(methods, str):
+        methods = (methods,)
+    chosen = tuple(dict.fromkeys(methods))
+    unknown = [m for m in chosen if m not in METHODS]
+    if unknown or not chosen:
+        raise ValueError(f"methods: expected a subset of {METHODS}, got {methods!r}")
+    return chosen
+
+
+def _directions_target(mu: float, delta: float) -> tuple[float, float]:
+    """(epsilon, delta) for the directions' fit such that its mu stays <= ``mu``."""
+    eps = gaussian_dp_epsilon(mu, delta)
+    while gaussian_dp_mu(eps, delta) > mu:
+        eps *= 1.0 - 1e-9
+    return eps, delta
+
+
+@dataclass
+class PrivateAnalysis:
+    """The released analysis: directions, scree values and the privacy table.
+
+    Everything here is released or public: plotting, choosing k, saving and loading
+    cost nothing and recompute nothing.
+
+    Attributes
+    ----------
+    directions : ndarray, shape (k, d)
+        The private principal directions (rows), largest first.
+    kendall_eigenvalues : ndarray, shape (d,)
+        Eigenvalues of the noisy Kendall matrix (released with the directions).
+    scree : dict
+        ``scree["values"][method]``: the k released scree values per method;
+        ``scree["pve_total"]``: clipped values over the private trace (PVE over all d);
+        ``scree["pve_topk"][method]``: each method's values over their own sum (PVE over
+        the top k only); ``scree["trace"]``: the private trace.
+    privacy : list of dict
+        The split table: one row per release (stage, release, mechanism, guarantee,
+        epsilon/delta or mu, sensitivity, sigma or scale, where drawn).
+    score_map : object or None
+        Filled by a score-map stage.
+    meta : dict
+        Totals, shares, n, d, the composed epsilon, the analysis id.
+    """
+
+    directions: np.ndarray
+    kendall_eigenvalues: np.ndarray
+    scree: dict[str, Any]
+    privacy: list[dict[str, Any]]
+    score_map: Any = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    # -- plots -------------------------------------------------------------------------
+
+    def plot_scree(
+        self,
+        methods: Sequence[str] | None = None,
+        *,
+        kind: str = "scree",
+        reference: Sequence[float] | None = None,
+        ax: Any = None,
+    ) -> Any:
+        """A matplotlib scree (or PVE) plot of the released values: private only by default.
+
+        Parameters
+        ----------
+        methods : sequence of str, optional
+            Which released methods to draw (default: all).
+        kind : {"scree", "pve_topk", "pve_total"}
+            Scree values, PVE over the top k, or PVE over all d (clipped only).
+        reference : sequence of float, optional
+            A non-private reference the USER supplies (never computed here); drawn
+            dashed and labelled NOT PRIVATE.
+        ax : matplotlib Axes, optional
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+        """
+        import matplotlib.pyplot as plt
+
+        if kind not in ("scree", "pve_topk", "pve_total"):
+            raise ValueError(f"kind: expected 'scree', 'pve_topk' or 'pve_total', got {kind!r}")
+        if ax is None:
+            _, ax = plt.subplots(figsize=(5, 3.5))
+        chosen = list(self.scree["values"]) if methods is None else list(methods)
+        k = self.directions.shape[0]
+        x = np.arange(1, k + 1)
+        if kind == "pve_total":
+            series = {"clipped / private trace": self.scree.get("pve_total")}
+        else:
+            source = self.scree["values"] if kind == "scree" else self.scree["pve_topk"]
+            series = {m: source[m] for m in chosen}
+        for name, values in series.items():
+            if values is not None:
+                ax.plot(x, values, marker="o", label=f"{name} (private)")
+        if reference is not None:
+            ax.plot(
+                x[: len(reference)],
+                np.asarray(reference)[:k],
+                linestyle="--",
+                color="black",
+                marker="x",
+                label="reference: NOT PRIVATE",
+            )
+        ax.set_xticks(x)
+        ax.set_xlabel("component")
+        ax.set_ylabel(
+            {"scree": "scree value", "pve_topk": "PVE (top k)", "pve_total": "PVE (all d)"}[kind]
+        )
+        eps, dlt = self.meta.get("epsilon"), self.meta.get("delta")
+        ax.set_title(f"private scree, total epsilon={eps:g}, delta={dlt:g}")
+        ax.legend(frameon=False)
+        return ax
+
+    # -- records -----------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary (lossless for :meth:`from_dict`)."""
+        return {
+            "format": _FORMAT,
+            "directions": self.directions.tolist(),
+            "kendall_eigenvalues": self.kendall_eigenvalues.tolist(),
+            "scree": _jsonable(self.scree),
+            "privacy": _jsonable(self.privacy),
+            "score_map": _jsonable(getattr(self.score_map, "to_dict", lambda: self.score_map)()),
+            "meta": _jsonable(self.meta),
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The analysis as JSON text."""
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> PrivateAnalysis:
+        """The analysis a :meth:`to_dict` record describes."""
+        if record.get("format") != _FORMAT:
+            raise ValueError(f"record: not a {_FORMAT!r} record")
+        scree = dict(record["scree"])
+        return cls(
+            directions=np.asarray(record["directions"], dtype=np.float64),
+            kendall_eigenvalues=np.asarray(record["kendall_eigenvalues"], dtype=np.float64),
+            scree=scree,
+            privacy=list(record["privacy"]),
+            score_map=record.get("score_map"),
+            meta=dict(record["meta"]),
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the analysis to a JSON file."""
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(self.to_json(indent=1))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> PrivateAnalysis:
+        """Read an analysis written by :meth:`save` (nothing is recomputed)."""
+        with open(path, encoding="utf-8") as handle:
+            return cls.from_dict(json.load(handle))
+
+    def privacy_table(self) -> str:
+        """The split table as plain text."""
+        return _table(self.privacy)
+
+    def _repr_html_(self) -> str:
+        k = self.directions.shape[0]
+        head = "".join(f"<th>PC{i + 1}</th>" for i in range(k))
+        rows = "".join(
+            f"<tr><th>{html.escape(m)}</th>"
+            + "".join(f"<td>{v:.4g}</td>" for v in values)
+            + "</tr>"
+            for m, values in self.scree["values"].items()
+        )
+        cols = ["stage", "release", "guarantee", "parameter", "sensitivity", "noise", "drawn on"]
+        prows = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(str(r.get(c, '')))}</td>" for c in cols) + "</tr>"
+            for r in _display_rows(self.privacy)
+        )
+        meta = self.meta
+        return (
+            f"<div><b>Private PCA analysis</b> (n={meta.get('n_samples')}, "
+            f"d={meta.get('n_features')}, total epsilon={meta.get('epsilon')}, "
+            f"delta={meta.get('delta')}; composed epsilon {meta.get('composed_epsilon', 0):.6g})"
+            f"<table><tr><th>scree</th>{head}</tr>{rows}</table>"
+            f"<table><tr>{''.join(f'<th>{c}</th>' for c in cols)}</tr>{prows}</table></div>"
+        )
+
+    def __repr__(self) -> str:
+        k, d = self.directions.shape
+        return (
+            f"PrivateAnalysis(k={k}, d={d}, methods={list(self.scree['values'])}, "
+            f"epsilon={self.meta.get('epsilon')}, delta={self.meta.get('delta')})"
+        )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    return value
+
+
+def _display_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
+    out = []
+    for r in rows:
+        if "mu" in r:
+            param = f"mu={r['mu']:.4g}"
+        elif "delta" in r and r.get("delta") is not None:
+            param = f"epsilon={r['epsilon']:.4g}, delta={r['delta']:.3g}"
+        else:
+            param = f"epsilon={r.get('epsilon', 0):.4g}"
+        if r.get("count", 1) > 1:
+            param += f" (x{r['count']})"
+        out.append(
+            {
+                "stage": r["stage"],
+                "release": r["release"],
+                "guarantee": r["guarantee"],
+                "parameter": param,
+                "sensitivity": _short(r.get("sensitivity")),
+                "noise": _short(r.get("noise")),
+                "drawn on": str(r.get("released_on", "")),
+            }
+        )
+    return out
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(f"{v:.3g}" for v in value[:3]) + (", ..." if len(value) > 3 else "")
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    shown = _display_rows(rows)
+    if not shown:
+        return ""
+    cols = list(shown[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in shown)) for c in cols}
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in shown]
+    return "\n".join(lines)
+
+
+def _sampler(random_state: int | None) -> NoiseSampler:
+    return OpenDPSampler() if random_state is None else SeededSampler(random_state)
+
+
+def _seeded_selector(seed: int):  # NOT PRIVATE: tests and examples only
+    rng = np.random.default_rng(seed)
+
+    def select(scores: np.ndarray, scale: float) -> int:
+        noisy = np.asarray(scores, dtype=np.float64) + rng.gumbel(0.0, scale / 2.0, len(scores))
+        return int(np.argmax(noisy))
+
+    return select
+
+
+def analyze(
+    X: Any,
+    n_components: int = 5,
+    *,
+    epsilon: float = 3.0,
+    delta: float = 1e-5,
+    split: Mapping[str, float] | None = None,
+    methods: Sequence[str] = ("clipped", "winsorized", "huber", "robust"),
+    score_map: ScoreMapStage | None = None,
+    mono: bool = False,
+    design: Any = "auto",
+    scheduler: Any = None,
+    trusted_worker: str | None = None,
+    require_trusted: bool = False,
+    random_state: int | None = None,
+    progress: bool = False,
+    component: str | None = None,
+    storage_options: dict | None = None,
+    show_split: Callable[[str], Any] | None = None,
+) -> PrivateAnalysis:
+    """Release a private PCA analysis of ``X`` under ONE total (epsilon, delta).
+
+    Parameters
+    ----------
+    X : array-like, dask array, Zarr store or path, xarray, dask DataFrame
+        As for :meth:`~dask_dppca.estimator.DPPCA.fit`.
+    n_components : int, default 5
+        k, the directions and scree values released.
+    epsilon, delta : float
+        The total the whole analysis spends (exact composition of all its parts).
+    split : mapping of str to float, optional
+        Public stage shares (default directions 1/2, scree 1/4, score map 1/4; stages
+        not run drop out and the rest are renormalised).
+    methods : sequence of str
+        Scree estimators: any of ``"clipped"``, ``"winsorized"``, ``"huber"``,
+        ``"robust"`` (the robust one costs nothing beyond the quantiles all need).
+    score_map : ScoreMapStage, optional
+        A score-map stage (its parts join the split).
+    mono : bool, default False
+        Monotone (non-increasing) post-processing of each method's values.
+    design, scheduler, trusted_worker, require_trusted, progress, component, storage_options
+        As for :class:`~dask_dppca.estimator.DPPCA` and its ``fit``.
+    random_state : int, optional
+        NOT PRIVATE: seeds every noise draw, for tests and examples only.
+    show_split : callable, optional
+        Called with the split table (text) before anything is read (``print`` shows it).
+
+    Returns
+    -------
+    PrivateAnalysis
+    """
+    k = integer_at_least("n_components", n_components, 1)
+    eps, dlt = validate_privacy_parameters(epsilon, delta)
+    chosen = _check_methods(methods)
+    analysis_id = uuid.uuid4().hex
+    planned = [PlannedPart("directions", "directions", "gaussian"), *_scree_plan(k, chosen)]
+    if score_map is not None:
+        planned += score_map.planned_parts(k)
+    divided = split_budget(eps, dlt, planned, split)
+    shown = _table(_split_rows(divided))
+    logger.info("analysis %s: split\n%s", analysis_id, shown)
+    if show_split is not None:
+        show_split(f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}")
+    for budget in active_budgets():  # the whole analysis must fit before anything is read
+        budget.check(PartsCharge(divided.all_parts))
+
+    mu_dir = divided.part("directions", "directions")
+    assert hasattr(mu_dir, "mu")
+    eps_dir, dlt_dir = _directions_target(mu_dir.mu, dlt / 2.0)
+    estimator = DPPCA(
+        n_components=k,
+        epsilon=eps_dir,
+        delta=dlt_dir,
+        design=design,
+        scheduler=scheduler,
+        trusted_worker=trusted_worker,
+        require_trusted=require_trusted,
+        random_state=random_state,
+        progress=progress,
+    ).fit(X, component=component, storage_options=storage_options)
+    report = estimator.privacy_
+    rows: list[dict[str, Any]] = [
+        {
+            "stage": "directions",
+            "release": "directions (noisy Kendall matrix)",
+            "mechanism": "Gaussian (vecd)",
+            "guarantee": "mu-GDP",
+            "mu": report["sensitivity"] / report["sigma"],
+            "epsilon": report["epsilon"],
+            "delta": report["delta"],
+            "sensitivity": report["sensitivity"],
+            "noise": report["sigma"],
+            "released_on": report["released_on"],
+            "count": 1,
+        }
+    ]
+    directions = np.asarray(estimator.components_, dtype=np.float64)
+    sampler = _sampler(random_state)
+    selector = opendp_selector if random_state is None else _seeded_selector(random_state)
+    scree_parts = divided.stage_parts("scree")
+
+    class _ScreeCharge:
+        parts = scree_parts
+
+    with compute_target(scheduler) as target:
+        records = open_records(X, component, storage_options=storage_options).counted(target)
+        n, d = records.shape
+        _, plan = plan_blocks(n, d, records.row_chunks, design, target.n_threads)
+        blocks = records.blocks(plan.block_sizes)
+        with reserve_release(
+            _ScreeCharge(),
+            fit_id=analysis_id,
+            label=f"analysis {analysis_id} scree",
+            dataset=records.dataset,
+        ):
+            scree, scree_rows = _scree_stage(
+                blocks,
+                plan.block_sizes,
+                plan.block_pairs,
+                directions,
+                divided,
+                chosen,
+                sampler,
+                selector,
+                target,
+                trusted_worker,
+                require_trusted,
+                progress,
+                analysis_id,
+            )
+            if mono:
+                scree["values"] = {m: monotone(v).tolist() for m, v in scree["values"].items()}
+        rows += scree_rows
+        result_map = None
+        if score_map is not None:
+            result_map, map_rows = score_map.run(
+                {
+                    "blocks": blocks,
+                    "directions": directions,
+                    "target": target,
+                    "trusted_worker": trusted_worker,
+                    "require_trusted": require_trusted,
+                    "analysis_id": analysis_id,
+                    "dataset": records.dataset,
+                },
+                divided,
+            )
+            rows += map_rows
+    scree["pve_topk"] = {
+        m: (
+            np.maximum(v, 0) / s if (s := float(np.maximum(v, 0).sum())) > 0 else np.zeros(k)
+        ).tolist()
+        for m, v in ((m, np.asarray(v)) for m, v in scree["values"].items())
+    }
+    meta = {
+        "analysis_id": analysis_id,
+        "epsilon": eps,
+        "delta": dlt,
+        "shares": divided.shares,
+        "scale": divided.scale,
+        "composed_epsilon": compose(divided.all_parts).epsilon(dlt),
+        "n_samples": n,
+        "n_features": d,
+        "n_components": k,
+        "methods": list(chosen),
+        "private": random_state is None,
+        "parts": [part_to_dict(p) for p in divided.all_parts],
+    }
+    return PrivateAnalysis(
+        directions=directions,
+        kendall_eigenvalues=np.asarray(estimator.eigenvalues_, dtype=np.float64),
+        scree=scree,
+        privacy=rows,
+        score_map=result_map,
+        meta=meta,
+    )
+
+
+def _split_rows(split: BudgetSplit) -> list[dict[str, Any]]:
+    return [dict(row) for row in split.table()]
+
+
+def _scree_stage(
+    blocks,
+    block_sizes,
+    block_pairs,
+    directions,
+    split,
+    methods,
+    sampler,
+    selector,
+    target,
+    trusted_worker,
+    require_trusted,
+    progress,
+    analysis_id,
+):
+    """The scree stages: quantiles, then the Gaussian means, then the Huber steps."""
+    k = directions.shape[0]
+    n_pairs, degree = scree_design(tuple(block_sizes), tuple(block_pairs))
+    slack = summation_slack(n_pairs)
+    place = {
+        "trusted_worker": trusted_worker,
+        "require_trusted": require_trusted,
+        "progress": progress,
+    }
+    winsorized = "winsorized" in methods
+    levels = tuple(((0.5, 1.0 - WINSOR_LEVEL) if winsorized else (0.5,)) for _ in range(k)) + (
+        (0.5,),
+    )
+    quantile = split.part("scree", "quantiles")
+    q_mech = PairQuantiles(levels, quantile.epsilon, n_pairs, degree, selector)
+    released, where = release_statistic(
+        target,
+        q_mech.release,
+        scree_histogram_graph(blocks, directions, block_pairs, trace=True),
+        f"{analysis_id}-quantiles",
+        charge=q_mech,
+        **place,
+    )
+    rows = [_row("scree", "pair quantiles (median; winsorizing level)", q_mech.describe(), where)]
+    robust = np.array([robust_from_quantile(r[0]) for r in released[:k]])
+    robust_trace = robust_from_quantile(released[k][0])
+    values: dict[str, list[float]] = {}
+    if "robust" in methods:
+        values["robust"] = robust.tolist()
+    clip = np.concatenate([CLIP_MULTIPLE * robust, [CLIP_MULTIPLE * robust_trace]])
+    upper = np.array([r[1] ** 2 / 2.0 for r in released[:k]]) if winsorized else None
+    huber = "huber" in methods
+    tau = HUBER_MULTIPLE * robust
+    centre = robust.copy()
+    mechanisms: list[tuple[str, GaussianStatistic, slice]] = []
+    start = 0
+
+    def statistic(name: str, ranges: np.ndarray, mu: float) -> GaussianStatistic:
+        return GaussianStatistic(
+            name, tuple(float(r) for r in ranges), mu, n_pairs, degree, slack, sampler
+        )
+
+    # The clipped vector (k scree values and the trace) is always computed: the trace
+    # gives the PVE over all d.
+    clipped_mu = split.part("scree", "clipped").mu if "clipped" in methods else None
+    if clipped_mu is not None:
+        mechanisms.append(("clipped", statistic("clipped", clip, clipped_mu), slice(0, k + 1)))
+    start = k + 1
+    if winsorized:
+        assert upper is not None
+        mu = split.part("scree", "winsorized").mu
+        mechanisms.append(
+            ("winsorized", statistic("winsorized", upper, mu), slice(start, start + k))
+        )
+        start += k
+    huber_mu = float(split.part("scree", "huber").mu) if huber else 0.0
+    if huber:
+        mechanisms.append(
+            ("huber", statistic("huber step 1", 2 * tau, huber_mu), slice(start, start + k))
+        )
+
+    def release_means(total):
+        sums = total.to_float()
+        return [mech.release(sums[s]) for _, mech, s in mechanisms]
+
+    if mechanisms:
+        out, where = release_statistic(
+            target,
+            release_means,
+            scree_sums_graph(
+                blocks,
+                block_pairs,
+                directions,
+                clip,
+                upper,
+                centre if huber else None,
+                tau if huber else None,
+            ),
+            f"{analysis_id}-means",
+            charge=PartsCharge(tuple(p for _, mech, _ in mechanisms for p in mech.parts)),
+            **place,
+        )
+        for (name, mech, _), noisy in zip(mechanisms, out):
+            rows.append(_row("scree", mech.name, mech.describe(), where))
+            if name == "clipped":
+                values["clipped"] = noisy[:k].tolist()
+                trace = float(noisy[k])
+            elif name == "winsorized":
+                assert upper is not None
+                values["winsorized"] = [
+                    gaussian_consistent_winsorized(float(m), float(u)) for m, u in zip(noisy, upper)
+                ]
+            else:
+                centre = centre + noisy
+    if huber:
+        for step in range(2, HUBER_STEPS + 1):
+            mech = statistic(f"huber step {step}", 2 * tau, huber_mu)
+
+            def release_step(total, mech=mech):
+                return mech.release(total.to_float()[k + 1 :])
+
+            noisy, where = release_statistic(
+                target,
+                release_step,
+                scree_sums_graph(blocks, block_pairs, directions, clip, None, centre, tau),
+                f"{analysis_id}-huber-{step}",
+                charge=mech,
+                **place,
+            )
+            rows.append(_row("scree", mech.name, mech.describe(), where))
+            centre = centre + noisy
+        values["huber"] = centre.tolist()
+    scree: dict[str, Any] = {"values": values, "design": {"n_pairs": n_pairs, "max_degree": degree}}
+    if clipped_mu is not None:
+        scree["trace"] = trace
+        scree["pve_total"] = (np.asarray(values["clipped"]) / trace).tolist() if trace > 0 else None
+    return scree, rows
+
+
+def _row(stage: str, release: str, described: dict[str, Any], where: str) -> dict[str, Any]:
+    row = {"stage": stage, "release": release, **described, "released_on": where}
+    if "sigma" in row:
+        row["noise"] = row.pop("sigma")
+    elif "scale" in row:
+        row["noise"] = row.pop("scale")
+    return row

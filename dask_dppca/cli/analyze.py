@@ -1,0 +1,134 @@
+"""``dask-dppca analyze STORE``: a private analysis (directions and scree) under one budget."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def add_parser(commands) -> None:
+    """Register ``analyze`` on the ``dask-dppca`` sub-command parser."""
+    analyze = commands.add_parser(
+        "analyze",
+        help="private directions and scree values of a Zarr store under ONE (epsilon, delta)",
+        description=(
+            "Release a private PCA analysis of the records (rows) of a Zarr array: the private "
+            "directions and, along them, private scree values (clipped, winsorized, Huber, "
+            "robust) and the PVE, all under one total (epsilon, delta) split by a public rule "
+            "(printed before anything is read)."
+        ),
+    )
+    analyze.add_argument(
+        "store", help="Zarr store (local path or fsspec URL), n x d, one record per row"
+    )
+    analyze.add_argument("--component", help="array inside a Zarr group")
+    analyze.add_argument("-k", "--n-components", type=int, default=5, help="components (default 5)")
+    analyze.add_argument(
+        "--epsilon", type=float, default=3.0, help="TOTAL privacy epsilon > 0 (default 3)"
+    )
+    analyze.add_argument(
+        "--delta", type=float, default=1e-5, help="TOTAL privacy delta in (0, 1) (default 1e-5)"
+    )
+    analyze.add_argument(
+        "--split",
+        metavar="STAGE=SHARE",
+        action="append",
+        default=[],
+        help="public share of a stage (directions, scree), repeatable "
+        "(default directions=0.5 scree=0.25; shares are renormalised)",
+    )
+    analyze.add_argument(
+        "--methods",
+        default="clipped,winsorized,huber,robust",
+        help="comma-separated scree estimators (default clipped,winsorized,huber,robust)",
+    )
+    analyze.add_argument(
+        "--scheduler", help="Dask scheduler address (default: embedded LocalCluster)"
+    )
+    analyze.add_argument("--trusted-worker", help="worker address that adds the noise")
+    analyze.add_argument(
+        "--require-trusted", action="store_true", help="refuse unless a trusted worker exists"
+    )
+    analyze.add_argument("--budget", metavar="LEDGER", help="privacy budget ledger to charge")
+    analyze.add_argument(
+        "--output", default="analysis.json", help="result file (default analysis.json)"
+    )
+    analyze.add_argument("--plots", metavar="DIR", help="folder for the scree and PVE plots (PNG)")
+    analyze.add_argument("--force", action="store_true", help="replace an existing --output file")
+    analyze.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    analyze.set_defaults(run=run)
+
+
+def _shares(entries: list[str]) -> dict[str, float] | None:
+    if not entries:
+        return None
+    shares: dict[str, float] = {}
+    for entry in entries:
+        stage, sep, value = entry.partition("=")
+        try:
+            shares[stage.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ValueError(f"--split: expected STAGE=SHARE, got {entry!r}")
+    return shares
+
+
+def run(args: argparse.Namespace) -> int:
+    """Analyze a store, write the result, optionally the plots."""
+    from contextlib import nullcontext
+
+    from ..analysis import analyze
+    from ..io import check_writable
+    from .budget import open_ledger
+    from .fit import FORCE_HINT
+
+    check_writable(
+        args.output, None, name="--output", overwrite=args.force, overwrite_hint=FORCE_HINT
+    )
+    if args.plots is not None and not os.path.isdir(args.plots):
+        raise ValueError(f"--plots: {args.plots!r} is not an existing folder")
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    budget = open_ledger(args.budget) if args.budget else None
+    with nullcontext() if budget is None else budget:
+        result = analyze(
+            os.path.expanduser(args.store),
+            n_components=args.n_components,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            split=_shares(args.split),
+            methods=methods,
+            scheduler=args.scheduler,
+            trusted_worker=args.trusted_worker,
+            require_trusted=args.require_trusted,
+            progress=not args.no_progress and sys.stdout.isatty(),
+            component=args.component,
+            show_split=print,
+        )
+    result.save(args.output)
+    print(result.privacy_table())
+    print(
+        f"wrote {os.path.abspath(args.output)}: {args.n_components} private directions and "
+        f"scree values ({', '.join(result.scree['values'])}) of {result.meta['n_features']} "
+        f"features from {result.meta['n_samples']} records; total epsilon={args.epsilon:g}, "
+        f"delta={args.delta:g} (composed: {result.meta['composed_epsilon']:.6g})"
+    )
+    if args.plots is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        for kind in ("scree", "pve_topk", "pve_total"):
+            ax = result.plot_scree(kind=kind)
+            path = os.path.join(args.plots, f"{kind}.png")
+            ax.figure.savefig(path, dpi=100, bbox_inches="tight")
+            plt.close(ax.figure)
+            print(f"wrote {os.path.abspath(path)}")
+    if budget is not None:
+        print(
+            f"budget {args.budget}: epsilon {budget.remaining():.6g} left for one more "
+            f"release at delta={budget.delta:g}"
+        )
+    return 0

@@ -1,0 +1,108 @@
+"""A command stopped by a signal: SIGTERM and SIGHUP end it as SIGINT does.
+
+Batch systems stop jobs with SIGTERM (SLURM, Kubernetes, systemd), a closed terminal
+sends SIGHUP.  Their default action kills the process at once, which would leave a
+budget reservation ``reserved`` (spent) although no noise was drawn.  While a command
+runs, both raise :class:`Stopped` instead, a ``KeyboardInterrupt``, so the fit unwinds
+exactly as after Ctrl-C: the reservation is cancelled when the release provably never
+drew, and stays spent otherwise.  The command then exits with ``128 + signal number``
+and one line saying what became of the reservation (:func:`stopped_line`).
+
+A second SIGTERM or SIGHUP while the first unwinds is ignored (the unwinding is
+bounded: at most the release ticket's wait), so that it cannot cut the cancellation
+short; SIGINT keeps Python's behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..privacy.budget import PrivacyBudget
+
+__all__ = ["STOP_SIGNALS", "Stopped", "exit_code", "stop_signals_as_interrupts", "stopped_line"]
+
+#: The signals handled like SIGINT (those this platform has).
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+class Stopped(KeyboardInterrupt):
+    """Raised in the main thread by SIGTERM or SIGHUP while a command runs."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = int(signum)
+        super().__init__(signal.Signals(signum).name)
+
+
+@contextmanager
+def stop_signals_as_interrupts() -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGHUP raise :class:`Stopped` (once).
+
+    Outside the main thread (where Python cannot install handlers) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if fired:
+            return  # the first one is unwinding the command: let it finish
+        fired.append(signum)
+        raise Stopped(signum)
+
+    previous = {number: signal.signal(number, handler) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, action in previous.items():
+            signal.signal(number, action)
+
+
+def exit_code(error: KeyboardInterrupt) -> int:
+    """``128 + signal number``: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP."""
+    return 128 + int(getattr(error, "signum", signal.SIGINT))
+
+
+def stopped_line(error: KeyboardInterrupt, budgets: Sequence[PrivacyBudget], since: float) -> str:
+    """The one line a stopped command prints: which signal, and what became of the
+    reservations this process made in ``budgets`` from ``since`` (a ``time.time()``) on.
+    """
+    name = signal.Signals(getattr(error, "signum", signal.SIGINT)).name
+    outcomes = []
+    for budget in budgets:
+        try:
+            rows = [
+                row
+                for row in budget._ledger.rows()
+                if row.pid == os.getpid() and row.reserved_at >= since
+            ]
+        except (OSError, RuntimeError, TimeoutError) as problem:
+            outcomes.append(f"could not read the ledger {budget.ledger} ({problem})")
+            continue
+        for row in rows:
+            where = f"release {row.id} in {budget.ledger}"
+            if row.state == "cancelled":
+                outcomes.append(f"no noise was drawn: the reservation ({where}) was cancelled")
+            elif row.state == "committed":
+                outcomes.append(f"the release was drawn and committed ({where})")
+            elif row.stage == "reserved":
+                outcomes.append(
+                    f"no noise was drawn, but the reservation ({where}) could not be "
+                    f"cancelled; 'dask-dppca budget resolve {budget.ledger} {row.id}' gives it back"
+                )
+            else:
+                outcomes.append(
+                    f"the release was dispatched and may have drawn its noise, so {where} "
+                    "stays spent"
+                )
+    if budgets and not outcomes:
+        outcomes.append("nothing was reserved in the budget")
+    return "; ".join([f"stopped by {name}", *outcomes])

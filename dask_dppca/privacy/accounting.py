@@ -1,0 +1,493 @@
+"""Exact composition of mixed privacy parts, and the public rule that splits one budget.
+
+Every release states its cost as parts (:mod:`.parts`).  Each part is dominated by a
+known pair of distributions (``P``, ``Q``): a :class:`~.GaussianPart` by N(0, 1) and
+N(mu, 1), a :class:`~.PureDPPart` by randomized response ``RR_eps`` (outcomes of
+probability ``e^eps / (1 + e^eps)`` and ``1 / (1 + e^eps)``, swapped under ``Q``), an
+:class:`~.ApproxDPPart` by the four-outcome pair of Kairouz, Oh & Viswanath (2015):
+``P = (delta, (1 - delta) e^eps / (1 + e^eps), (1 - delta) / (1 + e^eps), 0)`` and ``Q``
+the same reversed.  A composition of mechanisms, adaptive or not, is dominated by the
+product of their pairs (Dong, Roth & Su 2022, Theorem 3.2, the tensor product of
+trade-off functions), so its privacy profile is the hockey-stick divergence of the
+products,
+
+    delta(eps) = H_eps(P_1 x ... x P_m || Q_1 x ... x Q_m),
+
+and this is the tightest statement the parts allow (no bound that uses only the parts'
+guarantees can be smaller: the dominating pairs themselves are mechanisms with these
+guarantees).
+
+How it is computed, exactly.  The Gaussian parts compose to one Gaussian part with
+``mu = sqrt(sum mu_i^2)`` (the product of unit-variance Gaussians, rotated).  The
+discrete parts have a finite privacy-loss distribution: outcomes ``o`` with ``P``-mass
+``w_o`` and loss ``L_o = log(p_o / q_o)``, plus the mass on outcomes with ``q_o = 0``
+(infinite loss, from the ``delta`` atoms).  Conditioning on the discrete outcome,
+
+    delta(eps) = P(L = inf) + sum_o w_o delta_G(eps - L_o; mu),
+
+a finite sum of the Gaussian profile at shifted, possibly negative, epsilons
+(``delta_G(e; mu) = Phi(-e/mu + mu/2) - e^e Phi(-e/mu - mu/2)``, valid for every real
+``e``; ``max(0, 1 - e^e)`` when there is no Gaussian part).  Equal discrete parts are
+merged by binomial counts: m parts ``RR_eps`` have m + 1 outcomes (``j`` favourable ones,
+loss ``(2 j - m) eps``), so the sum has ``prod_g (m_g + 1)`` terms over the groups of
+equal parts.  Beyond :data:`MAX_OUTCOMES` terms it refuses (``ValueError``) rather than
+approximate.
+
+Floating point.  Each term is non-negative and evaluated to about 1e-13 relative
+(``_log_gaussian_profile``, tested against 50-digit mpmath); the sum is inflated by
+:data:`SUM_RELATIVE_ERROR`, so the reported delta is an upper bound of the exact one.
+
+The split.  :func:`split_budget` turns one total (epsilon, delta) and public shares into
+per-part parameters by one documented public rule (see there); nothing in it reads data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import erf, erfcx, expit, gammaln, log_ndtr, logsumexp
+
+from .calibration import _GL_NODES, _GL_WEIGHTS, validate_privacy_parameters
+from .parts import ApproxDPPart, GaussianPart, PrivacyPart, PureDPPart
+
+__all__ = [
+    "DEFAULT_SHARES",
+    "MAX_OUTCOMES",
+    "SPLIT_MARGIN",
+    "SUM_RELATIVE_ERROR",
+    "BudgetSplit",
+    "Composition",
+    "PlannedPart",
+    "compose",
+    "composed_delta",
+    "composed_epsilon",
+    "split_budget",
+]
+
+#: The most discrete outcomes (after merging equal parts) a composition enumerates.
+MAX_OUTCOMES = 1 << 20
+
+#: Relative inflation of the summed delta: covers the terms' evaluation error (~1e-13
+#: each, tested) and the summation's rounding, with four orders of margin.
+SUM_RELATIVE_ERROR = 1e-9
+
+#: Relative room the split leaves below delta: a budget of exactly the same total
+#: admits the whole analysis (it keeps 1e-9 for its own evaluation error).
+SPLIT_MARGIN = 1e-8
+
+_SQRT2 = math.sqrt(2.0)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _log_gaussian_profile(epsilon: NDArray[np.float64], mu: float) -> NDArray[np.float64]:
+    """``log delta_G(epsilon; mu)`` for an array of real epsilons (negative included).
+
+    The vectorised twin of :func:`~dask_dppca.privacy.calibration._log_delta` (same
+    formulas, same branches; tests/privacy/test_accounting.py checks they agree and
+    checks both against mpmath at negative epsilon).
+    """
+    e = np.asarray(epsilon, dtype=np.float64)
+    out = np.empty_like(e)
+    if mu == 0.0:
+        with np.errstate(divide="ignore"):
+            return np.where(e < 0.0, np.log(-np.expm1(np.minimum(e, 0.0))), -np.inf)
+    if math.isinf(mu):
+        return np.zeros_like(e)
+    x = mu / 2.0 - e / mu
+    low = x < 0.0
+    if low.any():
+        xl = x[low]
+        p = -xl / _SQRT2
+        width = mu / _SQRT2
+        if width > 0.5:
+            diff = erfcx(p) - erfcx(p + width)
+        else:
+            half = 0.5 * width
+            t = (p[:, None] + half) + half * _GL_NODES[None, :]
+            diff = half * ((_TWO_OVER_SQRT_PI - 2.0 * t * erfcx(t)) @ _GL_WEIGHTS)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[low] = np.where(diff > 0.0, -0.5 * xl * xl + np.log(0.5 * diff), -np.inf)
+    high = ~low
+    if high.any():
+        xh, eh = x[high], e[high]
+        bracket = 0.5 * (erf(xh / _SQRT2) + erf((mu - xh) / _SQRT2))
+        tail = log_ndtr(xh - mu)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_bracket = np.log(bracket)
+            negative = eh < 0.0
+            added = np.log(-np.expm1(np.minimum(eh, 0.0))) + tail
+            pos = np.maximum(eh, 0.0)
+            log_rate = np.where(pos > 0.0, pos + np.log(-np.expm1(-pos)), -np.inf)
+            ratio = np.exp(log_rate + tail - log_bracket)
+            above = np.where(
+                (bracket > 0.0) & (ratio < 1.0), log_bracket + np.log1p(-ratio), -np.inf
+            )
+            below = np.where(bracket > 0.0, np.logaddexp(log_bracket, added), added)
+        out[high] = np.where(negative, below, above)
+    return out
+
+
+def _binomial_outcomes(m: int, eps: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Losses and log P-masses of m parts ``RR_eps``, merged by the count of favourable outcomes."""
+    j = np.arange(m + 1, dtype=np.float64)
+    log_a, log_b = math.log(float(expit(eps))), math.log(float(expit(-eps)))
+    log_w = gammaln(m + 1.0) - gammaln(j + 1.0) - gammaln(m - j + 1.0) + j * log_a + (m - j) * log_b
+    return (2.0 * j - m) * eps, log_w
+
+
+@dataclass(frozen=True)
+class Composition:
+    """The composition of some parts, ready to report its privacy profile exactly.
+
+    Build it with :func:`compose`.
+
+    Attributes
+    ----------
+    mu : float
+        The Gaussian parts composed, ``sqrt(sum mu_i^2)`` (0 without any).
+    losses : ndarray
+        Finite privacy losses of the discrete parts' merged outcomes.
+    log_weights : ndarray
+        Log of their P-masses (the same length).
+    infinite : float
+        P-mass of the outcomes with infinite loss (from the (epsilon, delta) parts'
+        delta atoms): ``1 - prod (1 - delta_i)``.
+    n_parts : int
+        How many parts were composed.
+    """
+
+    mu: float
+    losses: NDArray[np.float64]
+    log_weights: NDArray[np.float64]
+    infinite: float
+    n_parts: int
+
+    @property
+    def is_gaussian(self) -> bool:
+        """True when every part is Gaussian (the profile is then the closed form)."""
+        return self.losses.size == 1 and self.losses[0] == 0.0 and self.infinite == 0.0
+
+    def delta(self, epsilon: float) -> float:
+        """Exact delta(epsilon) of the composition, rounded up (an upper bound).
+
+        Parameters
+        ----------
+        epsilon : float
+            Any real number (>= 0 for a DP statement).
+
+        Returns
+        -------
+        float
+            In [0, 1].
+        """
+        eps = float(epsilon)
+        if not math.isfinite(eps):
+            raise ValueError(f"epsilon: must be finite, got {epsilon!r}")
+        if self.n_parts == 0:
+            return max(0.0, -math.expm1(eps))
+        terms = self.log_weights + _log_gaussian_profile(eps - self.losses, self.mu)
+        finite = float(np.exp(logsumexp(terms))) if np.isfinite(terms).any() else 0.0
+        return min(1.0, (self.infinite + finite) * (1.0 + SUM_RELATIVE_ERROR))
+
+    def epsilon(self, delta: float) -> float:
+        """Smallest epsilon >= 0 at which the composition is (epsilon, delta)-DP.
+
+        Conservative: ``delta(returned) <= delta``.  ``inf`` when no epsilon is enough
+        (the delta atoms alone exceed ``delta``).
+
+        Parameters
+        ----------
+        delta : float
+            In (0, 1).
+
+        Returns
+        -------
+        float
+        """
+        dlt = float(delta)
+        if not (0.0 < dlt < 1.0):
+            raise ValueError(f"delta: must satisfy 0 < delta < 1, got {delta!r}")
+        if self.delta(0.0) <= dlt:
+            return 0.0
+        if self.infinite * (1.0 + SUM_RELATIVE_ERROR) >= dlt:
+            return math.inf
+        lo, hi = 0.0, 1.0
+        while self.delta(hi) > dlt:
+            lo, hi = hi, 2.0 * hi
+            if hi > 1e6:
+                return math.inf
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            if mid in (lo, hi):
+                break
+            if self.delta(mid) > dlt:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+
+def compose(parts: Iterable[PrivacyPart]) -> Composition:
+    """The composition of ``parts`` (any mix of Gaussian, pure and approximate DP).
+
+    Raises
+    ------
+    ValueError
+        ``parts: ...`` when the merged discrete outcomes exceed :data:`MAX_OUTCOMES`, or
+        for an object that is not a part.
+    """
+    squares: list[float] = []
+    pure: Counter[float] = Counter()
+    approx: Counter[tuple[float, float]] = Counter()
+    count = 0
+    for part in parts:
+        count += 1
+        if isinstance(part, GaussianPart):
+            squares.append(part.mu**2)
+        elif isinstance(part, PureDPPart):
+            pure[part.epsilon] += 1
+        elif isinstance(part, ApproxDPPart):
+            approx[(part.epsilon, part.delta)] += 1
+        else:
+            raise ValueError(f"parts: expected privacy parts, got {type(part).__name__}")
+    # Group the discrete parts by epsilon: an (eps, delta) part is RR_eps after its atom.
+    groups: Counter[float] = Counter(pure)
+    log_keep = 0.0  # log P(no delta atom)
+    for (eps, dlt), m in approx.items():
+        groups[eps] += m
+        log_keep += m * math.log1p(-dlt)
+    size = math.prod(m + 1 for m in groups.values())
+    if size > MAX_OUTCOMES:
+        raise ValueError(
+            f"parts: {sum(groups.values())} discrete parts in {len(groups)} groups of equal "
+            f"epsilon give {size} outcomes, more than MAX_OUTCOMES = {MAX_OUTCOMES}; "
+            "use fewer distinct epsilons"
+        )
+    losses = np.zeros(1)
+    log_w = np.zeros(1)
+    for eps, m in sorted(groups.items()):
+        g_loss, g_w = _binomial_outcomes(m, eps)
+        losses = (losses[:, None] + g_loss[None, :]).ravel()
+        log_w = (log_w[:, None] + g_w[None, :]).ravel()
+    mu = math.sqrt(math.fsum(squares)) * (1.0 + 8.0 * 2.0**-53) if squares else 0.0
+    return Composition(
+        mu=mu,
+        losses=losses,
+        log_weights=log_w + log_keep,
+        infinite=-math.expm1(log_keep),
+        n_parts=count,
+    )
+
+
+def composed_delta(parts: Iterable[PrivacyPart], epsilon: float) -> float:
+    """Exact delta(epsilon) of the composition of ``parts`` (an upper bound by rounding)."""
+    return compose(parts).delta(epsilon)
+
+
+def composed_epsilon(parts: Iterable[PrivacyPart], delta: float) -> float:
+    """Smallest epsilon at which the composition of ``parts`` is (epsilon, delta)-DP."""
+    return compose(parts).epsilon(delta)
+
+
+# -- one budget, split by a public rule ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedPart:
+    """One part of an analysis's plan before its scale is known.
+
+    Attributes
+    ----------
+    stage : str
+        The stage it belongs to (``"directions"``, ``"scree"``, ``"score_map"``, ...).
+    name : str
+        What it releases (``"scree quantiles"``).
+    kind : {"gaussian", "pure"}
+        The part's type once scaled.
+    count : int
+        How many identical parts (one per component, say).
+    weight : float
+        Its weight inside the stage (each of its ``count`` parts gets this weight).
+    """
+
+    stage: str
+    name: str
+    kind: str
+    count: int = 1
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("gaussian", "pure"):
+            raise ValueError(f"kind: expected 'gaussian' or 'pure', got {self.kind!r}")
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise ValueError(f"count: must be a positive integer, got {self.count!r}")
+        weight = float(self.weight)
+        if not (math.isfinite(weight) and weight > 0.0):
+            raise ValueError(f"weight: must be a finite number > 0, got {self.weight!r}")
+
+
+@dataclass(frozen=True)
+class BudgetSplit:
+    """Per-part parameters of one analysis, found by :func:`split_budget`.
+
+    Attributes
+    ----------
+    epsilon, delta : float
+        The total.
+    shares : dict of str to float
+        Each stage's public share (they sum to 1).
+    scale : float
+        The rule's one scale ``t``.
+    planned : tuple of PlannedPart
+    parts : tuple of tuple of PrivacyPart
+        For each planned part, its ``count`` scaled parts.
+    """
+
+    epsilon: float
+    delta: float
+    shares: dict[str, float]
+    scale: float
+    planned: tuple[PlannedPart, ...]
+    parts: tuple[tuple[PrivacyPart, ...], ...]
+
+    def stage_parts(self, stage: str) -> tuple[PrivacyPart, ...]:
+        """Every part of one stage."""
+        return tuple(
+            p for plan, ps in zip(self.planned, self.parts) if plan.stage == stage for p in ps
+        )
+
+    def part(self, stage: str, name: str) -> PrivacyPart:
+        """The (first) scaled part of the planned part ``stage``/``name``."""
+        for plan, ps in zip(self.planned, self.parts):
+            if plan.stage == stage and plan.name == name:
+                return ps[0]
+        raise KeyError(f"{stage}/{name}")
+
+    @property
+    def all_parts(self) -> tuple[PrivacyPart, ...]:
+        """Every part of the analysis."""
+        return tuple(p for ps in self.parts for p in ps)
+
+    def composed_epsilon(self) -> float:
+        """The epsilon the whole analysis spends at its delta (<= the total)."""
+        return composed_epsilon(self.all_parts, self.delta)
+
+    def table(self) -> list[dict[str, object]]:
+        """One row per planned part: stage, what, mechanism kind, count and parameter."""
+        rows: list[dict[str, object]] = []
+        for plan, ps in zip(self.planned, self.parts):
+            part = ps[0]
+            param = {"mu": part.mu} if isinstance(part, GaussianPart) else {"epsilon": part.epsilon}
+            rows.append(
+                {
+                    "stage": plan.stage,
+                    "release": plan.name,
+                    "guarantee": "mu-GDP" if isinstance(part, GaussianPart) else "epsilon-DP",
+                    "count": plan.count,
+                    **param,
+                }
+            )
+        return rows
+
+
+#: The public default shares of an analysis (issue 22): directions 1/2, scree 1/4, score map 1/4.
+DEFAULT_SHARES: Mapping[str, float] = {"directions": 0.5, "scree": 0.25, "score_map": 0.25}
+
+
+def _scaled(
+    planned: Sequence[PlannedPart], shares: Mapping[str, float], t: float
+) -> tuple[tuple[PrivacyPart, ...], ...]:
+    per_stage: dict[str, float] = {}
+    for plan in planned:
+        per_stage[plan.stage] = per_stage.get(plan.stage, 0.0) + plan.count * plan.weight
+    out = []
+    for plan in planned:
+        m = t * math.sqrt(shares[plan.stage] * plan.weight / per_stage[plan.stage])
+        part: PrivacyPart = GaussianPart(m) if plan.kind == "gaussian" else PureDPPart(m)
+        out.append((part,) * plan.count)
+    return tuple(out)
+
+
+def split_budget(
+    epsilon: float,
+    delta: float,
+    planned: Sequence[PlannedPart],
+    shares: Mapping[str, float] | None = None,
+    *,
+    fixed: Sequence[PrivacyPart] = (),
+) -> BudgetSplit:
+    """Per-part parameters that spend exactly one total (epsilon, delta).
+
+    The public rule: stage ``s`` has share ``w_s`` (they are normalised to sum to 1);
+    a part of weight ``u`` in it gets the strength ``m = t sqrt(w_s u / U_s)``, ``U_s``
+    the sum of the stage's weights over its parts (count included) (a
+    Gaussian part ``mu = m``, a pure part ``epsilon = m``: for small values an
+    epsilon-DP part and a mu-GDP part with ``mu = epsilon`` have about the same privacy
+    loss variance, so the shares are shares of ``sum m^2 = t^2``).  The one scale ``t``
+    is the largest for which the composition of all parts (and ``fixed`` ones, already
+    decided) is (epsilon, delta (1 - SPLIT_MARGIN))-DP, found by bisection on the exact
+    accountant.  Only
+    public numbers enter: the total, the shares and the plan's shape.
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        The total.
+    planned : sequence of PlannedPart
+    shares : mapping of str to float, optional
+        Stage -> share; default :data:`DEFAULT_SHARES` restricted to the planned stages.
+        Every planned stage needs a share > 0.
+    fixed : sequence of PrivacyPart
+        Parts whose parameters are set otherwise, composed in.
+
+    Returns
+    -------
+    BudgetSplit
+
+    Raises
+    ------
+    ValueError
+        ``shares: ...`` for a missing or non-positive share.
+    """
+    eps, dlt = validate_privacy_parameters(epsilon, delta)
+    stages = list(dict.fromkeys(plan.stage for plan in planned))
+    given = dict(DEFAULT_SHARES if shares is None else shares)
+    if shares is None:
+        given = {stage: given.get(stage, 0.0) for stage in stages}
+    for stage in stages:
+        value = given.get(stage)
+        if (
+            value is None
+            or not (isinstance(value, (int, float)) and math.isfinite(value))
+            or value <= 0
+        ):
+            raise ValueError(f"shares: stage {stage!r} needs a share > 0, got {value!r}")
+    total = math.fsum(float(given[stage]) for stage in stages)
+    norm = {stage: float(given[stage]) / total for stage in stages}
+
+    def fits(t: float) -> bool:
+        parts = [p for ps in _scaled(planned, norm, t) for p in ps]
+        return compose([*parts, *fixed]).delta(eps) <= dlt * (1.0 - SPLIT_MARGIN)
+
+    lo, hi = 0.0, 1.0
+    while fits(hi):
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e6:  # pragma: no cover - no finite total allows this
+            break
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    if not lo > 0.0:
+        raise ValueError(
+            f"epsilon: the total (epsilon={eps:g}, delta={dlt:g}) leaves no room after the "
+            "fixed parts"
+        )
+    return BudgetSplit(eps, dlt, norm, lo, tuple(planned), _scaled(planned, norm, lo))

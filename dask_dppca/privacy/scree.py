@@ -1,0 +1,307 @@
+"""Private scree values along released directions: the mechanisms (no Dask).
+
+Along the released private directions ``v_1..v_k`` (public after their release) the
+scree value of component ``l`` is the variance of the scores ``v_l^T x``.  Every
+statistic here is a mean over the *pairs* of the scree design
+(:mod:`dask_dppca.kernel.scree_stats`) of ``s_ij = (v_l^T (x_i - x_j))^2 / 2``, whose
+expectation is that variance: no centre is needed, private or not (a translation of
+the data changes no pair).  One record's change moves at most ``D`` (the design's
+largest degree) of the ``|P|`` pair terms; docs/privacy.md, "Scree values", has the
+arguments.
+
+The stages, each a release on the exact totals (computed on the trusted worker):
+
+1. :class:`PairQuantiles` (pure epsilon-DP, the exponential mechanism through OpenDP's
+   ``make_noisy_max``): for each component, and for the trace, a private quantile of
+   ``|v^T (x_i - x_j)|`` (``||x_i - x_j||``) on the public log grid ``2^(j/64)``.  The
+   median gives the *robust* scree value ``(Q / z_0.75)^2 / 2`` (consistent at the
+   Gaussian; its ratios are consistent for every elliptical law, Cauchy included), and
+   the scale from which the other estimators' constants are set: nothing tuned to the
+   data by a user.
+2. :class:`GaussianStatistic` (mu-GDP): the clipped mean of ``min(s, C_l)`` with
+   ``C_l = CLIP_MULTIPLE x robust_l`` (and the trace's clipped mean for the PVE over all
+   d), the winsorized mean of ``min(s, U_l)`` with ``U_l`` the private ``1 - p`` quantile
+   of the pair terms, and the first noisy gradient step of the Huber estimator
+   (threshold ``HUBER_MULTIPLE x robust_l``, started at the robust value).
+3. The remaining Huber steps, one Gaussian release each.
+
+Each release scales its entries by their sensitivity, adds i.i.d. Gaussian noise of
+``sigma = sqrt(m) / mu`` from a float-safe sampler (:mod:`.noise`) and scales back:
+every entry's noise is proportional to its own range.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.stats import norm
+
+from ..kernel.scree_stats import grid_values
+from .noise import NoiseSampler
+from .parts import GaussianPart, PrivacyPart, PureDPPart
+
+__all__ = [
+    "CLIP_MULTIPLE",
+    "HUBER_MULTIPLE",
+    "METHODS",
+    "GaussianStatistic",
+    "PairQuantiles",
+    "gaussian_consistent_winsorized",
+    "monotone",
+    "opendp_selector",
+    "robust_from_quantile",
+]
+
+#: Scree methods a user may ask for ("robust" costs nothing beyond stage 1).
+METHODS = ("clipped", "winsorized", "huber", "robust")
+#: Clip level of the clipped mean, in robust scree values (chi^2_1 exceeds 9 with
+#: probability 0.0027: the clipping bias at the Gaussian is below 0.1 %).
+CLIP_MULTIPLE = 9.0
+#: Huber threshold in robust scree values.
+HUBER_MULTIPLE = 6.0
+_Z75 = float(norm.ppf(0.75))
+#: Grid points a row's later quantile searches above the previous one (4 octaves).
+WINDOW = 4 * 64
+
+#: ``select(scores, scale) -> index``: the noisy arg-max of integer scores.
+Selector = Callable[[NDArray[np.int64], float], int]
+
+
+def opendp_selector(scores: NDArray[np.int64], scale: float) -> int:
+    """OpenDP's ``make_noisy_max`` (exact sampling, OS entropy) on integer scores."""
+    from opendp.domains import atom_domain, vector_domain
+    from opendp.measurements import make_noisy_max
+    from opendp.measures import max_divergence
+    from opendp.metrics import linf_distance
+    from opendp.mod import enable_features
+
+    enable_features("contrib")
+    measurement = make_noisy_max(
+        vector_domain(atom_domain(T="i64")), linf_distance(T="i64"), max_divergence(), scale
+    )
+    return int(measurement([int(s) for s in scores]))
+
+
+def opendp_epsilon(sensitivity: int, scale: float) -> float:
+    """Epsilon OpenDP's privacy map gives ``make_noisy_max`` at this score sensitivity."""
+    from opendp.domains import atom_domain, vector_domain
+    from opendp.measurements import make_noisy_max
+    from opendp.measures import max_divergence
+    from opendp.metrics import linf_distance
+    from opendp.mod import enable_features
+
+    enable_features("contrib")
+    measurement = make_noisy_max(
+        vector_domain(atom_domain(T="i64")), linf_distance(T="i64"), max_divergence(), scale
+    )
+    return float(measurement.map(int(sensitivity)))  # type: ignore[no-untyped-call]
+
+
+def robust_from_quantile(q: float) -> float:
+    """The robust scree value of a released median ``Q`` of ``|dy|``: ``(Q / z_0.75)^2 / 2``.
+
+    At the Gaussian ``dy ~ N(0, 2 lambda)``, so the median of ``|dy|`` is
+    ``sqrt(2 lambda) z_0.75``.
+    """
+    return (q / _Z75) ** 2 / 2.0
+
+
+@dataclass(frozen=True)
+class PairQuantiles:
+    """Private quantiles of pair statistics on the public grid: one exponential
+    mechanism per (row, level).
+
+    The utility of grid point ``t_j`` is ``-|N(<= t_j) - round(q |P|)|``, ``N`` the
+    count of pairs whose value is at most ``t_j``: one record changes at most ``D``
+    pairs, so every utility moves by at most ``D``; OpenDP's noisy max at scale
+    ``2 D / epsilon`` is epsilon-DP (its own privacy map is checked at construction).
+
+    Attributes
+    ----------
+    levels : tuple of tuple of float
+        For each row of the histogram, the levels released.
+    epsilon : float
+        Of each release.
+    n_pairs, max_degree : int
+        The design's ``|P|`` and ``D`` (public).
+    selector : callable
+        The noisy arg-max (OpenDP by default; tests inject others).
+    """
+
+    levels: tuple[tuple[float, ...], ...]
+    epsilon: float
+    n_pairs: int
+    max_degree: int
+    selector: Selector = field(default=opendp_selector, compare=False)
+
+    def __post_init__(self) -> None:
+        for row in self.levels:
+            for q in row:
+                if not 0.0 < q < 1.0:
+                    raise ValueError(f"levels: must be in (0, 1), got {q!r}")
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise ValueError(f"epsilon: must be > 0, got {self.epsilon!r}")
+
+    @property
+    def scale(self) -> float:
+        """The noise scale ``2 D / epsilon`` of each noisy max."""
+        return 2.0 * self.max_degree / self.epsilon
+
+    @property
+    def parts(self) -> tuple[PrivacyPart, ...]:
+        """One pure part per (row, level)."""
+        return tuple(PureDPPart(self.epsilon) for row in self.levels for _ in row)
+
+    def utilities(self, counts: NDArray[np.int64], q: float) -> NDArray[np.int64]:
+        """Integer utilities of the grid points for level ``q`` (public function of counts)."""
+        cumulative = np.cumsum(np.asarray(counts, dtype=np.int64))
+        target = int(round(q * self.n_pairs))
+        return -np.abs(cumulative - target)
+
+    def release(self, histograms: NDArray[np.int64]) -> list[list[float]]:
+        """The released grid values, ``[row][level]``.
+
+        A row's first level searches the whole grid; each later level searches the
+        ``WINDOW`` grid points from the previous level's released point up (a
+        window set by a released value: post-processing, and far fewer candidates, so
+        a tail quantile is not lost among thousands of equally bad far points).
+        """
+        grid = grid_values()
+        out = []
+        for row, levels in zip(np.asarray(histograms), self.levels):
+            released: list[float] = []
+            lo, hi = 0, grid.size
+            for q in levels:
+                utility = self.utilities(row, q)[lo:hi]
+                index = lo + self.selector(utility, self.scale)
+                released.append(float(grid[index]))
+                lo, hi = index, min(grid.size, index + WINDOW + 1)
+            out.append(released)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """Public record of the mechanism."""
+        return {
+            "mechanism": "exponential mechanism (OpenDP make_noisy_max) on the grid 2^(j/64)",
+            "guarantee": "epsilon-DP",
+            "epsilon": self.epsilon,
+            "count": sum(len(row) for row in self.levels),
+            "sensitivity": self.max_degree,
+            "sensitivity_units": "pair counts (the design's max degree)",
+            "scale": self.scale,
+        }
+
+
+@dataclass(frozen=True)
+class GaussianStatistic:
+    """A vector of pair sums released with Gaussian noise (mu-GDP).
+
+    Entry ``i`` is a sum over the pairs of terms in a range of width ``ranges[i]``, so
+    one record moves it by at most ``D ranges[i]`` (plus the float slack).  The entries
+    are divided by that sensitivity (each then moves by at most 1, the vector by
+    ``sqrt(m)`` in l2), noised at ``sigma = sqrt(m) / mu`` and multiplied back, then
+    divided by ``|P|``.
+
+    Attributes
+    ----------
+    name : str
+    ranges : tuple of float
+        Width of each entry's term range (public, or released before).
+    mu : float
+    n_pairs, max_degree : int
+    slack : float
+        Float room per unit of range (:func:`~dask_dppca.kernel.scree_stats.summation_slack`).
+    sampler : NoiseSampler
+    """
+
+    name: str
+    ranges: tuple[float, ...]
+    mu: float
+    n_pairs: int
+    max_degree: int
+    slack: float
+    sampler: NoiseSampler
+
+    @property
+    def sensitivities(self) -> NDArray[np.float64]:
+        """Per-entry sensitivity of the sums (with the float slack and the division's)."""
+        r = np.asarray(self.ranges, dtype=np.float64)
+        return r * (self.max_degree + self.slack) * (1.0 + 4.0 * 2.0**-53)
+
+    @property
+    def sigma(self) -> float:
+        """Noise of the scaled entries."""
+        m = len(self.ranges)
+        return math.sqrt(m) * (1.0 + 2.0**-50) / self.mu
+
+    @property
+    def parts(self) -> tuple[PrivacyPart, ...]:
+        """One Gaussian part."""
+        return (GaussianPart(self.mu),)
+
+    def release(self, sums: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Noisy means over the pairs, from the exact (once-rounded) sums."""
+        sens = self.sensitivities
+        scaled = np.asarray(sums, dtype=np.float64) / sens
+        noisy = self.sampler.add_noise(scaled, self.sigma)
+        return noisy * sens / float(self.n_pairs)
+
+    def describe(self) -> dict[str, Any]:
+        """Public record of the mechanism."""
+        return {
+            "mechanism": "Gaussian (scaled entries)",
+            "guarantee": "mu-GDP",
+            "mu": self.mu,
+            "entries": len(self.ranges),
+            "sensitivity": [float(s) / self.n_pairs for s in self.sensitivities],
+            "sigma": [self.sigma * float(s) / self.n_pairs for s in self.sensitivities],
+            "sampler": type(self.sampler).__name__,
+        }
+
+
+def gaussian_consistent_winsorized(mean: float, upper: float) -> float:
+    """The lambda whose Gaussian pair terms have this winsorized mean (post-processing).
+
+    For ``s = lambda chi^2_1``, ``E min(s, U) = lambda F_3(U / lambda) + U (1 - F_1(U /
+    lambda))`` (F_m the chi^2_m distribution function), increasing in lambda up to
+    ``U``; solved by bisection.  A released mean at or above ``U`` (noise) is returned
+    as it is.
+    """
+    from scipy.stats import chi2
+
+    if not (upper > 0 and mean > 0) or mean >= upper:
+        return float(mean)
+
+    def winsorized(lam: float) -> float:
+        c = upper / lam
+        return float(lam * chi2.cdf(c, 3) + upper * chi2.sf(c, 1))
+
+    lo, hi = mean, mean
+    while winsorized(hi) < mean:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if winsorized(mid) < mean:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def monotone(values: Sequence[float]) -> NDArray[np.float64]:
+    """Non-increasing, non-negative post-processing (isotonic least squares, PAVA)."""
+    y = np.maximum(np.asarray(values, dtype=np.float64), 0.0)
+    blocks: list[list[float]] = []  # [mean, weight]
+    for v in y:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
+            m2, w2 = blocks.pop()
+            m1, w1 = blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2])
+    out = np.concatenate([np.full(int(w), m) for m, w in blocks]) if blocks else y
+    return np.asarray(np.maximum(out, 0.0), dtype=np.float64)

@@ -1,0 +1,158 @@
+"""SIGTERM and SIGHUP stop ``dask-dppca fit --budget`` as SIGINT does; ``budget show
+--json`` and ``budget resolve``.
+
+The rule (issue 20, item 3): a reservation is left spent only when the noise was drawn,
+and a drawn release is never given back, whatever the moment of the signal; the
+command exits with 128 + the signal's number and one line.  Whether the noise was
+drawn comes from an oracle outside the code under test (tests/cli/stop_trials.py).
+benchmarks/bench_signals.py runs 50 such trials and prints the counts.  The data are
+test data (fixed seed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dask_dppca.cli import EXIT_USAGE, main
+from dask_dppca.privacy.budget import GaussianCharge, LedgerError, PrivacyBudget
+from dask_dppca.privacy.charging import BUDGET_ENV
+from tests.cli import CONSOLE_SCRIPT, write_store
+from tests.cli.stop_trials import Zygote, ledger_rows, measure, run_trial
+
+#: Trials of the test (the benchmark runs 50): each kind with each signal.
+KINDS = ("reserved", "drawn", "random", "random", "random", "random")
+
+
+def _env() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name != BUDGET_ENV}
+
+
+def test_sigterm_and_sighup_leave_a_reservation_spent_only_when_noise_was_drawn(tmp_path):
+    store = write_store(tmp_path / "x.zarr")
+    rng = random.Random(20)  # the moments of the signals (test only)
+    outcomes = []
+    with Zygote(env=_env()) as zygote:
+        duration = measure(zygote, tmp_path / "measure", store, "threads")
+        for i, (kind, signum) in enumerate(
+            (kind, signum) for signum in (signal.SIGTERM, signal.SIGHUP) for kind in KINDS
+        ):
+            outcome = run_trial(
+                zygote, tmp_path / f"t{i}", store, kind, signum, duration, "threads", rng
+            )
+            outcomes.append(outcome)
+            assert not outcome.violations(), (outcome, outcome.violations())
+    by_kind = {kind: [o for o in outcomes if o.kind == kind] for kind in KINDS}
+    # The chosen moments did what they are for: a stop right after the reservation gives
+    # it back, one during the draw keeps it spent (both with each signal).
+    assert all(not o.drawn and o.rc == 128 + o.signum for o in by_kind["reserved"])
+    assert {r["state"] for o in by_kind["reserved"] for r in o.rows} == {"cancelled"}
+    assert all(o.drawn and o.rc == 128 + o.signum for o in by_kind["drawn"])
+    assert all([r["state"] for r in o.rows] == ["reserved"] for o in by_kind["drawn"])
+    # budget resolve cannot give back a release that drew: it stays spent.
+    for outcome, i in zip(outcomes, range(len(outcomes))):
+        if outcome.kind == "drawn":
+            ledger = str(tmp_path / f"t{i}" / "l.ledger")
+            (done,) = PrivacyBudget.open(ledger).resolve()
+            assert done.outcome == "committed" and "may have drawn" in done.why
+            assert [r["state"] for r in ledger_rows(ledger)] == ["committed"]
+
+
+@pytest.mark.cluster
+def test_the_console_script_on_the_embedded_cluster_gives_back_a_stopped_reservation(tmp_path):
+    """The real command (console script, default embedded cluster): SIGTERM once the
+    reservation is written, while the cluster computes: exit 143, one line, given back."""
+    store = write_store(tmp_path / "x.zarr")
+    ledger = str(tmp_path / "l.ledger")
+    PrivacyBudget(50.0, 1e-5, ledger=ledger)
+    process = subprocess.Popen(
+        [str(CONSOLE_SCRIPT), "fit", store, "--budget", ledger, "--no-progress"],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not ledger_rows(ledger) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    (row,) = ledger_rows(ledger)
+    assert process.returncode == 143, err
+    assert err.strip().splitlines() == [err.strip()] and "stopped by SIGTERM" in err
+    assert row["state"] == "cancelled" and row["stage"] == "reserved"
+    assert f"release 1 in {ledger}) was cancelled" in err
+
+
+_LEFT_BEHIND = """
+import os, sys
+from dask_dppca.privacy.budget import GaussianCharge, PrivacyBudget
+budget = PrivacyBudget.open(sys.argv[1])
+budget.reserve(GaussianCharge(1.0, 5.0), label="never dispatched")
+budget.reserve(GaussianCharge(1.0, 5.0), label="dispatched").dispatch()
+os._exit(0)  # dies without settling either
+"""
+
+
+def test_budget_resolve_gives_back_only_what_provably_drew_nothing(tmp_path, capsys):
+    ledger = str(tmp_path / "l.ledger")
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    subprocess.run([sys.executable, "-c", _LEFT_BEHIND, ledger], check=True, timeout=120)
+    live = budget.reserve(GaussianCharge(1.0, 5.0), label="this process")  # still running
+    with sqlite3.connect(ledger) as db:  # a row written before stages existed
+        db.execute(
+            "INSERT INTO releases (state, reserved_at, fit_id, label, dataset, sensitivity, "
+            "sigma, excess, pid) VALUES ('reserved', 0, '', 'old', '', 1, 5, 0, 1)"
+        )
+    assert main(["budget", "resolve", ledger]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "release 1: cancelled: its release was never dispatched, so no noise was drawn"
+    assert out[1].startswith("release 2: committed: its release was dispatched and may have drawn")
+    assert out[2].startswith(f"release 3: left reserved: process {os.getpid()} ")
+    assert out[3].startswith("release 4: committed: the row does not record")
+    states = [r["state"] for r in ledger_rows(ledger)]
+    assert states == ["cancelled", "committed", "reserved", "committed"]
+    assert budget.releases == 3
+    # A fit that comes back for the row resolve gave back cannot draw with it.
+    with pytest.raises(LedgerError, match="must not draw"):
+        budget._ledger.dispatch(1)
+    live.dispatch()
+    live.commit()
+    assert main(["budget", "resolve", ledger, "2"]) == 0
+    assert "release 2: committed: it is already committed" in capsys.readouterr().out
+    assert main(["budget", "resolve", ledger, "9"]) == EXIT_USAGE
+    assert "holds no release 9" in capsys.readouterr().err
+
+
+def test_budget_show_json_holds_the_totals_and_every_row_as_the_file_does(tmp_path, capsys):
+    ledger = str(tmp_path / "l.ledger")
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    budget.spend(GaussianCharge(1.0, 5.0), label="spent")
+    budget.reserve(GaussianCharge(1.0, 4.0), label="kept").dispatch()
+    budget.reserve(GaussianCharge(1.0, 3.0), label="given back").cancel()
+    assert main(["budget", "show", ledger, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["epsilon"], shown["delta"], shown["ledger"]) == (2.0, 1e-5, ledger)
+    assert shown["counts"] == {"committed": 1, "reserved": 1, "cancelled": 1, "counted": 2}
+    assert shown["spent"]["epsilon"] == budget.spent_epsilon
+    assert shown["spent"]["mu"] == budget.spent_mu
+    assert shown["remaining"]["1"] == budget.remaining() and shown["remaining"]["4"] == (
+        budget.remaining(4)
+    )
+    for row, stored in zip(shown["releases"], ledger_rows(ledger), strict=True):
+        for column, value in stored.items():  # every column, as sqlite3 reads it
+            assert row[column] == (
+                value if value is not None or column not in ("host", "note") else ""
+            ), column
+        assert row["mu"] == stored["sensitivity"] / stored["sigma"]
+        assert row["counted"] == (stored["state"] != "cancelled")
+    assert [r["stage"] for r in shown["releases"]] == [None, "dispatched", "reserved"]

@@ -1,0 +1,350 @@
+"""The scree mechanisms: exact statistics (pair-by-pair oracles), sensitivity on hostile
+neighbours (max computed / claimed <= 1), and black-box audits that catch broken versions.
+
+Seeds here make TEST DATA only; the audited noise comes from the real samplers (OpenDP,
+OS entropy).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dask_dppca.kernel.scree_stats import (
+    SCREE_BLOCK_ROWS,
+    block_histograms,
+    block_order,
+    block_sums,
+    grid_index,
+    grid_values,
+    scree_design,
+    sub_blocks,
+    summation_slack,
+)
+from dask_dppca.privacy.calibration import gaussian_dp_epsilon
+from dask_dppca.privacy.noise import OpenDPSampler
+from dask_dppca.privacy.parts import GaussianPart, PureDPPart
+from dask_dppca.privacy.scree import (
+    GaussianStatistic,
+    PairQuantiles,
+    gaussian_consistent_winsorized,
+    monotone,
+    opendp_epsilon,
+    opendp_selector,
+    robust_from_quantile,
+)
+
+RNG = np.random.default_rng(20261201)  # test data only
+
+
+def _directions(d: int, k: int) -> np.ndarray:
+    return np.linalg.qr(RNG.standard_normal((d, k)))[0].T
+
+
+def _design_pairs(sizes, block_pairs):
+    """The scree design's record pairs, listed one by one (the oracle)."""
+    offsets = np.cumsum((0,) + tuple(sizes))
+    order = [offsets[b] + block_order(b, size) for b, size in enumerate(sizes)]
+    for i, j in block_pairs:
+        subs_i, subs_j = sub_blocks(sizes[i]), sub_blocks(sizes[j])
+        if i == j:
+            for a0, a1 in subs_i:
+                rows = order[i][a0:a1]
+                for p in range(len(rows)):
+                    for q in range(p + 1, len(rows)):
+                        yield int(rows[p]), int(rows[q])
+        else:
+            for (a0, a1), (b0, b1) in zip(subs_i, subs_j):
+                for p in order[i][a0:a1]:
+                    for q in order[j][b0:b1]:
+                        yield int(p), int(q)
+
+
+# -- the exact statistics, against pair-by-pair loops ------------------------------------
+
+
+def test_design_counts_and_degrees_match_the_pair_list():
+    for sizes, pairs in [
+        ((300,), None),
+        ((128, 5, 1), None),
+        ((200, 130, 70), ((0, 0), (0, 1), (1, 1), (1, 2), (2, 2), (0, 2))),
+    ]:
+        block_pairs = tuple((b, b) for b in range(len(sizes))) if pairs is None else pairs
+        listed = list(_design_pairs(sizes, block_pairs))
+        degree: dict[int, int] = {}
+        for i, j in listed:
+            degree[i] = degree.get(i, 0) + 1
+            degree[j] = degree.get(j, 0) + 1
+        assert len(set(listed)) == len(listed)  # no pair twice
+        assert scree_design(sizes, pairs) == (len(listed), max(degree.values()))
+    b = SCREE_BLOCK_ROWS
+    assert scree_design((b * 4,)) == (4 * b * (b - 1) // 2, b - 1)
+
+
+def test_histograms_and_sums_equal_the_pair_loop_with_bad_values():
+    x = RNG.standard_normal((330, 4)) * [3.0, 1.0, 0.5, 0.1]
+    x[7] = np.nan
+    x[250, 2] = np.inf
+    sizes = (200, 130)
+    blocks = (x[:200], x[200:])
+    v = _directions(4, 2)
+    clip = np.array([2.0, 0.5, 5.0])
+    upper = np.array([1.5, 0.3])
+    centre, tau = np.array([1.0, 0.2]), np.array([3.0, 0.6])
+    for pair in [(0, 0), (0, 1)]:
+        hist = np.zeros((3, grid_values().size), dtype=np.int64)
+        sums = np.zeros(3 + 2 + 2)
+        for i, j in _design_pairs(sizes, (pair,)):
+            dx = x[i] - x[j]
+            with np.errstate(invalid="ignore"):
+                dy = np.abs(v @ dx)
+                values = [*dy, float(np.sqrt(np.sum(dx * dx)))]
+            for r, value in enumerate(values):
+                if not np.isfinite(value):
+                    bin_ = grid_values().size - 1
+                elif value == 0:
+                    bin_ = 0
+                else:
+                    bin_ = int(np.clip(np.ceil(64 * np.log2(value)), -4096, 4096) + 4096)
+                hist[r, bin_] += 1
+            s = [0.5 * value * value for value in values]
+            for r in range(3):
+                sums[r] += clip[r] if not np.isfinite(s[r]) else min(s[r], clip[r])
+            for r in range(2):
+                sums[3 + r] += upper[r] if not np.isfinite(s[r]) else min(s[r], upper[r])
+                sums[5 + r] += (
+                    tau[r] if not np.isfinite(s[r]) else np.clip(s[r] - centre[r], -tau[r], tau[r])
+                )
+        a, b = pair
+        other = None if a == b else blocks[b]
+        got_hist = block_histograms(blocks[a], v, trace=True, other=other, indices=pair)
+        assert np.array_equal(got_hist, hist), pair
+        got = block_sums(blocks[a], v, clip, upper, centre, tau, other=other, indices=pair)
+        assert got.to_float() == pytest.approx(sums, rel=1e-12), pair
+
+
+def test_grid_index_is_the_first_grid_point_at_or_above():
+    grid = grid_values()
+    values = np.array([0.0, 1e-30, 0.3, 1.0, 7.7, 1e18, np.inf, np.nan])
+    index = grid_index(values)
+    assert index[0] == 0 and index[-1] == index[-2] == grid.size - 1
+    for value, j in zip(values[1:6], index[1:6]):
+        assert grid[j] >= value * (1 - 1e-12)
+        assert j == 0 or grid[j - 1] < value * (1 + 1e-12)
+
+
+# -- sensitivity on hostile neighbours -----------------------------------------------------
+
+
+def _hostile_neighbours(n: int, d: int):
+    """Replace-one neighbours at the extremes: a tight cluster, one record far away in S
+    and elsewhere (or at the cluster) in S'."""
+    base = RNG.standard_normal((n, d)) * 1e-6
+    cases = {}
+    for name, a, b in [
+        ("far-vs-cluster", 1e6, 0.0),
+        ("far-vs-far", 1e6, -1e6),
+        ("huge", 1e150, -1e150),
+        ("nan-vs-far", np.nan, 1e6),
+    ]:
+        s, s_prime = base.copy(), base.copy()
+        s[3], s_prime[3] = a, b
+        cases[name] = (s, s_prime)
+    spread = RNG.standard_normal((n, d))
+    s, s_prime = spread.copy(), spread.copy()
+    s_prime[3] = 1e3
+    cases["gaussian-vs-outlier"] = (s, s_prime)
+    return cases
+
+
+@pytest.mark.parametrize("case", list(_hostile_neighbours(256, 3)))
+def test_sums_move_by_at_most_their_claimed_sensitivity(case):
+    s, s_prime = _hostile_neighbours(256, 3)[case]
+    v = _directions(3, 2)
+    clip = np.array([1.0, 2.0, 3.0])
+    upper, centre, tau = np.array([0.5, 4.0]), np.array([0.1, 1.0]), np.array([0.2, 2.0])
+    n_pairs, degree = scree_design((256,))
+    ranges = np.concatenate([clip, upper, 2 * tau])
+    mech = GaussianStatistic(
+        "all", tuple(ranges), 1.0, n_pairs, degree, summation_slack(n_pairs), OpenDPSampler()
+    )
+    a = block_sums(s, v, clip, upper, centre, tau).to_float()
+    b = block_sums(s_prime, v, clip, upper, centre, tau).to_float()
+    ratio = np.abs(a - b) / mech.sensitivities
+    assert np.max(ratio) <= 1.0
+    if case == "far-vs-cluster":
+        assert np.max(ratio) > 0.99  # the worst case is reached
+
+
+@pytest.mark.parametrize("case", list(_hostile_neighbours(256, 3)))
+def test_quantile_utilities_move_by_at_most_the_max_degree(case):
+    s, s_prime = _hostile_neighbours(256, 3)[case]
+    v = _directions(3, 2)
+    n_pairs, degree = scree_design((256,))
+    mech = PairQuantiles(((0.5, 0.9), (0.5,), (0.5,)), 1.0, n_pairs, degree)
+    hs, hp = block_histograms(s, v), block_histograms(s_prime, v)
+    worst = 0
+    for row in range(3):
+        for q in (0.1, 0.5, 0.9):
+            worst = max(
+                worst, int(np.max(np.abs(mech.utilities(hs[row], q) - mech.utilities(hp[row], q))))
+            )
+    assert worst <= degree
+    if case == "far-vs-cluster":
+        assert worst == degree
+
+
+def test_a_non_private_centre_breaks_the_sensitivity():
+    """BROKEN on purpose: squared deviations from the data's own mean score, clipped at C.
+    One far record moves every term, far beyond the claimed D C / |P| (what the pair
+    differences avoid)."""
+    s, s_prime = _hostile_neighbours(256, 1)["gaussian-vs-outlier"]
+    s, s_prime = s[:, :1], s_prime[:, :1]
+    clip = 1.0
+
+    def centred(data):
+        y = data[:, 0]
+        return np.minimum((y - y.mean()) ** 2, clip).sum() / (len(y) - 1)
+
+    claimed = clip / (len(s) - 1)
+    assert abs(centred(s) - centred(s_prime)) / claimed > 5.0
+
+
+# -- black-box audits ----------------------------------------------------------------------
+
+ALPHA = 1e-3
+
+
+def _cp_upper(k: int, n: int) -> float:
+    return 1.0 if k >= n else float(stats.beta.ppf(1 - ALPHA, k + 1, n - k))
+
+
+def _audit(draw_s, draw_p, accept, delta: float, n: int) -> float:
+    """Epsilon lower bound of the test 'the input was S'' on the event ``accept``."""
+    a, b = draw_s(n), draw_p(n)
+    fpr, fnr = _cp_upper(int(np.sum(accept(a))), n), _cp_upper(int(np.sum(~accept(b))), n)
+    bounds = [
+        math.log(u / w)
+        for u, w in ((1 - delta - fnr, fpr), (1 - delta - fpr, fnr))
+        if u > 0 and w > 0
+    ]
+    return max(bounds, default=-math.inf)
+
+
+class BrokenHalfNoise(GaussianStatistic):
+    """BROKEN on purpose: half the noise it claims."""
+
+    @property
+    def sigma(self) -> float:
+        return super().sigma / 2.0
+
+
+@pytest.mark.parametrize("term", ["clipped", "winsorized", "huber"])
+@pytest.mark.parametrize("broken", [False, True])
+def test_gaussian_scree_release_audit(broken, term):
+    """Each Gaussian scree release (its term, range and sensitivity) on worst-case
+    neighbours; the half-noise version must be caught."""
+    s, s_prime = _hostile_neighbours(128, 2)["far-vs-cluster"]
+    v = _directions(2, 1)
+    clip, upper, centre, tau = np.array([1.0]), np.array([0.5]), np.array([0.2]), np.array([0.2])
+    index, width = {"clipped": (0, 1.0), "winsorized": (1, 0.5), "huber": (2, 0.4)}[term]
+    n_pairs, degree = scree_design((128,))
+    cls = BrokenHalfNoise if broken else GaussianStatistic
+    mech = cls(term, (width,), 0.5, n_pairs, degree, summation_slack(n_pairs), OpenDPSampler())
+    # At delta = 0.05 the claim (epsilon 0.51) is where 3000 draws can see a factor 2 in
+    # the noise: expected bounds 0.26 (honest) and 1.08 (half the noise).
+    delta = 0.05
+    claimed = gaussian_dp_epsilon(0.5, delta)
+    z = [
+        block_sums(data, v, clip, upper, centre, tau).to_float()[index] / mech.sensitivities[0]
+        for data in (s, s_prime)
+    ]
+    assert abs(z[0] - z[1]) > 0.99  # worst-case neighbours
+
+    def draws(value):
+        return lambda n: mech.sampler.add_noise(np.full(n, value), mech.sigma)
+
+    # The optimal (likelihood-ratio) test for Gaussian noise, its threshold fixed in units
+    # of the public gap before any draw: "S'" when the output is 1.75 gaps past S's value.
+    gap, sign = abs(z[1] - z[0]), np.sign(z[1] - z[0])
+    bound = _audit(
+        draws(z[0]), draws(z[1]), lambda out: (out - z[0]) * sign > 1.75 * gap, delta, 3000
+    )
+    if broken:
+        assert bound > claimed, (bound, claimed)
+    else:
+        assert bound < claimed, (bound, claimed)
+
+
+class BrokenHalfScale(PairQuantiles):
+    """BROKEN on purpose: the noisy max at half its claimed scale."""
+
+    @property
+    def scale(self) -> float:
+        return super().scale / 2.0
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_quantile_release_audit(broken):
+    """Two candidates whose utilities swap by the full sensitivity D between neighbours."""
+    degree = 10
+    cls = BrokenHalfScale if broken else PairQuantiles
+    mech = cls(((0.5,),), 1.0, 100, degree)
+    u_s = np.array([0, -degree], dtype=np.int64)
+    u_p = np.array([-degree, 0], dtype=np.int64)
+
+    def draws(u):
+        return lambda n: np.array([opendp_selector(u, mech.scale) for _ in range(n)])
+
+    bound = _audit(draws(u_s), draws(u_p), lambda out: out == 1, 0.0, 1500)
+    if broken:
+        assert bound > 1.0, bound
+    else:
+        assert bound < 1.0, bound
+
+
+def test_the_quantile_mechanism_is_what_opendp_proves():
+    mech = PairQuantiles(((0.5,),), 0.3, 1000, 127)
+    assert opendp_epsilon(127, mech.scale) == pytest.approx(0.3, rel=1e-12)
+    assert mech.parts == (PureDPPart(0.3),)
+    assert GaussianStatistic("x", (1.0,), 0.4, 10, 3, 0.0, OpenDPSampler()).parts == (
+        GaussianPart(0.4),
+    )
+
+
+# -- post-processing -----------------------------------------------------------------------
+
+
+def test_monotone_is_the_isotonic_fit():
+    assert monotone([3, 5, -1, 2]).tolist() == [4, 4, 1, 1]
+    assert monotone([5, 4, 3]).tolist() == [5, 4, 3]
+
+
+def test_robust_and_winsorized_are_consistent_at_the_gaussian():
+    lam = 2.5
+    dy = RNG.standard_normal(400_000) * math.sqrt(2 * lam)
+    assert robust_from_quantile(float(np.median(np.abs(dy)))) == pytest.approx(lam, rel=0.01)
+    s = dy * dy / 2
+    upper = float(np.quantile(s, 0.9))
+    assert gaussian_consistent_winsorized(
+        float(np.minimum(s, upper).mean()), upper
+    ) == pytest.approx(lam, rel=0.01)
+
+
+def test_robust_ratios_are_consistent_on_cauchy_data():
+    """Multivariate t_1 (no variance) with scatter diag(9, 4, 1): the released robust
+    values' ratios estimate the scatter's ratios (elliptical: every |v^T dx| is the same
+    law scaled by sqrt(v^T Sigma v))."""
+    n, scatter = 4096, np.array([9.0, 4.0, 1.0])
+    z = RNG.standard_normal((n, 3)) * np.sqrt(scatter)
+    x = z / np.abs(RNG.standard_normal((n, 1)))  # t_1: a normal over |a normal|
+    counts = sum(
+        block_histograms(x[a : a + 1024], np.eye(3), trace=False) for a in range(0, n, 1024)
+    )
+    n_pairs, degree = scree_design((1024,) * 4)
+    mech = PairQuantiles(((0.5,),) * 3, 2.0, n_pairs, degree)
+    robust = np.array([robust_from_quantile(r[0]) for r in mech.release(counts)])
+    assert robust[:2] / robust[2] == pytest.approx(scatter[:2] / scatter[2], rel=0.2)
