@@ -584,6 +584,7 @@ def _scree_stage(
         q_mech.release,
         scree_histogram_graph(blocks, directions, block_pairs, trace=True),
         f"{analysis_id}-quantiles",
+        charge=q_mech,
         **place,
     )
     what = "pair quantiles (median; winsorizing level)" if winsorized else "pair quantiles (median)"
@@ -643,6 +644,7 @@ def _scree_stage(
                 tau if huber else None,
             ),
             f"{analysis_id}-means",
+            charge=PartsCharge(tuple(p for _, mech, _ in mechanisms for p in mech.parts)),
             **place,
         )
         for (name, mech, _), noisy in zip(mechanisms, out):
@@ -669,6 +671,7 @@ def _scree_stage(
                 release_step,
                 scree_sums_graph(blocks, block_pairs, directions, clip, None, centre, tau),
                 f"{analysis_id}-huber-{step}",
+                charge=mech,
                 **place,
             )
             rows.append(_row("scree", mech.name, mech.describe(), where))

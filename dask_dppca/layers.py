@@ -59,6 +59,7 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
                 "machine",
                 "theory",
                 "results",
+                "score_plots",
                 "cli",
                 "__init__",
                 "__main__",

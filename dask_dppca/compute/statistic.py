@@ -1,88 +1,143 @@
-"""Releasing a noisy statistic on a compute target: partial totals -> one task -> noise.
+"""Releasing one noisy statistic where K_hat is released: on the trusted worker.
 
-The generic twin of :mod:`.release` for the analysis's statistics (scree quantiles and
-means, score-map counts): the partial totals are computed on the workers; once they all
-are, one task that is never retried (``pure=False``, ``retries=0``) adds them exactly and
-runs ``release(total)`` on the trusted worker (placement as for the directions), so the
-exact total never exists as a Dask key and only the released values are gathered.  On a
-local scheduler the partials are computed and released in this process.  Every wait is
-bounded.  Budgets are the caller's: an analysis reserves all its parts before anything
-is read and keeps them charged if any stage fails (conservative).
+:func:`release_statistic` is the generic step of every statistic of an analysis beyond
+the directions (scree quantiles and means, score-map counts and histograms), the twin of
+:mod:`.release`: the exact statistic's partial totals are computed on the workers; once
+they all are, one task that is never retried (``pure=False``, ``retries=0``) adds them
+exactly and runs the mechanism's ``release`` on the total on the trusted worker (placement
+as for the directions), so the exact total never exists as a Dask key and only the noisy
+result is gathered.  The task claims a release ticket (:mod:`.tickets`) before it draws,
+so a re-execution (its worker lost after drawing) refuses to draw a second time.  A local
+scheduler computes and releases in this process (and refuses ``require_trusted``).  Every
+wait is bounded (:mod:`.waits`).  Budgets are the caller's: an analysis reserves all its
+parts before anything is read and keeps them charged if any stage fails (conservative).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import dask
 import distributed
 
 from ..graph.scree import merge_partials
-from .failures import killed_worker_error
+from .failures import SchedulerLostError, killed_worker_error
 from .placement import choose_placement, describe_placement, placement_available
 from .progress import cluster_progress, local_progress
-from .target import ClusterTarget, ComputeTarget
-from .waits import await_done, await_result
+from .release import _scheduler_id
+from .site_ledger import charged_where_drawn
+from .target import ClusterTarget, ComputeTarget, LocalScheduler
+from .tickets import (
+    claim_release_ticket,
+    current_worker,
+    mark_release_dispatched,
+    mark_release_settled,
+    prune_release_tickets,
+)
+from .waits import ClusterStalledError, await_done, await_result
 from .workers import prepare_workers, single_threaded_blas
 
-__all__ = ["release_statistic", "statistic_task"]
+__all__ = ["release_statistic"]
+
+T = TypeVar("T")
 
 
-def statistic_task(release: Callable[[Any], Any], *partials: Any) -> tuple[Any, str]:
-    """Where the release runs: the partials' exact total, then ``release(total)``; the
-    released values and the address of the worker that drew them.
+def _unsealed(exact: Any) -> Any:
+    """A single exact statistic as its mechanism reads it (sealed counts: their array)."""
+    return getattr(exact, "counts", exact)
+
+
+def _release_task(
+    release: Callable[[Any], Any],
+    release_id: str,
+    combine: Callable[..., Any],
+    *partials: Any,
+    charge: Any = None,
+    label: str = "",
+    dataset: str = "",
+) -> Any:
+    """On the trusted worker: the exact total of the partials (which stays here), the
+    ledger configured here charged with ``charge`` (:mod:`.site_ledger`: before the draw,
+    or the release refused), then the noisy release, drawn at most once (the ticket).
     """
-    try:
-        where = distributed.get_worker().address
-    except ValueError:  # not on a worker: a local scheduler, this process
-        where = "this process"
-    return release(merge_partials(*partials)), where
+    here = getattr(current_worker(), "address", None)
+    with charged_where_drawn(charge, release_id, dataset, here, what=label) as drawing:
+        claim_release_ticket(release_id)
+        drawing[0] = True
+        return release(combine(*partials))
 
 
 def release_statistic(
     target: ComputeTarget,
-    release: Callable[[Any], Any],
-    partials: list,
+    release: Callable[[Any], T],
+    statistic: Any,
     label: str,
     *,
+    charge: Any,
+    dataset: str = "",
     trusted_worker: str | None = None,
     require_trusted: bool = False,
     progress: bool = False,
-) -> tuple[Any, str]:
-    """Run ``release`` once on the exact total of ``partials``; the result and where it ran.
+) -> tuple[T, str]:
+    """``release(exact value of statistic)``, run once where the directions are released.
 
     Parameters
     ----------
     target : ComputeTarget
     release : callable
-        ``release(total) -> released values``; it draws the noise (a mechanism's method).
-    partials : list of Delayed
-        Partial totals (int64 arrays or ExactSums).
+        Picklable, e.g. ``functools.partial(mechanism.release, sampler=sampler)``: the one
+        step that sees the exact statistic and draws the noise.
+    statistic : Delayed or list of Delayed
+        The lazy exact statistic (an ``ExactCounts`` or an array), or its partial totals
+        (int64 arrays or ExactSums), added exactly in the release task.
     label : str
-        Names the release in errors.
+        Names the step in errors and logs.
+    charge : mechanism with ``.parts``, or a charge
+        What this one release costs: the ledger configured where it is drawn
+        (:mod:`.site_ledger`) is charged with it before the draw.  Each statistic is its
+        own row there (a site ledger that is also the client's file charges it twice:
+        conservative).
+    dataset : str
+        For that ledger's row.
+    trusted_worker, require_trusted, progress
+        As for ``DPPCA``.
 
     Returns
     -------
-    (object, str)
-        The released values and where the noise was drawn.
+    (result, where)
+        The noisy result and where it was drawn, in words.
     """
-    if not isinstance(target, ClusterTarget):
+    partials: list[Any]
+    if isinstance(statistic, Sequence):
+        partials, combine = list(statistic), merge_partials
+    else:
+        partials, combine = [statistic], _unsealed
+    release_id = f"statistic-{uuid.uuid4().hex}"
+    if isinstance(target, LocalScheduler):
         if require_trusted:
             raise ValueError(
-                "require_trusted: a local scheduler releases in this process, which is no "
-                "trusted worker; use a cluster with one (or require_trusted=False)"
+                f"require_trusted: the local scheduler {target.name!r} releases in this "
+                "process, which is no trusted worker; use a cluster with one (or "
+                "require_trusted=False)"
             )
         with local_progress(progress), single_threaded_blas(True):
-            values = dask.compute(*partials, scheduler=getattr(target, "name", "sync"))
-        return statistic_task(release, *values)
+            values = dask.compute(*partials, scheduler=target.name)
+        result = _release_task(
+            release, release_id, combine, *values, charge=charge, label=label, dataset=dataset
+        )
+        mark_release_settled(release_id)
+        return result, f"this process (local scheduler {target.name!r})"
+    if not isinstance(target, ClusterTarget):
+        raise ValueError(f"target: expected a ComputeTarget, got {target!r}")
     client = target.client
     placement = choose_placement(client, trusted_worker, require_trusted)
     described = describe_placement(placement)
     prepare_workers(client)
 
-    def trusted_present(workers: dict) -> str | None:
+    def trusted_worker_present(workers: dict) -> str | None:
         if placement_available(placement, workers):
             return None
         return f"the trusted worker ({described}) left the cluster"
@@ -90,27 +145,44 @@ def release_statistic(
     started = time.time()
     with single_threaded_blas(target.in_process):
         futures = client.compute(partials)
-        future = None
+        release_future = None
         try:
             with cluster_progress(client, futures, progress):
-                await_done(client, futures, label, needed=trusted_present)
-            future = client.submit(
-                statistic_task,
+                await_done(client, futures, label, needed=trusted_worker_present)
+            mark_release_dispatched(release_id, _scheduler_id(client))  # before it can draw
+            release_future = client.submit(
+                _release_task,
                 release,
+                release_id,
+                combine,
                 *futures,
-                key=f"dppca-statistic-{label}-{time.time_ns()}",
+                charge=charge,
+                label=label,
+                dataset=dataset,
+                key=f"dppca-{release_id}",
                 pure=False,
                 retries=0,
                 **placement,
             )
-            values, where = await_result(client, future, label, needed=trusted_present)
-            return values, f"{where} ({described})"
+            result = await_result(client, release_future, label, needed=trusted_worker_present)
+            mark_release_settled(release_id)
+            prune_release_tickets(client)
         except distributed.KilledWorker as error:
             raise killed_worker_error(
-                client, error, label, "the analysis stays charged", since=started
+                client, error, label, _outcome(release_future), since=started
             ) from None
+        except (ClusterStalledError, SchedulerLostError) as error:
+            raise type(error)(f"{error}; {_outcome(release_future)}") from None
         finally:
-            if future is not None:
+            if release_future is not None:
+                release_future.release()
+            for future in futures:
                 future.release()
-            for f in futures:
-                f.release()
+    return result, described
+
+
+def _outcome(release_future: Any) -> str:
+    """What a failed release may have drawn."""
+    if release_future is None:
+        return "nothing was released and no noise was drawn"
+    return "the release was submitted and may have drawn its noise (it stays charged)"

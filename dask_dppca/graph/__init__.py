@@ -6,6 +6,7 @@
 * :mod:`.lane_task`: what runs inside those tasks, and :func:`.lanes_total`, the lanes'
   exact total rounded once.
 * :mod:`.sealed`: partial sums that only Dask workers may open.
+* :mod:`.score_stats`: the score map's exact counts as one-pass reductions (sealed too).
 """
 
 from .lane_task import LaneState, lanes_total

@@ -11,6 +11,7 @@
 * :mod:`.exact_sum`: exact, order-free addition of float64 arrays (the lanes' totals).
 * :mod:`.jit`: numba compilation with its cache outside the installed package.
 * :mod:`.fp_state`: the floating-point error state every computation on data runs under.
+* :mod:`.score_stats`: the score map's exact counts on one block of scores.
 """
 
 from .exact_sum import ExactSum

@@ -5,9 +5,12 @@ exact Gaussian privacy profile, and :class:`.PrivacyTarget`.  ``noise``: vecd an
 float-safe samplers.  ``mechanism``: the g-DPPCA release as one object (sensitivity,
 sigma, and the release math: noise once, then the eigendecomposition).  ``budget``:
 tight (Gaussian-DP) composition of releases, kept in a ``ledger`` (in memory or a
-SQLite file); ``charging``: which budgets a fit charges.  docs/privacy.md holds the
-arguments.  The compute layer (:mod:`dask_dppca.compute`) runs a mechanism on a cluster;
-tests/test_layering.py keeps dask and distributed out of this package.
+SQLite file); ``charging``: which budgets a fit charges.  The score map: ``laplace``
+(integer noise), ``quantile`` (the bound-free quantile), ``frame``, ``histogram``
+(additive, sparse, group sizes, synthetic points) and ``score_map`` (the stage).
+docs/privacy.md holds the arguments.  The compute layer (:mod:`dask_dppca.compute`) runs
+a mechanism on a cluster; tests/test_layering.py keeps dask and distributed out of this
+package.
 """
 
 from .budget import (

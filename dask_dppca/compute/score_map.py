@@ -1,0 +1,140 @@
+"""The score map stage on a compute target: three passes, three releases on the trusted worker.
+
+:func:`release_score_map` is the one call an analysis makes for a score map, after the
+directions are released: with the scores ``X V`` lazy on the workers (persisted there,
+never gathered), it releases
+
+1. the two private medians (one pass: the counts below every public candidate),
+2. the two private radii about them (one pass: the counts of the deviations),
+3. the histograms on the frame's grid, per group, and the noisy group sizes (one pass),
+
+each through :func:`~.statistic.release_statistic`, so each exact statistic reaches
+only its release task.  What comes back is a :class:`~dask_dppca.privacy.score_map.ScoreMap`.
+The caller charges ``mechanism.parts`` to its budgets before calling.  An analysis
+shell, after its directions release, calls (``records``, ``plan``, ``target`` as in
+``DPPCA.fit``)::
+
+    mechanism = ScoreMapMechanism(n, epsilon_share, delta_share, bins=(10, 10),
+                                  domain=labels_domain)          # public parameters only
+    # ... charge mechanism.parts to every active budget ...
+    scores = project_scores(records.blocks(plan.block_sizes), release.components, (0, 1))
+    score_map = release_score_map(target, scores, mechanism, labels=labels)
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import dask.array as da
+
+from ..graph.score_stats import histogram_counts_graph, label_codes, quantile_counts_graph
+from ..privacy.budget import PartsCharge
+from ..privacy.laplace import DiscreteLaplaceSampler, IntegerNoise
+from ..privacy.noise import NoiseSampler, default_sampler
+from ..privacy.score_map import ScoreMap, ScoreMapMechanism
+from .statistic import release_statistic
+from .target import ClusterTarget, ComputeTarget
+
+__all__ = ["release_score_map"]
+
+
+def release_score_map(
+    target: ComputeTarget,
+    scores: da.Array,
+    mechanism: ScoreMapMechanism,
+    *,
+    labels: Any = None,
+    axes: tuple[int, int] = (0, 1),
+    gaussian_sampler: NoiseSampler | None = None,
+    integer_sampler: IntegerNoise | None = None,
+    trusted_worker: str | None = None,
+    require_trusted: bool = False,
+    progress: bool = False,
+) -> ScoreMap:
+    """Release one private score map of ``scores`` (lazy, shape (n, 2)).
+
+    Parameters
+    ----------
+    target : ComputeTarget
+    scores : dask.array.Array, shape (n, 2)
+        E.g. :func:`~dask_dppca.graph.score_stats.project_scores` of the released
+        directions; ``n`` must be ``mechanism.n_samples``.
+    mechanism : ScoreMapMechanism
+        Planned from public parameters (its ``domain`` when ``labels`` is given).
+    labels : array-like, optional
+        One label per row (:func:`~dask_dppca.graph.score_stats.label_codes` lists the
+        accepted inputs); labels outside the domain count in the group "other".
+    axes : (int, int)
+        Recorded in the map (which components ``scores`` holds).
+    gaussian_sampler, integer_sampler : optional
+        The noise (private defaults: :func:`~dask_dppca.privacy.noise.default_sampler`
+        and :class:`~dask_dppca.privacy.laplace.DiscreteLaplaceSampler`).
+    trusted_worker, require_trusted, progress
+        As for ``DPPCA``.
+
+    Returns
+    -------
+    ScoreMap
+    """
+    if scores.shape[0] != mechanism.n_samples:
+        raise ValueError(
+            f"scores: {scores.shape[0]} rows, but the mechanism was planned for "
+            f"n_samples={mechanism.n_samples}"
+        )
+    if (labels is None) != (mechanism.domain is None):
+        raise ValueError("labels: give labels exactly when the mechanism has a group domain")
+    integer = integer_sampler if integer_sampler is not None else DiscreteLaplaceSampler()
+    n_entries = mechanism.histograms[mechanism.methods[0]].shape
+    gaussian = (
+        gaussian_sampler
+        if gaussian_sampler is not None
+        else default_sampler(n_entries[0] * n_entries[1])
+    )
+    if isinstance(target, ClusterTarget):  # the scores stay on the workers between passes
+        scores = target.client.persist(scores)
+    else:
+        scores = scores.persist(scheduler=getattr(target, "name", None))
+
+    def run(statistic: Any, release: Any, label: str, charge: Any) -> tuple[Any, str]:
+        return release_statistic(
+            target,
+            release,
+            statistic,
+            label,
+            charge=charge,
+            trusted_worker=trusted_worker,
+            require_trusted=require_trusted,
+            progress=progress,
+        )
+
+    frame_mechanism = mechanism.frame
+    centre, _ = run(
+        quantile_counts_graph(scores, frame_mechanism.centre.candidates),
+        functools.partial(mechanism.release_centre, sampler=integer),
+        "score map: centre",
+        PartsCharge(frame_mechanism.centre.parts * 2),
+    )
+    radius, _ = run(
+        quantile_counts_graph(scores, frame_mechanism.radius.candidates, centre=centre),
+        functools.partial(mechanism.release_radius, sampler=integer),
+        "score map: radius",
+        PartsCharge(frame_mechanism.radius.parts * 2),
+    )
+    frame = frame_mechanism.frame(centre, radius)
+    x_edges, y_edges = frame.edges(mechanism.bins)
+    codes = (
+        None
+        if labels is None
+        else label_codes(labels, mechanism.domain or (), tuple(scores.chunks[0]))
+    )
+    (histograms, group_counts), where = run(
+        histogram_counts_graph(scores, x_edges, y_edges, codes, len(mechanism.group_names)),
+        functools.partial(mechanism.release_histograms, gaussian=gaussian, integer=integer),
+        "score map: histograms",
+        PartsCharge(mechanism.parts[len(frame_mechanism.parts) :]),
+    )
+    privacy = mechanism.describe()
+    privacy["released_on"] = where
+    privacy["private"] = bool(gaussian.is_private and integer.is_private)
+    return ScoreMap(frame, histograms, mechanism.group_names, axes, privacy, group_counts)

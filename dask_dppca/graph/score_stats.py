@@ -1,0 +1,242 @@
+"""The score map's exact statistics as Dask reductions: one pass over the score blocks each.
+
+Each function builds, lazily, the sum over row blocks of a
+:mod:`dask_dppca.kernel.score_stats` count (integers: any grouping gives the same total)
+and returns one :class:`~dask.delayed.Delayed` whose value is an :class:`ExactCounts`.
+Like a lane's running sum (:mod:`.sealed`), an :class:`ExactCounts` pickled in a worker
+process of a cluster can be opened on workers only, so the compute layer can move it to
+the release task on the trusted worker while the client never holds it
+(:func:`dask_dppca.compute.statistic.release_statistic`).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.delayed import Delayed
+
+from ..kernel import score_stats
+from .sealed import seal
+
+__all__ = [
+    "ExactCounts",
+    "histogram_counts_graph",
+    "label_codes",
+    "project_scores",
+    "quantile_counts_graph",
+]
+
+#: Partial counts one reduction task adds.
+_FAN_IN = 8
+
+
+class ExactCounts:
+    """Exact integer counts on their way to the release task (sealed between workers).
+
+    Parameters
+    ----------
+    counts : ndarray of int64
+    """
+
+    __slots__ = ("counts",)
+
+    def __init__(self, counts: np.ndarray) -> None:
+        self.counts = counts
+
+    def __reduce__(self):
+        return seal(ExactCounts, (self.counts,))
+
+    def __repr__(self) -> str:
+        return f"ExactCounts(shape={self.counts.shape})"
+
+
+def _add(*parts: ExactCounts) -> ExactCounts:
+    total = parts[0].counts.copy()
+    for part in parts[1:]:
+        total += part.counts
+    return ExactCounts(total)
+
+
+def _reduce(blocks: list[Delayed], name: str) -> Delayed:
+    level = 0
+    while len(blocks) > 1:
+        blocks = [
+            dask.delayed(_add, pure=True)(
+                *blocks[k : k + _FAN_IN], dask_key_name=f"{name}-sum-{level}-{k // _FAN_IN}"
+            )
+            for k in range(0, len(blocks), _FAN_IN)
+        ]
+        level += 1
+    if level == 0:  # one block: still an ExactCounts of its own key
+        return dask.delayed(_add, pure=True)(blocks[0], dask_key_name=f"{name}-sum-0-0")
+    return blocks[0]
+
+
+def _check_scores(scores: da.Array) -> da.Array:
+    if scores.ndim != 2 or scores.shape[1] != 2:
+        raise ValueError(f"scores: must be a dask array of shape (n, 2), got {scores.shape}")
+    if len(scores.chunks[1]) != 1:
+        scores = scores.rechunk({1: -1})
+    return scores
+
+
+def project_scores(
+    data: da.Array, components: np.ndarray, axes: Sequence[int] = (0, 1)
+) -> da.Array:
+    """The lazy scores ``X v_a, X v_b`` of the released ``components`` (rows), block by block.
+
+    Parameters
+    ----------
+    data : dask.array.Array, shape (n, d)
+    components : ndarray, shape (k, d)
+        Released unit directions (public).
+    axes : (int, int)
+        The two components to plot (0-based).
+
+    Returns
+    -------
+    dask.array.Array, shape (n, 2)
+        Same row chunks as ``data``; a row with a non-finite value gives a NaN or infinite
+        score (then counted outside the frame).
+    """
+    v = np.asarray(components, dtype=np.float64)[list(axes)].T  # (d, 2)
+    if data.ndim != 2 or v.shape[0] != data.shape[1]:
+        raise ValueError(f"components: expected width {data.shape[1]}, got {v.shape[0]}")
+    if len(data.chunks[1]) != 1:
+        data = data.rechunk({1: -1})
+
+    def project(block: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(block, dtype=np.float64) @ v
+
+    return da.map_blocks(project, data, chunks=(data.chunks[0], (2,)), dtype=np.float64)
+
+
+def quantile_counts_graph(
+    scores: da.Array, candidates: np.ndarray, centre: Sequence[float] | None = None
+) -> Delayed:
+    """``#{i : y_ik <= t_j}`` per axis k and candidate j, or of ``|y_ik - centre_k|``.
+
+    Parameters
+    ----------
+    scores : dask.array.Array, shape (n, 2)
+    candidates : ndarray, shape (G,)
+        A :class:`~dask_dppca.privacy.quantile.PrivateQuantile`'s public grid.
+    centre : (float, float), optional
+        A released centre: count the deviations from it instead (the radius).
+
+    Returns
+    -------
+    dask.delayed.Delayed
+        An :class:`ExactCounts` of shape (2, G).
+    """
+    scores = _check_scores(scores)
+    grid = np.asarray(candidates, dtype=np.float64)
+    c = None if centre is None else np.asarray(centre, dtype=np.float64)
+    name = f"dppca-quantile-counts-{uuid.uuid4().hex}"
+
+    def block_counts(block: np.ndarray) -> ExactCounts:
+        values = block if c is None else score_stats.deviations(block, c)
+        return ExactCounts(score_stats.count_at_most(values, grid))
+
+    blocks = [
+        dask.delayed(block_counts, pure=True)(b, dask_key_name=f"{name}-block-{i}")
+        for i, b in enumerate(scores.to_delayed().ravel())
+    ]
+    return _reduce(blocks, name)
+
+
+def histogram_counts_graph(
+    scores: da.Array,
+    x_edges: np.ndarray,
+    y_edges: np.ndarray,
+    codes: da.Array | None = None,
+    n_groups: int = 1,
+    *,
+    clamp: bool = False,
+) -> Delayed:
+    """``counts[g, cell]`` over the frame's grid (last cell: out of the frame), per group.
+
+    Parameters
+    ----------
+    scores : dask.array.Array, shape (n, 2)
+    x_edges, y_edges : ndarray
+        The released frame's edges (public).
+    codes : dask.array.Array of int, shape (n,), optional
+        Group codes (:func:`label_codes`), chunked like ``scores``' rows.
+    n_groups : int, default 1
+    clamp : bool, default False
+        The R package's edge clamping instead of the out-of-frame cell.
+
+    Returns
+    -------
+    dask.delayed.Delayed
+        An :class:`ExactCounts` of shape ``(n_groups, m_x m_y + 1)``.
+    """
+    scores = _check_scores(scores)
+    xe, ye = np.asarray(x_edges, np.float64), np.asarray(y_edges, np.float64)
+    name = f"dppca-histogram-counts-{uuid.uuid4().hex}"
+    score_blocks = list(scores.to_delayed().ravel())
+    if codes is None:
+        code_blocks: list[Any] = [None] * len(score_blocks)
+    else:
+        if codes.shape != (scores.shape[0],):
+            raise ValueError(f"codes: expected shape ({scores.shape[0]},), got {codes.shape}")
+        code_blocks = list(codes.rechunk((scores.chunks[0],)).to_delayed().ravel())
+
+    def block_counts(block: np.ndarray, block_codes: np.ndarray | None) -> ExactCounts:
+        return ExactCounts(
+            score_stats.histogram_counts(block, xe, ye, block_codes, n_groups, clamp=clamp)
+        )
+
+    blocks = [
+        dask.delayed(block_counts, pure=True)(b, g, dask_key_name=f"{name}-block-{i}")
+        for i, (b, g) in enumerate(zip(score_blocks, code_blocks))
+    ]
+    return _reduce(blocks, name)
+
+
+def label_codes(labels: Any, domain: Sequence[Any], row_chunks: tuple[int, ...]) -> da.Array:
+    """Group codes of ``labels`` against the PUBLIC ``domain`` (outside it: ``len(domain)``,
+    the "other" group), lazily, chunked as ``row_chunks``.
+
+    Parameters
+    ----------
+    labels : array-like
+        A numpy array or list, a pandas or dask Series (a categorical column too), an
+        xarray DataArray (e.g. a coordinate), a dask array, or a Zarr array of labels
+        (the array, or its path).
+    domain : sequence
+        The public labels.
+    row_chunks : tuple of int
+        The scores' row chunks.
+
+    Returns
+    -------
+    dask.array.Array of int64, shape (n,)
+    """
+    values: Any = labels
+    if isinstance(values, (str, os.PathLike)) or type(values).__module__.startswith("zarr"):
+        values = da.from_zarr(values)  # a Zarr array of labels (a path or the array): lazy
+    if hasattr(values, "variable") and hasattr(values, "dims"):  # xarray
+        values = values.data
+    if hasattr(values, "to_dask_array"):  # dask Series
+        values = values.astype(object).to_dask_array(lengths=True)
+    elif hasattr(values, "cat") or type(values).__name__ == "Series":  # pandas Series
+        values = np.asarray(values.astype(object))
+    if not isinstance(values, da.Array):
+        values = da.from_array(np.asarray(values, dtype=object), chunks=-1)
+    n = sum(row_chunks)
+    if values.shape != (n,):
+        raise ValueError(f"labels: expected {n} labels, got shape {values.shape}")
+    domain = tuple(domain)
+    codes = da.map_blocks(
+        lambda block: score_stats.group_codes(block, domain), values, dtype=np.int64
+    )
+    return codes.rechunk((tuple(row_chunks),))

@@ -1,0 +1,220 @@
+"""A bound-free private quantile: AboveThreshold over a public geometric grid (docs/privacy.md).
+
+No data range is needed (Durfee 2023, "unbounded quantile estimation"): the candidates
+are a public grid that covers every float64, fine near every scale,
+
+    magnitudes  2^(j / s) for 2^-1022 <= 2^(j / s) < 2^1024   (s steps per octave),
+
+signed (``-max, ..., -2^-1022, 0, 2^-1022, ..., max, +inf``) or non-negative
+(``0, 2^-1022, ..., max, +inf``).  The exact statistic is the vector of counts
+``c_j = #{i : y_i <= t_j}`` (a NaN counts as +inf: a bounded treatment, the same for
+every non-finite value).  AboveThreshold scans the candidates upwards and releases the
+first ``t_j`` with
+
+    s_c c_j + nu_j >= T + rho,     T = floor(s_c q n),
+
+``rho``, ``nu_j`` discrete Laplace of integer scales ``t_1 = t_2`` (:mod:`.laplace`), the
+counts multiplied by the public integer ``s_c``.  Under replace-one neighbours every
+``c_j`` moves by at most 1 and all in the same direction (the record moves from one value
+to another: the counts between them go up, or all go down), so the monotone-query
+analysis (Lyu, Su & Li 2017) gives ``s_c / t_1 + s_c / t_2 <= epsilon``: pure
+epsilon-DP, whatever the number of candidates.  The output is a candidate (a public
+value), never a noisy number.
+
+The guarantee does not depend on how many candidates are scanned; the accuracy does: a
+long run of candidates whose counts sit just below ``T`` stops the scan early, about
+``ln(run length) t / s_c`` ranks below ``q n``.  Nothing here knows about Dask; the
+counts are computed by :func:`dask_dppca.kernel.score_stats.count_at_most` block by
+block and added up (one pass).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ..validation import integer_at_least, real_number
+from .laplace import IntegerNoise, integer_scale
+from .parts import PrivacyPart, PureDPPart
+
+__all__ = [
+    "DEFAULT_STEPS_PER_OCTAVE",
+    "PrivateQuantile",
+    "quantile_candidates",
+]
+
+#: Candidates per factor of two: a relative resolution of 2^(1/32) - 1 = 2.2 %.
+DEFAULT_STEPS_PER_OCTAVE = 32
+
+#: Candidates scanned in the first batch of noise draws, doubled batch after batch up to
+#: ``_MAX_BATCH`` (the scan stops at the first hit; unused draws are discarded).
+_FIRST_BATCH = 1024
+_MAX_BATCH = 65536
+
+
+@functools.lru_cache(maxsize=8)
+def _candidates(signed: bool, steps_per_octave: int) -> NDArray[np.float64]:
+    s = steps_per_octave
+    exponents = np.arange(-1022 * s, 1024 * s) / s
+    magnitudes = np.unique(np.exp2(exponents))
+    magnitudes = magnitudes[np.isfinite(magnitudes)]
+    top = np.array([np.finfo(np.float64).max])
+    positive = np.concatenate([magnitudes[magnitudes < top[0]], top])
+    parts = [np.zeros(1), positive, np.array([np.inf])]
+    if signed:
+        parts.insert(0, -positive[::-1])
+    grid = np.concatenate(parts)
+    grid.setflags(write=False)
+    return grid
+
+
+def quantile_candidates(
+    signed: bool = True, steps_per_octave: int = DEFAULT_STEPS_PER_OCTAVE
+) -> NDArray[np.float64]:
+    """The public, increasing candidate grid of :class:`PrivateQuantile` (read-only).
+
+    Parameters
+    ----------
+    signed : bool, default True
+        Both signs (for a centre) or non-negative only (for a radius).
+    steps_per_octave : int, default 32
+        Candidates per factor of two, in [1, 1024].
+
+    Returns
+    -------
+    ndarray, shape (G,)
+        Strictly increasing; ends with ``float64 max`` and ``+inf``.
+    """
+    steps = integer_at_least("steps_per_octave", steps_per_octave, 1)
+    if steps > 1024:
+        raise ValueError(f"steps_per_octave: must be <= 1024, got {steps}")
+    return _candidates(bool(signed), steps)
+
+
+@dataclass(frozen=True)
+class PrivateQuantile:
+    """The epsilon-DP ``quantile``-quantile of ``n_samples`` values, no bounds needed.
+
+    Built from public parameters only; :meth:`release` is the one step that sees the exact
+    counts (on the trusted worker) and draws noise.
+
+    Parameters
+    ----------
+    n_samples : int
+        ``n`` (public under replace-one neighbours).
+    quantile : float
+        ``q`` in (0, 1).
+    epsilon : float
+        The whole cost, split evenly between the threshold and the queries.
+    signed : bool, default True
+        Candidates of both signs, or non-negative only.
+    steps_per_octave : int, default 32
+        Grid resolution.
+
+    Attributes
+    ----------
+    multiplier : int
+        ``s_c``, the counts' public integer factor.
+    noise_scale : int
+        ``t`` of the threshold's and the queries' discrete Laplace noise.
+    """
+
+    n_samples: int
+    quantile: float
+    epsilon: float
+    signed: bool = True
+    steps_per_octave: int = DEFAULT_STEPS_PER_OCTAVE
+    multiplier: int = field(init=False)
+    noise_scale: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = integer_at_least("n_samples", self.n_samples, 1)
+        q = real_number("quantile", self.quantile)
+        if not 0.0 < q < 1.0:
+            raise ValueError(f"quantile: must be in (0, 1), got {q!r}")
+        eps = real_number("epsilon", self.epsilon)
+        multiplier, noise_scale = integer_scale(eps / 2.0)  # threshold and queries
+        if multiplier * n >= 2**61:
+            raise ValueError(f"n_samples: {n} is too large for the integer scan")
+        quantile_candidates(self.signed, self.steps_per_octave)  # validates the grid
+        object.__setattr__(self, "n_samples", n)
+        object.__setattr__(self, "quantile", q)
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "signed", bool(self.signed))
+        object.__setattr__(self, "multiplier", multiplier)
+        object.__setattr__(self, "noise_scale", noise_scale)
+
+    @property
+    def parts(self) -> tuple[PrivacyPart, ...]:
+        """The cost: one epsilon-DP part (AboveThreshold, monotone counts)."""
+        return (PureDPPart(self.epsilon),)
+
+    @property
+    def candidates(self) -> NDArray[np.float64]:
+        """The public grid; the exact statistic is ``#{y <= t}`` for each of them."""
+        return quantile_candidates(self.signed, self.steps_per_octave)
+
+    @property
+    def threshold(self) -> int:
+        """``T = floor(s_c q n)``, the scaled target count (public)."""
+        return math.floor(self.multiplier * self.quantile * self.n_samples)
+
+    @property
+    def realised_epsilon(self) -> float:
+        """``2 s_c / t``: what the integer scales actually cost (<= epsilon)."""
+        return 2.0 * self.multiplier / self.noise_scale
+
+    def release(self, exact_counts: ArrayLike, sampler: IntegerNoise) -> float:
+        """The first candidate whose noisy count reaches the noisy threshold.
+
+        Parameters
+        ----------
+        exact_counts : array of int, shape (G,)
+            ``#{i : y_i <= t_j}`` for each candidate ``t_j`` (NaN counted as +inf).
+        sampler : IntegerNoise
+            Discrete Laplace noise (private: :class:`~.laplace.DiscreteLaplaceSampler`).
+
+        Returns
+        -------
+        float
+            A candidate; ``+inf`` when no candidate is accepted (possible only through the
+            noise).
+        """
+        counts = np.asarray(exact_counts)
+        grid = self.candidates
+        if counts.shape != grid.shape or not np.issubdtype(counts.dtype, np.integer):
+            raise ValueError(
+                f"exact_counts: expected integers of shape {grid.shape}, got "
+                f"{counts.dtype} {counts.shape}"
+            )
+        scaled = counts.astype(np.int64) * np.int64(self.multiplier)
+        level = self.threshold + int(sampler.draw(self.noise_scale, 1)[0])
+        start, batch = 0, _FIRST_BATCH
+        while start < grid.size:
+            stop = min(start + batch, grid.size)
+            noisy = scaled[start:stop] + sampler.draw(self.noise_scale, stop - start)
+            hits = np.flatnonzero(noisy >= level)
+            if hits.size:
+                return float(grid[start + hits[0]])
+            start, batch = stop, min(2 * batch, _MAX_BATCH)
+        return math.inf
+
+    def describe(self) -> dict[str, Any]:
+        """The public record: everything needed to re-derive the cost."""
+        return {
+            "mechanism": "AboveThreshold over a public geometric grid (monotone counts)",
+            "quantile": self.quantile,
+            "n_samples": self.n_samples,
+            "epsilon": self.epsilon,
+            "realised_epsilon": self.realised_epsilon,
+            "multiplier": self.multiplier,
+            "noise_scale": self.noise_scale,
+            "signed": self.signed,
+            "steps_per_octave": self.steps_per_octave,
+            "neighbours": "replace-one",
+        }
