@@ -342,13 +342,13 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def _table(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
     shown = _display_rows(rows)
     if not shown:
         return ""
-    cols = list(shown[0])
+    cols = list(shown[0]) if columns is None else list(columns)
     widths = {c: max(len(c), *(len(r[c]) for r in shown)) for c in cols}
-    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols).rstrip()]
     lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in shown]
     return "\n".join(lines)
 
@@ -426,7 +426,7 @@ def analyze(
     if score_map is not None:
         planned += score_map.planned_parts(k)
     divided = split_budget(eps, dlt, planned, split)
-    shown = _table(_split_rows(divided))
+    shown = _table(_split_rows(divided), ("stage", "release", "guarantee", "parameter"))
     logger.info("analysis %s: split\n%s", analysis_id, shown)
     if show_split is not None:
         show_split(f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}")
@@ -587,7 +587,8 @@ def _scree_stage(
         charge=q_mech,
         **place,
     )
-    rows = [_row("scree", "pair quantiles (median; winsorizing level)", q_mech.describe(), where)]
+    what = "pair quantiles (median; winsorizing level)" if winsorized else "pair quantiles (median)"
+    rows = [_row("scree", what, q_mech.describe(), where)]
     robust = np.array([robust_from_quantile(r[0]) for r in released[:k]])
     robust_trace = robust_from_quantile(released[k][0])
     values: dict[str, list[float]] = {}
