@@ -333,7 +333,9 @@ def resolve_groups(X: Any, groups: Any, component: str | None = None) -> tuple[A
         except Exception:  # not in the group: try it as a path below
             pass
     if os.path.exists(groups) or "://" in groups:
-        return X, groups
+        import dask.array as da
+
+        return X, da.from_zarr(groups)  # a Zarr array of labels: lazy, its dtype public
     raise ValueError(
         f"groups: {groups!r} is neither a column of X, an array of its Zarr group, nor a "
         "Zarr array's path"
