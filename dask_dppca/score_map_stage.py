@@ -359,6 +359,7 @@ def plot_scores(
     reference_groups: Any = None,
     ax: Any = None,
     rng: Any = None,
+    ncols: int = 3,
 ) -> Any:
     """The released score map: private only, unless a ``reference`` is passed.
 
@@ -374,6 +375,8 @@ def plot_scores(
         for the pooled map only).
     reference, reference_groups : array-like, optional
         Raw scores (and their labels) the USER supplies, drawn labelled NOT PRIVATE.
+    ncols : int, default 3
+        Panels per row (by group).
 
     Returns
     -------
@@ -389,6 +392,7 @@ def plot_scores(
             released,
             method=method,
             floor_sigmas=floor_sigmas,
+            ncols=ncols,
             reference=reference,
             reference_groups=reference_groups,
         )
