@@ -6,8 +6,9 @@ stage and split the total (epsilon, delta) over them by the public rule
 result) and check that every active budget can pay for the whole analysis before
 anything is read; then release the directions (a :class:`~.DPPCA` fit at its share), and
 along them the scree statistics (:mod:`dask_dppca.privacy.scree`), each stage one Dask
-reduction released on the trusted worker.  A score-map stage (:class:`ScoreMapStage`)
-plugs in as one more stage with its own parts.
+reduction released on the trusted worker.  The score map is one more stage with its own
+parts (:class:`ScoreMapStage`; by default
+:class:`~dask_dppca.score_map_stage.PrivateScoreMapStage`, per group with ``groups``).
 
 The result, :class:`PrivateAnalysis`, holds only released values and public parameters:
 re-plotting, choosing k, saving and loading never recompute or spend anything.

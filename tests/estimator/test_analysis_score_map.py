@@ -267,3 +267,33 @@ def test_the_mechanism_of_the_split_has_exactly_the_split_parts():
     record = mechanism.describe()
     assert "exactly" in record["composition"] and 0.0 < record["frame_share"] < 1.0
     json.dumps(record, allow_nan=False)
+
+
+@pytest.mark.parametrize(
+    "k, methods, grouped, score_methods, total",
+    [
+        (2, ("clipped",), False, ("additive",), (1.0, 1e-6)),
+        (3, ("clipped", "winsorized", "huber", "robust"), True, ("additive",), (3.0, 1e-5)),
+        (5, ("robust",), True, ("additive", "sparse"), (0.5, 1e-4)),
+        (4, ("huber",), False, ("sparse",), (8.0, 1e-7)),
+    ],
+)
+def test_an_analysis_plan_never_spends_more_than_its_total(
+    k, methods, grouped, score_methods, total
+):
+    """Every public plan's split, composed independently (dp-accounting), meets the total."""
+    eps, delta = total
+    stage = PrivateScoreMapStage(
+        np.zeros(1) if grouped else None, DOMAIN if grouped else None, methods=score_methods
+    )
+    plan = [
+        PlannedPart("directions", "directions", "gaussian"),
+        *_scree_plan(k, methods),
+        *stage.planned_parts(k),
+    ]
+    split = split_budget(eps, delta, plan)
+    theirs = _composed(split.all_parts).get_epsilon_for_delta(delta)
+    assert split.composed_epsilon() <= eps
+    assert theirs <= eps + 2e-2  # pessimistic discretization
+    assert theirs == pytest.approx(eps, abs=3e-2)  # and it spends (nearly) all of it
+    assert sum(split.shares.values()) == pytest.approx(1.0)
