@@ -641,6 +641,7 @@ def _scree_stage(
         q_mech.release,
         scree_histogram_graph(blocks, directions, block_pairs, trace=True),
         f"{analysis_id}-quantiles",
+        charge=q_mech,
         **place,
     )
     rows = [_row("scree", "pair quantiles (median; winsorizing level)", q_mech.describe(), where)]
@@ -699,6 +700,7 @@ def _scree_stage(
                 tau if huber else None,
             ),
             f"{analysis_id}-means",
+            charge=PartsCharge(tuple(p for _, mech, _ in mechanisms for p in mech.parts)),
             **place,
         )
         for (name, mech, _), noisy in zip(mechanisms, out):
@@ -725,6 +727,7 @@ def _scree_stage(
                 release_step,
                 scree_sums_graph(blocks, block_pairs, directions, clip, None, centre, tau),
                 f"{analysis_id}-huber-{step}",
+                charge=mech,
                 **place,
             )
             rows.append(_row("scree", mech.name, mech.describe(), where))
