@@ -60,6 +60,7 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
                 "theory",
                 "results",
                 "score_plots",
+                "score_map_stage",
                 "cli",
                 "__init__",
                 "__main__",
