@@ -1,6 +1,6 @@
 """``dask-dppca app``: explore a data set privately, in a page that cannot overspend.
 
-The page (:mod:`.page`, built with Panel) opens a store (path or URL with storage
+The page (``dask_dppca.app.page``, built with Panel) opens a store (path or URL with storage
 options) and shows its public metadata; the user sets k, the total (epsilon, delta) of
 the next release and its split, sees the cost and the ledger's remaining budget before
 pressing Release, and every release is charged to the ledger through the library's own

@@ -44,6 +44,11 @@ FREE = (
     "Post-processing of the stored release: choosing k, PVE or scree values, colours, "
     "synthetic points and groups re-render what was released and spend NO privacy budget."
 )
+_TABLE_CSS = """
+table{border-collapse:collapse;font-size:12px}
+th,td{border:1px solid #bbb;padding:2px 5px;text-align:left;vertical-align:top}
+th{background:#f0f0f4}tr.total td{font-weight:bold;background:#f7f7fa}
+"""
 _CSS = """
 .dp-remaining{font-size:1.05rem}
 .dp-error{color:#b00020;font-weight:bold}
@@ -126,37 +131,40 @@ class AppPage:
         w = pn.widgets
         self.remaining = pn.pane.HTML("", css_classes=["dp-remaining"], sizing_mode="stretch_width")
         self.store = w.TextInput(
-            name="Store (path or URL)", value=store or "", css_classes=["dp-store"]
+            label="Store (path or URL)", value=store or "", css_classes=["dp-store"]
         )
         self.options = w.TextInput(
-            name="Storage options (JSON, optional)", value="", css_classes=["dp-options"]
+            label="Storage options (JSON, optional)", value="", css_classes=["dp-options"]
         )
         self.component = w.TextInput(
-            name="Array in a Zarr group (optional)", value="", css_classes=["dp-component"]
+            label="Array in a Zarr group (optional)", value="", css_classes=["dp-component"]
         )
         self.open_button = w.Button(
-            name="Open store", button_type="primary", css_classes=["dp-open"]
+            label="Open store", color="primary", css_classes=["dp-open"]
         )
         self.store_info = pn.pane.HTML("<i>No store open.</i>", css_classes=["dp-store-info"])
-        self.k = w.IntInput(name="k (components)", value=2, start=1, css_classes=["dp-k"])
+        self.k = w.IntInput(label="k (components)", value=2, start=1, css_classes=["dp-k"])
         self.epsilon = w.FloatInput(
-            name="epsilon of this release (total)", value=1.0, start=0.0, css_classes=["dp-epsilon"]
+            label="epsilon of this release (total)",
+            value=1.0,
+            start=0.0,
+            css_classes=["dp-epsilon"],
         )
         self.delta = w.FloatInput(
-            name="delta of this release (total)", value=1e-6, start=0.0, css_classes=["dp-delta"]
+            label="delta of this release (total)", value=1e-6, start=0.0, css_classes=["dp-delta"]
         )
         self.share_directions = w.FloatInput(
-            name="share: directions",
+            label="share: directions",
             value=0.5,
             start=0.0,
             width=125,
             css_classes=["dp-share-directions"],
         )
         self.share_scree = w.FloatInput(
-            name="share: scree", value=0.25, start=0.0, width=125, css_classes=["dp-share-scree"]
+            label="share: scree", value=0.25, start=0.0, width=125, css_classes=["dp-share-scree"]
         )
         self.share_map = w.FloatInput(
-            name="share: score map",
+            label="share: score map",
             value=0.25,
             start=0.0,
             width=125,
@@ -164,8 +172,8 @@ class AppPage:
         )
         self.cost = pn.pane.HTML("", css_classes=["dp-cost"], sizing_mode="stretch_width")
         self.release_button = w.Button(
-            name="Release (spends the budget above)",
-            button_type="danger",
+            label="Release (spends the budget above)",
+            color="danger",
             css_classes=["dp-release"],
             disabled=True,
         )
@@ -177,18 +185,23 @@ class AppPage:
 
         self.free_note = pn.pane.HTML(f"<p>{html.escape(FREE)}</p>", css_classes=["dp-free"])
         self.show_k = w.IntInput(
-            name="k shown (of those released)", start=1, end=2, value=2, css_classes=["dp-show-k"]
+            label="k shown (of those released)", start=1, end=2, value=2, css_classes=["dp-show-k"]
         )
         self.kind = w.RadioButtonGroup(
             options=list(KINDS), value="scree values", css_classes=["dp-kind"]
         )
         self.palette = w.Select(
-            name="colours", options=list(PALETTES), value="default", css_classes=["dp-palette"]
+            label="colours", options=list(PALETTES), value="default", css_classes=["dp-palette"]
         )
-        self.resample = w.Button(name="Re-sample synthetic points", css_classes=["dp-resample"])
-        self.groups = w.Checkbox(name="groups", value=True, css_classes=["dp-groups"])
+        self.resample = w.Button(label="Re-sample synthetic points", css_classes=["dp-resample"])
+        self.groups = w.Checkbox(
+            label="groups (of the released map)", value=True, css_classes=["dp-groups"]
+        )
+        self.resample.visible = self.groups.visible = False  # shown with a score map
         self.plots = pn.pane.HTML("", css_classes=["dp-plots"], sizing_mode="stretch_width")
-        self.table = pn.pane.HTML("", css_classes=["dp-table"], sizing_mode="stretch_width")
+        self.table = pn.pane.HTML(
+            "", css_classes=["dp-table"], sizing_mode="stretch_width", stylesheets=[_TABLE_CSS]
+        )
         self.download = w.FileDownload(
             callback=self._report_file,
             filename="report.html",
@@ -196,9 +209,9 @@ class AppPage:
             css_classes=["dp-download"],
         )
         self.past = w.Select(
-            name="Past releases (this ledger)", options={}, css_classes=["dp-past"]
+            label="Past releases (this ledger)", options={}, css_classes=["dp-past"]
         )
-        self.reopen = w.Button(name="Reopen (free)", css_classes=["dp-reopen"])
+        self.reopen = w.Button(label="Reopen (free)", css_classes=["dp-reopen"])
 
         self.open_button.on_click(self._open)
         self.release_button.on_click(self._release)
@@ -319,10 +332,16 @@ class AppPage:
         self.error.object = ""
         self.progress.visible = self.progress.active = True
         started = time.monotonic()
-        self.status.object = (
-            f"Releasing k={self.k.value} of {html.escape(self.records_meta['dataset'])}: "
-            "reading the data and drawing the noise (the page stays usable)..."
-        )
+        what = f"k={self.k.value} of {html.escape(self.records_meta['dataset'])}"
+
+        def tick() -> None:
+            self.status.object = (
+                f"Releasing {what}: reading the data and drawing the noise, "
+                f"{time.monotonic() - started:.0f} s so far (the page stays usable)..."
+            )
+
+        tick()
+        ticker = pn.state.add_periodic_callback(tick, period=1000) if pn.state.curdoc else None
         try:
             result = await asyncio.to_thread(self._run_release)
         except Exception as error:  # refused or failed: one line, the ledger re-read
@@ -339,6 +358,8 @@ class AppPage:
                 f"<span class='dp-released'>{html.escape(key)}</span>"
             )
         finally:
+            if ticker is not None:
+                ticker.stop()
             self.progress.visible = self.progress.active = False
             self._busy = False
             self.release_button.disabled = self.records_meta is None
@@ -390,6 +411,8 @@ class AppPage:
         k = result.directions.shape[0]
         self.show_k.end = k
         self.show_k.value = k
+        mapped = score_map_of(result) is not None
+        self.resample.visible = self.groups.visible = mapped
         self._render()
 
     def _render(self) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import dask_dppca as dd
+from dask_dppca.analysis import PrivateAnalysis
 from dask_dppca.privacy.accounting import compose
 from dask_dppca.privacy.parts import GaussianPart, PureDPPart
 from dask_dppca.report_html import render_report
@@ -53,6 +54,47 @@ def test_a_reference_is_labelled_not_private(report):
     result = report[0]
     text = render_report(result, reference=[9.0, 4.0, 1.0])
     assert text.count("NOT PRIVATE") >= 1 and "class='warn'" in text
+
+
+def _with_score_map(result, X):
+    """The result with a grouped score map released here (the analysis's own stage may
+    not run yet: the report shows whatever map the result holds).
+    """
+    import dataclasses
+
+    import dask.array as da
+
+    from dask_dppca.compute.score_map import release_score_map
+    from dask_dppca.compute.target import LocalScheduler
+    from dask_dppca.graph.score_stats import project_scores
+    from dask_dppca.privacy.score_map import ScoreMapMechanism
+
+    n = X.shape[0]
+    labels = np.where(np.arange(n) % 2 == 0, "a", "b")  # public test labels
+    mechanism = ScoreMapMechanism(n, 1.0, 1e-6, bins=(8, 8), domain=("a", "b"))
+    scores = project_scores(da.from_array(X, chunks=(500, X.shape[1])), result.directions[:2])
+    score_map = release_score_map(LocalScheduler("synchronous"), scores, mechanism, labels=labels)
+    return dataclasses.replace(result, score_map=score_map)
+
+
+def test_the_score_map_is_drawn_per_group_with_synthetic_points(report, tmp_path, browser):
+    result, _, _, _ = report
+    X = np.random.default_rng(5).standard_normal((2000, 6))  # test data only
+    mapped = _with_score_map(result, X)
+    path = tmp_path / "map.html"
+    text = mapped.to_html(path)
+    for alt in ("score map", "score map per group", "synthetic points"):
+        assert f'alt="{alt}"' in text
+    browser.get(path.as_uri())
+    console_errors(browser)
+    images = browser.execute_script(
+        "return Array.from(document.images).map(i => [i.complete, i.naturalWidth]);"
+    )
+    assert len(images) == 6 and all(done and width > 100 for done, width in images)
+    # saved and loaded, the map is still drawn (the JSON holds it)
+    mapped.save(tmp_path / "map.json")
+    again = PrivateAnalysis.load(tmp_path / "map.json").to_html()
+    assert 'alt="score map per group"' in again
 
 
 def test_the_report_in_chromium(report, browser):
