@@ -2,6 +2,7 @@
 
 Run:  python benchmarks/bench_app.py [--n 100000] [--d 20] [--k 5] [--scheduler ADDR]
                                      [--screenshots DIR]
+      python benchmarks/bench_app.py --smoke   # 2000 x 6, k = 2, synchronous scheduler
 
 Writes a Zarr store of ``n x d`` Gaussian rows (fixed seed: TEST DATA) and a ledger in a
 temporary folder, starts ``dask-dppca app --ledger LEDGER STORE`` on a free loopback
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -43,7 +45,7 @@ def _browser():
     from selenium import webdriver
 
     options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
+    options.binary_location = shutil.which("chromium")
     for flag in (
         "--headless=new",
         "--no-sandbox",
@@ -52,7 +54,7 @@ def _browser():
     ):
         options.add_argument(flag)
     return webdriver.Chrome(
-        options=options, service=webdriver.ChromeService("/usr/bin/chromedriver")
+        options=options, service=webdriver.ChromeService(shutil.which("chromedriver"))
     )
 
 
@@ -73,14 +75,20 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--scheduler")
     parser.add_argument("--screenshots")
+    parser.add_argument("--smoke", action="store_true", help="2000 x 6, k=2, synchronous")
     args = parser.parse_args()
+    if args.smoke:
+        args.n, args.d, args.k, args.scheduler = 2000, 6, 2, "synchronous"
 
     import dask_dppca as dd
 
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        print("bench_app: needs Debian's chromium and chromium-driver; nothing measured")
+        return
     folder = Path(tempfile.mkdtemp(prefix="bench-app-"))
     store = str(folder / "x.zarr")
     z = zarr.open_array(
-        store, mode="w", shape=(args.n, args.d), chunks=(25_000, args.d), dtype="f8"
+        store, mode="w", shape=(args.n, args.d), chunks=(max(args.n // 4, 1), args.d), dtype="f8"
     )
     rng = np.random.default_rng(0)  # test data only
     z[:] = rng.standard_normal((args.n, args.d)) * np.sqrt(np.linspace(9.0, 1.0, args.d))
