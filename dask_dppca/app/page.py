@@ -139,9 +139,7 @@ class AppPage:
         self.component = w.TextInput(
             label="Array in a Zarr group (optional)", value="", css_classes=["dp-component"]
         )
-        self.open_button = w.Button(
-            label="Open store", color="primary", css_classes=["dp-open"]
-        )
+        self.open_button = w.Button(label="Open store", color="primary", css_classes=["dp-open"])
         self.store_info = pn.pane.HTML("<i>No store open.</i>", css_classes=["dp-store-info"])
         self.k = w.IntInput(label="k (components)", value=2, start=1, css_classes=["dp-k"])
         self.epsilon = w.FloatInput(
