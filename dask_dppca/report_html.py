@@ -159,7 +159,9 @@ def score_map_figures(
 def _derivation(row: dict[str, Any]) -> tuple[str, str]:
     """The formula linking a row's columns, and whether recomputing it gives its noise."""
     noise, sens = row.get("noise"), row.get("sensitivity")
-    if noise is None or sens is None:
+    if noise is None:
+        return "no noise scale in the release record (see docs/privacy.md)", ""
+    if sens is None:
         return "-", ""
     sens_v = np.atleast_1d(np.asarray(sens, dtype=np.float64))
     noise_v = np.atleast_1d(np.asarray(noise, dtype=np.float64))

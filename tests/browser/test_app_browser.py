@@ -11,6 +11,7 @@ Data: a 2000 x 6 Zarr store (seeded: test data only).
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -47,7 +48,7 @@ def app(tmp_path_factory):
     folder = tmp_path_factory.mktemp("app")
     store = _store(folder / "x.zarr")
     ledger = str(folder / "study.ledger")
-    PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    PrivacyBudget(4.0, 1e-5, ledger=ledger)
     port = _free_port()
     proc = subprocess.Popen(
         [str(CONSOLE_SCRIPT), "app", "--ledger", ledger, store, "--port", str(port)],
@@ -58,6 +59,8 @@ def app(tmp_path_factory):
         start_new_session=True,  # its own process group: the cluster it starts ends with it
     )
     try:
+        ready, _, _ = select.select([proc.stdout], [], [], 120)  # a bounded wait
+        assert ready, "the app printed nothing in 120 s"
         line = proc.stdout.readline()  # the app prints its URL once it listens
         assert f"http://127.0.0.1:{port}/" in line, line + (proc.stdout.read() or "")
         yield f"http://127.0.0.1:{port}/", ledger, store, folder
@@ -117,8 +120,8 @@ def test_the_app_releases_within_the_ledger_and_explores_for_free(app, browser):
     before = _ledger(ledger)
     assert _remaining_on_page(browser) == pytest.approx(float(f"{before['remaining']['1']:.6g}"))
     # the cost is on the page before the press
-    dom.set_value(browser, "dp-epsilon", 0.8)
-    dom.wait_for(lambda: "epsilon=0.8," in dom.text(browser, "dp-cost"), 20, "the cost")
+    dom.set_value(browser, "dp-epsilon", 2)
+    dom.wait_for(lambda: "epsilon=2," in dom.text(browser, "dp-cost"), 20, "the cost")
     assert "fits the ledger" in dom.text(browser, "dp-cost")
 
     # -- release: the ledger is charged exactly the release's parts ----------------------
@@ -186,7 +189,7 @@ def test_the_app_releases_within_the_ledger_and_explores_for_free(app, browser):
     browser.refresh()
     dom.wait_for(lambda: "n = 2000" in dom.text(browser, "dp-store-info"), 60, "the reload")
     options = dom.text(browser, "dp-past")
-    assert "x.zarr, k=2, epsilon=0.8" in options, options
+    assert "x.zarr, k=2, epsilon=2," in options, options
     dom.click(browser, "dp-reopen")
     dom.wait_for(lambda: _images(browser), 30, "the reopened release")
     assert _ledger(ledger) == after

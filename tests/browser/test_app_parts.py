@@ -18,6 +18,7 @@ from dask_dppca.app import build_app  # noqa: E402
 from dask_dppca.app.page import AppPage, first_k, one_line  # noqa: E402
 from dask_dppca.app.releases import ReleaseStore, releases_folder  # noqa: E402
 from dask_dppca.privacy.budget import BudgetExceededError  # noqa: E402
+from dask_dppca.report_html import score_map_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +57,15 @@ def test_the_page_builds_for_a_notebook_and_shows_a_release_for_free(result, tmp
     page = AppPage(epsilon=1.0, delta=1e-5)  # an in-memory budget
     assert "Remaining" in page.remaining.object and "in memory" in page.remaining.object
     page._show(result)
-    assert page.plots.object.count("<img") == 1 and "directions" in page.table.object
+    mapped = score_map_of(result)
+    maps = 0 if mapped is None else 2 + (len(mapped.groups) > 1)
+    assert page.plots.object.count("<img") == 1 + maps and "directions" in page.table.object
+    assert page.resample.visible == (mapped is not None)
     before = page.budget.as_dict()
+    if mapped is not None:  # new synthetic points, the same release
+        shown = page.plots.object
+        page._resample()
+        assert page.plots.object != shown
     page.kind.value = "PVE (all d)"
     page.show_k.value = 1
     page.palette.value = "greys (print)"
