@@ -278,6 +278,30 @@ class PrivateAnalysis:
         with open(path, encoding="utf-8") as handle:
             return cls.from_dict(json.load(handle))
 
+    def to_html(self, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> str:
+        """The publishable, self-contained HTML report (:mod:`dask_dppca.report_html`).
+
+        Parameters
+        ----------
+        path : str or os.PathLike, optional
+            Write the report there (one file: plots inline, no network at view time).
+        **kwargs
+            ``budget`` (the ledger charged: its rows and what remains), ``reference``
+            (non-private scree values YOU supply, labelled NOT PRIVATE), ``title``.
+
+        Returns
+        -------
+        str
+            The HTML text.
+        """
+        from .report_html import render_report
+
+        text = render_report(self, **kwargs)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        return text
+
     def privacy_table(self) -> str:
         """The split table as plain text."""
         return _table(self.privacy)
@@ -587,6 +611,9 @@ def analyze(
         "composed_epsilon": compose(divided.all_parts).epsilon(dlt),
         "n_samples": n,
         "n_features": d,
+        "dataset": records.dataset,
+        "row_chunks": None if records.row_chunks is None else list(records.row_chunks),
+        "directions_fit_id": report.get("fit_id"),
         "n_components": k,
         "methods": list(chosen),
         "private": random_state is None,
