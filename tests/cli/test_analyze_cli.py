@@ -38,7 +38,9 @@ def test_analyze_as_typed_writes_the_result_and_the_plots(tmp_path):
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
         "pve_topk.png",
         "pve_total.png",
+        "score_map.png",
         "scree.png",
+        "synthetic.png",
     ]
     released_on = {row["released_on"] for row in result.privacy if row["stage"] == "scree"}
     assert released_on and "this process" not in released_on  # on the cluster's worker
