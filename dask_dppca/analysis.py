@@ -278,6 +278,30 @@ class PrivateAnalysis:
         with open(path, encoding="utf-8") as handle:
             return cls.from_dict(json.load(handle))
 
+    def to_html(self, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> str:
+        """The publishable, self-contained HTML report (:mod:`dask_dppca.report_html`).
+
+        Parameters
+        ----------
+        path : str or os.PathLike, optional
+            Write the report there (one file: plots inline, no network at view time).
+        **kwargs
+            ``budget`` (the ledger charged: its rows and what remains), ``reference``
+            (non-private scree values YOU supply, labelled NOT PRIVATE), ``title``.
+
+        Returns
+        -------
+        str
+            The HTML text.
+        """
+        from .report_html import render_report
+
+        text = render_report(self, **kwargs)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        return text
+
     def privacy_table(self) -> str:
         """The split table as plain text."""
         return _table(self.privacy)
@@ -371,13 +395,13 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def _table(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
     shown = _display_rows(rows)
     if not shown:
         return ""
-    cols = list(shown[0])
+    cols = list(shown[0]) if columns is None else list(columns)
     widths = {c: max(len(c), *(len(r[c]) for r in shown)) for c in cols}
-    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols).rstrip()]
     lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in shown]
     return "\n".join(lines)
 
@@ -482,7 +506,7 @@ def analyze(
     if score_map is not None:
         planned += score_map.planned_parts(k)
     divided = split_budget(eps, dlt, planned, split)
-    shown = _table(_split_rows(divided))
+    shown = _table(_split_rows(divided), ("stage", "release", "guarantee", "parameter"))
     logger.info("analysis %s: split\n%s", analysis_id, shown)
     if show_split is not None:
         show_split(f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}")
@@ -587,6 +611,9 @@ def analyze(
         "composed_epsilon": compose(divided.all_parts).epsilon(dlt),
         "n_samples": n,
         "n_features": d,
+        "dataset": records.dataset,
+        "row_chunks": None if records.row_chunks is None else list(records.row_chunks),
+        "directions_fit_id": report.get("fit_id"),
         "n_components": k,
         "methods": list(chosen),
         "private": random_state is None,
@@ -644,7 +671,8 @@ def _scree_stage(
         charge=q_mech,
         **place,
     )
-    rows = [_row("scree", "pair quantiles (median; winsorizing level)", q_mech.describe(), where)]
+    what = "pair quantiles (median; winsorizing level)" if winsorized else "pair quantiles (median)"
+    rows = [_row("scree", what, q_mech.describe(), where)]
     robust = np.array([robust_from_quantile(r[0]) for r in released[:k]])
     robust_trace = robust_from_quantile(released[k][0])
     values: dict[str, list[float]] = {}

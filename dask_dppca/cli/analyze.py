@@ -92,6 +92,12 @@ def add_parser(commands) -> None:
     analyze.add_argument(
         "--plots", metavar="DIR", help="folder for the scree, PVE and score map plots (PNG)"
     )
+    analyze.add_argument(
+        "--report",
+        metavar="HTML",
+        help="also write a self-contained HTML report (plots inline, the privacy table, the "
+        "ledger's remaining budget)",
+    )
     analyze.add_argument("--force", action="store_true", help="replace an existing --output file")
     analyze.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     analyze.set_defaults(run=run)
@@ -151,6 +157,10 @@ def run(args: argparse.Namespace) -> int:
     check_writable(
         args.output, None, name="--output", overwrite=args.force, overwrite_hint=FORCE_HINT
     )
+    if args.report is not None:
+        check_writable(
+            args.report, None, name="--report", overwrite=args.force, overwrite_hint=FORCE_HINT
+        )
     if args.plots is not None and not os.path.isdir(args.plots):
         raise ValueError(f"--plots: {args.plots!r} is not an existing folder")
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
@@ -217,6 +227,9 @@ def run(args: argparse.Namespace) -> int:
             figure.savefig(path, dpi=100, bbox_inches="tight")
             plt.close(figure)
             print(f"wrote {os.path.abspath(path)}")
+    if args.report is not None:
+        result.to_html(args.report, budget=budget)
+        print(f"wrote {os.path.abspath(args.report)}")
     if budget is not None:
         print(
             f"budget {args.budget}: epsilon {budget.remaining():.6g} left for one more "
