@@ -497,9 +497,9 @@ def analyze(
         score_map = PrivateScoreMapStage(
             labels, group_domain, score_axes, bins, score_methods, random_state
         )
+    elif groups is not None or group_domain is not None:  # no stage, or a stage of its own
+        raise ValueError("groups: only the default score map (score_map=True) takes groups")
     elif score_map is False or score_map is None:
-        if groups is not None:
-            raise ValueError("groups: a score map is needed for groups (score_map=True)")
         score_map = None
     analysis_id = uuid.uuid4().hex
     planned = [PlannedPart("directions", "directions", "gaussian"), *_scree_plan(k, chosen)]

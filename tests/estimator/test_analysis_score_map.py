@@ -210,6 +210,10 @@ def test_saving_plotting_resampling_and_choosing_k_cost_nothing(run, tmp_path):
         ({"score_methods": ("kde",)}, "score_methods"),
         ({"bins": (0, 10)}, "bins"),
         ({"groups": "LABELS", "group_domain": DOMAIN, "score_map": False}, "groups"),
+        (
+            {"groups": "LABELS", "group_domain": DOMAIN, "score_map": PrivateScoreMapStage()},
+            "groups",
+        ),
     ],
 )
 def test_bad_parameters_are_refused_by_name_before_anything_is_read(data, kwargs, needle):
