@@ -42,6 +42,13 @@ def fit_here(seed: int) -> tuple[int, str]:
     return os.getpid(), est.privacy_["fit_id"]
 
 
+def fit_here_saying_when_started(seed: int) -> tuple[int, str, float]:
+    """:func:`fit_here`, and when its process started (loky may end it afterwards)."""
+    import psutil
+
+    return (*fit_here(seed), psutil.Process().create_time())
+
+
 def refused_here(seed: int) -> str:
     """The error a fit here raises, by name and message ("" if it ran)."""
     try:
@@ -76,28 +83,32 @@ def loky_workers():
 
 
 def test_loky_workers_started_by_an_earlier_joblib_call_are_charged(budget, loky_workers):
-    """The issue's case: joblib's workers exist before the budget; the function builds a
-    fresh estimator in the worker (nothing carried), under the default and under ``with``."""
-    import psutil
+    """The issue's case: loky's workers exist before the budget; the function builds a
+    fresh estimator in the worker (nothing carried), under the default and under ``with``.
+    The fits are submitted to joblib's reusable executor itself, so that they provably run
+    in the workers started before (``Parallel`` may replace workers between calls)."""
+    from joblib.externals.loky import get_reusable_executor
 
-    Parallel(n_jobs=2)(delayed(os.getpid)() for _ in range(4))  # start the workers
+    Parallel(n_jobs=2)(delayed(os.getpid)() for _ in range(4))  # an earlier joblib call
+    executor = get_reusable_executor(reuse=True)  # its workers, as they are
+    executor.submit(os.getpid).result(timeout=TIMEOUT)
     set_at = time.time()
     set_default_budget(budget)
     try:
-        fits = Parallel(n_jobs=2)(delayed(fit_here)(seed) for seed in range(2))
+        born = [
+            executor.submit(fit_here_saying_when_started, seed).result(timeout=TIMEOUT)
+            for seed in range(2)
+        ]
     finally:
         set_default_budget(None)
     with budget:
-        fits += Parallel(n_jobs=2)(delayed(fit_here)(seed) for seed in range(2, 4))
+        born.append(executor.submit(fit_here_saying_when_started, 2).result(timeout=TIMEOUT))
+        fits = Parallel(n_jobs=2)(delayed(fit_here)(seed) for seed in range(3, 5))
+    # The first ran in a worker that predates the budget (loky may replace a worker
+    # after a task that grew its memory, so later ones may run in fresh workers).
+    assert born[0][2] < set_at
+    fits += [(pid, fit_id) for pid, fit_id, _ in born]
     assert sorted(_charged(budget)) == sorted(fits) and os.getpid() not in dict(fits)
-    # The point: (at least) a worker that existed before the default was set.
-    started = []
-    for pid in dict(fits):
-        try:
-            started.append(psutil.Process(pid).create_time())
-        except psutil.NoSuchProcess:
-            pass
-    assert any(when < set_at for when in started)
 
 
 def test_spawn_and_forkserver_pools_started_before_the_block_are_charged(budget):
