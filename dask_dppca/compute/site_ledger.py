@@ -81,7 +81,7 @@ def release_site_budget() -> PrivacyBudget | None:
         )
     epsilon, delta = totals
     assert epsilon is not None and delta is not None
-    return PrivacyBudget(epsilon, delta, ledger=str(path))
+    return PrivacyBudget(epsilon, delta, ledger=str(path), create=True)  # documented
 
 
 def _number(key: str) -> float | None:

@@ -72,7 +72,7 @@ def test_the_console_script_on_the_embedded_cluster_gives_back_a_stopped_reserva
     reservation is written, while the cluster computes: exit 143, one line, given back."""
     store = write_store(tmp_path / "x.zarr")
     ledger = str(tmp_path / "l.ledger")
-    PrivacyBudget(50.0, 1e-5, ledger=ledger)
+    PrivacyBudget(50.0, 1e-5, ledger=ledger, create=True)
     process = subprocess.Popen(
         [str(CONSOLE_SCRIPT), "fit", store, "--budget", ledger, "--no-progress"],
         cwd=tmp_path,
@@ -105,7 +105,7 @@ os._exit(0)  # dies without settling either
 
 def test_budget_resolve_gives_back_only_what_provably_drew_nothing(tmp_path, capsys):
     ledger = str(tmp_path / "l.ledger")
-    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     subprocess.run([sys.executable, "-c", _LEFT_BEHIND, ledger], check=True, timeout=120)
     live = budget.reserve(GaussianCharge(1.0, 5.0), label="this process")  # still running
     with sqlite3.connect(ledger) as db:  # a row written before stages existed
@@ -135,7 +135,7 @@ def test_budget_resolve_gives_back_only_what_provably_drew_nothing(tmp_path, cap
 
 def test_budget_show_json_holds_the_totals_and_every_row_as_the_file_does(tmp_path, capsys):
     ledger = str(tmp_path / "l.ledger")
-    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     budget.spend(GaussianCharge(1.0, 5.0), label="spent")
     budget.reserve(GaussianCharge(1.0, 4.0), label="kept").dispatch()
     budget.reserve(GaussianCharge(1.0, 3.0), label="given back").cancel()
