@@ -38,8 +38,32 @@ damaged or hand-edited file raises :class:`LedgerError` naming the row and the c
 and a file that exists but holds no ledger (an empty file, say) is refused, never
 initialised as a fresh full budget.
 
-The layout only ever grows by added nullable columns (``_ADDED_COLUMNS``), which a write
-adds to an older file the first time it opens it.
+Identity.  A ledger gets a random *ledger id* at creation (column ``budget.ledger_id``).
+A :class:`SQLiteLedger` pins the id it first sees, every row read carries it
+(:attr:`Release.ledger_id`), and :meth:`SQLiteLedger.dispatch` / :meth:`~SQLiteLedger.settle`
+find their row by row id *and* ledger id *and* fit id: a file deleted and created again
+with the same totals is refused (:class:`LedgerReplacedError`), never charged in place of
+the original.
+
+Tamper evidence: a hash chain over the rows.  Each row's ``chain`` is the SHA-256 of the
+previous row's chain (for the first row, of a genesis over the ledger id and the totals)
+and of the row's *fixed* columns (:data:`_FIXED`: everything written once); its ``seal`` is
+the SHA-256 of its chain and its *settlement* columns (:data:`_SETTLED`: state, stage, the
+settle and dispatch times, note), the only ones an operation changes later.  So a
+settlement rewrites its row's seal in the same transaction and no chain changes: the
+simplest design in which state changes stay verifiable without rewriting later rows.
+``budget.head`` holds the last row's chain, so a removed last row is seen too.  Every
+operation and every open verify the chain (an open also runs ``PRAGMA quick_check``) and
+refuse a broken one with a one-line :class:`LedgerError` naming the first row that fails.
+This is evidence against damage, accidents and edits by tools that do not recompute the
+hashes; no secret is kept, so it is no defence against someone running this code on the
+file.  Values are hashed typed, floats exactly (``float.hex``).
+
+The layout only ever grows by added nullable columns (``_ADDED_COLUMNS``, the chain's and
+the identity's), which a write adds to an older file the first time it opens it; that
+write also gives the file a ledger id and chains its rows (format 3, so that a version
+that does not keep the chain refuses the file rather than writing unchained rows).
+A full disk is reported as ``disk full``; a ledger that cannot be created leaves no file.
 
 Waits for the write lock are bounded (:data:`LOCK_TIMEOUT` seconds, then a
 :class:`TimeoutError` naming the ledger).

@@ -43,11 +43,11 @@ def _one_line(error: pytest.ExceptionInfo) -> str:
     return text
 
 
-def _replace(path: str, *, reserve_other: bool) -> PrivacyBudget:
+def _replace(path: str, *, reserve_other: bool, epsilon: float = 2.0) -> PrivacyBudget:
     """Delete the ledger and create it again with the same totals, holding one release of
     another fit as row 1 (reserved, or committed)."""
     os.remove(path)
-    again = PrivacyBudget(2.0, 1e-5, ledger=path, create=True)
+    again = PrivacyBudget(epsilon, 1e-5, ledger=path, create=True)
     if reserve_other:
         again.reserve(GaussianCharge(1.0, 50.0), fit_id="other", label="another fit")
     else:
@@ -339,3 +339,32 @@ def test_a_copy_cut_short_by_a_full_disk_leaves_no_file(tmp_path, monkeypatch):
         PrivacyBudget(2.0, 1e-5, ledger=path, create=True)
     _one_line(error)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_real_fit_whose_ledger_is_replaced_before_the_draw_fails_and_releases_nothing(
+    ledger, monkeypatch
+):
+    """The same through DPPCA.fit (threads): the swap lands after the reservation, before
+    the release task dispatches; the fit fails there, and nothing was drawn or recorded."""
+    import dask.array as da
+    import numpy as np
+
+    import dask_dppca as dd
+    from dask_dppca import estimator
+
+    budget = PrivacyBudget(20.0, 1e-5, ledger=ledger, create=True)
+    graph = estimator.kernel_sum_graph
+
+    def swapped_then_graph(*args, **kwargs):
+        _replace(ledger, reserve_other=True, epsilon=20.0)
+        return graph(*args, **kwargs)
+
+    monkeypatch.setattr(estimator, "kernel_sum_graph", swapped_then_graph)
+    x = da.from_array(np.random.default_rng(0).standard_normal((40, 3)), chunks=20)  # test data
+    model = dd.DPPCA(n_components=1, epsilon=1.0, delta=1e-6, scheduler="threads")
+    with budget, pytest.raises(LedgerReplacedError) as error:
+        model.fit(x)
+    assert "nothing was released" in _one_line(error)
+    assert not hasattr(model, "components_")
+    (other,) = PrivacyBudget.open(ledger).spent
+    assert other.fit_id == "other"
