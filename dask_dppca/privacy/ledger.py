@@ -40,15 +40,15 @@ initialised as a fresh full budget.
 
 Identity.  A ledger gets a random *ledger id* at creation (column ``budget.ledger_id``).
 A :class:`SQLiteLedger` pins the id it first sees, every row read carries it
-(:attr:`Release.ledger_id`), and :meth:`SQLiteLedger.dispatch` / :meth:`~SQLiteLedger.settle`
+(``Release.ledger_id``), and :meth:`SQLiteLedger.dispatch` / :meth:`~SQLiteLedger.settle`
 find their row by row id *and* ledger id *and* fit id: a file deleted and created again
 with the same totals is refused (:class:`LedgerReplacedError`), never charged in place of
 the original.
 
 Tamper evidence: a hash chain over the rows.  Each row's ``chain`` is the SHA-256 of the
 previous row's chain (for the first row, of a genesis over the ledger id and the totals)
-and of the row's *fixed* columns (:data:`_FIXED`: everything written once); its ``seal`` is
-the SHA-256 of its chain and its *settlement* columns (:data:`_SETTLED`: state, stage, the
+and of the row's *fixed* columns (``_FIXED``: everything written once); its ``seal`` is
+the SHA-256 of its chain and its *settlement* columns (``_SETTLED``: state, stage, the
 settle and dispatch times, note), the only ones an operation changes later.  So a
 settlement rewrites its row's seal in the same transaction and no chain changes: the
 simplest design in which state changes stay verifiable without rewriting later rows.
