@@ -60,13 +60,17 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
                 "theory",
                 "results",
                 "score_plots",
+                "score_map_stage",
+                "report_html",
+                "app",
                 "cli",
                 "__init__",
                 "__main__",
             }
         ),
         "DPPCA, the private analysis, the non-private kendall_matrix, sin theta, the planner, "
-        "the fit plan and the machine model, theory, result files, the command line",
+        "the fit plan and the machine model, theory, result files, the command line, "
+        "the HTML report, the app",
     ),
 )
 

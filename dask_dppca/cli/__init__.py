@@ -1,5 +1,5 @@
 """Command line: ``dask-dppca demo``, ``fit STORE``, ``analyze STORE``, ``plan STORE``,
-``bench``, ``budget create|show|resolve LEDGER`` (one module per command).
+``bench``, ``budget create|show|resolve LEDGER``, ``app`` (one module per command).
 
 Every user error ends with one line on stderr and a non-zero exit code, never a
 traceback: 2 for a bad parameter or input, 3 when the cluster cannot be reached or a
@@ -21,7 +21,7 @@ import time
 import warnings
 
 from .. import __version__
-from . import analyze, bench, budget, demo, fit, plan
+from . import analyze, app, bench, budget, demo, fit, plan
 from .signals import exit_code, stop_signals_as_interrupts, stopped_line
 
 __all__ = [
@@ -39,7 +39,7 @@ EXIT_CLUSTER = 3
 EXIT_UNEXPECTED = 1
 
 #: The sub-command modules, each with ``add_parser(commands)`` setting ``run``.
-COMMANDS = (demo, fit, analyze, plan, bench, budget)
+COMMANDS = (demo, fit, analyze, plan, bench, budget, app)
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -201,10 +201,15 @@ def run_trial(
         kind=kind,
         signum=signum,
         rc=rc,
-        stderr=(folder / "stderr").read_text(errors="replace"),
+        # A signal right after the fork may end the process before it opened its files.
+        stderr=_text(folder / "stderr"),
         drawn=drawn.exists(),
         rows=ledger_rows(ledger),
     )
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def _running(pid: int) -> bool:

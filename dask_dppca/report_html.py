@@ -1,0 +1,480 @@
+"""A publishable, self-contained HTML report of one private analysis.
+
+:func:`render_report` turns a :class:`~dask_dppca.analysis.PrivateAnalysis` (released
+values and public parameters only) into ONE HTML file: the plots inline as base64 PNG,
+the style inline (print-friendly), no script, no font or image fetched at view time.
+It holds what a reviewer needs to re-derive every noise scale by hand: each part of the
+split (mechanism, epsilon / delta or GDP mu, sensitivity, sigma or scale, where drawn)
+with the formula that links them and its value recomputed from the other columns, the
+composed total, the data set's public metadata (n, d, chunking, the data set's id), the
+software version and the parameters; when a ledger is given, its rows for this analysis
+and what remains.
+
+Nothing non-private is shown unless the caller passes it (``reference=``), and then it
+is drawn dashed and labelled NOT PRIVATE.  Rendering recomputes nothing and spends
+nothing: it only reads the released values.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+
+__all__ = ["NOT_PRIVATE", "figure_png", "render_report", "write_report"]
+
+NOT_PRIVATE = "NOT PRIVATE"
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:62rem;
+margin:1.5rem auto;padding:0 1rem;color:#1b1b1b;line-height:1.4}
+h1{font-size:1.5rem;margin-bottom:.2rem}h2{font-size:1.15rem;border-bottom:1px solid #ccc;
+margin-top:1.8rem}table{border-collapse:collapse;margin:.5rem 0;font-size:.85rem}
+#privacy-table{font-size:.75rem;width:100%}
+th,td{border:1px solid #bbb;padding:.2rem .45rem;text-align:left;vertical-align:top}
+th{background:#f0f0f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.total td{font-weight:bold;background:#f7f7fa}.figs{display:flex;flex-wrap:wrap;gap:1rem}
+.figs figure{margin:0}.figs img{max-width:100%;height:auto;border:1px solid #ddd}
+figcaption{font-size:.8rem;color:#444}.note{font-size:.85rem;color:#333}
+.warn{border:2px solid #b00;color:#b00;padding:.4rem .6rem;font-weight:bold}
+.ok{color:#1a6b1a}.bad{color:#b00}code{font-size:.85rem}
+@media print{body{max-width:none;margin:0}h2{break-after:avoid}figure,table,tr{break-inside:avoid}
+.figs img{max-width:48%}}
+"""
+
+
+def figure_png(figure: Any, dpi: int = 100) -> str:
+    """A matplotlib figure as a ``data:image/png;base64`` URL (the figure is closed)."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(figure)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _num(value: Any, digits: int = 6) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_num(v, digits) for v in value)
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _figure(src: str, caption: str, alt: str) -> str:
+    return (
+        f'<figure><img src="{src}" alt="{_e(alt)}"><figcaption>{_e(caption)}</figcaption></figure>'
+    )
+
+
+def _matplotlib() -> Any:
+    import matplotlib
+
+    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def scree_figures(
+    result: Any, reference: Sequence[float] | None = None, n_components: int | None = None
+) -> list[tuple[str, str, str]]:
+    """The scree and PVE figures as ``(data URL, caption, alt)`` (post-processing)."""
+    plt = _matplotlib()
+    out = []
+    kinds = [("scree", "private scree values, every released method")]
+    kinds.append(("pve_topk", "PVE over the top k (each method's values over their sum)"))
+    if result.scree.get("pve_total") is not None:
+        kinds.append(("pve_total", "PVE over all d (clipped values over the private trace)"))
+    for kind, caption in kinds:
+        _, ax = plt.subplots(figsize=(5, 3.4))
+        result.plot_scree(kind=kind, ax=ax, reference=reference if kind == "scree" else None)
+        if n_components is not None:
+            ax.set_xlim(0.5, n_components + 0.5)
+        out.append((figure_png(ax.figure), caption, f"{kind} plot"))
+    return out
+
+
+def score_map_of(result: Any) -> Any:
+    """The result's score map as a :class:`~dask_dppca.privacy.score_map.ScoreMap`, or None."""
+    from .privacy.score_map import ScoreMap
+
+    found = getattr(result, "score_map", None)
+    if found is None or isinstance(found, ScoreMap):
+        return found
+    if isinstance(found, dict) and "histograms" in found:
+        return ScoreMap.from_dict(found)
+    return None
+
+
+def score_map_figures(
+    score_map: Any, *, seed: int | None = None, groups: bool = True
+) -> list[tuple[str, str, str]]:
+    """The score-map figures (heat map with synthetic points, group panels, synthetic)."""
+    from .score_plots import plot_group_panels, plot_score_map, plot_synthetic
+
+    _matplotlib()
+    rng = np.random.default_rng(seed)  # synthetic points: post-processing of the release
+    out = [
+        (
+            figure_png(plot_score_map(score_map, synthetic=True, rng=rng)),
+            "private score map (noisy histogram on the private frame), synthetic points on top",
+            "score map",
+        )
+    ]
+    if groups and len(score_map.groups) > 1:
+        out.append(
+            (
+                figure_png(plot_group_panels(score_map)),
+                "the score map per group (common frame and colour scale)",
+                "score map per group",
+            )
+        )
+    out.append(
+        (
+            figure_png(plot_synthetic(score_map, rng=rng)),
+            "synthetic points drawn from the released histograms (post-processing)",
+            "synthetic points",
+        )
+    )
+    return out
+
+
+def _derivation(row: dict[str, Any]) -> tuple[str, str]:
+    """The formula linking a row's columns, and whether recomputing it gives its noise."""
+    noise, sens = row.get("noise"), row.get("sensitivity")
+    if noise is None:
+        return "no noise scale in the release record (see docs/privacy.md)", ""
+    if sens is None:
+        return "-", ""
+    sens_v = np.atleast_1d(np.asarray(sens, dtype=np.float64))
+    noise_v = np.atleast_1d(np.asarray(noise, dtype=np.float64))
+    if "mu" in row:
+        entries = int(row.get("entries", 1))
+        got = sens_v * math.sqrt(entries) / float(row["mu"])
+        formula = (
+            "sigma = sensitivity x sqrt(entries) / mu"
+            if entries > 1
+            else "sigma = sensitivity / mu"
+        )
+    elif row.get("epsilon") is not None:
+        got = 2.0 * sens_v / float(row["epsilon"])
+        formula = "scale = 2 x sensitivity / epsilon"
+        if got.shape != noise_v.shape or not np.allclose(got, noise_v, rtol=1e-6):
+            got = sens_v / float(row["epsilon"])
+            formula = "scale = sensitivity / epsilon"
+    else:
+        return "see docs/privacy.md", ""
+    if got.shape == noise_v.shape and np.allclose(got, noise_v, rtol=1e-6):
+        return formula, f"{_num(got.tolist() if got.size > 1 else float(got[0]), 6)} (matches)"
+    return "see docs/privacy.md", ""
+
+
+_PRIVACY_COLUMNS = (
+    "stage",
+    "release",
+    "mechanism",
+    "guarantee",
+    "count",
+    "epsilon",
+    "delta",
+    "GDP mu",
+    "sensitivity",
+    "sigma or scale",
+    "re-derived",
+    "drawn on",
+)
+
+
+def privacy_rows(result: Any) -> list[dict[str, str]]:
+    """The privacy table's rows as text cells (one per released statistic)."""
+    out = []
+    for row in result.privacy:
+        formula, recomputed = _derivation(row)
+        gaussian = "mu" in row
+        out.append(
+            {
+                "stage": str(row.get("stage", "")),
+                "release": str(row.get("release", "")),
+                "mechanism": str(row.get("mechanism", "")),
+                "guarantee": str(row.get("guarantee", "")),
+                "count": str(row.get("count", 1)),
+                "epsilon": _num(row.get("epsilon")) + (" (reported)" if gaussian else ""),
+                "delta": _num(row.get("delta"))
+                if row.get("delta") is not None
+                else "0"
+                if not gaussian
+                else "-",
+                "GDP mu": _num(row.get("mu")),
+                "sensitivity": _num(row.get("sensitivity"))
+                + (f" [{row['sensitivity_units']}]" if row.get("sensitivity_units") else ""),
+                "sigma or scale": _num(row.get("noise")),
+                "re-derived": f"{formula} = {recomputed}" if recomputed else formula,
+                "drawn on": str(row.get("released_on", "")),
+            }
+        )
+    return out
+
+
+def privacy_table_html(result: Any) -> str:
+    """The privacy table (every part, the composed total) as an HTML fragment."""
+    cells = privacy_rows(result)
+    head = "".join(f"<th>{_e(c)}</th>" for c in _PRIVACY_COLUMNS)
+    body = []
+    for row, cell in zip(result.privacy, cells):
+        kind = "gaussian" if "mu" in row else "pure"
+        data = (
+            f'data-kind="{kind}" data-count="{int(row.get("count", 1))}" '
+            f'data-mu="{row.get("mu", "")}" data-epsilon="{row.get("epsilon", "")}"'
+        )
+        body.append(
+            f'<tr class="part" {data}>'
+            + "".join(
+                f'<td class="{"num" if c in ("count", "epsilon", "delta", "GDP mu") else ""}">'
+                f"{_e(cell[c])}</td>"
+                for c in _PRIVACY_COLUMNS
+            )
+            + "</tr>"
+        )
+    meta = result.meta
+    total = (
+        f'<tr class="total"><td colspan="5">total of the analysis (exact composition of all '
+        f'parts)</td><td class="num" id="composed-epsilon">{_num(meta.get("composed_epsilon"))}'
+        f'</td><td class="num" id="total-delta">{_num(meta.get("delta"))}</td>'
+        f'<td colspan="{len(_PRIVACY_COLUMNS) - 7}">budget of the analysis: epsilon='
+        f'<span id="total-epsilon">{_num(meta.get("epsilon"))}</span>, delta='
+        f"{_num(meta.get('delta'))}</td></tr>"
+    )
+    return (
+        f'<table id="privacy-table"><tr>{head}</tr>{"".join(body)}{total}</table>'
+        '<p class="note">Gaussian parts are composed in Gaussian DP (mu adds in squares); '
+        "the epsilon-DP parts (exponential mechanism, counts) and the Gaussian parts are "
+        "composed exactly (docs/privacy.md); the composed epsilon is at the analysis's delta. "
+        "The epsilon shown for a Gaussian part is the (epsilon, delta) the part alone "
+        "satisfies, for reference: the parts do NOT add up in epsilon.</p>"
+    )
+
+
+def _kv(items: Sequence[tuple[str, Any]], table_id: str) -> str:
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items)
+    return f'<table id="{table_id}">{rows}</table>'
+
+
+def _chunking(meta: dict[str, Any]) -> str:
+    chunks = meta.get("row_chunks")
+    if not chunks:
+        return "rows free to cut (in memory) or not recorded"
+    sizes = sorted({int(c) for c in chunks})
+    return f"{len(chunks)} row chunks of {', '.join(map(str, sizes[:4]))} rows" + (
+        " ..." if len(sizes) > 4 else ""
+    )
+
+
+def ledger_rows(result: Any, budget: Any) -> list[dict[str, Any]]:
+    """The ledger's rows charged by this analysis (matched by its ids), as dictionaries."""
+    ids = {result.meta.get("analysis_id"), result.meta.get("directions_fit_id")} - {None, ""}
+    return [
+        row
+        for row in budget.as_dict()["releases"]
+        if row["fit_id"] in ids or any(i in row["label"] for i in ids)
+    ]
+
+
+def _ledger_cost(row: dict[str, Any]) -> str:
+    parts = row.get("parts") or []
+    if not parts:
+        return (
+            f"GDP mu={row['mu']:.6g} (epsilon={_num(row['epsilon'])}, delta={_num(row['delta'])})"
+        )
+    counts: dict[str, int] = {}
+    for part in parts:
+        if "mu" in part:
+            text = f"GDP mu={part['mu']:.6g}"
+        elif "delta" not in part:
+            text = f"epsilon={part['epsilon']:.6g}"
+        else:
+            text = f"(epsilon={part['epsilon']:.6g}, delta={part['delta']:.3g})"
+        counts[text] = counts.get(text, 0) + 1
+    return " + ".join(f"{n} x {t}" if n > 1 else t for t, n in counts.items())
+
+
+def _ledger_section(result: Any, budget: Any) -> str:
+    if budget is None:
+        return (
+            "<p class='note'>No ledger was given to the report: the analysis's own table "
+            "above is its whole cost.</p>"
+        )
+    rows = ledger_rows(result, budget)
+    cols = ("id", "state", "reserved (UTC)", "cost", "dataset", "label")
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{_e(c)}</td>"
+            for c in (
+                r["id"],
+                r["state"],
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["reserved_at"])),
+                _ledger_cost(r),
+                r["dataset"],
+                r["label"],
+            )
+        )
+        + "</tr>"
+        for r in rows
+    )
+    facts = [
+        ("ledger", budget.ledger or "(in memory)"),
+        ("ledger totals", f"epsilon={budget.epsilon:g}, delta={budget.delta:g}"),
+        ("spent so far (all releases)", f"epsilon={budget.spent_epsilon:.6g}"),
+        (
+            "remaining",
+            f"one more release of epsilon <= {budget.remaining():.6g} at delta={budget.delta:g}",
+        ),
+    ]
+    head = "".join(f"<th>{c}</th>" for c in cols)
+    table = f'<table id="ledger-rows"><tr>{head}</tr>{body}</table>' if rows else ""
+    return _kv(facts, "ledger") + table
+
+
+def render_report(
+    result: Any,
+    *,
+    budget: Any = None,
+    reference: Sequence[float] | None = None,
+    title: str | None = None,
+    seed: int | None = None,
+) -> str:
+    """The report of ``result`` as one self-contained HTML document.
+
+    Parameters
+    ----------
+    result : PrivateAnalysis
+    budget : PrivacyBudget, optional
+        The ledger the analysis was charged to: its rows for this analysis and what
+        remains are shown.
+    reference : sequence of float, optional
+        Non-private scree values the USER supplies (never computed here): drawn dashed
+        and labelled NOT PRIVATE, with a warning at the top of the report.
+    title : str, optional
+    seed : int, optional
+        Seed of the synthetic points (post-processing of the released score map).
+
+    Returns
+    -------
+    str
+    """
+    meta = result.meta
+    k = result.directions.shape[0]
+    score_map = score_map_of(result)
+    title = title or f"Private PCA analysis of {meta.get('dataset', 'a data set')}"
+    warnings = []
+    if reference is not None:
+        warnings.append(
+            f"This report contains a {NOT_PRIVATE} reference (dashed, supplied by the user)."
+        )
+    if meta.get("private") is False:
+        warnings.append(
+            f"{NOT_PRIVATE}: the noise of this analysis was seeded (random_state), for tests "
+            "and examples only."
+        )
+    figs = scree_figures(result, reference)
+    scree_head = "".join(f"<th>PC{i + 1}</th>" for i in range(k))
+    scree_rows = "".join(
+        f"<tr><th>{_e(m)}</th>" + "".join(f'<td class="num">{v:.5g}</td>' for v in vals) + "</tr>"
+        for m, vals in result.scree["values"].items()
+    )
+    if result.scree.get("pve_total") is not None:
+        scree_rows += (
+            "<tr><th>PVE over all d</th>"
+            + "".join(f'<td class="num">{v:.3%}</td>' for v in result.scree["pve_total"])
+            + "</tr>"
+        )
+    sections = [
+        f"<h1>{_e(title)}</h1>",
+        f"<p class='note'>dask-dppca {_e(__version__)} &middot; analysis "
+        f"<code>{_e(meta.get('analysis_id', ''))}</code> &middot; report written "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Every number below is a "
+        "differentially private release or a public parameter.</p>",
+        *(f"<p class='warn'>{_e(w)}</p>" for w in warnings),
+        "<h2>Data set (public metadata)</h2>",
+        _kv(
+            [
+                ("data set", meta.get("dataset", "-")),
+                ("records n", meta.get("n_samples")),
+                ("features d", meta.get("n_features")),
+                ("chunking", _chunking(meta)),
+            ],
+            "dataset",
+        ),
+        "<h2>Parameters</h2>",
+        _kv(
+            [
+                ("components k", meta.get("n_components", k)),
+                ("total epsilon", _num(meta.get("epsilon"))),
+                ("total delta", _num(meta.get("delta"))),
+                (
+                    "split (public shares)",
+                    ", ".join(f"{s}={v:.4g}" for s, v in (meta.get("shares") or {}).items()),
+                ),
+                ("scale of the split", _num(meta.get("scale"))),
+                ("scree methods", ", ".join(meta.get("methods", result.scree["values"]))),
+                ("software", f"dask-dppca {__version__}"),
+            ],
+            "parameters",
+        ),
+        "<h2>Private scree</h2>",
+        '<div class="figs">' + "".join(_figure(*f) for f in figs) + "</div>",
+        f"<table id='scree'><tr><th>method</th>{scree_head}</tr>{scree_rows}</table>",
+    ]
+    if score_map is not None:
+        sections += [
+            "<h2>Private score map</h2>",
+            f"<pre class='note'>{_e(score_map.summary())}</pre>",
+            '<div class="figs">'
+            + "".join(_figure(*f) for f in score_map_figures(score_map, seed=seed))
+            + "</div>",
+        ]
+    sections += [
+        "<h2>Privacy: every part of the split</h2>",
+        privacy_table_html(result),
+        "<h2>Ledger</h2>",
+        _ledger_section(result, budget),
+        "<h2>How to read this</h2>",
+        "<p class='note'>Each Gaussian part adds noise of standard deviation sigma to a "
+        "statistic of l2 sensitivity 'sensitivity' (per entry when a vector's entries are "
+        "scaled); the part is mu-Gaussian-DP with the mu shown. The exponential mechanism "
+        "selects a quantile with Gumbel noise of the scale shown. The 're-derived' column "
+        "re-derives each noise scale from the other columns. Sensitivity arguments: "
+        "docs/privacy.md of dask-dppca.</p>",
+    ]
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(sections)
+        + "</body></html>"
+    )
+
+
+def write_report(result: Any, path: str | os.PathLike[str], **kwargs: Any) -> str:
+    """Write :func:`render_report` to ``path``; its absolute path."""
+    text = render_report(result, **kwargs)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return os.path.abspath(path)

@@ -1,0 +1,79 @@
+"""The app's parts without a browser: the page builds (notebook path), post-processing
+is exact arithmetic on the stored release, the release folder round-trips.
+
+Small data on the synchronous scheduler; seeds make TEST DATA only.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+pn = pytest.importorskip("panel")
+
+import dask_dppca as dd  # noqa: E402
+from dask_dppca.app import build_app  # noqa: E402
+from dask_dppca.app.page import AppPage, first_k, one_line  # noqa: E402
+from dask_dppca.app.releases import ReleaseStore, releases_folder  # noqa: E402
+from dask_dppca.privacy.budget import BudgetExceededError  # noqa: E402
+from dask_dppca.report_html import score_map_of  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def result():
+    X = np.random.default_rng(2).standard_normal((1500, 5)) * np.sqrt([9, 4, 1, 1, 1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return dd.analyze(X, n_components=3, epsilon=3.0, delta=1e-5, scheduler="synchronous")
+
+
+def test_first_k_is_the_released_values_cut_and_renormalised(result):
+    shown = first_k(result, 2)
+    assert shown.directions.shape == (2, result.directions.shape[1])
+    for method, values in result.scree["values"].items():
+        assert shown.scree["values"][method] == list(values)[:2]
+        top = np.maximum(np.asarray(values[:2]), 0)
+        expected = top / top.sum() if top.sum() > 0 else top
+        np.testing.assert_allclose(shown.scree["pve_topk"][method], expected)
+    assert shown.scree["pve_total"] == list(result.scree["pve_total"])[:2]  # over all d
+    assert first_k(result, 99).directions.shape[0] == 3  # never more than released
+
+
+def test_the_release_folder_round_trips_newest_first(result, tmp_path):
+    store = ReleaseStore(releases_folder(str(tmp_path / "s.ledger")))
+    assert store.keys() == []
+    key = store.add(result)
+    assert store.keys() == [key]
+    again = store.load(key)
+    np.testing.assert_array_equal(again.directions, result.directions)
+    assert "k=3, epsilon=3, delta=1e-05" in store.label(key)
+    with pytest.raises(ValueError, match="key"):
+        store.load("../escape")
+
+
+def test_the_page_builds_for_a_notebook_and_shows_a_release_for_free(result, tmp_path):
+    page = AppPage(epsilon=1.0, delta=1e-5)  # an in-memory budget
+    assert "Remaining" in page.remaining.object and "in memory" in page.remaining.object
+    page._show(result)
+    mapped = score_map_of(result)
+    maps = 0 if mapped is None else 2 + (len(mapped.groups) > 1)
+    assert page.plots.object.count("<img") == 1 + maps and "directions" in page.table.object
+    assert page.resample.visible == (mapped is not None)
+    before = page.budget.as_dict()
+    if mapped is not None:  # new synthetic points, the same release
+        shown = page.plots.object
+        page._resample()
+        assert page.plots.object != shown
+    page.kind.value = "PVE (all d)"
+    page.show_k.value = 1
+    page.palette.value = "greys (print)"
+    assert "PVE (all d)" not in page.plots.object or "<img" in page.plots.object
+    assert page.budget.as_dict() == before  # post-processing spends nothing
+    assert isinstance(build_app(), pn.viewable.Viewable)
+
+
+def test_errors_are_one_line():
+    assert one_line(BudgetExceededError("a\nb")).startswith("Refused, nothing charged: a")
+    assert one_line(ValueError("k: bad\nmore")) == "Check the inputs: k: bad"

@@ -1,0 +1,172 @@
+"""The HTML report in a real headless Chromium: self-contained, every image loads, no
+console error, not blank, and the privacy table composes to the stated total.
+
+Small data on the synchronous scheduler (fast); the data's seed makes TEST DATA only.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import dask_dppca as dd
+from dask_dppca.analysis import PrivateAnalysis
+from dask_dppca.privacy.accounting import compose
+from dask_dppca.privacy.parts import GaussianPart, PureDPPart
+from dask_dppca.report_html import render_report
+from tests.browser.conftest import console_errors, not_blank, screenshot_dir
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    rng = np.random.default_rng(5)  # test data only
+    X = rng.standard_normal((2000, 6)) * np.sqrt([9.0, 4.0, 1.0, 1.0, 1.0, 1.0])
+    folder = tmp_path_factory.mktemp("report")
+    budget = dd.PrivacyBudget(5.0, 1e-5, ledger=folder / "study.ledger", create=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with budget:
+            result = dd.analyze(X, n_components=3, epsilon=3.0, delta=1e-5, scheduler="synchronous")
+    path = folder / "report.html"
+    text = result.to_html(path, budget=budget)
+    return result, budget, path, text
+
+
+def test_the_report_is_one_file_with_nothing_to_fetch(report):
+    result, budget, path, text = report
+    assert path.read_text(encoding="utf-8") == text
+    # nothing fetched at view time: no script, no stylesheet link, every src inline
+    assert "<script" not in text and "<link" not in text
+    sources = re.findall(r'src="([^"]*)"', text)
+    assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert "http://" not in text and "https://" not in text
+    # the public metadata, the version, the ledger's rows and what remains
+    assert f">{result.meta['n_samples']}<" in text and f">{result.meta['n_features']}<" in text
+    assert result.meta["dataset"] in text and dd.__version__ in text
+    assert f"{budget.remaining():.6g}" in text
+    assert "NOT PRIVATE" not in text  # nothing non-private was passed
+
+
+def test_a_reference_is_labelled_not_private(report):
+    result = report[0]
+    text = render_report(result, reference=[9.0, 4.0, 1.0])
+    assert text.count("NOT PRIVATE") >= 1 and "class='warn'" in text
+
+
+def _with_score_map(result, X):
+    """The result with a grouped score map released here (the analysis's own stage may
+    not run yet: the report shows whatever map the result holds).
+    """
+    import dataclasses
+
+    import dask.array as da
+
+    from dask_dppca.compute.score_map import release_score_map
+    from dask_dppca.compute.target import LocalScheduler
+    from dask_dppca.graph.score_stats import project_scores
+    from dask_dppca.privacy.score_map import ScoreMapMechanism
+
+    n = X.shape[0]
+    labels = np.where(np.arange(n) % 2 == 0, "a", "b")  # public test labels
+    mechanism = ScoreMapMechanism(n, 1.0, 1e-6, bins=(8, 8), domain=("a", "b"))
+    scores = project_scores(da.from_array(X, chunks=(500, X.shape[1])), result.directions[:2])
+    score_map = release_score_map(LocalScheduler("synchronous"), scores, mechanism, labels=labels)
+    return dataclasses.replace(result, score_map=score_map)
+
+
+def test_the_score_map_is_drawn_per_group_with_synthetic_points(report, tmp_path, browser):
+    result, _, _, _ = report
+    X = np.random.default_rng(5).standard_normal((2000, 6))  # test data only
+    mapped = _with_score_map(result, X)
+    path = tmp_path / "map.html"
+    text = mapped.to_html(path)
+    for alt in ("score map", "score map per group", "synthetic points"):
+        assert f'alt="{alt}"' in text
+    browser.get(path.as_uri())
+    console_errors(browser)
+    images = browser.execute_script(
+        "return Array.from(document.images).map(i => [i.complete, i.naturalWidth]);"
+    )
+    assert len(images) == 6 and all(done and width > 100 for done, width in images)
+    # saved and loaded, the map is still drawn (the JSON holds it)
+    mapped.save(tmp_path / "map.json")
+    again = PrivateAnalysis.load(tmp_path / "map.json").to_html()
+    assert 'alt="score map per group"' in again
+
+
+def test_the_report_in_chromium(report, browser):
+    result, _, path, _ = report
+    browser.get(path.as_uri())
+    console_errors(browser)  # start clean after the load
+    browser.refresh()
+    images = browser.execute_script(
+        "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.alt]);"
+    )
+    assert len(images) >= 3
+    assert all(done and width > 100 for done, width, _ in images), images
+    assert console_errors(browser) == []
+    png = browser.get_screenshot_as_png()
+    assert not_blank(png) > 0.05
+    if (where := screenshot_dir()) is not None:
+        (where / "report.png").write_bytes(png)
+        browser.set_window_size(1280, 4000)
+        (where / "report-full.png").write_bytes(browser.get_screenshot_as_png())
+        browser.set_window_size(1280, 1000)
+    # the privacy table as the browser shows it: its parts compose to the stated total
+    parts = []
+    for kind, count, mu, eps in browser.execute_script(
+        "return Array.from(document.querySelectorAll('#privacy-table tr.part')).map("
+        "r => [r.dataset.kind, +r.dataset.count, r.dataset.mu, r.dataset.epsilon]);"
+    ):
+        part = GaussianPart(float(mu)) if kind == "gaussian" else PureDPPart(float(eps))
+        parts += [part] * int(count)
+    shown = float(browser.find_element("id", "composed-epsilon").text)
+    total = float(browser.find_element("id", "total-epsilon").text)
+    delta = float(browser.find_element("id", "total-delta").text)
+    assert compose(parts).epsilon(delta) == pytest.approx(shown, rel=1e-5)
+    assert shown <= total * (1 + 1e-9)
+    assert total == result.meta["epsilon"]
+    # every noise scale re-derived from the other columns
+    recomputed = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#privacy-table tr.part')).map("
+        "r => r.cells[10].textContent);"
+    )
+    noisy = [row.get("noise") is not None for row in result.privacy]
+    assert any(noisy)
+    for cell, has_noise in zip(recomputed, noisy):
+        assert cell.endswith("(matches)") if has_noise else "no noise scale" in cell, cell
+
+
+def test_analyze_writes_the_report_with_the_ledger(tmp_path, capsys):
+    from dask_dppca.cli import main
+    from tests.cli import write_store
+
+    store = write_store(tmp_path / "x.zarr", n=2000, d=4)
+    dd.PrivacyBudget(4.0, 1e-5, ledger=tmp_path / "study.ledger", create=True)
+    code = main(
+        [
+            "analyze",
+            store,
+            "-k",
+            "2",
+            "--scheduler",
+            "synchronous",
+            "--budget",
+            str(tmp_path / "study.ledger"),
+            "--output",
+            str(tmp_path / "r.json"),
+            "--report",
+            str(tmp_path / "report.html"),
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    text = (tmp_path / "report.html").read_text(encoding="utf-8")
+    remaining = dd.PrivacyBudget.open(tmp_path / "study.ledger").remaining()
+    assert f"{remaining:.6g}" in text and "x.zarr" in text
+    assert "row chunks of" in text  # the store's own chunking
+    again = ["--output", str(tmp_path / "r2.json"), "--report", str(tmp_path / "report.html")]
+    assert main(["analyze", store, *again]) != 0
+    assert "--report" in capsys.readouterr().err
