@@ -908,8 +908,9 @@ def _identity(db: sqlite3.Connection) -> tuple[str | None, str | None]:
 
 def _check_fit(found: str, fit_id: str | None, release_id: int, path: str | None) -> None:
     if fit_id is not None and found != fit_id:
+        where = f"ledger {path}" if path else "this budget"
         raise LedgerReplacedError(
-            f"ledger {path}: release {release_id} there belongs to fit {found!r}, not to fit "
+            f"{where}: release {release_id} there belongs to fit {found!r}, not to fit "
             f"{fit_id!r} that reserved it: the file was replaced after the reservation"
         )
 
