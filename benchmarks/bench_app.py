@@ -93,7 +93,7 @@ def main() -> None:
     rng = np.random.default_rng(0)  # test data only
     z[:] = rng.standard_normal((args.n, args.d)) * np.sqrt(np.linspace(9.0, 1.0, args.d))
     ledger = str(folder / "study.ledger")
-    dd.PrivacyBudget(10.0, 1e-5, ledger=ledger)
+    dd.PrivacyBudget(10.0, 1e-5, ledger=ledger, create=True)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -33,6 +33,7 @@ _PUBLIC = {
     "GaussianCharge": "privacy.budget",
     "BudgetExceededError": "privacy.budget",
     "LedgerError": "privacy.budget",
+    "LedgerReplacedError": "privacy.budget",
     "set_default_budget": "privacy.charging",
     "active_budgets": "privacy.charging",
     "CompleteDesign": "design",
@@ -66,7 +67,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .kernel.spatial_sign import SpatialSign, custom, sphere, winsor  # noqa: F401
     from .metrics import sin_theta  # noqa: F401
     from .privacy.advice import LargeDeltaWarning, NoisyReleaseWarning, PrivacyWarning  # noqa: F401
-    from .privacy.budget import BudgetExceededError, GaussianCharge, LedgerError, PrivacyBudget  # noqa: F401
+    from .privacy.budget import (  # noqa: F401
+        BudgetExceededError,
+        GaussianCharge,
+        LedgerError,
+        LedgerReplacedError,
+        PrivacyBudget,
+    )
     from .privacy.charging import active_budgets, set_default_budget  # noqa: F401
     from .privacy.report import PrivacyReport  # noqa: F401
     from .reference import kendall_matrix  # noqa: F401

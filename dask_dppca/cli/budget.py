@@ -77,7 +77,7 @@ def run_create(args: argparse.Namespace) -> int:
         raise ValueError(
             f"ledger: {args.ledger} already exists (see: dask-dppca budget show {args.ledger})"
         )
-    budget = PrivacyBudget(args.epsilon, args.delta, ledger=args.ledger)
+    budget = PrivacyBudget(args.epsilon, args.delta, ledger=args.ledger, create=True)
     print(budget.describe())
     return 0
 

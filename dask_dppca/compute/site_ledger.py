@@ -39,7 +39,13 @@ from typing import Any
 import dask
 
 from ..privacy import ReleaseMechanism
-from ..privacy.budget import BudgetExceededError, LedgerError, PrivacyBudget, Reservation
+from ..privacy.budget import (
+    BudgetExceededError,
+    LedgerError,
+    LedgerReplacedError,
+    PrivacyBudget,
+    Reservation,
+)
 
 __all__ = [
     "RELEASE_DELTA_KEY",
@@ -81,7 +87,7 @@ def release_site_budget() -> PrivacyBudget | None:
         )
     epsilon, delta = totals
     assert epsilon is not None and delta is not None
-    return PrivacyBudget(epsilon, delta, ledger=str(path))
+    return PrivacyBudget(epsilon, delta, ledger=str(path), create=True)  # documented
 
 
 def _number(key: str) -> float | None:
@@ -160,13 +166,18 @@ def charged_where_drawn(
         if reservation is not None and not drawing[0]:
             _quietly(reservation.cancel)  # refused before the draw (the ticket): nothing drawn
         raise
-    if reservation is not None and not _quietly(reservation.commit):
-        warnings.warn(
-            f"release {fit_id}: could not commit its reservation in "
-            f"{reservation.budget.ledger}; it stays reserved and counts as spent",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    if reservation is not None:
+        try:
+            reservation.commit()
+        except LedgerReplacedError as error:  # the original ledger is gone: say so
+            warnings.warn(f"release {fit_id}: {error}", RuntimeWarning, stacklevel=3)
+        except (LedgerError, TimeoutError):
+            warnings.warn(
+                f"release {fit_id}: could not commit its reservation in "
+                f"{reservation.budget.ledger}; it stays reserved and counts as spent",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
 
 def _quietly(action: Callable[[], None]) -> bool:

@@ -59,6 +59,7 @@ from .calibration import (
 from .ledger import (
     Ledger,
     LedgerError,
+    LedgerReplacedError,
     MemoryLedger,
     Release,
     Resolution,
@@ -72,6 +73,7 @@ __all__ = [
     "BudgetExceededError",
     "GaussianCharge",
     "LedgerError",
+    "LedgerReplacedError",
     "PartsCharge",
     "PrivacyBudget",
     "Release",
@@ -219,7 +221,7 @@ class PrivacyBudget:
     every :class:`~.DPPCA` fit reserves its release from it before drawing
     noise; or call :meth:`check`, :meth:`spend` and :meth:`reserve` directly::
 
-        budget = PrivacyBudget(epsilon=2.0, delta=1e-5, ledger="study.ledger")
+        budget = PrivacyBudget(epsilon=2.0, delta=1e-5, ledger="study.ledger", create=True)
         with budget:
             DPPCA(epsilon=1.0, delta=1e-6).fit(X)
         budget.remaining()        # epsilon of one more release at delta=1e-5
@@ -236,19 +238,36 @@ class PrivacyBudget:
         In (0, 1).
     ledger : str or os.PathLike, optional
         A ledger file (path or ``file://`` URL) holding the totals and every release,
-        shared by every process that opens it and kept across restarts; created if it
-        does not exist.  Opening one that holds other totals raises ``ValueError``.
-        Without it the releases are kept in this process only.
+        shared by every process that opens it and kept across restarts.  It must exist
+        unless ``create`` is set (a deleted ledger never comes back full by itself).
+        Opening one that holds other totals raises ``ValueError``.  Without it the
+        releases are kept in this process only.
+    create : bool, default False
+        Create the ledger file with these totals if it does not exist (an existing one
+        with these totals is opened).  A budget without a ledger is always new.
+
+    Raises
+    ------
+    LedgerError
+        If ``ledger`` does not exist and ``create`` is not set, or it holds no sound
+        ledger (damaged, edited: its hash chain is checked).
     """
 
     def __init__(
-        self, epsilon: float, delta: float, ledger: str | os.PathLike[str] | None = None
+        self,
+        epsilon: float,
+        delta: float,
+        ledger: str | os.PathLike[str] | None = None,
+        *,
+        create: bool = False,
     ) -> None:
         epsilon, delta = validate_privacy_parameters(epsilon, delta)
+        if not isinstance(create, bool):
+            raise ValueError(f"create: must be True or False, got {create!r}")
         if ledger is None:
             self._setup(epsilon, delta, MemoryLedger(), token=uuid.uuid4().hex)
         else:
-            store = SQLiteLedger.open_or_create(ledger_path(ledger), epsilon, delta)
+            store = SQLiteLedger.open_or_create(ledger_path(ledger), epsilon, delta, create)
             self._setup(epsilon, delta, store)
 
     @classmethod
@@ -291,7 +310,8 @@ class PrivacyBudget:
 
     def __reduce__(self) -> tuple[Callable[..., PrivacyBudget], tuple[Any, ...]]:
         if self.ledger is not None:
-            return (_reopen, (self.ledger, self.epsilon, self.delta))
+            ledger_id = getattr(self._ledger, "ledger_id", "")
+            return (_reopen, (self.ledger, self.epsilon, self.delta, ledger_id))
         return (_find_in_memory, (self._key[1], os.getpid(), self.epsilon, self.delta))
 
     # -- the context manager: open in every thread of the process ----------------------------
@@ -906,9 +926,11 @@ class PrivacyBudget:
         return f"PrivacyBudget(epsilon={self.epsilon!r}, delta={self.delta!r}{where}, {state})"
 
 
-def _reopen(path: str, epsilon: float, delta: float) -> PrivacyBudget:
-    """Unpickle a ledger budget: the same file (checked on each use, never created here)."""
-    return PrivacyBudget._from(epsilon, delta, SQLiteLedger(path, epsilon, delta))
+def _reopen(path: str, epsilon: float, delta: float, ledger_id: str = "") -> PrivacyBudget:
+    """Unpickle a ledger budget: the same file, the same ledger (its id checked on each
+    use), never created here.
+    """
+    return PrivacyBudget._from(epsilon, delta, SQLiteLedger(path, epsilon, delta, ledger_id))
 
 
 def _find_in_memory(token: str, pid: int, epsilon: float, delta: float) -> PrivacyBudget:
@@ -938,6 +960,10 @@ class Reservation:
         self.budget = budget
         self.release = release
 
+    def _ids(self) -> dict[str, Any]:
+        """What names this reservation's row: its fit and its ledger, with its row id."""
+        return {"fit_id": self.release.fit_id, "ledger_id": self.release.ledger_id}
+
     def dispatch(self) -> None:
         """Record that the release is handed to the code that draws its noise.
 
@@ -949,16 +975,38 @@ class Reservation:
         LedgerError
             If the row is no longer reserved (``budget resolve`` cancelled it): the
             release must not draw then.
+        LedgerReplacedError
+            If the ledger file was replaced since the reservation: the release must not
+            draw either (nothing was released).
         """
-        self.budget._ledger.dispatch(self.release.id)
+        try:
+            self.budget._ledger.dispatch(self.release.id, **self._ids())
+        except LedgerReplacedError as error:
+            raise LedgerReplacedError(
+                f"{error}; stopped before drawing the noise: nothing was released"
+            ) from None
 
     def commit(self) -> None:
-        """Mark the release committed: its noise was drawn and released."""
-        self.budget._ledger.settle(self.release.id, "committed")
+        """Mark the release committed: its noise was drawn and released.
+
+        Raises
+        ------
+        LedgerReplacedError
+            If the ledger file was replaced since the reservation: the release was drawn
+            and is charged only to the original ledger, which no longer exists.
+        """
+        try:
+            self.budget._ledger.settle(self.release.id, "committed", **self._ids())
+        except LedgerReplacedError as error:
+            raise LedgerReplacedError(
+                f"{error}; the release WAS drawn and was charged (reserved) only in the "
+                f"original ledger {self.release.ledger_id}, which no longer exists there: it "
+                "is not counted in the file there now"
+            ) from None
 
     def cancel(self) -> None:
         """Give the reservation back.  Only when the noise was provably never drawn."""
-        self.budget._ledger.settle(self.release.id, "cancelled")
+        self.budget._ledger.settle(self.release.id, "cancelled", **self._ids())
 
     def __repr__(self) -> str:
         return f"Reservation(release {self.release.id} in {self.budget!r})"

@@ -30,7 +30,7 @@ from .budget import (
     open_budgets,
     publish_budgets,
 )
-from .ledger import LedgerError, ledger_path
+from .ledger import LedgerError, LedgerReplacedError, ledger_path
 from .lineage import ancestor_budgets
 
 __all__ = [
@@ -290,16 +290,27 @@ def _cancel_strays(
                 and (budget._key, row.id) not in known
             ]
             for row in strays:
-                budget._ledger.settle(row.id, "cancelled")
+                budget._ledger.settle(
+                    row.id, "cancelled", fit_id=row.fit_id, ledger_id=row.ledger_id
+                )
         except (LedgerError, TimeoutError):
             pass  # a row left reserved counts as spent: never an under-count
 
 
 def _settle(reservations: Sequence[Reservation], action: str) -> None:
-    """Commit or cancel each; a failure leaves that one reserved (counted) and warns."""
+    """Commit or cancel each; a failure leaves that one reserved (counted) and warns.
+
+    A ledger replaced since the reservation is no failure to warn about but the fit's
+    error when committing (the release was drawn and its ledger is gone: raised after
+    the others are settled); when cancelling, the original ledger is gone with its row.
+    """
+    replaced: LedgerReplacedError | None = None
     for reservation in reservations:
         try:
             getattr(reservation, action)()
+        except LedgerReplacedError as error:
+            if action == "commit" and replaced is None:
+                replaced = error
         except (LedgerError, TimeoutError) as error:
             warnings.warn(
                 f"could not {action} {reservation!r} ({error}); it stays reserved "
@@ -307,6 +318,8 @@ def _settle(reservations: Sequence[Reservation], action: str) -> None:
                 RuntimeWarning,
                 stacklevel=3,
             )
+    if replaced is not None:
+        raise replaced
 
 
 class BudgetCarrier:

@@ -38,8 +38,32 @@ damaged or hand-edited file raises :class:`LedgerError` naming the row and the c
 and a file that exists but holds no ledger (an empty file, say) is refused, never
 initialised as a fresh full budget.
 
-The layout only ever grows by added nullable columns (``_ADDED_COLUMNS``), which a write
-adds to an older file the first time it opens it.
+Identity.  A ledger gets a random *ledger id* at creation (column ``budget.ledger_id``).
+A :class:`SQLiteLedger` pins the id it first sees, every row read carries it
+(``Release.ledger_id``), and :meth:`SQLiteLedger.dispatch` / :meth:`~SQLiteLedger.settle`
+find their row by row id *and* ledger id *and* fit id: a file deleted and created again
+with the same totals is refused (:class:`LedgerReplacedError`), never charged in place of
+the original.
+
+Tamper evidence: a hash chain over the rows.  Each row's ``chain`` is the SHA-256 of the
+previous row's chain (for the first row, of a genesis over the ledger id and the totals)
+and of the row's *fixed* columns (``_FIXED``: everything written once); its ``seal`` is
+the SHA-256 of its chain and its *settlement* columns (``_SETTLED``: state, stage, the
+settle and dispatch times, note), the only ones an operation changes later.  So a
+settlement rewrites its row's seal in the same transaction and no chain changes: the
+simplest design in which state changes stay verifiable without rewriting later rows.
+``budget.head`` holds the last row's chain, so a removed last row is seen too.  Every
+operation and every open verify the chain (an open also runs ``PRAGMA quick_check``) and
+refuse a broken one with a one-line :class:`LedgerError` naming the first row that fails.
+This is evidence against damage, accidents and edits by tools that do not recompute the
+hashes; no secret is kept, so it is no defence against someone running this code on the
+file.  Values are hashed typed, floats exactly (``float.hex``).
+
+The layout only ever grows by added nullable columns (``_ADDED_COLUMNS``, the chain's and
+the identity's), which a write adds to an older file the first time it opens it; that
+write also gives the file a ledger id and chains its rows (format 3, so that a version
+that does not keep the chain refuses the file rather than writing unchained rows).
+A full disk is reported as ``disk full``; a ledger that cannot be created leaves no file.
 
 Waits for the write lock are bounded (:data:`LOCK_TIMEOUT` seconds, then a
 :class:`TimeoutError` naming the ledger).
@@ -47,9 +71,12 @@ Waits for the write lock are bounded (:data:`LOCK_TIMEOUT` seconds, then a
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import math
 import os
+import secrets
 import socket
 import sqlite3
 import tempfile
@@ -67,6 +94,7 @@ __all__ = [
     "LOCK_TIMEOUT",
     "Ledger",
     "LedgerError",
+    "LedgerReplacedError",
     "MemoryLedger",
     "Release",
     "Resolution",
@@ -78,13 +106,16 @@ __all__ = [
 #: Seconds a ledger operation waits for another process's write lock before giving up.
 LOCK_TIMEOUT = 60.0
 
-#: Version of the file layout below; a ledger written by another version is refused.
-_FORMAT = 1
-#: Layouts this version reads: 1, and 2 = 1 plus the nullable ``parts`` column holding
+#: Layouts this version reads: 1; 2 = 1 plus the nullable ``parts`` column holding
 #: rows with mixed parts (a file becomes 2 when its first such row is written, so a
-#: version that cannot count them refuses the file instead of under-counting it).
-_READABLE_FORMATS = (1, 2)
+#: version that cannot count them refuses the file instead of under-counting it); 3 =
+#: the ledger id and the hash chain (:data:`_CHAIN_COLUMNS`), which a version that does
+#: not keep the chain must not write to (its rows would break it), so it refuses the file.
+_READABLE_FORMATS = (1, 2, 3)
 _PARTS_FORMAT = 2
+_CHAIN_FORMAT = 3
+#: Version of the layout of a new ledger (a write raises an older file to it).
+_FORMAT = _CHAIN_FORMAT
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS budget (
@@ -116,6 +147,13 @@ _ADDED_COLUMNS = (
     ("note", "TEXT"),  # why the row was settled as it was (budget resolve)
 )
 
+#: Added to ``budget``: the ledger's random id (its identity, fixed at creation) and the
+#: chain's head (the chain hash of the last row, or of the genesis for no rows).
+_BUDGET_COLUMNS = (("ledger_id", "TEXT"), ("head", "TEXT"))
+#: Added to ``releases``: each row's chain hash (over its fixed columns and the previous
+#: row's chain hash) and its seal (over its chain hash and its settlement columns).
+_CHAIN_COLUMNS = (("chain", "TEXT"), ("seal", "TEXT"))
+
 _COLUMNS = (
     "id",
     "state",
@@ -139,6 +177,12 @@ COUNTED = ("reserved", "committed")
 
 class LedgerError(RuntimeError):
     """A budget's ledger cannot be read or charged here (missing, foreign, unreachable)."""
+
+
+class LedgerReplacedError(LedgerError):
+    """The file at a ledger's path is no longer the ledger a budget or a reservation was
+    made in (deleted and created again, or swapped): its ledger id differs.
+    """
 
 
 @dataclass(frozen=True)
@@ -184,6 +228,9 @@ class Release:
         A release stated as parts (:mod:`.parts`: Gaussian, pure or approximate DP,
         composed exactly by :mod:`.accounting`); empty for a Gaussian release stated by
         ``sensitivity / sigma``.  A row with parts has ``sensitivity = 0``, ``sigma = 1``.
+    ledger_id : str
+        The random id of the ledger holding the row ("" before it is recorded, or in a
+        file of an older layout not yet written to).
     """
 
     sensitivity: float
@@ -204,6 +251,7 @@ class Release:
     host: str = ""
     note: str = ""
     parts: tuple[PrivacyPart, ...] = ()
+    ledger_id: str = ""
 
     @property
     def mu(self) -> float:
@@ -247,11 +295,19 @@ class Ledger(Protocol):
         """Run ``admit`` on the counted rows and add ``release``, atomically."""
         ...
 
-    def dispatch(self, release_id: int) -> None:
+    def dispatch(self, release_id: int, *, fit_id: str | None = None, ledger_id: str = "") -> None:
         """Mark a reserved row dispatched (its release may draw from now on)."""
         ...
 
-    def settle(self, release_id: int, state: str, note: str = "") -> None:
+    def settle(
+        self,
+        release_id: int,
+        state: str,
+        note: str = "",
+        *,
+        fit_id: str | None = None,
+        ledger_id: str = "",
+    ) -> None:
         """Mark a reserved row committed or cancelled."""
         ...
 
@@ -293,6 +349,7 @@ class MemoryLedger:
         self._rows: list[Release] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._id = secrets.token_hex(16)
 
     def _guard(self) -> None:
         if os.getpid() != self._pid:
@@ -306,23 +363,44 @@ class MemoryLedger:
         self._guard()
         with self._lock:
             admit([row for row in self._rows if row.counted])
-            row = replace(release, id=len(self._rows) + 1, pid=self._pid, host=_HOST)
+            row = replace(
+                release, id=len(self._rows) + 1, pid=self._pid, host=_HOST, ledger_id=self._id
+            )
             self._rows.append(row)
             return row
 
-    def dispatch(self, release_id: int) -> None:
+    def _row(self, release_id: int, fit_id: str | None, ledger_id: str) -> Release:
+        if ledger_id and ledger_id != self._id:
+            raise LedgerReplacedError(
+                f"this budget is not the one release {release_id} was reserved in"
+            )
+        if not 1 <= release_id <= len(self._rows):
+            raise LedgerError(f"no release {release_id} in this budget")
+        row = self._rows[release_id - 1]
+        _check_fit(row.fit_id, fit_id, release_id, None)
+        return row
+
+    def dispatch(self, release_id: int, *, fit_id: str | None = None, ledger_id: str = "") -> None:
         """Mark a reserved row dispatched (its release may draw from now on)."""
         self._guard()
         with self._lock:
-            row = self._rows[release_id - 1]
+            row = self._row(release_id, fit_id, ledger_id)
             _check_dispatch(row.state, release_id)
             self._rows[release_id - 1] = replace(row, stage="dispatched", dispatched_at=time.time())
 
-    def settle(self, release_id: int, state: str, note: str = "") -> None:
+    def settle(
+        self,
+        release_id: int,
+        state: str,
+        note: str = "",
+        *,
+        fit_id: str | None = None,
+        ledger_id: str = "",
+    ) -> None:
         """Mark a reserved row committed or cancelled."""
         self._guard()
         with self._lock:
-            row = self._rows[release_id - 1]
+            row = self._row(release_id, fit_id, ledger_id)
             _check_settle(row.state, state, release_id)
             self._rows[release_id - 1] = replace(
                 row, state=state, settled_at=time.time(), note=note
@@ -347,7 +425,7 @@ class UnreachableLedger:
     def __init__(self, reason: str) -> None:
         self.reason = reason
 
-    def _refuse(self, *args: object) -> NoReturn:
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
         raise LedgerError(self.reason)
 
     record = dispatch = settle = rows = _refuse
@@ -363,18 +441,25 @@ class SQLiteLedger:
     epsilon, delta : float
         The totals this ledger must hold; checked on every operation, so a ledger
         replaced by one with other totals is refused rather than silently used.
+    ledger_id : str, optional
+        The ledger id the file must hold (a budget unpickled elsewhere keeps checking
+        the ledger it was made for); by default the first one this object sees.
     """
 
-    def __init__(self, path: str, epsilon: float, delta: float) -> None:
+    def __init__(self, path: str, epsilon: float, delta: float, ledger_id: str = "") -> None:
         self.location = path
         self._totals = (epsilon, delta)
         self._migrated = False
+        self._id = ledger_id
 
     # -- creating and opening ---------------------------------------------------------
 
     @classmethod
-    def open_or_create(cls, path: str, epsilon: float, delta: float) -> SQLiteLedger:
-        """Open the ledger at ``path``, creating it with these totals if it does not exist.
+    def open_or_create(
+        cls, path: str, epsilon: float, delta: float, create: bool = True
+    ) -> SQLiteLedger:
+        """Open the ledger at ``path``; with ``create``, create it with these totals if it
+        does not exist.
 
         A new ledger is written complete in a temporary file beside ``path`` and linked
         into place only then (``os.link`` fails if ``path`` exists), so no process ever
@@ -386,33 +471,58 @@ class SQLiteLedger:
         ValueError
             If the ledger exists with other totals.
         LedgerError
-            If ``path`` exists and holds no ledger (an empty file, another database).
+            If ``path`` exists and holds no ledger (an empty file, another database),
+            or, without ``create``, if there is no file at ``path``.
         """
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
         if not os.path.lexists(path):
+            if not create:
+                raise LedgerError(
+                    f"ledger {path} does not exist (a missing ledger is never re-created "
+                    f"full by opening it); create it on purpose with PrivacyBudget({epsilon!r}, "
+                    f"{delta!r}, ledger=..., create=True) or `dask-dppca budget create {path} "
+                    f"--epsilon {epsilon!r} --delta {delta!r}`"
+                )
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
             _create(path, epsilon, delta)
-        found = cls.open(path).totals
+        opened = cls.open(path)
+        found = opened.totals
         if found != (epsilon, delta):
             raise ValueError(
                 f"ledger: {path} holds a budget of (epsilon={found[0]!r}, delta={found[1]!r}), "
                 f"not (epsilon={epsilon!r}, delta={delta!r}); open it with "
                 "PrivacyBudget.open(path) or use another file"
             )
-        return cls(path, epsilon, delta)
+        return opened
 
     @classmethod
     def open(cls, path: str) -> SQLiteLedger:
         """Open an existing ledger, taking its totals from the file.
 
+        The file is checked on the way: SQLite's ``PRAGMA quick_check``, every row's
+        values and the hash chain over the rows.
+
         Raises
         ------
         LedgerError
-            If there is no ledger at ``path`` (no file, an empty file, another database).
+            If there is no ledger at ``path`` (no file, an empty file, another database),
+            or it is damaged or was edited (the row named).
         """
         _refuse_empty(path)
         with _connect(path) as db:
-            totals = _read_totals(db, path)
-        return cls(path, *totals)
+            problems = [text for (text,) in db.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise LedgerError(
+                    f"ledger {path}: the SQLite file is damaged (quick_check: "
+                    f"{'; '.join(map(str, problems[:3]))})"
+                )
+            db.execute("BEGIN")
+            try:
+                totals = _read_totals(db, path)
+                ledger_id = _identity(db)[0]
+                _rows(db, path, counted_only=False)
+            finally:
+                db.execute("ROLLBACK")
+        return cls(path, *totals, ledger_id=ledger_id or "")
 
     # -- operations ---------------------------------------------------------------------
 
@@ -420,6 +530,11 @@ class SQLiteLedger:
     def totals(self) -> tuple[float, float]:
         """The (epsilon, delta) the ledger holds."""
         return self._totals
+
+    @property
+    def ledger_id(self) -> str:
+        """The random id of the ledger this object works on ("" until known)."""
+        return self._id
 
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[sqlite3.Connection]:
@@ -432,20 +547,61 @@ class SQLiteLedger:
                     )
                 if write and not self._migrated:
                     _add_missing_columns(db)
-                    self._migrated = True
+                found = _identity(db)[0] or ""
+                if self._id and found != self._id:
+                    raise LedgerReplacedError(
+                        f"ledger {self.location}: the file there is not the ledger this budget "
+                        f"opened (ledger id {self._id}, now {found or 'none'}): it was replaced "
+                        "(deleted and created again?); open it again to use the new one"
+                    )
+                # The chain is checked before every operation: a broken one is refused.
+                _rows(db, self.location, counted_only=False)
                 yield db
+                db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                # SQLite ends the transaction itself on some errors (a full disk): then
+                # there is nothing to roll back, and the first error is the one to report.
+                if db.in_transaction:
+                    try:
+                        db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
                 raise
-            db.execute("COMMIT")
+        if write:
+            self._migrated = True
+        if not self._id and found:
+            self._id = found
+
+    def _check_row(
+        self, db: sqlite3.Connection, release_id: int, fit_id: str | None, ledger_id: str
+    ) -> str:
+        """The state of row ``release_id``, once it is the row asked for: in the ledger
+        ``ledger_id`` (when given) and of ``fit_id`` (when given).
+        """
+        found = _identity(db)[0] or ""
+        if ledger_id and found != ledger_id:
+            raise LedgerReplacedError(
+                f"ledger {self.location}: the file there is not the ledger release {release_id} "
+                f"was reserved in (ledger id {ledger_id}, now {found or 'none'}): it was "
+                "replaced (deleted and created again?) after the reservation"
+            )
+        row = db.execute(
+            "SELECT state, fit_id FROM releases WHERE id = ?", (release_id,)
+        ).fetchone()
+        if row is None:
+            raise LedgerError(f"ledger {self.location}: no release {release_id}")
+        _check_fit(str(row[1]), fit_id, release_id, self.location)
+        return str(row[0])
 
     def record(self, release: Release, admit: Admit) -> Release:
         """Run ``admit`` on the counted rows and insert ``release``, in one transaction."""
         with self._transaction(write=True) as db:
             admit(_rows(db, self.location, counted_only=True))
-            row = replace(release, pid=os.getpid(), host=_HOST)
+            ledger_id, head = _identity(db)
+            assert ledger_id and head  # a write migrated the file (_add_missing_columns)
+            row = replace(release, pid=os.getpid(), host=_HOST, ledger_id=ledger_id)
             names = list(_COLUMNS[1:])
-            values = [getattr(row, name) for name in names]
+            values: list[object] = [getattr(row, name) for name in names]
             if row.parts:
                 _add_parts_column(db)
                 names.append("parts")
@@ -457,9 +613,30 @@ class SQLiteLedger:
             )
             row_id = cursor.lastrowid
             assert row_id is not None  # set by the INSERT just run
+            stored = {"id": row_id, **dict(zip(names, values))}
+            chain, seal = _seal(head, stored)
+            db.execute(
+                "UPDATE releases SET chain = ?, seal = ? WHERE id = ?", (chain, seal, row_id)
+            )
+            db.execute("UPDATE budget SET head = ?", (chain,))
             return replace(row, id=row_id)
 
-    def dispatch(self, release_id: int) -> None:
+    def _update(self, db: sqlite3.Connection, release_id: int, changes: dict[str, object]) -> None:
+        """Change a row's settlement columns and its seal, in the caller's transaction."""
+        assignments = ", ".join(f"{name} = ?" for name in changes)
+        db.execute(
+            f"UPDATE releases SET {assignments} WHERE id = ?", (*changes.values(), release_id)
+        )
+        present = _present(db)
+        names = [name for name in (*_COLUMNS, "parts", "chain") if name in present]
+        found = db.execute(
+            f"SELECT {', '.join(names)} FROM releases WHERE id = ?", (release_id,)
+        ).fetchone()
+        stored = dict(zip(names, found))
+        seal = _digest(str(stored["chain"]), [_norm(stored, name) for name in _SETTLED])
+        db.execute("UPDATE releases SET seal = ? WHERE id = ?", (seal, release_id))
+
+    def dispatch(self, release_id: int, *, fit_id: str | None = None, ledger_id: str = "") -> None:
         """Mark a reserved row dispatched: from now on its release may draw.
 
         Raises
@@ -467,21 +644,36 @@ class SQLiteLedger:
         LedgerError
             If the row is no longer reserved (``budget resolve`` cancelled it): the
             release must then not draw.
+        LedgerReplacedError
+            If the file is no longer the ledger ``ledger_id``.
         """
         with self._transaction(write=True) as db:
-            _check_dispatch(_state(db, release_id), release_id)
-            db.execute(
-                "UPDATE releases SET stage = 'dispatched', dispatched_at = ? WHERE id = ?",
-                (time.time(), release_id),
-            )
+            _check_dispatch(self._check_row(db, release_id, fit_id, ledger_id), release_id)
+            self._update(db, release_id, {"stage": "dispatched", "dispatched_at": time.time()})
 
-    def settle(self, release_id: int, state: str, note: str = "") -> None:
-        """Mark a reserved row committed or cancelled."""
+    def settle(
+        self,
+        release_id: int,
+        state: str,
+        note: str = "",
+        *,
+        fit_id: str | None = None,
+        ledger_id: str = "",
+    ) -> None:
+        """Mark a reserved row committed or cancelled.
+
+        With ``ledger_id`` and ``fit_id`` (what a :class:`~.budget.Reservation` passes) the
+        row must be that fit's row in that very ledger, never merely a row of that number.
+
+        Raises
+        ------
+        LedgerReplacedError
+            If the file is no longer the ledger ``ledger_id``.
+        """
         with self._transaction(write=True) as db:
-            _check_settle(_state(db, release_id), state, release_id)
-            db.execute(
-                "UPDATE releases SET state = ?, settled_at = ?, note = ? WHERE id = ?",
-                (state, time.time(), note or None, release_id),
+            _check_settle(self._check_row(db, release_id, fit_id, ledger_id), state, release_id)
+            self._update(
+                db, release_id, {"state": state, "settled_at": time.time(), "note": note or None}
             )
 
     def rows(self) -> list[Release]:
@@ -527,9 +719,14 @@ class SQLiteLedger:
                     continue
                 outcome, why = _resolution(row)
                 if outcome != "left reserved":
-                    db.execute(
-                        "UPDATE releases SET state = ?, settled_at = ?, note = ? WHERE id = ?",
-                        (outcome, time.time(), f"budget resolve: {why}", row.id),
+                    self._update(
+                        db,
+                        row.id,
+                        {
+                            "state": outcome,
+                            "settled_at": time.time(),
+                            "note": f"budget resolve: {why}",
+                        },
                     )
                 done.append(Resolution(row, outcome, why))
         return done
@@ -565,13 +762,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _state(db: sqlite3.Connection, release_id: int) -> str:
-    found = db.execute("SELECT state FROM releases WHERE id = ?", (release_id,)).fetchone()
-    if found is None:
-        raise LedgerError(f"no release {release_id} in this ledger")
-    return str(found[0])
-
-
 def _check_dispatch(current: str, release_id: int) -> None:
     if current != "reserved":
         raise LedgerError(
@@ -595,6 +785,17 @@ def _create(path: str, epsilon: float, delta: float) -> None:
     Another process creating the same ledger at the same time wins or loses the link;
     the loser's file is discarded and it opens the winner's.
     """
+    try:
+        _create_aside(path, epsilon, delta)
+    except (OSError, LedgerError) as error:
+        if not _disk_full(error):
+            raise
+        raise LedgerError(
+            f"ledger {path}: disk full, the ledger was not created (no file left there): {error}"
+        ) from None
+
+
+def _create_aside(path: str, epsilon: float, delta: float) -> None:
     folder = os.path.dirname(path)
     handle, temporary = tempfile.mkstemp(prefix=".ledger-", suffix=".tmp", dir=folder)
     os.close(handle)
@@ -603,10 +804,11 @@ def _create(path: str, epsilon: float, delta: float) -> None:
             db.execute("BEGIN IMMEDIATE")
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 db.execute(statement)
-            _add_missing_columns(db)
             db.execute(
-                "INSERT INTO budget VALUES (?, ?, ?, ?)", (epsilon, delta, time.time(), _FORMAT)
+                "INSERT INTO budget (epsilon, delta, created, format) VALUES (?, ?, ?, ?)",
+                (epsilon, delta, time.time(), _FORMAT),
             )
+            _add_missing_columns(db)  # the ledger id and the chain's head
             db.execute("COMMIT")
         try:
             os.link(temporary, path)
@@ -629,10 +831,14 @@ def _copy_exclusively(source: str, path: str) -> None:
         handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return  # created meanwhile by another process: open_or_create opens theirs
-    with os.fdopen(handle, "wb") as out, open(source, "rb") as data:
-        out.write(data.read())
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        with os.fdopen(handle, "wb") as out, open(source, "rb") as data:
+            out.write(data.read())
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        os.unlink(path)  # a partial copy (a full disk) is no ledger: none is left
+        raise
 
 
 def _refuse_empty(path: str) -> None:
@@ -649,12 +855,143 @@ def _refuse_empty(path: str) -> None:
         )
 
 
+def _present(db: sqlite3.Connection, table: str = "releases") -> set[str]:
+    return {info[1] for info in db.execute(f"PRAGMA table_info({table})")}
+
+
 def _add_missing_columns(db: sqlite3.Connection) -> None:
-    """Add the columns of :data:`_ADDED_COLUMNS` an older file lacks (inside a write)."""
-    present = {info[1] for info in db.execute("PRAGMA table_info(releases)")}
-    for name, kind in _ADDED_COLUMNS:
+    """Bring an older file up to this layout (inside a write): the columns of
+    :data:`_ADDED_COLUMNS`, a ledger id, and the hash chain over the rows it holds.
+
+    The rows of a file without a chain are checked value by value first; the chain then
+    vouches for them as they are from this write on.
+    """
+    present = _present(db)
+    for name, kind in (*_ADDED_COLUMNS, *_CHAIN_COLUMNS):
         if name not in present:
             db.execute(f"ALTER TABLE releases ADD COLUMN {name} {kind}")
+    present_budget = _present(db, "budget")
+    for name, kind in _BUDGET_COLUMNS:
+        if name not in present_budget:
+            db.execute(f"ALTER TABLE budget ADD COLUMN {name} {kind}")
+    ledger_id, head = _identity(db)
+    if ledger_id and head:
+        return
+    if not ledger_id:
+        db.execute("UPDATE budget SET ledger_id = ?", (secrets.token_hex(16),))
+    previous = _genesis(db)
+    names = _stored_names(db)
+    for values in db.execute(f"SELECT {', '.join(names)} FROM releases ORDER BY id").fetchall():
+        stored = dict(zip(names, values))
+        # Only sound rows are sealed.
+        _checked_row(None, {n: v for n, v in stored.items() if n not in ("chain", "seal")})
+        chain, seal = _seal(previous, stored)
+        db.execute(
+            "UPDATE releases SET chain = ?, seal = ? WHERE id = ?", (chain, seal, stored["id"])
+        )
+        previous = chain
+    db.execute("UPDATE budget SET head = ?, format = MAX(format, ?)", (previous, _CHAIN_FORMAT))
+
+
+def _identity(db: sqlite3.Connection) -> tuple[str | None, str | None]:
+    """The file's (ledger id, chain head); (None, None) for a file of an older layout."""
+    present = _present(db, "budget")
+    if "ledger_id" not in present or "head" not in present:
+        return None, None
+    found = db.execute("SELECT ledger_id, head FROM budget").fetchone()
+    ledger_id, head = found if found else (None, None)
+    return (
+        ledger_id if isinstance(ledger_id, str) else None,
+        head if isinstance(head, str) else None,
+    )
+
+
+def _check_fit(found: str, fit_id: str | None, release_id: int, path: str | None) -> None:
+    if fit_id is not None and found != fit_id:
+        where = f"ledger {path}" if path else "this budget"
+        raise LedgerReplacedError(
+            f"{where}: release {release_id} there belongs to fit {found!r}, not to fit "
+            f"{fit_id!r} that reserved it: the file was replaced after the reservation"
+        )
+
+
+# -- the hash chain ------------------------------------------------------------------------
+#
+# Each row's ``chain`` = sha256(previous row's chain, or the genesis, + the row's fixed
+# columns); its ``seal`` = sha256(its chain + its settlement columns, the only ones an
+# operation changes later).  Updating a row (dispatch, commit, cancel, resolve) rewrites
+# its seal in the same transaction and leaves every chain as it was; the budget table's
+# ``head`` is the last row's chain, so a removed last row is seen too.  The genesis hashes
+# the ledger id and the totals.
+
+#: Columns fixed when a row is written, hashed into its chain link.
+_FIXED = (
+    "id",
+    "reserved_at",
+    "fit_id",
+    "label",
+    "dataset",
+    "sensitivity",
+    "sigma",
+    "excess",
+    "epsilon",
+    "delta",
+    "pid",
+    "host",
+    "parts",
+)
+#: Columns a settlement changes, hashed into the row's seal.
+_SETTLED = ("state", "settled_at", "stage", "dispatched_at", "note")
+_REAL = {
+    "created",
+    "reserved_at",
+    "settled_at",
+    "dispatched_at",
+    "sensitivity",
+    "sigma",
+    "excess",
+    "epsilon",
+    "delta",
+}
+
+
+def _norm(stored: dict[str, object], name: str) -> object:
+    """A column's value as hashed: typed, floats exactly (hex), NULL as None."""
+    value = stored.get(name)
+    if value is None:
+        return None
+    if name in _REAL and _is_number(value):
+        return ["r", float(value).hex()]  # type: ignore[arg-type]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return ["i", value]
+    if isinstance(value, str):
+        return ["t", value]
+    return ["?", type(value).__name__, repr(value)]
+
+
+def _digest(previous: str, items: Sequence[object]) -> str:
+    text = json.dumps([previous, *items], separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _seal(previous: str, stored: dict[str, object]) -> tuple[str, str]:
+    """(chain, seal) of a row stored as ``stored`` after a row whose chain is ``previous``."""
+    chain = _digest(previous, [_norm(stored, name) for name in _FIXED])
+    return chain, _digest(chain, [_norm(stored, name) for name in _SETTLED])
+
+
+def _genesis(db: sqlite3.Connection) -> str:
+    """The hash before the first row: of the ledger id and the totals."""
+    names = ("ledger_id", "epsilon", "delta", "created")
+    found = db.execute(f"SELECT {', '.join(names)} FROM budget").fetchone()
+    stored = dict(zip(names, found))
+    return _digest("dask-dppca ledger", [_norm(stored, name) for name in names])
+
+
+def _stored_names(db: sqlite3.Connection) -> list[str]:
+    """The row columns this file has, in the order :data:`_COLUMNS` (+ parts, chain, seal)."""
+    present = _present(db)
+    return [name for name in (*_COLUMNS, "parts", "chain", "seal") if name in present]
 
 
 @contextmanager
@@ -682,11 +1019,26 @@ def _connect(path: str, create: bool = False) -> Iterator[sqlite3.Connection]:
             raise TimeoutError(
                 f"ledger {path}: still locked by another process after {LOCK_TIMEOUT:g} s"
             ) from None
+        if _disk_full(error):
+            raise LedgerError(
+                f"ledger {path}: disk full ({error}): nothing was recorded; free space on "
+                "its file system and try again"
+            ) from None
         raise LedgerError(f"ledger {path}: {error}") from None
     except sqlite3.DatabaseError as error:
         raise LedgerError(f"ledger {path}: not a dask-dppca ledger ({error})") from None
     finally:
         db.close()
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether ``error`` is SQLite's SQLITE_FULL, or the file system's ENOSPC."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return (
+        code == sqlite3.SQLITE_FULL
+        or "disk is full" in str(error)
+        or (isinstance(error, OSError) and error.errno == errno.ENOSPC)
+    )
 
 
 def _read_totals(db: sqlite3.Connection, path: str) -> tuple[float, float]:
@@ -803,7 +1155,7 @@ def _add_parts_column(db: sqlite3.Connection) -> None:
     """
     if not _has_parts_column(db):
         db.execute("ALTER TABLE releases ADD COLUMN parts TEXT")
-    db.execute("UPDATE budget SET format = ?", (_PARTS_FORMAT,))
+    db.execute("UPDATE budget SET format = MAX(format, ?)", (_PARTS_FORMAT,))
 
 
 def _parts_of(text: object) -> tuple[PrivacyPart, ...]:
@@ -818,13 +1170,48 @@ def _parts_of(text: object) -> tuple[PrivacyPart, ...]:
 
 
 def _rows(db: sqlite3.Connection, path: str | None, counted_only: bool) -> list[Release]:
-    present = {info[1] for info in db.execute("PRAGMA table_info(releases)")}
-    # An older file: fewer columns; "parts" only once a row with parts was written.
-    columns = [name for name in (*_COLUMNS, "parts") if name in present]
+    """Every row (or the counted ones), each checked value by value and against the hash
+    chain: LedgerError naming the first row that fails.
+    """
+    names = _stored_names(db)
+    ledger_id, head = _identity(db)
+    # A file in the chained layout must carry its chain (a removed head is an edit too).
+    chained = head is not None or _layout(db) >= _CHAIN_FORMAT
+    previous = _genesis(db) if chained else ""
     # Every row is read and checked, also for the counted ones: a row whose state is
     # damaged must raise, not drop out of the count.
-    rows = [
-        _checked_row(path, dict(zip(columns, values)))
-        for values in db.execute(f"SELECT {', '.join(columns)} FROM releases ORDER BY id")
-    ]
+    rows = []
+    last = None
+    for values in db.execute(f"SELECT {', '.join(names)} FROM releases ORDER BY id"):
+        stored = dict(zip(names, values))
+        fields = {name: stored[name] for name in names if name not in ("chain", "seal")}
+        row = _checked_row(path, fields)
+        if chained:
+            chain, seal = _seal(previous, stored)
+            if stored.get("chain") != chain:
+                raise LedgerError(
+                    f"ledger {path}: release row {row.id} breaks the hash chain: the row, "
+                    "or a row before it, or the totals, were changed or removed outside "
+                    "dask-dppca (or the file is damaged); the ledger is refused"
+                )
+            if stored.get("seal") != seal:
+                raise LedgerError(
+                    f"ledger {path}: release row {row.id} does not match its seal: its state "
+                    "(state, stage, settled_at, dispatched_at, note) was changed outside "
+                    "dask-dppca (or the file is damaged); the ledger is refused"
+                )
+            previous, last = chain, row.id
+        rows.append(replace(row, ledger_id=ledger_id or ""))
+    if chained and head != previous:
+        after = f"after release row {last}" if last is not None else "(it holds none now)"
+        raise LedgerError(
+            f"ledger {path}: the hash chain's head does not match its last row: rows {after} "
+            "were removed, or the ledger's id or totals edited, outside dask-dppca; the "
+            "ledger is refused"
+        )
     return [row for row in rows if row.counted] if counted_only else rows
+
+
+def _layout(db: sqlite3.Connection) -> int:
+    found = db.execute("SELECT format FROM budget").fetchone()
+    return found[0] if found and isinstance(found[0], int) else 0

@@ -48,7 +48,7 @@ def app(tmp_path_factory):
     folder = tmp_path_factory.mktemp("app")
     store = _store(folder / "x.zarr")
     ledger = str(folder / "study.ledger")
-    PrivacyBudget(4.0, 1e-5, ledger=ledger)
+    PrivacyBudget(4.0, 1e-5, ledger=ledger, create=True)
     port = _free_port()
     proc = subprocess.Popen(
         [str(CONSOLE_SCRIPT), "app", "--ledger", ledger, store, "--port", str(port)],

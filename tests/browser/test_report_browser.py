@@ -25,7 +25,7 @@ def report(tmp_path_factory):
     rng = np.random.default_rng(5)  # test data only
     X = rng.standard_normal((2000, 6)) * np.sqrt([9.0, 4.0, 1.0, 1.0, 1.0, 1.0])
     folder = tmp_path_factory.mktemp("report")
-    budget = dd.PrivacyBudget(5.0, 1e-5, ledger=folder / "study.ledger")
+    budget = dd.PrivacyBudget(5.0, 1e-5, ledger=folder / "study.ledger", create=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with budget:
@@ -145,7 +145,7 @@ def test_analyze_writes_the_report_with_the_ledger(tmp_path, capsys):
     from tests.cli import write_store
 
     store = write_store(tmp_path / "x.zarr", n=2000, d=4)
-    dd.PrivacyBudget(4.0, 1e-5, ledger=tmp_path / "study.ledger")
+    dd.PrivacyBudget(4.0, 1e-5, ledger=tmp_path / "study.ledger", create=True)
     code = main(
         [
             "analyze",

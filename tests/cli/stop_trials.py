@@ -171,7 +171,7 @@ def run_trial(
 
     folder.mkdir(parents=True)
     ledger, drawn = str(folder / "l.ledger"), folder / "drawn"
-    PrivacyBudget(50.0, 1e-5, ledger=ledger)
+    PrivacyBudget(50.0, 1e-5, ledger=ledger, create=True)
     env = {DRAWN_ENV: str(drawn), PAUSE_ENV: "2" if kind == "drawn" else "0"}
     argv = fit_argv(store, ledger, str(folder / "r.json"), scheduler)
     pid = zygote.start(argv, env, folder)
@@ -227,7 +227,7 @@ def measure(zygote: Zygote, folder: Path, store: str, scheduler: str | None) -> 
 
     folder.mkdir(parents=True)
     ledger = str(folder / "l.ledger")
-    PrivacyBudget(50.0, 1e-5, ledger=ledger)
+    PrivacyBudget(50.0, 1e-5, ledger=ledger, create=True)
     started = time.monotonic()
     pid = zygote.start(fit_argv(store, ledger, str(folder / "r.json"), scheduler), {}, folder)
     reserved = None

@@ -69,7 +69,7 @@ def test_create_show_and_fit_until_the_budget_refuses(tmp_path, capsys):
 )
 def test_budget_errors_are_one_line_with_exit_2(tmp_path, args, needle):
     ledger = tmp_path / "l.ledger"
-    PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     store = write_store(tmp_path / "x.zarr")
     args = [a.replace("LEDGER", str(ledger)).replace("STORE", store) for a in args]
     done = run_cli(*args, timeout=120, cwd=tmp_path, env=_clean_env())

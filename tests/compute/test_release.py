@@ -196,7 +196,7 @@ def test_a_fit_stopped_after_its_release_returned_stays_charged(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(release_module, "prune_release_tickets", interrupted)
-    budget = PrivacyBudget(2.0, 1e-5, ledger=tmp_path / "l.ledger")
+    budget = PrivacyBudget(2.0, 1e-5, ledger=tmp_path / "l.ledger", create=True)
     x = np.random.default_rng(0).standard_normal((60, 3))  # test data only
     with budget, pytest.raises(KeyboardInterrupt):
         dd.DPPCA(epsilon=0.5, scheduler=cluster_client).fit(x)

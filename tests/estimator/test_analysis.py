@@ -30,7 +30,7 @@ def data():
 @pytest.fixture(scope="module")
 def ledger_run(data, tmp_path_factory):
     path = tmp_path_factory.mktemp("analysis") / "study.ledger"
-    budget = dd.PrivacyBudget(3.0, 1e-5, ledger=path)
+    budget = dd.PrivacyBudget(3.0, 1e-5, ledger=path, create=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with budget:

@@ -51,7 +51,7 @@ def data():
 def run(data, tmp_path_factory):
     x, labels = data
     path = tmp_path_factory.mktemp("analysis-map") / "study.ledger"
-    budget = dd.PrivacyBudget(BUDGET, DELTA, ledger=path)
+    budget = dd.PrivacyBudget(BUDGET, DELTA, ledger=path, create=True)
     shown: list[str] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -92,7 +92,7 @@ def test_the_plan_never_touches_a_ledger(tmp_path, monkeypatch):
     monkeypatch.setattr(charging, "reserve_release", no_reservation)
     monkeypatch.setattr(estimator, "reserve_release", no_reservation)
     ledger = tmp_path / "study.ledger"
-    budget = dd.PrivacyBudget(epsilon=2, delta=1e-5, ledger=ledger)
+    budget = dd.PrivacyBudget(epsilon=2, delta=1e-5, ledger=ledger, create=True)
     before = ledger.read_bytes()
     remaining = budget.remaining()
     with budget:

@@ -220,7 +220,7 @@ def test_a_presigned_url_reaches_neither_errors_nor_the_ledger(tmp_path):
     z = zarr.open_array(url, mode="w", shape=(40, 3), chunks=(20, 3), dtype="f8")
     z[:] = np.random.default_rng(0).standard_normal((40, 3))  # test data only
     ledger = tmp_path / "study.ledger"
-    budget = dd.PrivacyBudget(epsilon=2, delta=1e-5, ledger=str(ledger))
+    budget = dd.PrivacyBudget(epsilon=2, delta=1e-5, ledger=str(ledger), create=True)
     with budget, warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
         est = dd.DPPCA(scheduler="synchronous", random_state=0).fit(url)

@@ -102,7 +102,7 @@ def test_mechanisms_offering_parts_are_charged_by_their_parts():
 def test_never_more_than_the_total_and_equal_to_dp_accounting(tmp_path):
     """An analysis-like sequence charged until refused: what was admitted composes (by
     dp-accounting, independently) to at most the total, and the ledger reports it."""
-    budget = PrivacyBudget(3.0, 1e-4, ledger=tmp_path / "study.ledger")
+    budget = PrivacyBudget(3.0, 1e-4, ledger=tmp_path / "study.ledger", create=True)
     charges = [
         GaussianCharge(1.0, 3.0),  # directions
         SCREE,
@@ -126,16 +126,16 @@ def test_never_more_than_the_total_and_equal_to_dp_accounting(tmp_path):
 
 def test_the_ledger_records_every_part_and_migrates_old_files(tmp_path):
     path = tmp_path / "old.ledger"
-    budget = PrivacyBudget(3.0, 1e-5, ledger=path)
+    budget = PrivacyBudget(3.0, 1e-5, ledger=path, create=True)
     budget.spend(GaussianCharge(1.0, 4.0), label="a fit before parts")
-    with sqlite3.connect(path) as db:  # a layout-1 file: no parts column yet
+    with sqlite3.connect(path) as db:  # no parts column yet (layout 3: the hash chain)
         assert "parts" not in [r[1] for r in db.execute("PRAGMA table_info(releases)")]
-        assert db.execute("SELECT format FROM budget").fetchone()[0] == 1
+        assert db.execute("SELECT format FROM budget").fetchone()[0] == 3
     before = budget.remaining()
     budget.spend(SCREE, label="scree")
     with sqlite3.connect(path) as db:
         assert "parts" in [r[1] for r in db.execute("PRAGMA table_info(releases)")]
-        assert db.execute("SELECT format FROM budget").fetchone()[0] == 2
+        assert db.execute("SELECT format FROM budget").fetchone()[0] == 3  # never lowered
     rows = PrivacyBudget.open(path).spent
     assert rows[0].parts == () and rows[0].mu == 0.25
     assert rows[1].parts == SCREE.parts and rows[1].label == "scree"

@@ -76,7 +76,7 @@ def ledger(tmp_path):
 @pytest.fixture
 def default_ledger(ledger):
     """A (2, 1e-5) ledger made the process default; removed again afterwards."""
-    budget = set_default_budget(PrivacyBudget(2.0, 1e-5, ledger=ledger))
+    budget = set_default_budget(PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True))
     try:
         yield budget
     finally:
@@ -99,13 +99,13 @@ def _drain(budget: PrivacyBudget) -> int:
 
 
 def test_opening_with_other_totals_is_refused(ledger):
-    PrivacyBudget(2.0, 1e-5, ledger=ledger).spend(GaussianCharge(1.0, 5.0))
-    same = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True).spend(GaussianCharge(1.0, 5.0))
+    same = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     assert same.releases == 1
     with pytest.raises(ValueError, match=r"holds a budget of \(epsilon=2.0, delta=1e-05\)"):
-        PrivacyBudget(3.0, 1e-5, ledger=ledger)
+        PrivacyBudget(3.0, 1e-5, ledger=ledger, create=True)
     with pytest.raises(ValueError, match="delta=1e-05"):
-        PrivacyBudget(2.0, 1e-6, ledger=ledger)
+        PrivacyBudget(2.0, 1e-6, ledger=ledger, create=True)
     opened = PrivacyBudget.open("file://" + ledger)
     assert (opened.epsilon, opened.delta, opened.ledger) == (2.0, 1e-5, ledger)
 
@@ -119,12 +119,12 @@ def test_missing_and_foreign_files_are_refused(tmp_path):
     with pytest.raises(LedgerError, match="not a dask-dppca ledger"):
         PrivacyBudget.open(foreign)
     with pytest.raises(ValueError, match="ledger: only local files"):
-        PrivacyBudget(1.0, 1e-6, ledger="s3://bucket/study.ledger")
+        PrivacyBudget(1.0, 1e-6, ledger="s3://bucket/study.ledger", create=True)
     other = tmp_path / "app.sqlite"  # someone else's database is left untouched
     with sqlite3.connect(other) as db:
         db.execute("CREATE TABLE users (name TEXT)")
     with pytest.raises(LedgerError, match="other tables"):
-        PrivacyBudget(1.0, 1e-6, ledger=other)
+        PrivacyBudget(1.0, 1e-6, ledger=other, create=True)
     with sqlite3.connect(other) as db:
         assert db.execute("SELECT name FROM sqlite_master").fetchall() == [("users",)]
 
@@ -133,7 +133,7 @@ def test_an_empty_ledger_file_is_refused_never_taken_for_a_fresh_budget(tmp_path
     empty = tmp_path / "study.ledger"
     empty.touch()  # a truncated file, or one `touch`ed on purpose
     for attempt in (
-        lambda: PrivacyBudget(2.0, 1e-5, ledger=empty),
+        lambda: PrivacyBudget(2.0, 1e-5, ledger=empty, create=True),
         lambda: PrivacyBudget.open(empty),
         lambda: set_default_budget(str(empty)),
     ):
@@ -149,7 +149,7 @@ def test_two_processes_creating_one_ledger_both_get_it_and_neither_sees_it_half_
     code = """
         import sys
         from dask_dppca.privacy.budget import PrivacyBudget
-        print(PrivacyBudget(2.0, 1e-5, ledger=sys.argv[1]).releases)
+        print(PrivacyBudget(2.0, 1e-5, ledger=sys.argv[1], create=True).releases)
         """
     racers = [_python(code, str(path)) for _ in range(3)]
     assert [_finish(racer).strip() for racer in racers] == ["0", "0", "0"]
@@ -162,9 +162,9 @@ def test_without_hard_links_a_new_ledger_is_copied_into_place_never_over_one(tmp
 
     monkeypatch.setattr(os, "link", no_links)
     path = tmp_path / "copied.ledger"
-    first = PrivacyBudget(2.0, 1e-5, ledger=path)
+    first = PrivacyBudget(2.0, 1e-5, ledger=path, create=True)
     first.spend(GaussianCharge(1.0, 5.0))
-    assert PrivacyBudget(2.0, 1e-5, ledger=path).releases == 1  # opened, not replaced
+    assert PrivacyBudget(2.0, 1e-5, ledger=path, create=True).releases == 1  # opened, not replaced
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copied.ledger"]
 
 
@@ -200,7 +200,7 @@ def _corrupt(ledger: str, statement: str, rebuild: bool = False) -> None:
 def test_corrupt_values_raise_ledger_error_naming_the_row_and_column(
     ledger, statement, rebuild, needle
 ):
-    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     budget.spend(GaussianCharge(1.0, 5.0))
     _corrupt(ledger, statement, rebuild)
     for use in (
@@ -221,7 +221,7 @@ def test_corrupt_values_raise_ledger_error_naming_the_row_and_column(
     "statement", ["UPDATE budget SET epsilon = 'two'", "UPDATE budget SET delta = 0"]
 )
 def test_corrupt_totals_raise_ledger_error(ledger, statement):
-    PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     _corrupt(ledger, statement)
     with pytest.raises(LedgerError, match="invalid totals in table budget"):
         PrivacyBudget.open(ledger)
@@ -249,11 +249,11 @@ def test_an_older_ledger_gains_the_new_columns_and_keeps_its_rows(ledger):
 
 
 def test_a_ledger_replaced_under_a_budget_is_refused(ledger):
-    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     os.remove(ledger)
     with pytest.raises(LedgerError, match="cannot open"):
         budget.spend(GaussianCharge(1.0, 5.0))  # never silently recreated empty
-    PrivacyBudget(4.0, 1e-5, ledger=ledger)
+    PrivacyBudget(4.0, 1e-5, ledger=ledger, create=True)
     with pytest.raises(LedgerError, match="totals changed"):
         budget.check(GaussianCharge(1.0, 5.0))
 
@@ -261,7 +261,7 @@ def test_a_ledger_replaced_under_a_budget_is_refused(ledger):
 def test_a_new_process_sees_the_same_spent_and_remaining_and_the_env_default_charges_it(ledger):
     """Restart: spend here, read in a fresh process; a fit there under DASK_DPPCA_BUDGET is
     charged to the same file and seen here."""
-    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     budget.spend(GaussianCharge(1.0, RACE_SIGMA), label="first")
     budget.reserve(GaussianCharge(1.0, RACE_SIGMA), label="crashed")  # never committed: counts
     here = (
@@ -296,7 +296,7 @@ def test_a_new_process_sees_the_same_spent_and_remaining_and_the_env_default_cha
 
 @pytest.mark.parametrize("storage", ["memory", "ledger"])
 def test_a_reservation_counts_until_cancelled(storage, ledger):
-    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger if storage == "ledger" else None)
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger if storage == "ledger" else None, create=True)
     reservation = budget.reserve(
         GaussianCharge(1.0, RACE_SIGMA, epsilon=0.5, delta=1e-6), fit_id="abc", dataset="x.zarr"
     )
@@ -314,7 +314,7 @@ def test_a_reservation_counts_until_cancelled(storage, ledger):
 
 
 def test_sigkill_between_reservation_and_commit_still_counts(ledger):
-    PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     process = _python(
         """
         import sys, time
@@ -341,7 +341,7 @@ def test_sigkill_between_reservation_and_commit_still_counts(ledger):
 def test_a_fit_killed_while_it_computes_stays_charged(ledger):
     """End to end: a DPPCA fit under DASK_DPPCA_BUDGET is SIGKILLed while its graph runs
     (after the reservation, before the noise): the ledger keeps the reservation."""
-    PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     process = _python(
         """
         import time
@@ -422,7 +422,7 @@ print(won)
 
 
 def _race(ledger: str, tmp_path, mode: str, n_processes: int = 4) -> list[int]:
-    PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     go = tmp_path / f"go-{mode}"
     racers = [_python(_RACER, ledger, str(go), mode, repr(RACE_SIGMA)) for _ in range(n_processes)]
     deadline = time.monotonic() + SUBPROCESS_TIMEOUT
@@ -473,7 +473,7 @@ def test_threads_are_charged_by_the_default_and_by_an_open_block(default_ledger)
 
 
 def test_threads_racing_on_a_ledger_never_overspend(ledger):
-    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     won = []
 
     def spend_until_refused():
@@ -533,7 +533,7 @@ def test_set_default_budget_exports_the_ledger_to_child_processes(default_ledger
 
 
 def test_a_ledger_budget_pickles_to_the_same_file(ledger):
-    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     twin = pickle.loads(pickle.dumps(budget))
     twin.spend(GaussianCharge(1.0, RACE_SIGMA))
     assert budget.releases == 1 and twin.ledger == ledger
@@ -619,7 +619,7 @@ def test_workers_started_before_the_default_are_charged_through_the_pickled_esti
     default, because the estimator sent to them carries it."""
     x, y = _regression_data()
     cross_val_score(_pipeline(), x, y, cv=2, n_jobs=2)  # starts (or reuses) the workers
-    budget = set_default_budget(PrivacyBudget(2.0, 1e-5, ledger=ledger))
+    budget = set_default_budget(PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True))
     try:
         cross_val_score(_pipeline(), x, y, cv=3, n_jobs=2)
     finally:
@@ -643,7 +643,7 @@ def test_clones_and_copies_carry_the_budgets_they_were_made_under(ledger):
 
     from sklearn.base import clone
 
-    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     est = dd.DPPCA(epsilon=0.5, scheduler="synchronous")
     with budget:
         copied = copy.deepcopy(est)
@@ -661,7 +661,7 @@ def test_clones_and_copies_carry_the_budgets_they_were_made_under(ledger):
 @pytest.mark.parametrize("storage", ["memory", "ledger"])
 @pytest.mark.parametrize("k", [1, 3])
 def test_k_releases_at_remaining_k_fit_and_slightly_more_do_not(storage, k, ledger):
-    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger if storage == "ledger" else None)
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger if storage == "ledger" else None, create=True)
     budget.spend(GaussianCharge(0.4, 1.0))
     epsilon = budget.remaining(k)
     assert 0.0 < epsilon < 2.0
@@ -706,7 +706,7 @@ def test_remaining_is_zero_when_nothing_fits_and_k_is_validated():
 
 
 def test_describe_and_html_show_spent_remaining_and_every_release(ledger):
-    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger)
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     budget.reserve(
         GaussianCharge(1.0, RACE_SIGMA, epsilon=0.5, delta=1e-6),
         label="<b>x</b>",
@@ -725,7 +725,9 @@ def test_describe_and_html_show_spent_remaining_and_every_release(ledger):
 
 
 def test_the_ledger_is_plain_sqlite_readable_by_any_tool(ledger):
-    PrivacyBudget(2.0, 1e-5, ledger=ledger).spend(GaussianCharge(1.0, RACE_SIGMA), label="by hand")
+    PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True).spend(
+        GaussianCharge(1.0, RACE_SIGMA), label="by hand"
+    )
     with sqlite3.connect(ledger) as db:
         assert db.execute("SELECT epsilon, delta FROM budget").fetchall() == [(2.0, 1e-5)]
         assert db.execute("SELECT state, label, sigma FROM releases").fetchall() == [

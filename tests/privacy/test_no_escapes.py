@@ -67,7 +67,7 @@ def clean_env(monkeypatch):
 
 @pytest.fixture
 def budget(tmp_path, clean_env):
-    return PrivacyBudget(20.0, 1e-5, ledger=tmp_path / "study.ledger")
+    return PrivacyBudget(20.0, 1e-5, ledger=tmp_path / "study.ledger", create=True)
 
 
 def _charged(budget: PrivacyBudget) -> list[tuple[int, str]]:

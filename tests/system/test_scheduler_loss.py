@@ -102,7 +102,7 @@ def test_the_scheduler_lost_while_the_lanes_compute_releases_nothing_and_charges
 ):
     sampler = CountingSampler()
     monkeypatch.setattr(estimator, "_noise_sampler", lambda n_features, random_state: sampler)
-    budget = PrivacyBudget(10.0, 1e-5, ledger=tmp_path / "ledger.sqlite")
+    budget = PrivacyBudget(10.0, 1e-5, ledger=tmp_path / "ledger.sqlite", create=True)
     with distributed.Client(cluster.address, set_as_default=False) as watcher:
         thread, outcome = _fit_in_thread(cluster.address, store, budget)
         _when(lambda: any(watcher.processing().values()))  # block-pair tasks running
@@ -121,7 +121,7 @@ def test_the_scheduler_lost_after_the_draw_keeps_the_release_charged(
     store = _store(tmp_path, 2000)  # quickly at the draw
     sampler = CountingSampler(pause=5.0)  # the release holds on after its draw
     monkeypatch.setattr(estimator, "_noise_sampler", lambda n_features, random_state: sampler)
-    budget = PrivacyBudget(10.0, 1e-5, ledger=tmp_path / "ledger.sqlite")
+    budget = PrivacyBudget(10.0, 1e-5, ledger=tmp_path / "ledger.sqlite", create=True)
     with distributed.Client(cluster.address, set_as_default=False) as watcher:
         thread, outcome = _fit_in_thread(cluster.address, store, budget)
         _when(lambda: len(noise_calls(watcher, sampler)) >= 2)  # drawn (both halves)

@@ -73,7 +73,7 @@ def test_a_trusted_worker_charges_its_own_ledger_whatever_the_client_sets(tmp_pa
 
             # 3. Beyond the worker's ledger: refused inside the release task, nothing
             # drawn, and the client's own budget gets its reservation back.
-            own = PrivacyBudget(10.0, 1e-5, ledger=tmp_path / "client.ledger")
+            own = PrivacyBudget(10.0, 1e-5, ledger=tmp_path / "client.ledger", create=True)
             with own, pytest.raises(BudgetExceededError) as refused:
                 dd.DPPCA(epsilon=1.9, scheduler=client, require_trusted=True).fit(_x(2))
             message = str(refused.value)
