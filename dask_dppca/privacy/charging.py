@@ -89,7 +89,7 @@ def set_default_budget(
         if budget.ledger is None:
             raise ValueError(
                 "budget: a default budget must have a ledger file so that every process can "
-                "charge it; use PrivacyBudget(epsilon, delta, ledger=PATH)"
+                "charge it; use PrivacyBudget(epsilon, delta, ledger=PATH, create=True)"
             )
         _DEFAULT.clear()
         _DEFAULT[budget.ledger] = budget
