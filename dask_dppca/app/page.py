@@ -103,6 +103,9 @@ class AppPage:
         As for :func:`~dask_dppca.analysis.analyze` (default: the embedded cluster).
     epsilon, delta : float
         Totals of the in-memory budget used when no ledger is given.
+    budget, releases : optional
+        Without a ledger: the in-memory budget and release store to share (one per
+        server, so that a reload of the page cannot start a fresh budget).
     """
 
     def __init__(
@@ -113,15 +116,17 @@ class AppPage:
         scheduler: Any = None,
         epsilon: float = 3.0,
         delta: float = 1e-5,
+        budget: PrivacyBudget | None = None,
+        releases: ReleaseStore | None = None,
     ) -> None:
         pn.extension(raw_css=[_CSS], notifications=False)
         self.scheduler = scheduler
         if ledger is not None:
             self.budget = PrivacyBudget.open(ledger)
             self.releases = ReleaseStore(releases_folder(ledger))
-        else:
-            self.budget = PrivacyBudget(epsilon, delta)
-            self.releases = ReleaseStore(None)
+        else:  # shared by every page of one server (serve): a reload cannot reset it
+            self.budget = budget if budget is not None else PrivacyBudget(epsilon, delta)
+            self.releases = releases if releases is not None else ReleaseStore(None)
         self.session: list[str] = []
         self.current: Any = None
         self.records_meta: dict[str, Any] | None = None

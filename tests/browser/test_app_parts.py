@@ -77,3 +77,25 @@ def test_the_page_builds_for_a_notebook_and_shows_a_release_for_free(result, tmp
 def test_errors_are_one_line():
     assert one_line(BudgetExceededError("a\nb")).startswith("Refused, nothing charged: a")
     assert one_line(ValueError("k: bad\nmore")) == "Check the inputs: k: bad"
+
+
+def test_without_a_ledger_every_page_of_a_server_shares_one_budget(result):
+    import dask_dppca as dd
+
+    budget = dd.PrivacyBudget(1.0, 1e-5)
+    releases = ReleaseStore(None)
+    first = AppPage(budget=budget, releases=releases)
+    budget.spend(_charge(), label="test")
+    again = AppPage(budget=budget, releases=releases)  # a reload
+    assert again.budget is first.budget and again.budget.releases == 1
+    releases.add(result)
+    assert (
+        again.past.options == {}
+        and len(AppPage(budget=budget, releases=releases).past.options) == 1
+    )
+
+
+def _charge():
+    from dask_dppca.privacy.budget import GaussianCharge
+
+    return GaussianCharge(sensitivity=1.0, sigma=4.0)
