@@ -118,6 +118,16 @@ def test_the_app_releases_within_the_ledger_and_explores_for_free(app, browser):
     dom.wait_for(lambda: "n = 2000" in dom.text(browser, "dp-store-info"), 60, "the store's n")
     load_s = time.monotonic() - start
     assert "d = 6" in dom.text(browser, "dp-store-info")
+    # a bad storage option: one clear line; then the store as a URL with its options
+    dom.set_value(browser, "dp-options", "{not json")
+    dom.click(browser, "dp-open")
+    error = dom.wait_for(lambda: dom.text(browser, "dp-error"), 30, "the error line")
+    assert error.startswith("Check the inputs: storage options: not JSON"), error
+    dom.set_value(browser, "dp-options", '{"auto_mkdir": false}')
+    dom.set_value(browser, "dp-store", "file://" + store)
+    dom.click(browser, "dp-open")
+    dom.wait_for(lambda: not dom.text(browser, "dp-error"), 30, "the error to clear")
+    assert "n = 2000" in dom.text(browser, "dp-store-info")
     before = _ledger(ledger)
     assert _remaining_on_page(browser) == pytest.approx(float(f"{before['remaining']['1']:.6g}"))
     # the cost is on the page before the press
