@@ -72,6 +72,9 @@ def test_the_page_builds_for_a_notebook_and_shows_a_release_for_free(result, tmp
     assert "PVE (all d)" not in page.plots.object or "<img" in page.plots.object
     assert page.budget.as_dict() == before  # post-processing spends nothing
     assert isinstance(build_app(), pn.viewable.Viewable)
+    report = page._report_file().getvalue()  # the page's "Download the HTML report"
+    assert report.startswith("<!DOCTYPE html>") and result.meta["analysis_id"] in report
+    assert f"{page.budget.remaining():.6g}" in report
 
 
 def test_errors_are_one_line():
