@@ -77,7 +77,7 @@ class HeldScoreMap:
 SHARES = {"directions": 0.5, "scree": 0.25, "score_map": 0.25}
 
 
-def accuracy_gau(runs: int, scheduler: str) -> None:
+def accuracy_gau(runs: int, scheduler: str, methods: tuple[str, ...]) -> None:
     x, made = gau()
     truth = np.linalg.eigvalsh(np.cov(x.T))[::-1][:5]
     print(f"gau 5000 x 20 from {made}; non-private top-5 eigenvalues {np.round(truth, 2)}")
@@ -90,6 +90,7 @@ def accuracy_gau(runs: int, scheduler: str) -> None:
             delta=1e-4,
             split=SHARES,
             score_map=HeldScoreMap(),
+            methods=methods,
             scheduler=scheduler,
         )
         for method, values in result.scree["values"].items():
@@ -168,6 +169,11 @@ def main() -> None:
     parser.add_argument("--skip-wall-time", action="store_true")
     parser.add_argument("--t1-n", type=int, default=20000)
     parser.add_argument("--wall-time-only", action="store_true")
+    parser.add_argument(
+        "--methods",
+        default="clipped,winsorized,huber,robust",
+        help="scree methods of the gau runs (they share the scree's budget)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.runs, args.n, args.d = 3, 20_000, 8
@@ -175,7 +181,7 @@ def main() -> None:
         args.runs, args.n, args.d, args.t1_n = 1, 4000, 6, 4000
     warnings.simplefilter("ignore")
     if not args.wall_time_only:
-        accuracy_gau(args.runs, "threads")
+        accuracy_gau(args.runs, "threads", tuple(args.methods.split(",")))
         accuracy_t1(1 if args.smoke else max(3, args.runs // 4), "threads", args.t1_n)
     if not args.skip_wall_time:
         wall_time(args.n, args.d, args.repeats)

@@ -1,8 +1,8 @@
 """SIGTERM and SIGHUP at random moments of ``dask-dppca fit --budget``: what the ledger keeps.
 
 Runs ``--trials`` fits (default 50), each stopped by SIGTERM or SIGHUP (alternately) at a
-moment drawn uniformly from one fit's measured duration, plus a few aimed right after
-the reservation and during the draw (the kinds of tests/cli/stop_trials.py, which
+moment drawn uniformly from one fit's measured duration (half of them from its part
+after the reservation), plus a few aimed right after the reservation and during the draw (the kinds of tests/cli/stop_trials.py, which
 this script shares with tests/cli/test_stop_signals.py).  Each trial is checked against
 the rule: the reservation is left spent only when the draw began (an oracle outside
 the code under test says so), a drawn release stays spent exactly once, the exit code
@@ -53,9 +53,13 @@ def main() -> int:
         base = Path(folder)
         store = write_store(base / "x.zarr")
         duration = measure(zygote, base / "measure", store, scheduler)
-        # One in ten trials aimed (after the reservation, during the draw); the rest random.
+        # One in ten trials aimed (right after the reservation, during the draw); the
+        # rest random, half of them in the part of the fit after its reservation.
         aimed = ("reserved", "drawn")
-        kinds = [aimed[(i // 10) % 2] if i % 10 == 9 else "random" for i in range(args.trials)]
+        kinds = [
+            aimed[(i // 10) % 2] if i % 10 == 9 else ("random", "after")[(i // 2) % 2]
+            for i in range(args.trials)
+        ]
         started = time.monotonic()
         for i, kind in enumerate(kinds):
             signum = (signal.SIGTERM, signal.SIGHUP)[i % 2]
@@ -66,7 +70,10 @@ def main() -> int:
             violations += [(i, problem) for problem in outcome.violations()]
         elapsed = time.monotonic() - started
     where = "embedded LocalCluster" if args.embedded else "--scheduler threads"
-    print(f"{args.trials} trials on {where}; one unsignalled fit {duration:.2f} s")
+    print(
+        f"{args.trials} trials on {where}; one unsignalled fit {duration[0]:.2f} s, "
+        f"{duration[1]:.2f} s of it after the reservation"
+    )
     for label, count in sorted(counts.items()):
         print(f"  {count:3d}  {label}")
     print(f"violations: {len(violations)}")

@@ -131,7 +131,9 @@ def section_graph(store: str, workers: int, threads: int) -> None:
     )
 
 
-def section_scheduler(store: str, workers: int, threads: int, lanes: int) -> None:
+def section_scheduler(
+    store: str, workers: int, threads: int, lanes: int, processes: bool = True
+) -> None:
     """No-op tasks in the plan's graph shape, fewer lanes, on this machine."""
     from distributed import Client, LocalCluster
 
@@ -162,7 +164,12 @@ def section_scheduler(store: str, workers: int, threads: int, lanes: int) -> Non
         f"{len(all_lanes)} lanes of the {workers}-worker graph ({len(all_lanes[0])} tasks a lane)"
     )
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0") as cluster,
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=processes,
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
         Client(cluster) as client,
     ):
         client.submit(_no_op).result()  # warm
@@ -200,7 +207,14 @@ def main(argv=None) -> None:
         stores = section_plans(folder, n, d, workers, threads)
         middle = workers[len(workers) // 2]
         section_graph(stores[middle], middle, threads)
-        section_scheduler(stores[middle], middle, threads, lanes=4 if args.smoke else 100)
+        # The smoke run's workers are threads of this process (it starts in a second).
+        section_scheduler(
+            stores[middle],
+            middle,
+            threads,
+            lanes=4 if args.smoke else 100,
+            processes=not args.smoke,
+        )
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     sys.stdout.flush()
 

@@ -6,8 +6,9 @@ stage and split the total (epsilon, delta) over them by the public rule
 result) and check that every active budget can pay for the whole analysis before
 anything is read; then release the directions (a :class:`~.DPPCA` fit at its share), and
 along them the scree statistics (:mod:`dask_dppca.privacy.scree`), each stage one Dask
-reduction released on the trusted worker.  A score-map stage (:class:`ScoreMapStage`)
-plugs in as one more stage with its own parts.
+reduction released on the trusted worker.  The score map is one more stage with its own
+parts (:class:`ScoreMapStage`; by default
+:class:`~dask_dppca.score_map_stage.PrivateScoreMapStage`, per group with ``groups``).
 
 The result, :class:`PrivateAnalysis`, holds only released values and public parameters:
 re-plotting, choosing k, saving and loading never recompute or spend anything.
@@ -39,6 +40,7 @@ from .privacy.calibration import gaussian_dp_epsilon, gaussian_dp_mu, validate_p
 from .privacy.charging import active_budgets, reserve_release
 from .privacy.noise import NoiseSampler, OpenDPSampler, SeededSampler
 from .privacy.parts import part_to_dict
+from .privacy.score_map import ScoreMap
 from .privacy.scree import (
     CLIP_MULTIPLE,
     HUBER_MULTIPLE,
@@ -50,6 +52,7 @@ from .privacy.scree import (
     opendp_selector,
     robust_from_quantile,
 )
+from .score_map_stage import PrivateScoreMapStage, plot_scores, resample_synthetic, resolve_groups
 from .validation import integer_at_least
 
 __all__ = ["PrivateAnalysis", "ScoreMapStage", "analyze"]
@@ -140,8 +143,9 @@ class PrivateAnalysis:
     privacy : list of dict
         The split table: one row per release (stage, release, mechanism, guarantee,
         epsilon/delta or mu, sensitivity, sigma or scale, where drawn).
-    score_map : object or None
-        Filled by a score-map stage.
+    score_map : ScoreMap or None
+        The private score map (:class:`~dask_dppca.privacy.score_map.ScoreMap`), when
+        one was released.
     meta : dict
         Totals, shares, n, d, the composed epsilon, the analysis id.
     """
@@ -216,6 +220,20 @@ class PrivateAnalysis:
         ax.legend(frameon=False)
         return ax
 
+    def plot_scores(self, **kwargs: Any) -> Any:
+        """The private score map (per group when it has groups); a non-private reference
+        only when passed, labelled NOT PRIVATE.  Free: see
+        :func:`~dask_dppca.score_map_stage.plot_scores` for the options.
+        """
+        return plot_scores(self.score_map, **kwargs)
+
+    def resample_synthetic(self, size: int | None = None, **kwargs: Any) -> dict[str, Any]:
+        """Synthetic points per group from the released map (post-processing, free).
+
+        See :func:`~dask_dppca.score_map_stage.resample_synthetic`.
+        """
+        return resample_synthetic(self.score_map, size, **kwargs)
+
     # -- records -----------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -245,7 +263,7 @@ class PrivateAnalysis:
             kendall_eigenvalues=np.asarray(record["kendall_eigenvalues"], dtype=np.float64),
             scree=scree,
             privacy=list(record["privacy"]),
-            score_map=record.get("score_map"),
+            score_map=_score_map_of(record.get("score_map")),
             meta=dict(record["meta"]),
         )
 
@@ -303,11 +321,16 @@ class PrivateAnalysis:
             for r in _display_rows(self.privacy)
         )
         meta = self.meta
+        summary = (
+            f"<pre>{html.escape(self.score_map.summary())}</pre>"
+            if isinstance(self.score_map, ScoreMap)
+            else ""
+        )
         return (
             f"<div><b>Private PCA analysis</b> (n={meta.get('n_samples')}, "
             f"d={meta.get('n_features')}, total epsilon={meta.get('epsilon')}, "
             f"delta={meta.get('delta')}; composed epsilon {meta.get('composed_epsilon', 0):.6g})"
-            f"<table><tr><th>scree</th>{head}</tr>{rows}</table>"
+            f"<table><tr><th>scree</th>{head}</tr>{rows}</table>{summary}"
             f"<table><tr>{''.join(f'<th>{c}</th>' for c in cols)}</tr>{prows}</table></div>"
         )
 
@@ -317,6 +340,12 @@ class PrivateAnalysis:
             f"PrivateAnalysis(k={k}, d={d}, methods={list(self.scree['values'])}, "
             f"epsilon={self.meta.get('epsilon')}, delta={self.meta.get('delta')})"
         )
+
+
+def _score_map_of(record: Any) -> Any:
+    if isinstance(record, Mapping) and "frame" in record and "histograms" in record:
+        return ScoreMap.from_dict(dict(record))
+    return record
 
 
 def _jsonable(value: Any) -> Any:
@@ -366,13 +395,13 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def _table(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
     shown = _display_rows(rows)
     if not shown:
         return ""
-    cols = list(shown[0])
+    cols = list(shown[0]) if columns is None else list(columns)
     widths = {c: max(len(c), *(len(r[c]) for r in shown)) for c in cols}
-    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols).rstrip()]
     lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in shown]
     return "\n".join(lines)
 
@@ -399,7 +428,12 @@ def analyze(
     delta: float = 1e-5,
     split: Mapping[str, float] | None = None,
     methods: Sequence[str] = ("clipped", "winsorized", "huber", "robust"),
-    score_map: ScoreMapStage | None = None,
+    score_map: ScoreMapStage | bool | None = True,
+    groups: Any = None,
+    group_domain: Sequence[Any] | None = None,
+    score_axes: tuple[int, int] = (0, 1),
+    bins: tuple[int, int] = (10, 10),
+    score_methods: Sequence[str] = ("additive",),
     mono: bool = False,
     design: Any = "auto",
     scheduler: Any = None,
@@ -427,8 +461,21 @@ def analyze(
     methods : sequence of str
         Scree estimators: any of ``"clipped"``, ``"winsorized"``, ``"huber"``,
         ``"robust"`` (the robust one costs nothing beyond the quantiles all need).
-    score_map : ScoreMapStage, optional
-        A score-map stage (its parts join the split).
+    score_map : ScoreMapStage or bool, default True
+        True: the private score map of components ``score_axes``
+        (:class:`~dask_dppca.score_map_stage.PrivateScoreMapStage`); False or None: none;
+        or a stage of your own.  Its parts join the split.
+    groups : array-like or str, optional
+        One label per row, or the name of a column / variable / array of ``X``
+        (:func:`~dask_dppca.score_map_stage.resolve_groups`): per-group score maps.
+    group_domain : sequence, optional
+        The PUBLIC labels of ``groups`` (required with it); others count as "other".
+    score_axes : (int, int), default (0, 1)
+        The components of the score map (0-based).
+    bins : (int, int), default (10, 10)
+        The score map's grid.
+    score_methods : sequence of str, default ("additive",)
+        The score map's histograms: ``"additive"`` and/or ``"sparse"``.
     mono : bool, default False
         Monotone (non-increasing) post-processing of each method's values.
     design, scheduler, trusted_worker, require_trusted, progress, component, storage_options
@@ -445,12 +492,21 @@ def analyze(
     k = integer_at_least("n_components", n_components, 1)
     eps, dlt = validate_privacy_parameters(epsilon, delta)
     chosen = _check_methods(methods)
+    if score_map is True:
+        X, labels = resolve_groups(X, groups, component)
+        score_map = PrivateScoreMapStage(
+            labels, group_domain, score_axes, bins, score_methods, random_state
+        )
+    elif groups is not None or group_domain is not None:  # no stage, or a stage of its own
+        raise ValueError("groups: only the default score map (score_map=True) takes groups")
+    elif score_map is False or score_map is None:
+        score_map = None
     analysis_id = uuid.uuid4().hex
     planned = [PlannedPart("directions", "directions", "gaussian"), *_scree_plan(k, chosen)]
     if score_map is not None:
         planned += score_map.planned_parts(k)
     divided = split_budget(eps, dlt, planned, split)
-    shown = _table(_split_rows(divided))
+    shown = _table(_split_rows(divided), ("stage", "release", "guarantee", "parameter"))
     logger.info("analysis %s: split\n%s", analysis_id, shown)
     if show_split is not None:
         show_split(f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}")
@@ -535,6 +591,7 @@ def analyze(
                     "require_trusted": require_trusted,
                     "analysis_id": analysis_id,
                     "dataset": records.dataset,
+                    "progress": progress,
                 },
                 divided,
             )
@@ -611,9 +668,11 @@ def _scree_stage(
         q_mech.release,
         scree_histogram_graph(blocks, directions, block_pairs, trace=True),
         f"{analysis_id}-quantiles",
+        charge=q_mech,
         **place,
     )
-    rows = [_row("scree", "pair quantiles (median; winsorizing level)", q_mech.describe(), where)]
+    what = "pair quantiles (median; winsorizing level)" if winsorized else "pair quantiles (median)"
+    rows = [_row("scree", what, q_mech.describe(), where)]
     robust = np.array([robust_from_quantile(r[0]) for r in released[:k]])
     robust_trace = robust_from_quantile(released[k][0])
     values: dict[str, list[float]] = {}
@@ -669,6 +728,7 @@ def _scree_stage(
                 tau if huber else None,
             ),
             f"{analysis_id}-means",
+            charge=PartsCharge(tuple(p for _, mech, _ in mechanisms for p in mech.parts)),
             **place,
         )
         for (name, mech, _), noisy in zip(mechanisms, out):
@@ -695,6 +755,7 @@ def _scree_stage(
                 release_step,
                 scree_sums_graph(blocks, block_pairs, directions, clip, None, centre, tau),
                 f"{analysis_id}-huber-{step}",
+                charge=mech,
                 **place,
             )
             rows.append(_row("scree", mech.name, mech.describe(), where))

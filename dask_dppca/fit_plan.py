@@ -321,8 +321,8 @@ def _memory(
     per_lane = 2 * exact_sum + layout.carried_blocks * block
     held = min(layout.shared_blocks, layout.shared_blocks_per_lane * lanes_per_worker)
     running = min(shape.threads_per_worker, layout.lane_tasks)
-    # The embedded cluster's worker is this process, which holds an in-memory input too.
-    in_process = isinstance(records.source, np.ndarray) and shape.workers == 1
+    # An in-process worker (the embedded cluster's) shares this process and its input.
+    in_process = isinstance(records.source, np.ndarray) and shape.in_process
     parts = {
         "baseline": machine.worker_baseline_bytes,
         "tasks": running * per_task,
@@ -371,14 +371,18 @@ def _time(
     rate = machine.pair_rate(plan.n_features)
     read_rate, read_key = machine.read_rate(storage, codec)
     sizes = plan.block_sizes
+    call = machine.kernel_call_seconds
     work = [
         sum(sizes[i] * (sizes[i] - 1) // 2 if i == j else sizes[i] * sizes[j] for i, j in task)
+        / rate
+        + call * len(task)
         for task in plan.tasks()
     ]
     lanes = _lane_bounds(len(work), layout.n_lanes)
     threads = shape.n_threads
-    read_seconds = bytes_read / read_rate
-    lane_seconds = [sum(work[a:b]) / rate + read_seconds * (b - a) / len(work) for a, b in lanes]
+    # Every block read once: its bytes, and a read's fixed cost per block.
+    read_seconds = bytes_read / read_rate + len(sizes) * machine.read_call(read_key)
+    lane_seconds = [sum(work[a:b]) + read_seconds * (b - a) / len(work) for a, b in lanes]
     makespan = _makespan(lane_seconds, threads)
     tasks = layout.n_tasks + 1
     task_seconds = tasks * machine.task_seconds
@@ -386,7 +390,7 @@ def _time(
     wall = fixed + makespan + task_seconds
     return {
         "wall_seconds": wall,
-        "pair_seconds": plan.n_pairs / rate / threads,
+        "pair_seconds": sum(work) / threads,
         "read_seconds": read_seconds / threads,
         "makespan_seconds": makespan,
         "task_seconds": task_seconds,

@@ -60,6 +60,7 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
                 "theory",
                 "results",
                 "score_plots",
+                "score_map_stage",
                 "report_html",
                 "app",
                 "cli",

@@ -68,6 +68,12 @@ class MachineModel:
     storage_seconds : dict of str to float
         A fit's extra fixed cost by storage (``"s3"``: the workers' sessions and first
         requests), beyond ``fixed_seconds`` on a local disk.
+    kernel_call_seconds : float
+        The kernel's fixed cost per block pair (preparing the rows, the exact-sum
+        addition), beyond its pairs.
+    read_call_seconds : dict of str to float
+        The fixed cost of one read by the keys of ``read_bytes_per_second``, beyond its
+        bytes.
     """
 
     kernel_pairs_per_second: dict[int, float]
@@ -78,6 +84,12 @@ class MachineModel:
     source: str = "built-in default"
     path: str | None = field(default=None, compare=False)
     storage_seconds: dict[str, float] = field(default_factory=dict)
+    kernel_call_seconds: float = 0.0
+    read_call_seconds: dict[str, float] = field(default_factory=dict)
+
+    def read_call(self, key: str) -> float:
+        """The fixed cost of one read (a block's chunks) at a ``read_rate`` key."""
+        return self.read_call_seconds.get(key, 0.0)
 
     def pair_rate(self, n_features: int) -> float:
         """The kernel's pairs per second on one core at width ``n_features``.
@@ -139,6 +151,8 @@ class MachineModel:
                 str(data.get("source", "saved")),
                 path,
                 {str(k): float(v) for k, v in data.get("storage_seconds", {}).items()},
+                float(data.get("kernel_call_seconds", 0.0)),
+                {str(k): float(v) for k, v in data.get("read_call_seconds", {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise ValueError(
@@ -162,6 +176,8 @@ DEFAULT_MODEL = MachineModel(
     task_seconds=1.5e-3,
     fixed_seconds=0.3,
     worker_baseline_bytes=300 * 2**20,
+    kernel_call_seconds=5e-4,
+    read_call_seconds={"local/zstd": 2e-3, "local/none": 1e-3},
 )
 
 
@@ -230,14 +246,19 @@ def measure_machine_model(
     """Measure this machine's model (a few seconds; ``quick``: smaller loops).
 
     The kernel on one thread (a within-block sum, best of a few, in the thread's CPU
-    time: the machine's rate, not its load at the moment), Zarr reads of one
-    thread from a local store per codec (none, zstd), a no-op task's cost on a cluster
+    time: the machine's rate, not its load at the moment) and its cost per call, Zarr
+    reads of one thread from a local store per codec (none, zstd) and their cost per
+    read (on one of ``client``'s workers when given), a no-op task's cost on a cluster
     (``client``'s, else a fresh in-process LocalCluster like the embedded one), a small
     fit's fixed cost there, and an idle worker's memory after that fit.  Seeds generate
     benchmark data only.
     """
-    kernel = {d: _kernel_rate(d, 1024 if quick else 2048) for d in widths}
-    reads = _read_rates(quick)
+    if client is None:
+        kernel, call, reads, read_calls = _kernel_and_reads(widths, quick)
+    else:
+        first = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+        measured = client.run(_kernel_and_reads, widths, quick, workers=[first])
+        kernel, call, reads, read_calls = measured[first]
     task, fixed, baseline = _cluster_costs(client, quick)
     return MachineModel(
         kernel,
@@ -247,6 +268,8 @@ def measure_machine_model(
         baseline,
         f"measured on {platform.node() or 'this machine'} ({os.cpu_count()} CPUs) at "
         f"{datetime.now(UTC).isoformat(timespec='seconds')}",
+        kernel_call_seconds=call,
+        read_call_seconds=read_calls,
     )
 
 
@@ -276,7 +299,22 @@ def _kernel_rate(d: int, rows: int) -> float:
     return rows * (rows - 1) / 2 / best
 
 
-def _read_rates(quick: bool) -> dict[str, float]:
+def _kernel_call_seconds(d: int, rate: float) -> float:
+    """The kernel's cost per call beyond its pairs: a 128-row block, best of 20, in CPU time."""
+    import numpy as np
+
+    from .kernel import block_pair_sum
+
+    x = np.random.default_rng(3).standard_normal((256, d))  # benchmark data only
+    best = math.inf
+    for _ in range(20):
+        started = time.thread_time()
+        block_pair_sum(x[:128], x[128:])
+        best = min(best, time.thread_time() - started)
+    return max(0.0, best - 128 * 128 / rate)
+
+
+def _read_rates(quick: bool) -> tuple[dict[str, float], dict[str, float]]:
     import tempfile
 
     import numpy as np
@@ -289,6 +327,7 @@ def _read_rates(quick: bool) -> dict[str, float]:
     rows, d = (20_000 if quick else 80_000), 32
     x = np.random.default_rng(1).standard_normal((rows, d))  # benchmark data only
     rates = {"memory": x.nbytes / _best(lambda: np.array(x[: rows // 2], copy=True), 3) / 2}
+    calls: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as folder:
         for codec, compressors in (("none", None), ("zstd", [ZstdCodec()])):
             store = os.path.join(folder, f"{codec}.zarr")
@@ -300,7 +339,29 @@ def _read_rates(quick: bool) -> dict[str, float]:
             assert reader is not None  # a Zarr store's own reads
             seconds = _best(lambda r=reader: [r[k : k + rows // 4, :] for k in (0, rows // 4)], 3)
             rates[f"local/{codec}"] = x.nbytes / 2 / seconds
-    return rates
+            # The fixed cost of a read: 40 reads of one 64-row chunk each, less their bytes.
+            small = os.path.join(folder, f"small-{codec}.zarr")
+            z = zarr.create_array(
+                small, shape=(2560, d), chunks=(64, d), dtype="f8", compressors=compressors
+            )
+            z[:] = x[:2560]
+            reader = chunk_reader(open_records(small).array)
+            assert reader is not None
+            each = _best(lambda r=reader: [r[k : k + 64, :] for k in range(0, 2560, 64)], 3) / 40
+            calls[f"local/{codec}"] = max(0.0, each - 64 * d * 8 / rates[f"local/{codec}"])
+    return rates, calls
+
+
+def _kernel_and_reads(
+    widths: tuple[int, ...], quick: bool
+) -> tuple[dict[int, float], float, dict[str, float], dict[str, float]]:
+    """The kernel's rates and call cost, and the reads' rates and call costs, where it runs
+    (a worker's process, when measured through a client: a worker's allocator and threads).
+    """
+    kernel = {d: _kernel_rate(d, 1024 if quick else 2048) for d in widths}
+    call = _kernel_call_seconds(widths[0], kernel[widths[0]])
+    reads, read_calls = _read_rates(quick)
+    return kernel, call, reads, read_calls
 
 
 def _cluster_costs(client: Any, quick: bool) -> tuple[float, float, int]:

@@ -170,7 +170,7 @@ def plot_group_panels(
         axes[k // cols][k % cols].set_visible(False)
     if mesh is not None:
         figure.colorbar(mesh, ax=axes.ravel().tolist(), label="noisy count")
-    figure.suptitle(f"private score map by group ({hist.method})")
+    figure.suptitle(f"private score map by group ({hist.method})", y=1.04)  # above the notes
     return figure
 
 

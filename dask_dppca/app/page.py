@@ -428,6 +428,7 @@ class AppPage:
                 epsilon=_number(self.epsilon, "epsilon"),
                 delta=_number(self.delta, "delta"),
                 split=shares,
+                score_map="score_map" in shares,  # a share of 0: no score map
                 scheduler=self.scheduler,
                 component=_text(self.component) or None,
                 storage_options=self._storage_options(),

@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
             rc = _run(args)
             gc.collect()  # while the filter holds
             return rc
+    except KeyboardInterrupt as error:  # stopped just after the command itself returned
+        print(f"dask-dppca: {_stopped(error, args)}", file=sys.stderr)
+        return exit_code(error)
     finally:  # main() may be called in a process that goes on (tests, notebooks)
         warnings.formatwarning = shown_as
         logging.disable(disabled)
@@ -172,8 +175,18 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _stopped(error: KeyboardInterrupt, args: argparse.Namespace) -> str:
-    """The line of a stopped command: the signal, and the budgets' reservations."""
+    """The line of a stopped command: the signal, and the budgets' reservations.
+
+    What the stop left half made (an event loop stopped while it started) is collected
+    now, its complaints ("Exception ignored in ...") silenced: the line is the output.
+    """
     from ..privacy.charging import default_budget
+
+    hook, sys.unraisablehook = sys.unraisablehook, lambda unraisable: None
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
     budgets = list(getattr(args, "charged_budgets", []))
     try:

@@ -1,22 +1,29 @@
-"""``dask-dppca analyze STORE``: a private analysis (directions and scree) under one budget."""
+"""``dask-dppca analyze STORE``: a private analysis (directions, scree, score map) under one
+budget.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import Any
+
+#: The scree plots ``--plots`` writes (``plot_scree(kind=...)``).
+SCREE_PLOTS = ("scree", "pve_topk", "pve_total")
 
 
 def add_parser(commands) -> None:
     """Register ``analyze`` on the ``dask-dppca`` sub-command parser."""
     analyze = commands.add_parser(
         "analyze",
-        help="private directions and scree values of a Zarr store under ONE (epsilon, delta)",
+        help="private directions, scree values and score map of a Zarr store under ONE "
+        "(epsilon, delta)",
         description=(
             "Release a private PCA analysis of the records (rows) of a Zarr array: the private "
             "directions and, along them, private scree values (clipped, winsorized, Huber, "
-            "robust) and the PVE, all under one total (epsilon, delta) split by a public rule "
-            "(printed before anything is read)."
+            "robust), the PVE and a private score map (per group with --groups), all under one "
+            "total (epsilon, delta) split by a public rule (printed before anything is read)."
         ),
     )
     analyze.add_argument(
@@ -35,13 +42,41 @@ def add_parser(commands) -> None:
         metavar="STAGE=SHARE",
         action="append",
         default=[],
-        help="public share of a stage (directions, scree), repeatable "
-        "(default directions=0.5 scree=0.25; shares are renormalised)",
+        help="public share of a stage (directions, scree, score_map), repeatable "
+        "(default directions=0.5 scree=0.25 score_map=0.25; shares are renormalised)",
     )
     analyze.add_argument(
         "--methods",
         default="clipped,winsorized,huber,robust",
         help="comma-separated scree estimators (default clipped,winsorized,huber,robust)",
+    )
+    analyze.add_argument(
+        "--groups",
+        metavar="LABELS",
+        help="one label per record: a Zarr array's path, or the name of an array in the "
+        "store's Zarr group (with --component); needs --group-domain",
+    )
+    analyze.add_argument(
+        "--group-domain",
+        metavar="A,B,C",
+        help="the PUBLIC labels of --groups, comma-separated (others count as 'other')",
+    )
+    analyze.add_argument(
+        "--score-axes",
+        default="1,2",
+        metavar="I,J",
+        help="the components of the score map, 1-based (default 1,2)",
+    )
+    analyze.add_argument(
+        "--bins", default="10,10", metavar="MX,MY", help="score map grid (default 10,10)"
+    )
+    analyze.add_argument(
+        "--score-methods",
+        default="additive",
+        help="comma-separated score map histograms: additive, sparse (default additive)",
+    )
+    analyze.add_argument(
+        "--no-score-map", action="store_true", help="release no score map (directions and scree)"
     )
     analyze.add_argument(
         "--scheduler", help="Dask scheduler address (default: embedded LocalCluster)"
@@ -54,7 +89,9 @@ def add_parser(commands) -> None:
     analyze.add_argument(
         "--output", default="analysis.json", help="result file (default analysis.json)"
     )
-    analyze.add_argument("--plots", metavar="DIR", help="folder for the scree and PVE plots (PNG)")
+    analyze.add_argument(
+        "--plots", metavar="DIR", help="folder for the scree, PVE and score map plots (PNG)"
+    )
     analyze.add_argument(
         "--report",
         metavar="HTML",
@@ -81,12 +118,39 @@ def _shares(entries: list[str]) -> dict[str, float] | None:
     return shares
 
 
+def _pair(text: str, flag: str, offset: int = 0) -> tuple[int, int]:
+    try:
+        a, b = (int(v) - offset for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"{flag}: expected two integers I,J, got {text!r}") from None
+    return a, b
+
+
+def _domain(text: str | None, labels: Any) -> tuple[Any, ...] | None:
+    """The public labels, typed like the label array (public metadata: its dtype)."""
+    if text is None:
+        return None
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    kind = getattr(getattr(labels, "dtype", None), "kind", "O")
+    try:
+        if kind in "iu":
+            return tuple(int(v) for v in values)
+        if kind == "f":
+            return tuple(float(v) for v in values)
+    except ValueError:
+        raise ValueError(
+            f"--group-domain: the labels are numbers ({labels.dtype}), got {text!r}"
+        ) from None
+    return tuple(values)
+
+
 def run(args: argparse.Namespace) -> int:
     """Analyze a store, write the result, optionally the plots."""
     from contextlib import nullcontext
 
     from ..analysis import analyze
     from ..io import check_writable
+    from ..score_map_stage import resolve_groups
     from .budget import open_ledger
     from .fit import FORCE_HINT
 
@@ -100,10 +164,27 @@ def run(args: argparse.Namespace) -> int:
     if args.plots is not None and not os.path.isdir(args.plots):
         raise ValueError(f"--plots: {args.plots!r} is not an existing folder")
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    store = os.path.expanduser(args.store)
+    if args.groups is not None and args.no_score_map:
+        raise ValueError("--groups: needs the score map (drop --no-score-map)")
+    if args.groups is not None and args.group_domain is None:
+        raise ValueError("--group-domain: --groups needs its PUBLIC labels, e.g. a,b,c")
+    if args.group_domain is not None and args.groups is None:
+        raise ValueError("--group-domain: given without --groups")
+    groups = args.groups and os.path.expanduser(args.groups)
+    _, labels = resolve_groups(store, groups, args.component)
+    score_options = {
+        "score_map": not args.no_score_map,
+        "groups": labels,
+        "group_domain": _domain(args.group_domain, labels),
+        "score_axes": _pair(args.score_axes, "--score-axes", offset=1),
+        "bins": _pair(args.bins, "--bins"),
+        "score_methods": tuple(m.strip() for m in args.score_methods.split(",") if m.strip()),
+    }
     budget = open_ledger(args.budget) if args.budget else None
     with nullcontext() if budget is None else budget:
         result = analyze(
-            os.path.expanduser(args.store),
+            store,
             n_components=args.n_components,
             epsilon=args.epsilon,
             delta=args.delta,
@@ -115,12 +196,15 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.no_progress and sys.stdout.isatty(),
             component=args.component,
             show_split=print,
+            **score_options,
         )
     result.save(args.output)
     print(result.privacy_table())
     print(
-        f"wrote {os.path.abspath(args.output)}: {args.n_components} private directions and "
-        f"scree values ({', '.join(result.scree['values'])}) of {result.meta['n_features']} "
+        f"wrote {os.path.abspath(args.output)}: {args.n_components} private directions, "
+        f"scree values ({', '.join(result.scree['values'])})"
+        f"{' and a score map' if result.score_map is not None else ''} of "
+        f"{result.meta['n_features']} "
         f"features from {result.meta['n_samples']} records; total epsilon={args.epsilon:g}, "
         f"delta={args.delta:g} (composed: {result.meta['composed_epsilon']:.6g})"
     )
@@ -130,11 +214,18 @@ def run(args: argparse.Namespace) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        for kind in ("scree", "pve_topk", "pve_total"):
-            ax = result.plot_scree(kind=kind)
-            path = os.path.join(args.plots, f"{kind}.png")
-            ax.figure.savefig(path, dpi=100, bbox_inches="tight")
-            plt.close(ax.figure)
+        from ..score_plots import plot_synthetic
+
+        figures = [(kind, result.plot_scree(kind=kind).figure) for kind in SCREE_PLOTS]
+        if result.score_map is not None:
+            figures.append(("score_map", result.plot_scores(by_group=False)))
+            if len(result.score_map.groups) > 1:
+                figures.append(("score_map_groups", result.plot_scores(by_group=True)))
+            figures.append(("synthetic", plot_synthetic(result.score_map)))
+        for name, figure in figures:
+            path = os.path.join(args.plots, f"{name}.png")
+            figure.savefig(path, dpi=100, bbox_inches="tight")
+            plt.close(figure)
             print(f"wrote {os.path.abspath(path)}")
     if args.report is not None:
         result.to_html(args.report, budget=budget)

@@ -10,9 +10,11 @@
 * :mod:`.workers`: BLAS on one thread, and the worker plugin that allows sealed sums.
 * :mod:`.release`: running a :class:`~.ReleaseMechanism` once, on the
   trusted worker; :mod:`.placement` and :mod:`.trust` (where it may run),
-  :mod:`.tickets` (drawn at most once).
+  :mod:`.tickets` (drawn at most once), :mod:`.site_ledger` (the ledger charged where the
+  noise is drawn).
 * :mod:`.statistic`: any other noisy statistic released once on the trusted worker;
   :mod:`.score_map`: the private score map stage (frame, histograms, group sizes).
+* :mod:`.budget_config`: the Dask configuration's default ledger and "required" flag.
 """
 
 from .cluster import TRUSTED_RESOURCE, check_scheduler, close_embedded_cluster, tls_config

@@ -29,6 +29,7 @@ from typing import Any
 import dask.array as da
 
 from ..graph.score_stats import histogram_counts_graph, label_codes, quantile_counts_graph
+from ..privacy.budget import PartsCharge
 from ..privacy.laplace import DiscreteLaplaceSampler, IntegerNoise
 from ..privacy.noise import NoiseSampler, default_sampler
 from ..privacy.score_map import ScoreMap, ScoreMapMechanism
@@ -95,12 +96,13 @@ def release_score_map(
     else:
         scores = scores.persist(scheduler=getattr(target, "name", None))
 
-    def run(statistic: Any, release: Any, label: str) -> tuple[Any, str]:
+    def run(statistic: Any, release: Any, label: str, charge: Any) -> tuple[Any, str]:
         return release_statistic(
             target,
             release,
             statistic,
             label,
+            charge=charge,
             trusted_worker=trusted_worker,
             require_trusted=require_trusted,
             progress=progress,
@@ -111,11 +113,13 @@ def release_score_map(
         quantile_counts_graph(scores, frame_mechanism.centre.candidates),
         functools.partial(mechanism.release_centre, sampler=integer),
         "score map: centre",
+        PartsCharge(frame_mechanism.centre.parts * 2),
     )
     radius, _ = run(
         quantile_counts_graph(scores, frame_mechanism.radius.candidates, centre=centre),
         functools.partial(mechanism.release_radius, sampler=integer),
         "score map: radius",
+        PartsCharge(frame_mechanism.radius.parts * 2),
     )
     frame = frame_mechanism.frame(centre, radius)
     x_edges, y_edges = frame.edges(mechanism.bins)
@@ -128,6 +132,7 @@ def release_score_map(
         histogram_counts_graph(scores, x_edges, y_edges, codes, len(mechanism.group_names)),
         functools.partial(mechanism.release_histograms, gaussian=gaussian, integer=integer),
         "score map: histograms",
+        PartsCharge(mechanism.parts[len(frame_mechanism.parts) :]),
     )
     privacy = mechanism.describe()
     privacy["released_on"] = where

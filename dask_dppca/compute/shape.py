@@ -15,7 +15,7 @@ from typing import Any
 import distributed
 from distributed.system import MEMORY_LIMIT
 
-from .cluster import LOCAL_SCHEDULERS, check_scheduler, connect
+from .cluster import LOCAL_SCHEDULERS, check_scheduler, connect, workers_in_this_process
 
 __all__ = ["ClusterShape", "cluster_shape"]
 
@@ -37,6 +37,9 @@ class ClusterShape:
     total_threads : int or None
         The threads of all workers together when they differ between workers (else
         ``workers * threads_per_worker``).
+    in_process : bool
+        Whether the workers run in this process (the embedded cluster, a local
+        scheduler): an input in this process's memory is then in the worker's too.
     """
 
     workers: int
@@ -44,6 +47,7 @@ class ClusterShape:
     memory_limit: int | None
     source: str = "given"
     total_threads: int | None = None
+    in_process: bool = False
 
     def __post_init__(self) -> None:
         for name in ("workers", "threads_per_worker"):
@@ -85,12 +89,16 @@ def cluster_shape(scheduler: Any = None) -> ClusterShape:
     cores = os.cpu_count() or 1
     if isinstance(scheduler, str) and scheduler in LOCAL_SCHEDULERS:
         threads = 1 if LOCAL_SCHEDULERS[scheduler] == "synchronous" else cores
-        return ClusterShape(1, threads, int(MEMORY_LIMIT), f"scheduler={scheduler!r}")
+        return ClusterShape(
+            1, threads, int(MEMORY_LIMIT), f"scheduler={scheduler!r}", in_process=True
+        )
     if scheduler is None:
         try:
             scheduler = distributed.get_client()
         except ValueError:
-            return ClusterShape(1, cores, int(MEMORY_LIMIT), "the embedded cluster on this machine")
+            return ClusterShape(
+                1, cores, int(MEMORY_LIMIT), "the embedded cluster on this machine", in_process=True
+            )
     if isinstance(scheduler, distributed.Client):
         return _from_client(scheduler)
     client = connect(scheduler)
@@ -116,4 +124,5 @@ def _from_client(client: distributed.Client) -> ClusterShape:
         min(limits) if len(limits) == len(workers) else None,
         f"the scheduler at {info.get('address', '?')}",
         total_threads=sum(threads) if len(set(threads)) > 1 else None,
+        in_process=workers_in_this_process(client),
     )

@@ -51,8 +51,10 @@ __all__ = [
 
 #: Dask configuration key: the ledger charged where the noise is drawn.
 RELEASE_LEDGER_KEY = "dask-dppca.release.ledger"
-#: Dask configuration keys: that ledger's totals (optional; then it is created if missing).
+#: Dask configuration key: that ledger's total epsilon (optional, with the delta: then
+#: the ledger is created if missing).
 RELEASE_EPSILON_KEY = "dask-dppca.release.epsilon"
+#: Dask configuration key: that ledger's total delta.
 RELEASE_DELTA_KEY = "dask-dppca.release.delta"
 
 
@@ -94,13 +96,30 @@ def _number(key: str) -> float | None:
 
 @contextmanager
 def charged_where_drawn(
-    mechanism: ReleaseMechanism, fit_id: str, dataset: str, where: Any
+    mechanism: ReleaseMechanism | Any,
+    fit_id: str,
+    dataset: str,
+    where: Any,
+    what: str = "DPPCA fit",
 ) -> Iterator[list[bool]]:
     """Charge the release-site ledger (if configured) around the draw.
 
     Reserve (and mark dispatched) before the block, commit after it; the block sets
     ``drawing[0] = True`` just before it draws: a block that raises before that drew
     nothing and the reservation is cancelled; after, it stays spent.
+
+    Parameters
+    ----------
+    mechanism : ReleaseMechanism or mechanism with ``.parts`` or a charge
+        What the release costs (the directions' mechanism, or a statistic's parts).
+    fit_id : str
+        The release's id (a row of that id already there is the same release: once).
+    dataset : str
+        For the row.
+    where : str or None
+        The worker drawing, for the row's label.
+    what : str
+        What is released, for the row's label.
 
     Yields
     ------
@@ -120,7 +139,7 @@ def charged_where_drawn(
             reservation = budget.reserve_once(
                 mechanism,
                 fit_id=fit_id,
-                label=f"DPPCA fit {fit_id} (charged where drawn: {place})",
+                label=f"{what} {fit_id} (charged where drawn: {place})",
                 dataset=dataset,
             )
         except BudgetExceededError as error:

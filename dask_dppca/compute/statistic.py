@@ -28,9 +28,11 @@ from .failures import SchedulerLostError, killed_worker_error
 from .placement import choose_placement, describe_placement, placement_available
 from .progress import cluster_progress, local_progress
 from .release import _scheduler_id
+from .site_ledger import charged_where_drawn
 from .target import ClusterTarget, ComputeTarget, LocalScheduler
 from .tickets import (
     claim_release_ticket,
+    current_worker,
     mark_release_dispatched,
     mark_release_settled,
     prune_release_tickets,
@@ -53,12 +55,19 @@ def _release_task(
     release_id: str,
     combine: Callable[..., Any],
     *partials: Any,
+    charge: Any = None,
+    label: str = "",
+    dataset: str = "",
 ) -> Any:
-    """On the trusted worker: the exact total of the partials (which stays here), then its
-    noisy release, drawn at most once (the ticket).
+    """On the trusted worker: the exact total of the partials (which stays here), the
+    ledger configured here charged with ``charge`` (:mod:`.site_ledger`: before the draw,
+    or the release refused), then the noisy release, drawn at most once (the ticket).
     """
-    claim_release_ticket(release_id)
-    return release(combine(*partials))
+    here = getattr(current_worker(), "address", None)
+    with charged_where_drawn(charge, release_id, dataset, here, what=label) as drawing:
+        claim_release_ticket(release_id)
+        drawing[0] = True
+        return release(combine(*partials))
 
 
 def release_statistic(
@@ -67,6 +76,8 @@ def release_statistic(
     statistic: Any,
     label: str,
     *,
+    charge: Any,
+    dataset: str = "",
     trusted_worker: str | None = None,
     require_trusted: bool = False,
     progress: bool = False,
@@ -84,6 +95,13 @@ def release_statistic(
         (int64 arrays or ExactSums), added exactly in the release task.
     label : str
         Names the step in errors and logs.
+    charge : mechanism with ``.parts``, or a charge
+        What this one release costs: the ledger configured where it is drawn
+        (:mod:`.site_ledger`) is charged with it before the draw.  Each statistic is its
+        own row there (a site ledger that is also the client's file charges it twice:
+        conservative).
+    dataset : str
+        For that ledger's row.
     trusted_worker, require_trusted, progress
         As for ``DPPCA``.
 
@@ -107,7 +125,9 @@ def release_statistic(
             )
         with local_progress(progress), single_threaded_blas(True):
             values = dask.compute(*partials, scheduler=target.name)
-        result = _release_task(release, release_id, combine, *values)
+        result = _release_task(
+            release, release_id, combine, *values, charge=charge, label=label, dataset=dataset
+        )
         mark_release_settled(release_id)
         return result, f"this process (local scheduler {target.name!r})"
     if not isinstance(target, ClusterTarget):
@@ -136,6 +156,9 @@ def release_statistic(
                 release_id,
                 combine,
                 *futures,
+                charge=charge,
+                label=label,
+                dataset=dataset,
                 key=f"dppca-{release_id}",
                 pure=False,
                 retries=0,

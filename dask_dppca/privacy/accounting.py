@@ -307,12 +307,14 @@ class PlannedPart:
         The stage it belongs to (``"directions"``, ``"scree"``, ``"score_map"``, ...).
     name : str
         What it releases (``"scree quantiles"``).
-    kind : {"gaussian", "pure"}
-        The part's type once scaled.
+    kind : {"gaussian", "pure", "approx"}
+        The part's type once scaled (``"approx"``: an (epsilon, delta)-DP part).
     count : int
         How many identical parts (one per component, say).
     weight : float
         Its weight inside the stage (each of its ``count`` parts gets this weight).
+    delta_share : float
+        An ``"approx"`` part's delta, as a public fraction of the total delta, in (0, 1).
     """
 
     stage: str
@@ -320,10 +322,16 @@ class PlannedPart:
     kind: str
     count: int = 1
     weight: float = 1.0
+    delta_share: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("gaussian", "pure"):
-            raise ValueError(f"kind: expected 'gaussian' or 'pure', got {self.kind!r}")
+        if self.kind not in ("gaussian", "pure", "approx"):
+            raise ValueError(f"kind: expected 'gaussian', 'pure' or 'approx', got {self.kind!r}")
+        share = float(self.delta_share)
+        if (self.kind == "approx") != (0.0 < share < 1.0) or not math.isfinite(share):
+            raise ValueError(
+                f"delta_share: an 'approx' part needs one in (0, 1), others 0; got {share!r}"
+            )
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
             raise ValueError(f"count: must be a positive integer, got {self.count!r}")
         weight = float(self.weight)
@@ -382,12 +390,19 @@ class BudgetSplit:
         rows: list[dict[str, object]] = []
         for plan, ps in zip(self.planned, self.parts):
             part = ps[0]
-            param = {"mu": part.mu} if isinstance(part, GaussianPart) else {"epsilon": part.epsilon}
+            param: dict[str, float]
+            if isinstance(part, GaussianPart):
+                param, guarantee = {"mu": part.mu}, "mu-GDP"
+            elif isinstance(part, ApproxDPPart):
+                param = {"epsilon": part.epsilon, "delta": part.delta}
+                guarantee = "(epsilon, delta)-DP"
+            else:
+                param, guarantee = {"epsilon": part.epsilon}, "epsilon-DP"
             rows.append(
                 {
                     "stage": plan.stage,
                     "release": plan.name,
-                    "guarantee": "mu-GDP" if isinstance(part, GaussianPart) else "epsilon-DP",
+                    "guarantee": guarantee,
                     "count": plan.count,
                     **param,
                 }
@@ -400,7 +415,7 @@ DEFAULT_SHARES: Mapping[str, float] = {"directions": 0.5, "scree": 0.25, "score_
 
 
 def _scaled(
-    planned: Sequence[PlannedPart], shares: Mapping[str, float], t: float
+    planned: Sequence[PlannedPart], shares: Mapping[str, float], t: float, delta: float = 0.0
 ) -> tuple[tuple[PrivacyPart, ...], ...]:
     per_stage: dict[str, float] = {}
     for plan in planned:
@@ -408,7 +423,13 @@ def _scaled(
     out = []
     for plan in planned:
         m = t * math.sqrt(shares[plan.stage] * plan.weight / per_stage[plan.stage])
-        part: PrivacyPart = GaussianPart(m) if plan.kind == "gaussian" else PureDPPart(m)
+        part: PrivacyPart
+        if plan.kind == "gaussian":
+            part = GaussianPart(m)
+        elif plan.kind == "approx":
+            part = ApproxDPPart(m, plan.delta_share * delta)
+        else:
+            part = PureDPPart(m)
         out.append((part,) * plan.count)
     return tuple(out)
 
@@ -471,7 +492,7 @@ def split_budget(
     norm = {stage: float(given[stage]) / total for stage in stages}
 
     def fits(t: float) -> bool:
-        parts = [p for ps in _scaled(planned, norm, t) for p in ps]
+        parts = [p for ps in _scaled(planned, norm, t, dlt) for p in ps]
         return compose([*parts, *fixed]).delta(eps) <= dlt * (1.0 - SPLIT_MARGIN)
 
     lo, hi = 0.0, 1.0
@@ -490,4 +511,4 @@ def split_budget(
             f"epsilon: the total (epsilon={eps:g}, delta={dlt:g}) leaves no room after the "
             "fixed parts"
         )
-    return BudgetSplit(eps, dlt, norm, lo, tuple(planned), _scaled(planned, norm, lo))
+    return BudgetSplit(eps, dlt, norm, lo, tuple(planned), _scaled(planned, norm, lo, dlt))

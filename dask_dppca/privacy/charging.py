@@ -129,10 +129,15 @@ def _unique(budgets: Iterable[PrivacyBudget]) -> tuple[PrivacyBudget, ...]:
     return tuple(seen.values())
 
 
-def active_budgets() -> tuple[PrivacyBudget, ...]:
+def active_budgets(refuse_in_memory_ancestors: bool = True) -> tuple[PrivacyBudget, ...]:
     """The budgets a fit in this process charges now: the default, every open ``with``
     block (in any thread), outermost first, then every ledger a running ancestor process
     registered (:mod:`.lineage`); one entry per ledger.
+
+    Parameters
+    ----------
+    refuse_in_memory_ancestors : bool, default True
+        Raise when an ancestor holds an in-memory budget (False: leave it out).
 
     Raises
     ------
@@ -142,7 +147,7 @@ def active_budgets() -> tuple[PrivacyBudget, ...]:
     """
     default = default_budget()
     inherited = ancestor_budgets()
-    if inherited.memory_in:
+    if inherited.memory_in and refuse_in_memory_ancestors:
         raise LedgerError(
             f"process {inherited.memory_in[0]}, an ancestor of this process "
             f"({os.getpid()}), has a budget open that has no ledger file; it cannot be charged "
@@ -325,7 +330,10 @@ class BudgetCarrier:
         # A copy: object.__getstate__ returns the live __dict__ (typed as object; the
         # estimators this mixes into have one, and scikit-learn's returns a dict).
         state = dict(cast("dict[str, Any]", super().__getstate__()))
-        carried = _unique([*self.carried_budgets, *active_budgets()])
+        # Pickling itself never refuses: a fit of the copy checks where it runs.
+        carried = _unique(
+            [*self.carried_budgets, *active_budgets(refuse_in_memory_ancestors=False)]
+        )
         if carried:
             state["_carried_budgets"] = carried
         return state

@@ -612,12 +612,27 @@ def _create(path: str, epsilon: float, delta: float) -> None:
             os.link(temporary, path)
         except FileExistsError:
             pass  # created meanwhile by another process: open_or_create opens theirs
-        except OSError:  # a file system without hard links: a rename, if still free
-            if not os.path.lexists(path):
-                os.replace(temporary, path)
+        except OSError:  # a file system without hard links: copy into a new file
+            _copy_exclusively(temporary, path)
     finally:
         if os.path.lexists(temporary):
             os.unlink(temporary)
+
+
+def _copy_exclusively(source: str, path: str) -> None:
+    """Copy ``source`` to ``path`` only if ``path`` does not exist (never over a ledger).
+
+    Another process opening ``path`` while it is being written sees an empty or partial
+    file and is refused (a clear error), never given a fresh budget.
+    """
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return  # created meanwhile by another process: open_or_create opens theirs
+    with os.fdopen(handle, "wb") as out, open(source, "rb") as data:
+        out.write(data.read())
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def _refuse_empty(path: str) -> None:

@@ -94,6 +94,7 @@ def register(ledgers: list[str], memory: bool) -> None:
             except OSError:
                 pass
             return
+        _remove_stale(folder)
         record = {"pid": pid, "started": _identity(pid), "ledgers": ledgers, "memory": memory}
         temporary = f"{path}.{threading.get_ident()}.tmp"
         try:
@@ -106,6 +107,23 @@ def register(ledgers: list[str], memory: bool) -> None:
                 RuntimeWarning,
                 stacklevel=3,
             )
+
+
+def _remove_stale(folder: str) -> None:
+    """Remove the records of processes that ended without removing theirs (killed)."""
+    import psutil
+
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        stem = name.removesuffix(".json")
+        if name.endswith(".json") and stem.isdigit() and not psutil.pid_exists(int(stem)):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,8 @@ class ScoreMapMechanism:
     frame_share : float, default 0.25
     radius_quantile, inflation : float
         The frame's (:class:`~.frame.FrameMechanism`).
+    composition : str
+        How the parts are composed (recorded in :meth:`describe`).
     """
 
     n_samples: int
@@ -86,6 +88,10 @@ class ScoreMapMechanism:
     frame_share: float = DEFAULT_FRAME_SHARE
     radius_quantile: float = DEFAULT_RADIUS_QUANTILE
     inflation: float = DEFAULT_INFLATION
+    composition: str = (
+        "basic composition of the parts fits (epsilon, delta); an accountant may "
+        "compose them tighter"
+    )
     frame: FrameMechanism = field(init=False)
     histograms: dict[str, AdditiveHistogram | SparseHistogram] = field(init=False)
     group_counts: GroupCounts | None = field(init=False)
@@ -136,6 +142,68 @@ class ScoreMapMechanism:
             ("group_counts", group_counts),
         ]:
             object.__setattr__(self, name, value)
+
+    @classmethod
+    def of_parts(
+        cls,
+        n_samples: int,
+        *,
+        frame_epsilon: float,
+        additive_mu: float | None = None,
+        group_counts_mu: float | None = None,
+        sparse: tuple[float, float] | None = None,
+        bins: tuple[int, int] = (10, 10),
+        domain: tuple[Any, ...] | None = None,
+        radius_quantile: float = DEFAULT_RADIUS_QUANTILE,
+        inflation: float = DEFAULT_INFLATION,
+        composition: str = "composed exactly with the analysis' other parts",
+    ) -> ScoreMapMechanism:
+        """The map whose releases have exactly these parameters (an analysis' split).
+
+        The frame costs ``frame_epsilon`` (four pure parts of a quarter each), the additive
+        histogram is ``additive_mu``-GDP, the group sizes ``group_counts_mu``-GDP (given
+        exactly when there is a domain and an additive histogram), the sparse histogram
+        ``sparse = (epsilon, delta)``-DP.  Every parameter is public; the caller composes
+        :attr:`parts` with the rest of its analysis.  The recorded ``epsilon`` and
+        ``delta`` are the basic-composition bound of the pure and approximate parts only
+        (Gaussian parts are stated as mu); the accountant's exact figure is the caller's.
+        """
+        if additive_mu is None and sparse is None:
+            raise ValueError("methods: give additive_mu, sparse or both")
+        if (group_counts_mu is not None) != (domain is not None and additive_mu is not None):
+            raise ValueError(
+                "group_counts_mu: give it exactly when there are groups and an additive histogram"
+            )
+        methods = (("additive",) if additive_mu is not None else ()) + (
+            ("sparse",) if sparse is not None else ()
+        )
+        frame_eps = positive_finite("frame_epsilon", frame_epsilon)
+        sparse_eps, sparse_delta = sparse if sparse is not None else (0.0, 0.0)
+        # The frame's share of the stage's squared strengths (the split's currency).
+        frame_strength = frame_eps**2 / 4.0
+        rest = sum(float(v) ** 2 for v in (additive_mu, group_counts_mu) if v is not None)
+        rest += float(sparse_eps) ** 2
+        # Validate the public parameters as the plain constructor does, then replace its
+        # releases by the given ones (a frozen dataclass: object.__setattr__).
+        nominal = cls(n_samples, 1.0, 0.5, bins, domain, methods, 0.5, radius_quantile, inflation)
+        n_groups = len(nominal.group_names)
+        histograms: dict[str, AdditiveHistogram | SparseHistogram] = {}
+        if additive_mu is not None:
+            histograms["additive"] = AdditiveHistogram(nominal.bins, additive_mu, n_groups)
+        if sparse is not None:
+            histograms["sparse"] = SparseHistogram(nominal.bins, sparse_eps, sparse_delta, n_groups)
+        group_counts = None if group_counts_mu is None else GroupCounts(n_groups, group_counts_mu)
+        for name, value in [
+            ("epsilon", frame_eps + float(sparse_eps)),
+            ("delta", float(sparse_delta)),
+            ("frame_share", frame_strength / (frame_strength + rest)),
+            ("composition", composition),
+            ("frame", FrameMechanism(nominal.n_samples, frame_eps, radius_quantile, inflation)),
+            ("histograms", histograms),
+            ("group_counts", group_counts),
+        ]:
+            object.__setattr__(nominal, name, value)
+        return nominal
 
     @property
     def group_names(self) -> tuple[str, ...]:
@@ -196,10 +264,7 @@ class ScoreMapMechanism:
             "histograms": {name: h.describe() for name, h in self.histograms.items()},
             "group_counts": None if self.group_counts is None else self.group_counts.describe(),
             "neighbours": "replace-one",
-            "composition": (
-                "basic composition of the parts fits (epsilon, delta); an accountant may "
-                "compose them tighter"
-            ),
+            "composition": self.composition,
         }
 
 

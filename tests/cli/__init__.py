@@ -18,6 +18,14 @@ def write_store(path: Path, n: int = 300, d: int = 4) -> str:
     return str(path)
 
 
+def write_labels(path: Path, n: int = 300, n_codes: int = 4) -> np.ndarray:
+    """A Zarr array of integer group labels ``0..n_codes-1`` at ``path`` (test data only)."""
+    codes = np.random.default_rng(3).integers(0, n_codes, n)  # test data only
+    z = zarr.open_array(str(path), mode="w", shape=(n,), chunks=(500,), dtype="i8")
+    z[:] = codes
+    return codes
+
+
 def run_cli(*args: str, timeout: float = 240, **options) -> subprocess.CompletedProcess:
     """``python -m dask_dppca.cli ARGS`` in a subprocess, output captured as text."""
     return subprocess.run(

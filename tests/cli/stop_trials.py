@@ -8,7 +8,8 @@ noise function (``privacy.mechanism.add_symmetric_noise``) appends its process i
 file before it draws (so "drawn" here means "the draw began"; the ledger may keep a
 release spent that was about to draw, never give back one that began).
 
-Kinds: ``random`` (a uniform moment of the fit's measured duration), ``reserved`` (as
+Kinds: ``random`` (a uniform moment of the fit's measured duration), ``after`` (a
+uniform moment of what the measured fit took after its reservation), ``reserved`` (as
 soon as the ledger holds the fit's reservation: before the draw, usually), ``drawn``
 (as soon as the draw began; the noise function then pauses 2 s so that the signal
 lands between the draw and the commit).
@@ -157,11 +158,15 @@ def run_trial(
     store: str,
     kind: str,
     signum: int,
-    duration: float,
+    duration: tuple[float, float],
     scheduler: str | None,
     rng: random.Random,
 ) -> Outcome:
-    """One fit, one signal at the moment ``kind`` says, and what it left."""
+    """One fit, one signal at the moment ``kind`` says, and what it left.
+
+    ``duration``: what :func:`measure` returned (the whole fit, its part after the
+    reservation).
+    """
     from dask_dppca.privacy.budget import PrivacyBudget
 
     folder.mkdir(parents=True)
@@ -172,11 +177,15 @@ def run_trial(
     pid = zygote.start(argv, env, folder)
     started = time.monotonic()
     deadline = started + TRIAL_TIMEOUT
-    at = started + rng.uniform(0.0, duration)
+    at = started + rng.uniform(0.0, duration[0])
+    after = rng.uniform(0.0, duration[1])
     while time.monotonic() < deadline:
         if kind == "random" and time.monotonic() >= at:
             break
         if kind == "reserved" and ledger_rows(ledger):
+            break
+        if kind == "after" and ledger_rows(ledger):
+            time.sleep(after)
             break
         if kind == "drawn" and drawn.exists():
             break
@@ -192,10 +201,15 @@ def run_trial(
         kind=kind,
         signum=signum,
         rc=rc,
-        stderr=(folder / "stderr").read_text(errors="replace"),
+        # A signal right after the fork may end the process before it opened its files.
+        stderr=_text(folder / "stderr"),
         drawn=drawn.exists(),
         rows=ledger_rows(ledger),
     )
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def _running(pid: int) -> bool:
@@ -206,18 +220,25 @@ def _running(pid: int) -> bool:
         return False
 
 
-def measure(zygote: Zygote, folder: Path, store: str, scheduler: str | None) -> float:
-    """Seconds one unsignalled fit takes (the window random moments are drawn from)."""
+def measure(zygote: Zygote, folder: Path, store: str, scheduler: str | None) -> tuple[float, float]:
+    """Seconds one unsignalled fit takes, and its part after the reservation (the
+    windows random moments are drawn from)."""
     from dask_dppca.privacy.budget import PrivacyBudget
 
     folder.mkdir(parents=True)
     ledger = str(folder / "l.ledger")
     PrivacyBudget(50.0, 1e-5, ledger=ledger)
     started = time.monotonic()
-    zygote.start(fit_argv(store, ledger, str(folder / "r.json"), scheduler), {}, folder)
+    pid = zygote.start(fit_argv(store, ledger, str(folder / "r.json"), scheduler), {}, folder)
+    reserved = None
+    while _running(pid):
+        if reserved is None and ledger_rows(ledger):
+            reserved = time.monotonic()
+        time.sleep(0.005)
     rc = zygote.wait()
+    ended = time.monotonic()
     assert rc == 0, (folder / "stderr").read_text()
-    return time.monotonic() - started
+    return ended - started, ended - (reserved or started)
 
 
 # -- the zygote's side ----------------------------------------------------------------------

@@ -29,7 +29,7 @@ from tests.cli import CONSOLE_SCRIPT, write_store
 from tests.cli.stop_trials import Zygote, ledger_rows, measure, run_trial
 
 #: Trials of the test (the benchmark runs 50): each kind with each signal.
-KINDS = ("reserved", "drawn", "random", "random", "random", "random")
+KINDS = ("reserved", "drawn", "random", "after", "after", "random")
 
 
 def _env() -> dict[str, str]:

@@ -156,3 +156,26 @@ def test_a_score_map_stage_plugs_in_with_its_own_parts(data):
     )
     assert result.privacy[-1]["stage"] == "score_map"
     assert result.meta["composed_epsilon"] <= 3.0
+
+
+def test_the_scree_design_follows_a_regular_kendall_design_and_dask_chunks(data):
+    import dask.array as da
+
+    from dask_dppca.design import plan_blocks
+    from dask_dppca.kernel.scree_stats import scree_design
+
+    design = dd.RegularDesign(k=2, block_size=700)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = dd.analyze(
+            da.from_array(data, chunks=(900, 5)),
+            n_components=2,
+            methods=("clipped",),
+            design=design,
+            scheduler="synchronous",
+        )
+    _, plan = plan_blocks(4000, 5, (900,) * 4 + (400,), design, 1)
+    assert result.scree["design"] == dict(
+        zip(("n_pairs", "max_degree"), scree_design(plan.block_sizes, plan.block_pairs))
+    )
+    assert 8.0 < result.scree["values"]["clipped"][0] < 32.0

@@ -25,7 +25,6 @@ import zarr
 
 import dask_dppca as dd
 from dask_dppca import estimator
-from dask_dppca.compute.shape import ClusterShape
 from dask_dppca.design import RegularDesign
 from dask_dppca.fit_plan import PlanDoesNotFitError
 from dask_dppca.io import zarr_input
@@ -257,11 +256,15 @@ def test_a_cluster_shape_reads_a_running_cluster():
             n_workers=2,
             threads_per_worker=1,
             processes=False,
+            protocol="tcp://",
             memory_limit="1GiB",
             dashboard_address="127.0.0.1:0",
         ) as cluster,
         Client(cluster, set_as_default=False) as client,
     ):
         shape = cluster_shape(client)
-    assert shape == ClusterShape(2, 1, 2**30, shape.source)
+        by_address = cluster_shape(cluster.scheduler_address)  # as --scheduler ADDRESS
+    assert (shape.workers, shape.threads_per_worker, shape.memory_limit) == (2, 1, 2**30)
     assert shape.n_threads == 2
+    assert (by_address.workers, by_address.threads_per_worker) == (2, 1)
+    assert by_address.memory_limit == 2**30 and cluster.scheduler_address in by_address.source

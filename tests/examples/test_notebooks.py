@@ -1,4 +1,5 @@
-"""The examples run: examples/quickstart.ipynb (executed with nbclient) and examples/cluster.py.
+"""The examples run: examples/quickstart.ipynb and examples/private_analysis.ipynb (executed
+with nbclient) and examples/cluster.py.
 
 The notebooks are committed executed (a reader sees the results without running them);
 the tests execute a fresh copy with every saved output cleared first.
@@ -64,6 +65,32 @@ def test_quickstart_notebook_runs_shows_its_results_and_cleans_up(tmp_path, monk
     # Nothing on stderr: no "Port 8787 is already in use", no worker log, no warning.
     assert not [o for o in outputs if o.get("name") == "stderr"], shown_text(outputs)
     # Dask keeps its (emptied) shared worker-space folder there; nothing else may remain.
+    left = [p for p in scratch.iterdir() if p.name != "dask-scratch-space"]
+    assert not left, f"the notebook left temporary files: {left}"
+
+
+def test_private_analysis_notebook_runs_shows_the_split_first_and_spends_once(
+    tmp_path, monkeypatch
+):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.delenv("DASK_DPPCA_SCHEDULER", raising=False)
+    monkeypatch.setenv("DASK_DPPCA_EXAMPLE_N", "2000")
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    outputs = execute_fresh(ROOT / "examples" / "private_analysis.ipynb", tmp_path)
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 3  # scree, maps, points
+    text = shown_text(outputs)
+    # the split is printed before the analysis reads anything (it is shown first)
+    assert text.index("privacy split of the total (epsilon=3, delta=1e-05)") < text.index(
+        "PrivateAnalysis(k=4"
+    )
+    assert "private score map of PC1 x PC2, 16 x 16 bins" in text and "noisy size" in text
+    assert "composed epsilon of the analysis: 3.0000 (total 3)" in text
+    assert "ledger unchanged by plotting, re-sampling, saving and loading: True" in text
+    assert "remaining epsilon, one more release at delta 1e-5" in text
+    assert any("text/html" in o.get("data", {}) for o in outputs)  # the result's table
+    assert not [o for o in outputs if o.get("name") == "stderr"], text
     left = [p for p in scratch.iterdir() if p.name != "dask-scratch-space"]
     assert not left, f"the notebook left temporary files: {left}"
 

@@ -156,6 +156,18 @@ def test_two_processes_creating_one_ledger_both_get_it_and_neither_sees_it_half_
     assert [p.name for p in tmp_path.iterdir()] == ["new.ledger"]  # no temporary left
 
 
+def test_without_hard_links_a_new_ledger_is_copied_into_place_never_over_one(tmp_path, monkeypatch):
+    def no_links(source, target):
+        raise PermissionError("this file system has no hard links")
+
+    monkeypatch.setattr(os, "link", no_links)
+    path = tmp_path / "copied.ledger"
+    first = PrivacyBudget(2.0, 1e-5, ledger=path)
+    first.spend(GaussianCharge(1.0, 5.0))
+    assert PrivacyBudget(2.0, 1e-5, ledger=path).releases == 1  # opened, not replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copied.ledger"]
+
+
 def _corrupt(ledger: str, statement: str, rebuild: bool = False) -> None:
     """Edit the file behind the budget's back (``rebuild``: without the NOT NULLs first,
     as a hand-made or damaged file may be: SQLite stores a NaN as NULL)."""

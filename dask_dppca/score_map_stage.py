@@ -1,0 +1,415 @@
+"""The score-map stage of a private analysis: planned from public parameters, one budget.
+
+:class:`PrivateScoreMapStage` is the analysis' default
+:class:`~dask_dppca.analysis.ScoreMapStage`.  Before anything is read it states its parts
+(:meth:`~PrivateScoreMapStage.planned_parts`), from public parameters only (the bins,
+the methods, whether there are groups); the analysis splits its ONE total over these
+and every other part (:func:`~dask_dppca.privacy.accounting.split_budget`).  After the
+directions are released, :meth:`~PrivateScoreMapStage.run` builds the mechanism with
+exactly the split's parameters (:meth:`~dask_dppca.privacy.score_map.ScoreMapMechanism.of_parts`),
+charges its parts to every active budget and releases the map on the trusted worker
+(:func:`~dask_dppca.compute.score_map.release_score_map`).
+
+The public rule inside the stage (weights of the squared strengths, as
+:func:`~dask_dppca.privacy.accounting.split_budget` uses them): the frame's four
+quantiles 1 (a quarter each), the histograms 3 (shared equally by the methods); with
+groups, the noisy group sizes take :data:`~dask_dppca.privacy.score_map.GROUP_COUNTS_SHARE`
+of the additive histogram's weight.  A sparse histogram's delta is
+:data:`SPARSE_DELTA_SHARE` of the total delta.
+
+Groups (:func:`resolve_groups`): a label array, Series, xarray coordinate or Zarr array,
+or the NAME of a DataFrame column, Dataset variable or array in the same Zarr group;
+the label domain is PUBLIC and given by the user, labels outside it (missing ones too)
+count in the group ``"other"``; group sizes are released only as noisy counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from .compute.score_map import release_score_map
+from .graph.score_stats import project_scores
+from .privacy.accounting import BudgetSplit, PlannedPart
+from .privacy.charging import reserve_release
+from .privacy.laplace import SeededDiscreteLaplace
+from .privacy.noise import SeededSampler
+from .privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
+from .privacy.score_map import GROUP_COUNTS_SHARE, OTHER_GROUP, ScoreMap, ScoreMapMechanism
+
+__all__ = [
+    "FRAME_WEIGHT",
+    "HISTOGRAM_WEIGHT",
+    "SPARSE_DELTA_SHARE",
+    "PrivateScoreMapStage",
+    "plot_scores",
+    "resample_synthetic",
+    "resolve_groups",
+]
+
+#: The frame's four quantiles' weight in the stage (a quarter each).
+FRAME_WEIGHT = 1.0
+#: The histograms' weight in the stage (shared equally by the released methods).
+HISTOGRAM_WEIGHT = 3.0
+#: A sparse histogram's delta, as a share of the analysis' total delta.
+SPARSE_DELTA_SHARE = 0.1
+_METHODS = ("additive", "sparse")
+_STAGE = "score_map"
+
+
+def _check_axes(axes: Any) -> tuple[int, int]:
+    try:
+        a, b = (int(v) for v in axes)
+    except (TypeError, ValueError):
+        raise ValueError(f"score_axes: expected two component indices, got {axes!r}") from None
+    if a < 0 or b < 0 or a == b or (a, b) != tuple(axes):
+        raise ValueError(f"score_axes: expected two distinct indices >= 0, got {axes!r}")
+    return a, b
+
+
+def _check_methods(methods: Any) -> tuple[str, ...]:
+    if isinstance(methods, str):
+        methods = (methods,)
+    chosen = tuple(dict.fromkeys(methods))
+    if not chosen or any(m not in _METHODS for m in chosen):
+        raise ValueError(f"score_methods: expected a subset of {_METHODS}, got {methods!r}")
+    return chosen
+
+
+def _check_domain(domain: Any) -> tuple[Any, ...]:
+    if domain is None or isinstance(domain, (str, bytes)):
+        raise ValueError(
+            "group_domain: groups need their PUBLIC label domain, a sequence of labels "
+            f"(e.g. ('a', 'b', 'c')), got {domain!r}"
+        )
+    values = tuple(domain)
+    if not values or len(set(values)) != len(values) or OTHER_GROUP in values:
+        raise ValueError(
+            f"group_domain: expected distinct labels, none of them {OTHER_GROUP!r}, got {domain!r}"
+        )
+    return values
+
+
+@dataclasses.dataclass
+class PrivateScoreMapStage:
+    """A private score map (PC ``a`` against PC ``b``, per group) as one analysis stage.
+
+    Parameters
+    ----------
+    labels : array-like, optional
+        One label per row (:func:`resolve_groups` gives them from a column name).
+    domain : sequence, optional
+        The PUBLIC labels (required with ``labels``).
+    axes : (int, int), default (0, 1)
+        The components to map (0-based).
+    bins : (int, int), default (10, 10)
+    methods : sequence of str, default ("additive",)
+        ``"additive"`` (Gaussian counts) and/or ``"sparse"`` (thresholded).
+    random_state : int, optional
+        NOT PRIVATE: seeds the noise, for tests and examples only.
+    """
+
+    labels: Any = None
+    domain: Sequence[Any] | None = None
+    axes: tuple[int, int] = (0, 1)
+    bins: tuple[int, int] = (10, 10)
+    methods: Sequence[str] = ("additive",)
+    random_state: int | None = None
+
+    def __post_init__(self) -> None:
+        self.axes = _check_axes(self.axes)
+        self.methods = _check_methods(self.methods)
+        if self.labels is None and self.domain is not None:
+            raise ValueError("groups: a group_domain was given without groups")
+        self.domain = None if self.labels is None else _check_domain(self.domain)
+        try:
+            mx, my = (int(v) for v in self.bins)
+        except (TypeError, ValueError):
+            raise ValueError(f"bins: expected two integers >= 1, got {self.bins!r}") from None
+        if mx < 1 or my < 1:
+            raise ValueError(f"bins: expected two integers >= 1, got {self.bins!r}")
+        self.bins = (mx, my)
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the map is split by groups."""
+        return self.labels is not None
+
+    def planned_parts(self, n_components: int) -> list[PlannedPart]:
+        """The stage's parts from public parameters only (before the split scales them)."""
+        if max(self.axes) >= n_components:
+            raise ValueError(
+                f"score_axes: {self.axes} needs n_components > {max(self.axes)}, got "
+                f"{n_components} (or pass score_map=False)"
+            )
+        per_method = HISTOGRAM_WEIGHT / len(self.methods)
+        plan = [PlannedPart(_STAGE, "frame quantiles", "pure", count=4, weight=FRAME_WEIGHT / 4)]
+        for method in self.methods:
+            if method == "additive":
+                weight = per_method * (1.0 - GROUP_COUNTS_SHARE if self.grouped else 1.0)
+                plan.append(PlannedPart(_STAGE, "additive histogram", "gaussian", weight=weight))
+                if self.grouped:
+                    plan.append(
+                        PlannedPart(
+                            _STAGE,
+                            "noisy group sizes",
+                            "gaussian",
+                            weight=per_method * GROUP_COUNTS_SHARE,
+                        )
+                    )
+            else:
+                plan.append(
+                    PlannedPart(
+                        _STAGE,
+                        "sparse histogram",
+                        "approx",
+                        weight=per_method,
+                        delta_share=SPARSE_DELTA_SHARE,
+                    )
+                )
+        return plan
+
+    def mechanism(self, n_samples: int, split: BudgetSplit) -> ScoreMapMechanism:
+        """The map's mechanism with exactly the split's parameters (public)."""
+        frame = split.part(_STAGE, "frame quantiles")
+        assert isinstance(frame, PureDPPart)
+        additive = group = sparse = None
+        if "additive" in self.methods:
+            part = split.part(_STAGE, "additive histogram")
+            assert isinstance(part, GaussianPart)
+            additive = part.mu
+            if self.grouped:
+                sizes = split.part(_STAGE, "noisy group sizes")
+                assert isinstance(sizes, GaussianPart)
+                group = sizes.mu
+        if "sparse" in self.methods:
+            part = split.part(_STAGE, "sparse histogram")
+            assert isinstance(part, ApproxDPPart)
+            sparse = (part.epsilon, part.delta)
+        mechanism = ScoreMapMechanism.of_parts(
+            n_samples,
+            frame_epsilon=4.0 * frame.epsilon,
+            additive_mu=additive,
+            group_counts_mu=group,
+            sparse=sparse,
+            bins=self.bins,
+            domain=None if self.domain is None else tuple(self.domain),
+            composition=(
+                "parts set by the analysis' public split; composed exactly with every other "
+                "part of the analysis (privacy loss distributions)"
+            ),
+        )
+        if sorted(map(repr, mechanism.parts)) != sorted(map(repr, split.stage_parts(_STAGE))):
+            raise AssertionError("the score map's parts differ from its share of the split")
+        return mechanism
+
+    def run(
+        self, context: dict[str, Any], split: BudgetSplit
+    ) -> tuple[ScoreMap, list[dict[str, Any]]]:
+        """Charge the stage's parts, release the map; the map and its privacy rows."""
+        blocks = context["blocks"]
+        analysis_id = context.get("analysis_id", "")
+        mechanism = self.mechanism(int(blocks.shape[0]), split)
+        seeded = self.random_state is not None
+        gaussian = SeededSampler(self.random_state) if seeded else None
+        integer = SeededDiscreteLaplace(self.random_state) if seeded else None
+        with reserve_release(
+            mechanism,
+            fit_id=analysis_id,
+            label=f"analysis {analysis_id} score map",
+            dataset=context.get("dataset", ""),
+        ):
+            scores = project_scores(blocks, context["directions"], self.axes)
+            score_map = release_score_map(
+                context["target"],
+                scores,
+                mechanism,
+                labels=self.labels,
+                axes=self.axes,
+                gaussian_sampler=gaussian,
+                integer_sampler=integer,
+                trusted_worker=context.get("trusted_worker"),
+                require_trusted=bool(context.get("require_trusted", False)),
+                progress=bool(context.get("progress", False)),
+            )
+        return score_map, _rows(mechanism, score_map)
+
+
+def _rows(mechanism: ScoreMapMechanism, score_map: ScoreMap) -> list[dict[str, Any]]:
+    where = str(score_map.privacy.get("released_on", ""))
+    frame = mechanism.frame
+    rows: list[dict[str, Any]] = [
+        {
+            "stage": _STAGE,
+            "release": f"frame: {name} of PC{axis + 1}",
+            "mechanism": "bound-free private quantile (exponential noise on counts)",
+            "guarantee": "epsilon-DP",
+            "epsilon": frame.epsilon / 4.0,
+            "sensitivity": 1,
+            "noise": None,
+            "released_on": where,
+            "count": 1,
+        }
+        for name in ("median", f"{frame.radius_quantile:g} quantile of |y - c|")
+        for axis in score_map.axes
+    ]
+    for name, histogram in mechanism.histograms.items():
+        described = histogram.describe()
+        row: dict[str, Any] = {
+            "stage": _STAGE,
+            "release": f"{name} histogram {mechanism.bins[0]} x {mechanism.bins[1]}"
+            + (f", {len(mechanism.group_names)} groups" if mechanism.domain is not None else ""),
+            "mechanism": described.get("mechanism", name),
+            "sensitivity": 2**0.5 if name == "additive" else 1,
+            "released_on": where,
+            "count": 1,
+        }
+        if isinstance(histogram.parts[0], GaussianPart):
+            row.update(guarantee="mu-GDP", mu=histogram.parts[0].mu, noise=described["sigma"])
+        else:
+            part = histogram.parts[0]
+            assert isinstance(part, ApproxDPPart)
+            row.update(
+                guarantee="(epsilon, delta)-DP",
+                epsilon=part.epsilon,
+                delta=part.delta,
+                noise=described.get("noise_scale"),
+            )
+        rows.append(row)
+    if mechanism.group_counts is not None:
+        rows.append(
+            {
+                "stage": _STAGE,
+                "release": f"noisy group sizes ({len(mechanism.group_names)} groups)",
+                "mechanism": "Gaussian noise on each group's size",
+                "guarantee": "mu-GDP",
+                "mu": mechanism.group_counts.mu,
+                "sensitivity": 2**0.5,
+                "noise": mechanism.group_counts.sigma,
+                "released_on": where,
+                "count": 1,
+            }
+        )
+    return rows
+
+
+def resolve_groups(X: Any, groups: Any, component: str | None = None) -> tuple[Any, Any]:
+    """``(X, labels)``: the records without the label column, and one label per row.
+
+    Parameters
+    ----------
+    X : as for :func:`~dask_dppca.analysis.analyze`
+    groups : array-like, str or None
+        A label array (numpy, list, pandas or dask Series, xarray DataArray, dask or Zarr
+        array, or a Zarr array's path), or the NAME of a column of a (dask) DataFrame
+        ``X`` (dropped from the records), of a variable or coordinate of an xarray
+        Dataset ``X`` (dropped), or of an array in the Zarr group ``X`` (beside
+        ``component``).
+    component : str, optional
+        The records' array in a Zarr group.
+
+    Returns
+    -------
+    tuple
+        ``(X, labels)``; ``labels`` is None without groups.
+    """
+    if groups is None:
+        return X, None
+    if not isinstance(groups, str):
+        return X, groups
+    columns = getattr(X, "columns", None)
+    if columns is not None and groups in list(columns):  # a DataFrame's column
+        return X.drop(columns=[groups]), X[groups]
+    if hasattr(X, "data_vars") and (groups in X.data_vars or groups in X.coords):  # xarray
+        labels = X[groups]
+        return (X.drop_vars(groups) if groups in X.data_vars else X), labels
+    if isinstance(X, (str, os.PathLike)) and component is not None:
+        import dask.array as da
+
+        try:  # an array beside the records in the same Zarr group
+            return X, da.from_zarr(os.fspath(X), component=groups)
+        except Exception:  # not in the group: try it as a path below
+            pass
+    if os.path.exists(groups) or "://" in groups:
+        import dask.array as da
+
+        return X, da.from_zarr(groups)  # a Zarr array of labels: lazy, its dtype public
+    raise ValueError(
+        f"groups: {groups!r} is neither a column of X, an array of its Zarr group, nor a "
+        "Zarr array's path"
+    )
+
+
+def _released(score_map: Any) -> ScoreMap:
+    if not isinstance(score_map, ScoreMap):
+        raise ValueError("score_map: this analysis released no score map (score_map=False)")
+    return score_map
+
+
+def plot_scores(
+    score_map: Any,
+    *,
+    by_group: bool | None = None,
+    method: str | None = None,
+    floor_sigmas: float = 0.0,
+    synthetic: bool = False,
+    reference: Any = None,
+    reference_groups: Any = None,
+    ax: Any = None,
+    rng: Any = None,
+    ncols: int = 3,
+) -> Any:
+    """The released score map: private only, unless a ``reference`` is passed.
+
+    Parameters
+    ----------
+    score_map : ScoreMap
+    by_group : bool, optional
+        One panel per group (:func:`~dask_dppca.score_plots.plot_group_panels`); the
+        default when the map has groups.  Otherwise the pooled map
+        (:func:`~dask_dppca.score_plots.plot_score_map`).
+    method, floor_sigmas, synthetic, ax, rng
+        As for :func:`~dask_dppca.score_plots.plot_score_map` (``synthetic`` and ``ax``
+        for the pooled map only).
+    reference, reference_groups : array-like, optional
+        Raw scores (and their labels) the USER supplies, drawn labelled NOT PRIVATE.
+    ncols : int, default 3
+        Panels per row (by group).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    from .score_plots import plot_group_panels, plot_score_map
+
+    released = _released(score_map)
+    if by_group is None:
+        by_group = len(released.groups) > 1
+    if by_group:
+        return plot_group_panels(
+            released,
+            method=method,
+            floor_sigmas=floor_sigmas,
+            ncols=ncols,
+            reference=reference,
+            reference_groups=reference_groups,
+        )
+    return plot_score_map(
+        released,
+        method=method,
+        floor_sigmas=floor_sigmas,
+        synthetic=synthetic,
+        reference=reference,
+        ax=ax,
+        rng=rng,
+    )
+
+
+def resample_synthetic(score_map: Any, size: int | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Fresh synthetic points per group from the released map (post-processing, free).
+
+    ``size`` and ``kwargs`` as for :meth:`~dask_dppca.privacy.score_map.ScoreMap.synthetic`.
+    """
+    return _released(score_map).synthetic(size, **kwargs)
