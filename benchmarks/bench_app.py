@@ -51,11 +51,16 @@ def _browser():
         "--no-sandbox",
         "--disable-dev-shm-usage",
         "--window-size=1400,1100",
+        f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-profile-')}",  # its own profile
     ):
         options.add_argument(flag)
-    return webdriver.Chrome(
-        options=options, service=webdriver.ChromeService(shutil.which("chromedriver"))
+    # Chromium puts its singleton socket in TMPDIR: a long TMPDIR (a test's) overflows the
+    # socket path limit and the browser exits at once; give it a short one.
+    short = tempfile.mkdtemp(prefix="chr-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    service = webdriver.ChromeService(
+        shutil.which("chromedriver"), env={**os.environ, "TMPDIR": short}
     )
+    return webdriver.Chrome(options=options, service=service)
 
 
 def _images(driver):

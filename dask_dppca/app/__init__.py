@@ -67,7 +67,13 @@ def serve(
     """
     import panel as pn
 
+    from ..privacy.budget import PrivacyBudget
     from .page import AppPage
+    from .releases import ReleaseStore
+
+    if ledger is None:  # one budget for every visitor and every reload of this server
+        options["budget"] = PrivacyBudget(options.pop("epsilon", 3.0), options.pop("delta", 1e-5))
+        options["releases"] = ReleaseStore(None)
 
     def page() -> Any:
         return AppPage(ledger=ledger, store=store, **options).view()

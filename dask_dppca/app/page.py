@@ -42,7 +42,8 @@ PALETTES = {
 KINDS = {"scree values": "scree", "PVE (top k)": "pve_topk", "PVE (all d)": "pve_total"}
 FREE = (
     "Post-processing of the stored release: choosing k, PVE or scree values, colours, "
-    "synthetic points and groups re-render what was released and spend NO privacy budget."
+    "synthetic points, groups and merged bins re-render what was released and spend NO "
+    "privacy budget."
 )
 _TABLE_CSS = """
 table{border-collapse:collapse;font-size:12px}
@@ -90,6 +91,48 @@ def first_k(result: Any, k: int) -> Any:
     return dataclasses.replace(result, directions=result.directions[:k], scree=scree)
 
 
+def merge_bins(score_map: Any, factor: int) -> Any:
+    """The score map with ``factor x factor`` blocks of cells merged (post-processing).
+
+    Each merged cell's noisy count is the sum of its cells' (the out-of-frame cell and
+    the group sizes are kept); an additive histogram's per-entry sigma becomes
+    ``factor`` times its own (a sum of ``factor**2`` independent noises).  ``factor``
+    must divide both bin counts.
+    """
+    from ..privacy.histogram import NoisyHistogram
+
+    factor = int(factor)
+    if factor == 1 or score_map is None:
+        return score_map
+    merged = {}
+    for name, hist in score_map.histograms.items():
+        mx, my = hist.bins
+        if mx % factor or my % factor:
+            raise ValueError(f"merge: {factor} does not divide the bins {mx} x {my}")
+        groups = hist.counts.shape[0]
+        cells = hist.counts[:, : mx * my].reshape(
+            groups, my // factor, factor, mx // factor, factor
+        )
+        counts = np.concatenate(
+            [cells.sum(axis=(2, 4)).reshape(groups, -1), hist.counts[:, -1:]], axis=1
+        )
+        sigma = None if hist.sigma is None else hist.sigma * factor
+        merged[name] = NoisyHistogram(counts, (mx // factor, my // factor), hist.method, sigma)
+    return dataclasses.replace(score_map, histograms=merged)
+
+
+def merge_choices(score_map: Any) -> dict[str, int]:
+    """The merge factors that divide every histogram's bins, labelled for a menu."""
+    if score_map is None:
+        return {"none": 1}
+    mx, my = score_map.bins
+    return {
+        ("none" if f == 1 else f"{f} x {f} cells"): f
+        for f in range(1, min(mx, my) + 1)
+        if mx % f == 0 and my % f == 0
+    }
+
+
 class AppPage:
     """One visitor's page.
 
@@ -103,6 +146,9 @@ class AppPage:
         As for :func:`~dask_dppca.analysis.analyze` (default: the embedded cluster).
     epsilon, delta : float
         Totals of the in-memory budget used when no ledger is given.
+    budget, releases : optional
+        Without a ledger: the in-memory budget and release store to share (one per
+        server, so that a reload of the page cannot start a fresh budget).
     """
 
     def __init__(
@@ -113,15 +159,17 @@ class AppPage:
         scheduler: Any = None,
         epsilon: float = 3.0,
         delta: float = 1e-5,
+        budget: PrivacyBudget | None = None,
+        releases: ReleaseStore | None = None,
     ) -> None:
         pn.extension(raw_css=[_CSS], notifications=False)
         self.scheduler = scheduler
         if ledger is not None:
             self.budget = PrivacyBudget.open(ledger)
             self.releases = ReleaseStore(releases_folder(ledger))
-        else:
-            self.budget = PrivacyBudget(epsilon, delta)
-            self.releases = ReleaseStore(None)
+        else:  # shared by every page of one server (serve): a reload cannot reset it
+            self.budget = budget if budget is not None else PrivacyBudget(epsilon, delta)
+            self.releases = releases if releases is not None else ReleaseStore(None)
         self.session: list[str] = []
         self.current: Any = None
         self.records_meta: dict[str, Any] | None = None
@@ -195,7 +243,10 @@ class AppPage:
         self.groups = w.Checkbox(
             label="groups (of the released map)", value=True, css_classes=["dp-groups"]
         )
-        self.resample.visible = self.groups.visible = False  # shown with a score map
+        self.merge = w.Select(
+            label="merge bins", options={"none": 1}, value=1, css_classes=["dp-merge"]
+        )
+        self.resample.visible = self.groups.visible = self.merge.visible = False  # with a map
         self.plots = pn.pane.HTML("", css_classes=["dp-plots"], sizing_mode="stretch_width")
         self.table = pn.pane.HTML(
             "", css_classes=["dp-table"], sizing_mode="stretch_width", stylesheets=[_TABLE_CSS]
@@ -217,7 +268,7 @@ class AppPage:
         self.resample.on_click(self._resample)
         for priced in (self.k, self.epsilon, self.delta, self.share_directions, self.share_scree):
             priced.param.watch(lambda _: self._show_cost(), "value")
-        for free in (self.show_k, self.kind, self.palette, self.groups):
+        for free in (self.show_k, self.kind, self.palette, self.groups, self.merge):
             free.param.watch(lambda _: self._render(), "value")
         self._refresh_budget()
         self._refresh_past()
@@ -411,7 +462,9 @@ class AppPage:
         self.show_k.end = k
         self.show_k.value = k
         mapped = score_map_of(result) is not None
-        self.resample.visible = self.groups.visible = mapped
+        self.resample.visible = self.groups.visible = self.merge.visible = mapped
+        self.merge.options = merge_choices(score_map_of(result))
+        self.merge.value = 1
         self._render()
 
     def _render(self) -> None:
@@ -428,7 +481,7 @@ class AppPage:
         kind = KINDS[self.kind.value]
         with matplotlib.rc_context(rc):
             figs = [f for f in scree_figures(shown) if f[2] == f"{kind} plot"]
-            score_map = score_map_of(result)
+            score_map = merge_bins(score_map_of(result), self.merge.value or 1)
             if score_map is not None:
                 figs += score_map_figures(score_map, seed=self.seed, groups=self.groups.value)
         meta = result.meta
@@ -482,7 +535,7 @@ class AppPage:
             self.free_note,
             pn.Row(self.show_k, self.palette),
             self.kind,
-            pn.Row(self.resample, self.groups),
+            pn.Row(self.resample, self.groups, self.merge),
             self.plots,
             "#### Privacy: every part of the release",
             self.table,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ def screenshot_dir() -> Path | None:
 
 
 @pytest.fixture(scope="session")
-def browser():
+def browser(tmp_path_factory):
     """One headless Chromium for the session, its console log kept; quit at the end."""
     if CHROMIUM is None or CHROMEDRIVER is None:
         pytest.skip("needs Debian's chromium and chromium-driver (apt-get install -y ...)")
@@ -42,10 +43,17 @@ def browser():
         "--window-size=1280,1000",
         "--no-first-run",
         "--disable-extensions",
+        # its own profile: two Chromiums (parallel test files) cannot share one
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
     ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = webdriver.ChromeService(executable_path=CHROMEDRIVER)
+    # Chromium puts its singleton socket in TMPDIR: a long one overflows the socket path
+    # limit and the browser exits at once; give it a short one.
+    short = tempfile.mkdtemp(prefix="chr-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    service = webdriver.ChromeService(
+        executable_path=CHROMEDRIVER, env={**os.environ, "TMPDIR": short}
+    )
     driver = webdriver.Chrome(options=options, service=service)
     driver.set_page_load_timeout(60)
     driver.set_script_timeout(60)
@@ -53,6 +61,7 @@ def browser():
         yield driver
     finally:
         driver.quit()
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def console_errors(driver) -> list[str]:

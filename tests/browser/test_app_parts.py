@@ -72,8 +72,67 @@ def test_the_page_builds_for_a_notebook_and_shows_a_release_for_free(result, tmp
     assert "PVE (all d)" not in page.plots.object or "<img" in page.plots.object
     assert page.budget.as_dict() == before  # post-processing spends nothing
     assert isinstance(build_app(), pn.viewable.Viewable)
+    report = page._report_file().getvalue()  # the page's "Download the HTML report"
+    assert report.startswith("<!DOCTYPE html>") and result.meta["analysis_id"] in report
+    assert f"{page.budget.remaining():.6g}" in report
 
 
 def test_errors_are_one_line():
     assert one_line(BudgetExceededError("a\nb")).startswith("Refused, nothing charged: a")
     assert one_line(ValueError("k: bad\nmore")) == "Check the inputs: k: bad"
+
+
+def test_without_a_ledger_every_page_of_a_server_shares_one_budget(result):
+    import dask_dppca as dd
+
+    budget = dd.PrivacyBudget(1.0, 1e-5)
+    releases = ReleaseStore(None)
+    first = AppPage(budget=budget, releases=releases)
+    budget.spend(_charge(), label="test")
+    again = AppPage(budget=budget, releases=releases)  # a reload
+    assert again.budget is first.budget and again.budget.releases == 1
+    releases.add(result)
+    assert (
+        again.past.options == {}
+        and len(AppPage(budget=budget, releases=releases).past.options) == 1
+    )
+
+
+def _charge():
+    from dask_dppca.privacy.budget import GaussianCharge
+
+    return GaussianCharge(sensitivity=1.0, sigma=4.0)
+
+
+def test_merged_bins_are_block_sums_of_the_released_cells():
+    from dask_dppca.app.page import merge_bins, merge_choices
+    from dask_dppca.privacy.score_map import ScoreMap
+
+    mx, my, groups = 4, 6, 2
+    rng = np.random.default_rng(4)  # a made-up release (test data only)
+    counts = rng.normal(5.0, 2.0, (groups, mx * my + 1))
+    record = {
+        "frame": {"centre": [0.0, 0.0], "half_width": [1.0, 1.0]},
+        "histograms": {
+            "additive": {
+                "bins": [mx, my],
+                "counts": counts.tolist(),
+                "method": "additive",
+                "sigma": 2.0,
+            }
+        },
+        "groups": ["a", "b"],
+    }
+    score_map = ScoreMap.from_dict(record)
+    assert merge_choices(score_map) == {"none": 1, "2 x 2 cells": 2}
+    merged = merge_bins(score_map, 2).histogram()
+    assert merged.bins == (2, 3) and merged.sigma == 4.0
+    for g in range(groups):  # oracle: cell by cell, x fastest
+        for y in range(3):
+            for x in range(2):
+                cells = [(2 * y + dy) * mx + 2 * x + dx for dy in (0, 1) for dx in (0, 1)]
+                assert merged.counts[g, y * 2 + x] == pytest.approx(counts[g, cells].sum())
+        assert merged.counts[g, -1] == counts[g, -1]  # out of frame kept
+    assert merge_bins(score_map, 1) is score_map
+    with pytest.raises(ValueError, match="merge"):
+        merge_bins(score_map, 3)
