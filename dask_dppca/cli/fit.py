@@ -54,43 +54,7 @@ def add_parser(commands) -> None:
     fit.add_argument(
         "--delta", type=float, default=1e-6, help="privacy delta in (0, 1) (default 1e-6)"
     )
-    fit.add_argument(
-        "--spatial-sign",
-        default="sphere",
-        choices=["sphere", "winsor"],
-        help="generalized spatial sign g (default sphere)",
-    )
-    fit.add_argument(
-        "--radius",
-        type=float,
-        help="public winsorization radius (with --spatial-sign winsor); never tune it on the data",
-    )
-    fit.add_argument(
-        "--calibration",
-        default="analytic",
-        choices=["analytic", "classical"],
-        help="noise calibration (default analytic: tight, any epsilon)",
-    )
-    fit.add_argument(
-        "--design",
-        default="auto",
-        choices=["auto", "complete", "regular"],
-        help="which pairs are averaged: auto (complete while the work is modest, "
-        "else regular), complete (all pairs), regular (within-block pairs plus "
-        "--partners partner blocks per block)",
-    )
-    fit.add_argument(
-        "--partners", type=int, metavar="K", help="partner blocks per block for --design regular"
-    )
-    fit.add_argument(
-        "--block-size", type=int, metavar="B", help="rows per block for --design regular"
-    )
-    fit.add_argument(
-        "--design-seed",
-        type=int,
-        default=0,
-        help="public seed of the regular design's block graph (default 0)",
-    )
+    add_mechanism_arguments(fit)
     fit.add_argument(
         "--scheduler",
         help="Dask scheduler address, e.g. tls://host:8786 (default: embedded LocalCluster)",
@@ -148,11 +112,65 @@ def add_parser(commands) -> None:
     fit.set_defaults(run=run)
 
 
+def add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
+    """The spatial sign, calibration and design flags ``fit`` and ``plan`` share."""
+    parser.add_argument(
+        "--spatial-sign",
+        default="sphere",
+        choices=["sphere", "winsor"],
+        help="generalized spatial sign g (default sphere)",
+    )
+    parser.add_argument(
+        "--radius",
+        type=float,
+        help="public winsorization radius (with --spatial-sign winsor); never tune it on the data",
+    )
+    parser.add_argument(
+        "--calibration",
+        default="analytic",
+        choices=["analytic", "classical"],
+        help="noise calibration (default analytic: tight, any epsilon)",
+    )
+    parser.add_argument(
+        "--design",
+        default="auto",
+        choices=["auto", "complete", "regular"],
+        help="which pairs are averaged: auto (complete while the work is modest, "
+        "else regular), complete (all pairs), regular (within-block pairs plus "
+        "--partners partner blocks per block)",
+    )
+    parser.add_argument(
+        "--partners", type=int, metavar="K", help="partner blocks per block for --design regular"
+    )
+    parser.add_argument(
+        "--block-size", type=int, metavar="B", help="rows per block for --design regular"
+    )
+    parser.add_argument(
+        "--design-seed",
+        type=int,
+        default=0,
+        help="public seed of the regular design's block graph (default 0)",
+    )
+
+
+def design_of(args: argparse.Namespace) -> Any:
+    """The design the design flags name (a RegularDesign for ``--design regular``)."""
+    from .. import RegularDesign
+
+    if args.design == "regular":
+        if args.partners is None or args.block_size is None:
+            raise ValueError("--design regular needs --partners K and --block-size B")
+        return RegularDesign(k=args.partners, block_size=args.block_size, seed=args.design_seed)
+    if args.partners is not None or args.block_size is not None:
+        raise ValueError("--partners and --block-size go with --design regular")
+    return args.design
+
+
 def run(args: argparse.Namespace) -> int:
     """Fit on a store and write the private result atomically."""
     from contextlib import nullcontext
 
-    from .. import DPPCA, RegularDesign
+    from .. import DPPCA
     from ..compute import tls_config
     from ..io import check_writable
     from ..io.output import local_path, writes_in_place
@@ -176,13 +194,7 @@ def run(args: argparse.Namespace) -> int:
         overwrite_hint=FORCE_HINT,
     )
 
-    design = args.design
-    if design == "regular":
-        if args.partners is None or args.block_size is None:
-            raise ValueError("--design regular needs --partners K and --block-size B")
-        design = RegularDesign(k=args.partners, block_size=args.block_size, seed=args.design_seed)
-    elif args.partners is not None or args.block_size is not None:
-        raise ValueError("--partners and --block-size go with --design regular")
+    design = design_of(args)
     est = DPPCA(
         n_components=args.n_components,
         epsilon=args.epsilon,

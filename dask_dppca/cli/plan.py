@@ -13,6 +13,8 @@ import argparse
 import os
 import sys
 
+from .fit import add_mechanism_arguments, design_of
+
 
 def add_parser(commands) -> None:
     """Register ``plan`` on the ``dask-dppca`` sub-command parser."""
@@ -44,27 +46,7 @@ def add_parser(commands) -> None:
     )
     plan.add_argument("--epsilon", type=float, default=1.0, help="privacy epsilon (default 1)")
     plan.add_argument("--delta", type=float, default=1e-6, help="privacy delta (default 1e-6)")
-    plan.add_argument(
-        "--spatial-sign", default="sphere", choices=["sphere", "winsor"], help="default sphere"
-    )
-    plan.add_argument("--radius", type=float, help="public winsorization radius")
-    plan.add_argument(
-        "--calibration",
-        default="analytic",
-        choices=["analytic", "classical"],
-        help="default analytic",
-    )
-    plan.add_argument(
-        "--design",
-        default="auto",
-        choices=["auto", "complete", "regular"],
-        help="as for 'fit' (default auto)",
-    )
-    plan.add_argument("--partners", type=int, metavar="K", help="partners for --design regular")
-    plan.add_argument(
-        "--block-size", type=int, metavar="B", help="rows per block for --design regular"
-    )
-    plan.add_argument("--design-seed", type=int, default=0, help="public seed of the block graph")
+    add_mechanism_arguments(plan)
     cluster = plan.add_argument_group(
         "cluster",
         "the cluster to plan for: --workers and --threads (and --memory-limit), or a running "
@@ -96,20 +78,14 @@ def add_parser(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the plan; exit 2 (after printing it) when it does not fit."""
-    from .. import DPPCA, RegularDesign
+    from .. import DPPCA
     from ..io.storage import is_url
     from .fit import storage_options
 
     options = storage_options(args.storage_options_json, args.storage_option)
     if args.scheduler is not None and (args.workers or args.threads or args.memory_limit):
         raise ValueError("--scheduler: give a scheduler or --workers/--threads, not both")
-    design = args.design
-    if design == "regular":
-        if args.partners is None or args.block_size is None:
-            raise ValueError("--design regular needs --partners K and --block-size B")
-        design = RegularDesign(k=args.partners, block_size=args.block_size, seed=args.design_seed)
-    elif args.partners is not None or args.block_size is not None:
-        raise ValueError("--partners and --block-size go with --design regular")
+    design = design_of(args)
     spectrum = None
     if args.spectrum is not None:
         try:
