@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
+import math
+import os
+
 import pytest
 from distributed import Client, LocalCluster
 
 from dask_dppca.datasets import make_elliptical, random_directions, spiked_spectrum
+
+#: Most workers ``-n auto`` starts: each may run a cluster, a notebook or a browser.
+MAX_AUTO_WORKERS = 4
+
+
+def _usable_cores() -> int:
+    """The cores this process may use: its CPU affinity and a cgroup v2 CPU quota (a
+    container limited to 2 CPUs on a large host reports the host's cores elsewhere).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as limits:
+            quota, period = limits.read().split()[:2]
+        if quota != "max":
+            cores = min(cores or 1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores or 1)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject's addopts): the usable cores, at most MAX_AUTO_WORKERS."""
+    return min(_usable_cores(), MAX_AUTO_WORKERS)
 
 
 @pytest.fixture(scope="session")
