@@ -153,6 +153,19 @@ def add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def estimator_parameters(args: argparse.Namespace) -> dict[str, Any]:
+    """The estimator's parameters the shared flags give (``-k``, privacy, sign, design)."""
+    return {
+        "n_components": args.n_components,
+        "epsilon": args.epsilon,
+        "delta": args.delta,
+        "spatial_sign": args.spatial_sign,
+        "radius": args.radius,
+        "design": design_of(args),
+        "calibration": args.calibration,
+    }
+
+
 def design_of(args: argparse.Namespace) -> Any:
     """The design the design flags name (a RegularDesign for ``--design regular``)."""
     from .. import RegularDesign
@@ -194,15 +207,8 @@ def run(args: argparse.Namespace) -> int:
         overwrite_hint=FORCE_HINT,
     )
 
-    design = design_of(args)
     est = DPPCA(
-        n_components=args.n_components,
-        epsilon=args.epsilon,
-        delta=args.delta,
-        spatial_sign=args.spatial_sign,
-        radius=args.radius,
-        design=design,
-        calibration=args.calibration,
+        **estimator_parameters(args),
         scheduler=args.scheduler,
         trusted_worker=args.trusted_worker,
         require_trusted=args.require_trusted,

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from .fit import add_mechanism_arguments, design_of
+from .fit import add_mechanism_arguments, estimator_parameters
 
 
 def add_parser(commands) -> None:
@@ -85,7 +85,6 @@ def run(args: argparse.Namespace) -> int:
     options = storage_options(args.storage_options_json, args.storage_option)
     if args.scheduler is not None and (args.workers or args.threads or args.memory_limit):
         raise ValueError("--scheduler: give a scheduler or --workers/--threads, not both")
-    design = design_of(args)
     spectrum = None
     if args.spectrum is not None:
         try:
@@ -97,16 +96,7 @@ def run(args: argparse.Namespace) -> int:
         import zarr
 
         pilot = zarr.open_array(os.path.expanduser(args.pilot), mode="r")[:]
-    est = DPPCA(
-        n_components=args.n_components,
-        epsilon=args.epsilon,
-        delta=args.delta,
-        spatial_sign=args.spatial_sign,
-        radius=args.radius,
-        design=design,
-        calibration=args.calibration,
-        scheduler=args.scheduler,
-    )
+    est = DPPCA(**estimator_parameters(args), scheduler=args.scheduler)
     store = args.store if is_url(args.store) else os.path.expanduser(args.store)
     cluster = {}
     if args.workers is not None or args.threads is not None or args.memory_limit is not None:

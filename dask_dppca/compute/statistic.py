@@ -24,10 +24,15 @@ import dask
 import distributed
 
 from ..graph.scree import merge_partials
-from .failures import SchedulerLostError, killed_worker_error
+from .failures import (
+    SchedulerLostError,
+    is_scheduler_loss,
+    killed_worker_error,
+    scheduler_address,
+)
 from .placement import choose_placement, describe_placement, placement_available
 from .progress import cluster_progress, local_progress
-from .release import _scheduler_id
+from .release import _outcome, _scheduler_id
 from .site_ledger import charged_where_drawn
 from .target import ClusterTarget, ComputeTarget, LocalScheduler
 from .tickets import (
@@ -173,16 +178,16 @@ def release_statistic(
             ) from None
         except (ClusterStalledError, SchedulerLostError) as error:
             raise type(error)(f"{error}; {_outcome(release_future)}") from None
+        except BaseException as error:
+            if not is_scheduler_loss(error, client):
+                raise
+            raise SchedulerLostError(
+                f"{label}: the scheduler at {scheduler_address(client)} went away before the "
+                f"release finished; {_outcome(release_future)}"
+            ) from None
         finally:
             if release_future is not None:
                 release_future.release()
             for future in futures:
                 future.release()
     return result, described
-
-
-def _outcome(release_future: Any) -> str:
-    """What a failed release may have drawn."""
-    if release_future is None:
-        return "nothing was released and no noise was drawn"
-    return "the release was submitted and may have drawn its noise (it stays charged)"

@@ -410,7 +410,7 @@ class BudgetSplit:
         return rows
 
 
-#: The public default shares of an analysis (issue 22): directions 1/2, scree 1/4, score map 1/4.
+#: The public default shares of an analysis: directions 1/2, scree 1/4, score map 1/4.
 DEFAULT_SHARES: Mapping[str, float] = {"directions": 0.5, "scree": 0.25, "score_map": 0.25}
 
 
