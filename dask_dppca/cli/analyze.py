@@ -161,8 +161,14 @@ def run(args: argparse.Namespace) -> int:
         check_writable(
             args.report, None, name="--report", overwrite=args.force, overwrite_hint=FORCE_HINT
         )
-    if args.plots is not None and not os.path.isdir(args.plots):
-        raise ValueError(f"--plots: {args.plots!r} is not an existing folder")
+    if args.plots is not None:  # checked before anything is read
+        plots = os.path.expanduser(args.plots)
+        parent = os.path.dirname(os.path.abspath(plots))
+        if os.path.exists(plots) and not os.path.isdir(plots):
+            raise ValueError(f"--plots: {args.plots!r} is a file, not a folder")
+        if not os.path.isdir(parent):
+            raise ValueError(f"--plots: the folder {parent!r} that would hold it does not exist")
+        args.plots = plots
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     store = os.path.expanduser(args.store)
     if args.groups is not None and args.no_score_map:
@@ -216,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
 
         from ..score_plots import plot_synthetic
 
+        os.makedirs(args.plots, exist_ok=True)
         figures = [(kind, result.plot_scree(kind=kind).figure) for kind in SCREE_PLOTS]
         if result.score_map is not None:
             figures.append(("score_map", result.plot_scores(by_group=False)))

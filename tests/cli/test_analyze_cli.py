@@ -17,7 +17,7 @@ from tests.cli import CONSOLE_SCRIPT, write_labels, write_store
 def test_analyze_as_typed_writes_the_result_and_the_plots(tmp_path):
     store = write_store(tmp_path / "x.zarr", n=2000, d=4)
     codes = write_labels(tmp_path / "labels.zarr", n=2000)  # 3 is outside the domain
-    (tmp_path / "plots").mkdir()
+    # plots/ does not exist yet: the README's line creates it, as a user types it
     done = subprocess.run(
         f"{CONSOLE_SCRIPT} analyze x.zarr -k 2 --epsilon 3 --delta 1e-5 "
         "--output result.json --plots plots --groups labels.zarr --group-domain 0,1,2".split(),
