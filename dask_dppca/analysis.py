@@ -45,12 +45,15 @@ from .privacy.scree import (
     CLIP_MULTIPLE,
     HUBER_MULTIPLE,
     METHODS,
+    WINSOR_LEVEL,
     GaussianStatistic,
     PairQuantiles,
     gaussian_consistent_winsorized,
+    huber_ranges,
     monotone,
     opendp_selector,
     robust_from_quantile,
+    winsorizing_level,
 )
 from .score_map_stage import PrivateScoreMapStage, plot_scores, resample_synthetic, resolve_groups
 from .validation import integer_at_least
@@ -59,12 +62,10 @@ __all__ = ["PrivateAnalysis", "ScoreMapStage", "analyze"]
 
 logger = logging.getLogger(__name__)
 
-#: Winsorizing level of the winsorized scree mean: pair terms above their private
-#: ``1 - WINSOR_LEVEL`` quantile are set to it, and the mean is made consistent at the
-#: Gaussian (:func:`~dask_dppca.privacy.scree.gaussian_consistent_winsorized`).
-WINSOR_LEVEL = 0.1
-#: Noisy gradient steps of the Huber scree estimator.
-HUBER_STEPS = 2
+#: Noisy steps of the Huber scree estimator: one.  With the lower clamp idle (see
+#: ``HUBER_MULTIPLE``) a step from ``m`` lands at ``E min(s, m + tau)`` whatever ``m``;
+#: a second step only moves the clamp by ``m_2 - m_1`` and halves each step's budget.
+HUBER_STEPS = 1
 #: Weights of the scree stage's parts (public): each quantile 1, the means these.
 SCREE_WEIGHTS = {"clipped": 8.0, "winsorized": 4.0, "huber": 4.0}
 _FORMAT = "dask-dppca private analysis 1"
@@ -679,7 +680,7 @@ def _scree_stage(
     if "robust" in methods:
         values["robust"] = robust.tolist()
     clip = np.concatenate([CLIP_MULTIPLE * robust, [CLIP_MULTIPLE * robust_trace]])
-    upper = np.array([r[1] ** 2 / 2.0 for r in released[:k]]) if winsorized else None
+    upper = np.array([winsorizing_level(r[1]) for r in released[:k]]) if winsorized else None
     huber = "huber" in methods
     tau = HUBER_MULTIPLE * robust
     centre = robust.copy()
@@ -707,7 +708,11 @@ def _scree_stage(
     huber_mu = float(split.part("scree", "huber").mu) if huber else 0.0
     if huber:
         mechanisms.append(
-            ("huber", statistic("huber step 1", 2 * tau, huber_mu), slice(start, start + k))
+            (
+                "huber",
+                statistic("huber step 1", huber_ranges(centre, tau), huber_mu),
+                slice(start, start + k),
+            )
         )
 
     def release_means(total):
@@ -745,7 +750,7 @@ def _scree_stage(
                 centre = centre + noisy
     if huber:
         for step in range(2, HUBER_STEPS + 1):
-            mech = statistic(f"huber step {step}", 2 * tau, huber_mu)
+            mech = statistic(f"huber step {step}", huber_ranges(centre, tau), huber_mu)
 
             def release_step(total, mech=mech):
                 return mech.release(total.to_float()[k + 1 :])

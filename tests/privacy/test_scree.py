@@ -28,13 +28,18 @@ from dask_dppca.privacy.calibration import gaussian_dp_epsilon
 from dask_dppca.privacy.noise import OpenDPSampler
 from dask_dppca.privacy.parts import GaussianPart, PureDPPart
 from dask_dppca.privacy.scree import (
+    CLIP_MULTIPLE,
+    WINSOR_FACTOR,
+    WINSOR_LEVEL,
     GaussianStatistic,
     PairQuantiles,
     gaussian_consistent_winsorized,
+    huber_ranges,
     monotone,
     opendp_epsilon,
     opendp_selector,
     robust_from_quantile,
+    winsorizing_level,
 )
 
 RNG = np.random.default_rng(20261201)  # test data only
@@ -167,7 +172,8 @@ def test_sums_move_by_at_most_their_claimed_sensitivity(case):
     clip = np.array([1.0, 2.0, 3.0])
     upper, centre, tau = np.array([0.5, 4.0]), np.array([0.1, 1.0]), np.array([0.2, 2.0])
     n_pairs, degree = scree_design((256,))
-    ranges = np.concatenate([clip, upper, 2 * tau])
+    # The Huber terms' width is tau + m (m < tau here), not 2 tau: the terms are >= -m.
+    ranges = np.concatenate([clip, upper, huber_ranges(centre, tau)])
     mech = GaussianStatistic(
         "all", tuple(ranges), 1.0, n_pairs, degree, summation_slack(n_pairs), OpenDPSampler()
     )
@@ -177,6 +183,33 @@ def test_sums_move_by_at_most_their_claimed_sensitivity(case):
     assert np.max(ratio) <= 1.0
     if case == "far-vs-cluster":
         assert np.max(ratio) > 0.99  # the worst case is reached
+
+
+def test_huber_ranges_cover_every_term_and_are_reached():
+    """The Huber terms ``clamp(s - m, -tau, tau)`` of pair terms ``s >= 0`` (0, tiny,
+    huge, non-finite) lie in an interval of the claimed width, for centres below 0,
+    between 0 and tau and above tau; a width of tau (less than claimed) is exceeded."""
+    tau = np.full(5, 2.0)
+    centre = np.array([-3.0, -0.5, 0.0, 0.7, 5.0])
+    width = huber_ranges(centre, tau)
+    assert width.tolist() == [2.0, 2.0, 2.0, 2.7, 4.0]
+    v = np.eye(5)
+    data = np.zeros((6, 5))
+    data[1] = 1e-300
+    data[2] = 0.3
+    data[3] = 1e200
+    data[4] = np.inf
+    data[5] = np.nan
+    terms = []
+    for a in range(6):
+        for b in range(a + 1, 6):
+            pair = data[[a, b]]
+            terms.append(block_sums(pair, v, np.ones(5), None, centre, tau).to_float()[5:])
+    terms = np.array(terms)
+    spread = terms.max(axis=0) - terms.min(axis=0)
+    assert np.all(spread <= width)
+    assert spread[3] == pytest.approx(width[3]) and spread[4] == pytest.approx(width[4])
+    assert spread[3] > tau[3]  # a width of tau alone would be broken
 
 
 @pytest.mark.parametrize("case", list(_hostile_neighbours(256, 3)))
@@ -249,8 +282,9 @@ def test_gaussian_scree_release_audit(broken, term):
     neighbours; the half-noise version must be caught."""
     s, s_prime = _hostile_neighbours(128, 2)["far-vs-cluster"]
     v = _directions(2, 1)
-    clip, upper, centre, tau = np.array([1.0]), np.array([0.5]), np.array([0.2]), np.array([0.2])
-    index, width = {"clipped": (0, 1.0), "winsorized": (1, 0.5), "huber": (2, 0.4)}[term]
+    clip, upper, centre, tau = np.array([1.0]), np.array([0.5]), np.array([0.1]), np.array([0.3])
+    huber_width = float(huber_ranges(centre, tau)[0])  # tau + m = 0.4, not 2 tau = 0.6
+    index, width = {"clipped": (0, 1.0), "winsorized": (1, 0.5), "huber": (2, huber_width)}[term]
     n_pairs, degree = scree_design((128,))
     cls = BrokenHalfNoise if broken else GaussianStatistic
     mech = cls(term, (width,), 0.5, n_pairs, degree, summation_slack(n_pairs), OpenDPSampler())
@@ -332,6 +366,15 @@ def test_robust_and_winsorized_are_consistent_at_the_gaussian():
     assert gaussian_consistent_winsorized(
         float(np.minimum(s, upper).mean()), upper
     ) == pytest.approx(lam, rel=0.01)
+
+
+def test_the_winsorizing_level_is_the_clip_level_at_the_gaussian():
+    """Public constants: U from the released 1 - WINSOR_LEVEL quantile of |dy| is
+    CLIP_MULTIPLE lambda at the Gaussian (no data read)."""
+    lam = 3.0
+    q = stats.norm.ppf(1 - WINSOR_LEVEL / 2) * math.sqrt(2 * lam)
+    assert winsorizing_level(q) == pytest.approx(CLIP_MULTIPLE * lam, rel=1e-12)
+    assert WINSOR_LEVEL == 0.1 and WINSOR_FACTOR == pytest.approx(1.8239, abs=1e-4)
 
 
 def test_robust_ratios_are_consistent_on_cauchy_data():
