@@ -4,16 +4,20 @@ For tiles of rows A and B and weights ``W_ij = w(||t_ij||^2)`` the loop accumula
 
     S = 1/2 [A^T diag(W 1) A + B^T diag(W^T 1) B - A^T W B - (A^T W B)^T]
 
-from ``A B^T`` (the squared distances) and ``[B 1]^T W^T`` (the partner sums and the
-weight sums at once).  One fused numba pass per tile turns ``A B^T`` into weights and
-marks the ill-conditioned pairs for the exact path (:mod:`.exact_path`).  Scratch is
+from ``A B^T`` (the squared distances) and ``B^T W^T`` (the partner sums).  One fused
+numba pass per tile turns ``A B^T`` into weights, marks the ill-conditioned pairs for
+the exact path (:mod:`.exact_path`) and adds up the weights by row (``W 1``) and by
+column (``W^T 1``).  The row sums once came from a row of ones under ``B^T`` in the
+second product; that one extra row costs BLAS a whole partial micro-tile (measured: a
+(33 x 512) @ (512 x 512) product takes about 1.2x the time of a (32 x 512) one), while
+the fused pass reads each weight from L1 right after writing it.  Scratch is
 O(tile_rows^2 + tile_rows d + d^2), kept by each thread from one call to the next.
 
 Every sum is accumulated as :func:`~.rounding.rounding_error_bound` counts it: within a
 tile pair (at most T terms deep), then tile pair by tile pair (at most B / T more).
-The column weight sums ``c = W^T 1`` too: the fused pass adds a tile pair's weights into
-a zeroed tile-sized buffer, which is then added to the block's running sums, exactly
-like ``W 1`` that the second product gives per tile pair.
+The weight sums too: the fused pass sums a tile pair's weights by row (``W 1``, at most T
+terms, in any order) and adds them by column into a zeroed tile-sized buffer
+(``W^T 1``); both are then added to the block's running sums, a tile pair at a time.
 """
 
 from __future__ import annotations
@@ -99,13 +103,13 @@ class Side:
 
 
 class _TileSlot:
-    """Buffers of one loaded tile: rows, columns with ones, squared norms, partner sums."""
+    """Buffers of one loaded tile: rows, columns, squared norms, partner and weight sums."""
 
     def __init__(self, tile: int, d: int) -> None:
         self.d = d
         self.memory: list[NDArray[np.float64]] = [
             np.empty(tile * d),
-            np.empty(tile * (d + 1)),
+            np.empty(tile * d),
             np.empty(tile),
             np.empty(tile * (d + 1)),
         ]
@@ -121,7 +125,7 @@ class _TileSlot:
         m, d = stop - start, self.d
         rows, cols, norm2, partners = self.memory
         self.rows = rows[: m * d].reshape(m, d)
-        self.cols = cols[: m * (d + 1)].reshape(d + 1, m)
+        self.cols = cols[: m * d].reshape(d, m)
         self.norm2 = norm2[:m]
         self.partners = partners[: m * (d + 1)].reshape(d + 1, m)  # [W B | W 1]^T
         self.partners[:] = 0.0
@@ -135,10 +139,9 @@ class _TileSlot:
 class TileSummer:
     """The tile loop of one class pair, with scratch buffers reused across tiles.
 
-    A loaded tile is kept twice: as rows (m x d) and as columns with a row of ones
-    ((d + 1) x m), so that both products run on contiguous operands:
-    ``W = A B^T`` is rows times columns, and ``[W B | W 1]^T = [B | 1]^T W^T`` is
-    columns times ``W^T`` (faster in BLAS than ``W [B 1]`` with its d + 1 columns).
+    A loaded tile is kept twice: as rows (m x d) and as columns (d x m), so that both
+    products run on contiguous operands: ``W = A B^T`` is rows times columns, and
+    ``(W B)^T = B^T W^T`` is columns times ``W^T`` (faster in BLAS than ``W B``).
     Tiles of A are taken ``BAND_TILES`` at a time, so each tile of B is loaded once
     per band rather than once per tile.  A diagonal tile (pairs i < j of one tile) is
     split in halves (see ``_DIAGONAL_SPLIT_FLOPS``), so that little of its product is
@@ -151,7 +154,14 @@ class TileSummer:
         self.radius2x2 = 2.0 * (spatial_sign.radius or 0.0) ** 2
         self.d = d
         self.tile = tile
-        self.weights, self.product, self.side, self.tile_colsum, self.slots = _scratch(tile, d)
+        (
+            self.weights,
+            self.product,
+            self.side,
+            self.tile_colsum,
+            self.tile_rowsum,
+            self.slots,
+        ) = _scratch(tile, d)
         self.diagonal_rows = max(32, int(math.sqrt(_DIAGONAL_SPLIT_FLOPS / d)))
 
     def run(
@@ -162,7 +172,13 @@ class TileSummer:
         Rows are centred and multiplied by ``2^exponent``; the fast-path weights are
         ``w(||t'||^2 / s^2) / s^2`` for ``s = 2^exponent``, so the sums come out unscaled.
         """
-        d, tile = self.d, self.tile
+        d = self.d
+        # Tiles of equal size, at most self.tile rows: a block of 2667 rows is 6 tiles of
+        # 445, not 5 of 512 and a thin one of 107 that costs a pass over every tile of the
+        # other side at a low GEMM rate.  As many tiles as with self.tile, no larger: the
+        # depth rounding_error_bound counts (2 T + 2 ceil(B / T)) still bounds it.
+        tile_a = _even_tile(len(side_a), self.tile)
+        tile_b = tile_a if within else _even_tile(len(side_b), self.tile)
         scale = math.ldexp(1.0, exponent)
         # 1/s^2 caps winsor's weight (t inside the radius) and is identity's weight.
         cap = math.ldexp(1.0, -2 * exponent) if -2 * exponent < 1024 else math.inf
@@ -172,19 +188,19 @@ class TileSummer:
         # and for two blocks M += B^T diag(c/2) B (r = W 1, c = W^T 1).
         twice_sym = np.zeros((d, d))
         exact = np.zeros((d, d))
-        band_rows = tile * BAND_TILES
+        band_rows = tile_a * BAND_TILES
         for band0 in range(0, len(side_a), band_rows):
-            starts = range(band0, min(band0 + band_rows, len(side_a)), tile)
+            starts = range(band0, min(band0 + band_rows, len(side_a)), tile_a)
             band = [
-                slot.load(side_a, i0, min(i0 + tile, len(side_a)), centre, scale)
+                slot.load(side_a, i0, min(i0 + tile_a, len(side_a)), centre, scale)
                 for slot, i0 in zip(self.slots, starts)
             ]
-            for j0 in range(band0 if within else 0, len(side_b), tile):
+            for j0 in range(band0 if within else 0, len(side_b), tile_b):
                 if within and j0 < band0 + band_rows:
-                    b_tile = band[(j0 - band0) // tile]  # already loaded
+                    b_tile = band[(j0 - band0) // tile_a]  # already loaded
                 else:
                     b_tile = self.slots[-1].load(
-                        side_b, j0, min(j0 + tile, len(side_b)), centre, scale
+                        side_b, j0, min(j0 + tile_b, len(side_b)), centre, scale
                     )
                 for a_tile in band:
                     if within and j0 == a_tile.start:
@@ -199,8 +215,10 @@ class TileSummer:
                     half_weight += 0.5 * colsum[a_tile.start : a_tile.stop]
                 twice_sym += self._side(a_tile, half_weight, subtract=True) @ a_tile.rows
         if not within:
-            for j0 in range(0, len(side_b), tile):
-                b_tile = self.slots[-1].load(side_b, j0, min(j0 + tile, len(side_b)), centre, scale)
+            for j0 in range(0, len(side_b), tile_b):
+                b_tile = self.slots[-1].load(
+                    side_b, j0, min(j0 + tile_b, len(side_b)), centre, scale
+                )
                 twice_sym += self._side(b_tile, 0.5 * colsum[j0 : b_tile.stop]) @ b_tile.rows
         return 0.5 * (twice_sym + twice_sym.T) + exact
 
@@ -240,7 +258,8 @@ class TileSummer:
         diagonal: bool = False,
     ) -> NDArray[np.float64] | float:
         """Add ``[W B | W 1]^T`` of rows ``a_lo:a_hi`` x ``b_lo:b_hi`` of two loaded tiles
-        to the first one's partner sums; return the exact-path sum (0.0 when no pair takes it).
+        to the first one's partner and weight sums; return the exact-path sum (0.0 when no
+        pair takes it).
         """
         pair = self.pair
         side_a, side_b, colsum = pair.side_a, pair.side_b, pair.colsum
@@ -249,11 +268,12 @@ class TileSummer:
         j0, j1 = b_tile.start + b_lo, b_tile.start + b_hi
         weights = self.weights[: (i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
         cols_b = b_tile.cols[:, b_lo:b_hi]
-        np.matmul(a_tile.rows[a_lo:a_hi], cols_b[:d], out=weights)
-        # This tile pair's column weight sums (at most T terms deep), added to the block's
-        # running sums once: the depth rounding_error_bound counts, T + B / T.
+        np.matmul(a_tile.rows[a_lo:a_hi], cols_b, out=weights)
+        # This tile pair's row and column weight sums (at most T terms deep), added to the
+        # block's running sums once: the depth rounding_error_bound counts, T + B / T.
         tile_colsum = self.tile_colsum[: j1 - j0]
         tile_colsum[:] = 0.0
+        tile_rowsum = self.tile_rowsum[: i1 - i0]
         n_exact = _fast_path_weights(
             weights,
             a_tile.norm2[a_lo:a_hi],
@@ -265,16 +285,23 @@ class TileSummer:
             pair.cap,
             self.radius2x2,
             tile_colsum,
+            tile_rowsum,
         )
         exact = self._exact_pairs(weights, side_a, i0, side_b, j0) if n_exact else 0.0
         if self.kind == WeightKind.SQUARED_NORM:
             self._custom_weights(
-                weights, side_a.count[i0:i1], side_b.count[j0:j1], pair.scale, tile_colsum
+                weights,
+                side_a.count[i0:i1],
+                side_b.count[j0:j1],
+                pair.scale,
+                tile_colsum,
+                tile_rowsum,
             )
         colsum[j0:j1] += tile_colsum
-        product = self.product[: (d + 1) * (i1 - i0)].reshape(d + 1, i1 - i0)
+        product = self.product[: d * (i1 - i0)].reshape(d, i1 - i0)
         np.matmul(cols_b, weights.T, out=product)
-        a_tile.partners[:, a_lo:a_hi] += product
+        a_tile.partners[:d, a_lo:a_hi] += product
+        a_tile.partners[d, a_lo:a_hi] += tile_rowsum
         return exact
 
     def _exact_pairs(
@@ -300,9 +327,11 @@ class TileSummer:
         count_b: NDArray[np.float64],
         scale: float,
         colsum: NDArray[np.float64],
+        rowsum: NDArray[np.float64],
     ) -> None:
         """A custom xi is plain Python: weights ``xi(||t'|| / s)^2 / ||t'||^2`` from the
-        squared norms the fused pass left, a few rows at a time (small temporaries).
+        squared norms the fused pass left, a few rows at a time (small temporaries), and
+        their sums by column (added to ``colsum``) and by row (written to ``rowsum``).
         """
         strip = max(1, _CUSTOM_STRIP_ELEMENTS // max(weights.shape[1], 1))
         for r0 in range(0, weights.shape[0], strip):
@@ -314,6 +343,16 @@ class TileSummer:
                 part[kept] = xi * xi / s2
             part *= count_a[r0 : r0 + strip, None] * count_b[None, :]
         colsum += weights.sum(axis=0)
+        weights.sum(axis=1, out=rowsum)
+
+
+def _even_tile(rows: int, tile: int) -> int:
+    """The size of ``ceil(rows / tile)`` tiles of equal size (within one row) covering
+    ``rows``: at most ``tile``."""
+    if rows <= tile:
+        return max(rows, 1)
+    count = -(-rows // tile)
+    return -(-rows // count)
 
 
 _thread_scratch = threading.local()
@@ -324,19 +363,21 @@ _Scratch = tuple[
     NDArray[np.float64],
     NDArray[np.float64],
     NDArray[np.float64],
+    NDArray[np.float64],
     list[_TileSlot],
 ]
 
 
 def _scratch(tile: int, d: int) -> _Scratch:
-    """The tile loop's buffers (weights, product, side, a tile pair's column weight sums,
-    tile slots), kept by each thread from one
+    """The tile loop's buffers (weights, product, side, a tile pair's column and row weight
+    sums, tile slots), kept by each thread from one
     call to the next: allocating and first touching a few MiB per block pair costs about
     a millisecond, as much as a small block's pairs.  Within the memory budget either way.
     """
     kept: (
         tuple[
             tuple[int, int],
+            NDArray[np.float64],
             NDArray[np.float64],
             NDArray[np.float64],
             NDArray[np.float64],
@@ -350,8 +391,9 @@ def _scratch(tile: int, d: int) -> _Scratch:
         kept = (
             (tile, d),
             np.empty(tile * tile),
-            np.empty(tile * (d + 1)),
             np.empty(tile * d),
+            np.empty(tile * d),
+            np.empty(tile),
             np.empty(tile),
             [_TileSlot(tile, d) for _ in range(BAND_TILES + 1)],
         )
@@ -370,8 +412,8 @@ def _load_tile(
     norm2: NDArray[np.float64],
 ) -> None:  # pragma: no cover
     """``out_rows = (rows[index] - centre) * scale`` (as ``x s - c s`` when s < 1, so
-    nothing overflows), ``out_cols`` its transpose with a last row of ones, and the
-    squared norms of the scaled rows.
+    nothing overflows), ``out_cols`` its transpose, and the squared norms of the scaled
+    rows.
     """
     d = rows.shape[1]
     shifted = centre * scale
@@ -383,7 +425,6 @@ def _load_tile(
         else:
             for k in range(d):
                 out_rows[r, k] = (row[k] - centre[k]) * scale
-        out_cols[d, r] = 1.0
     for r0 in range(0, index.shape[0], 16):  # transposed in blocks of rows (cache)
         for k in range(d):
             for r in range(r0, min(r0 + 16, index.shape[0])):
@@ -415,11 +456,13 @@ def _fast_path_weights(
     cap: float,
     radius2x2: float,
     colsum: NDArray[np.float64],
+    rowsum: NDArray[np.float64],
 ) -> int:  # pragma: no cover - compiled
     # One pass over the tile (the element-wise work would otherwise cost ~10 numpy
     # passes): prod[i, j] holds a_i . b_j on entry and the pair weight (times the two
     # multiplicities) on exit; -1 marks a pair for the exact path.  For a custom xi
-    # (_SQUARED_NORM) it leaves ||t'||^2 instead, unweighted, and colsum is not touched.
+    # (_SQUARED_NORM) it leaves ||t'||^2 instead, unweighted, and neither colsum nor
+    # rowsum is touched.  rowsum[i] is set to the sum of row i's fast-path weights.
     # The inner loop has no branch on the data and runs over slices from index 0
     # (a loop from a variable start defeats numba's proof that indices are >= 0):
     # it vectorises, ~5x faster.
@@ -455,4 +498,18 @@ def _fast_path_weights(
                 row_colsum[j] += weight if fast else 0.0
             row[j] = weight if fast else -1.0
             n_exact += 0 if fast else 1
+        if kind != _SQUARED_NORM:
+            rowsum[i] = _fast_weight_sum(row)
     return n_exact
+
+
+@njit(nogil=True, fastmath={"reassoc"})
+def _fast_weight_sum(row: NDArray[np.float64]) -> float:  # pragma: no cover - compiled
+    # The row's fast-path weights (>= 0; -1 marks an exact-path pair), summed in any order
+    # (reassoc lets it vectorise, where a sum in the fused loop would stop that loop
+    # vectorising): at most len(row) roundings, the depth rounding_error_bound counts.
+    # A separate function, so that reassoc applies to this sum only.
+    total = 0.0
+    for j in range(row.shape[0]):
+        total += max(row[j], 0.0)
+    return total
