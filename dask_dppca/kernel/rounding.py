@@ -73,8 +73,7 @@ def tile_scratch_bytes(tile_rows: int, n_features: int) -> int:
 
 def _scratch_terms(n_features: int) -> tuple[int, int]:
     # per tile row: the band's loaded tiles and one of B (rows, columns, norms, partner
-    # and weight sums: 3 d + 2 floats each, counted as 3 d + 3), the B^T W^T product, the
-    # row weight sums and the side buffer (d, 1, d)
+    # sums: 3 d + 3 floats each), the [B 1]^T W^T product and the side buffer (d + 1, d)
     per_row = 8 * ((BAND_TILES + 1) * (3 * n_features + 3) + 2 * n_features + 1)
     fixed = 8 * 4 * n_features * n_features
     return per_row, fixed

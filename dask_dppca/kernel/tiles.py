@@ -4,20 +4,16 @@ For tiles of rows A and B and weights ``W_ij = w(||t_ij||^2)`` the loop accumula
 
     S = 1/2 [A^T diag(W 1) A + B^T diag(W^T 1) B - A^T W B - (A^T W B)^T]
 
-from ``A B^T`` (the squared distances) and ``B^T W^T`` (the partner sums).  One fused
-numba pass per tile turns ``A B^T`` into weights, marks the ill-conditioned pairs for
-the exact path (:mod:`.exact_path`) and adds up the weights by row (``W 1``) and by
-column (``W^T 1``).  The row sums once came from a row of ones under ``B^T`` in the
-second product; that one extra row costs BLAS a whole partial micro-tile (measured: a
-(33 x 512) @ (512 x 512) product takes about 1.2x the time of a (32 x 512) one), while
-the fused pass reads each weight from L1 right after writing it.  Scratch is
+from ``A B^T`` (the squared distances) and ``[B 1]^T W^T`` (the partner sums and the
+weight sums at once).  One fused numba pass per tile turns ``A B^T`` into weights and
+marks the ill-conditioned pairs for the exact path (:mod:`.exact_path`).  Scratch is
 O(tile_rows^2 + tile_rows d + d^2), kept by each thread from one call to the next.
 
 Every sum is accumulated as :func:`~.rounding.rounding_error_bound` counts it: within a
 tile pair (at most T terms deep), then tile pair by tile pair (at most B / T more).
-The weight sums too: the fused pass sums a tile pair's weights by row (``W 1``, at most T
-terms, in any order) and adds them by column into a zeroed tile-sized buffer
-(``W^T 1``); both are then added to the block's running sums, a tile pair at a time.
+The column weight sums ``c = W^T 1`` too: the fused pass adds a tile pair's weights into
+a zeroed tile-sized buffer, which is then added to the block's running sums, exactly
+like ``W 1`` that the second product gives per tile pair.
 """
 
 from __future__ import annotations
@@ -103,13 +99,13 @@ class Side:
 
 
 class _TileSlot:
-    """Buffers of one loaded tile: rows, columns, squared norms, partner and weight sums."""
+    """Buffers of one loaded tile: rows, columns with ones, squared norms, partner sums."""
 
     def __init__(self, tile: int, d: int) -> None:
         self.d = d
         self.memory: list[NDArray[np.float64]] = [
             np.empty(tile * d),
-            np.empty(tile * d),
+            np.empty(tile * (d + 1)),
             np.empty(tile),
             np.empty(tile * (d + 1)),
         ]
@@ -125,7 +121,7 @@ class _TileSlot:
         m, d = stop - start, self.d
         rows, cols, norm2, partners = self.memory
         self.rows = rows[: m * d].reshape(m, d)
-        self.cols = cols[: m * d].reshape(d, m)
+        self.cols = cols[: m * (d + 1)].reshape(d + 1, m)
         self.norm2 = norm2[:m]
         self.partners = partners[: m * (d + 1)].reshape(d + 1, m)  # [W B | W 1]^T
         self.partners[:] = 0.0
@@ -139,9 +135,10 @@ class _TileSlot:
 class TileSummer:
     """The tile loop of one class pair, with scratch buffers reused across tiles.
 
-    A loaded tile is kept twice: as rows (m x d) and as columns (d x m), so that both
-    products run on contiguous operands: ``W = A B^T`` is rows times columns, and
-    ``(W B)^T = B^T W^T`` is columns times ``W^T`` (faster in BLAS than ``W B``).
+    A loaded tile is kept twice: as rows (m x d) and as columns with a row of ones
+    ((d + 1) x m), so that both products run on contiguous operands:
+    ``W = A B^T`` is rows times columns, and ``[W B | W 1]^T = [B | 1]^T W^T`` is
+    columns times ``W^T`` (faster in BLAS than ``W [B 1]`` with its d + 1 columns).
     Tiles of A are taken ``BAND_TILES`` at a time, so each tile of B is loaded once
     per band rather than once per tile.  A diagonal tile (pairs i < j of one tile) is
     split in halves (see ``_DIAGONAL_SPLIT_FLOPS``), so that little of its product is
@@ -154,14 +151,7 @@ class TileSummer:
         self.radius2x2 = 2.0 * (spatial_sign.radius or 0.0) ** 2
         self.d = d
         self.tile = tile
-        (
-            self.weights,
-            self.product,
-            self.side,
-            self.tile_colsum,
-            self.tile_rowsum,
-            self.slots,
-        ) = _scratch(tile, d)
+        self.weights, self.product, self.side, self.tile_colsum, self.slots = _scratch(tile, d)
         self.diagonal_rows = max(32, int(math.sqrt(_DIAGONAL_SPLIT_FLOPS / d)))
 
     def run(
@@ -258,8 +248,7 @@ class TileSummer:
         diagonal: bool = False,
     ) -> NDArray[np.float64] | float:
         """Add ``[W B | W 1]^T`` of rows ``a_lo:a_hi`` x ``b_lo:b_hi`` of two loaded tiles
-        to the first one's partner and weight sums; return the exact-path sum (0.0 when no
-        pair takes it).
+        to the first one's partner sums; return the exact-path sum (0.0 when no pair takes it).
         """
         pair = self.pair
         side_a, side_b, colsum = pair.side_a, pair.side_b, pair.colsum
@@ -268,12 +257,11 @@ class TileSummer:
         j0, j1 = b_tile.start + b_lo, b_tile.start + b_hi
         weights = self.weights[: (i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
         cols_b = b_tile.cols[:, b_lo:b_hi]
-        np.matmul(a_tile.rows[a_lo:a_hi], cols_b, out=weights)
-        # This tile pair's row and column weight sums (at most T terms deep), added to the
-        # block's running sums once: the depth rounding_error_bound counts, T + B / T.
+        np.matmul(a_tile.rows[a_lo:a_hi], cols_b[:d], out=weights)
+        # This tile pair's column weight sums (at most T terms deep), added to the block's
+        # running sums once: the depth rounding_error_bound counts, T + B / T.
         tile_colsum = self.tile_colsum[: j1 - j0]
         tile_colsum[:] = 0.0
-        tile_rowsum = self.tile_rowsum[: i1 - i0]
         n_exact = _fast_path_weights(
             weights,
             a_tile.norm2[a_lo:a_hi],
@@ -285,23 +273,16 @@ class TileSummer:
             pair.cap,
             self.radius2x2,
             tile_colsum,
-            tile_rowsum,
         )
         exact = self._exact_pairs(weights, side_a, i0, side_b, j0) if n_exact else 0.0
         if self.kind == WeightKind.SQUARED_NORM:
             self._custom_weights(
-                weights,
-                side_a.count[i0:i1],
-                side_b.count[j0:j1],
-                pair.scale,
-                tile_colsum,
-                tile_rowsum,
+                weights, side_a.count[i0:i1], side_b.count[j0:j1], pair.scale, tile_colsum
             )
         colsum[j0:j1] += tile_colsum
-        product = self.product[: d * (i1 - i0)].reshape(d, i1 - i0)
+        product = self.product[: (d + 1) * (i1 - i0)].reshape(d + 1, i1 - i0)
         np.matmul(cols_b, weights.T, out=product)
-        a_tile.partners[:d, a_lo:a_hi] += product
-        a_tile.partners[d, a_lo:a_hi] += tile_rowsum
+        a_tile.partners[:, a_lo:a_hi] += product
         return exact
 
     def _exact_pairs(
@@ -327,11 +308,9 @@ class TileSummer:
         count_b: NDArray[np.float64],
         scale: float,
         colsum: NDArray[np.float64],
-        rowsum: NDArray[np.float64],
     ) -> None:
         """A custom xi is plain Python: weights ``xi(||t'|| / s)^2 / ||t'||^2`` from the
-        squared norms the fused pass left, a few rows at a time (small temporaries), and
-        their sums by column (added to ``colsum``) and by row (written to ``rowsum``).
+        squared norms the fused pass left, a few rows at a time (small temporaries).
         """
         strip = max(1, _CUSTOM_STRIP_ELEMENTS // max(weights.shape[1], 1))
         for r0 in range(0, weights.shape[0], strip):
@@ -343,7 +322,6 @@ class TileSummer:
                 part[kept] = xi * xi / s2
             part *= count_a[r0 : r0 + strip, None] * count_b[None, :]
         colsum += weights.sum(axis=0)
-        weights.sum(axis=1, out=rowsum)
 
 
 def _even_tile(rows: int, tile: int) -> int:
@@ -363,21 +341,19 @@ _Scratch = tuple[
     NDArray[np.float64],
     NDArray[np.float64],
     NDArray[np.float64],
-    NDArray[np.float64],
     list[_TileSlot],
 ]
 
 
 def _scratch(tile: int, d: int) -> _Scratch:
-    """The tile loop's buffers (weights, product, side, a tile pair's column and row weight
-    sums, tile slots), kept by each thread from one
+    """The tile loop's buffers (weights, product, side, a tile pair's column weight sums,
+    tile slots), kept by each thread from one
     call to the next: allocating and first touching a few MiB per block pair costs about
     a millisecond, as much as a small block's pairs.  Within the memory budget either way.
     """
     kept: (
         tuple[
             tuple[int, int],
-            NDArray[np.float64],
             NDArray[np.float64],
             NDArray[np.float64],
             NDArray[np.float64],
@@ -391,9 +367,8 @@ def _scratch(tile: int, d: int) -> _Scratch:
         kept = (
             (tile, d),
             np.empty(tile * tile),
+            np.empty(tile * (d + 1)),
             np.empty(tile * d),
-            np.empty(tile * d),
-            np.empty(tile),
             np.empty(tile),
             [_TileSlot(tile, d) for _ in range(BAND_TILES + 1)],
         )
@@ -412,8 +387,8 @@ def _load_tile(
     norm2: NDArray[np.float64],
 ) -> None:  # pragma: no cover
     """``out_rows = (rows[index] - centre) * scale`` (as ``x s - c s`` when s < 1, so
-    nothing overflows), ``out_cols`` its transpose, and the squared norms of the scaled
-    rows.
+    nothing overflows), ``out_cols`` its transpose with a last row of ones, and the
+    squared norms of the scaled rows.
     """
     d = rows.shape[1]
     shifted = centre * scale
@@ -425,6 +400,7 @@ def _load_tile(
         else:
             for k in range(d):
                 out_rows[r, k] = (row[k] - centre[k]) * scale
+        out_cols[d, r] = 1.0
     for r0 in range(0, index.shape[0], 16):  # transposed in blocks of rows (cache)
         for k in range(d):
             for r in range(r0, min(r0 + 16, index.shape[0])):
@@ -456,13 +432,11 @@ def _fast_path_weights(
     cap: float,
     radius2x2: float,
     colsum: NDArray[np.float64],
-    rowsum: NDArray[np.float64],
 ) -> int:  # pragma: no cover - compiled
     # One pass over the tile (the element-wise work would otherwise cost ~10 numpy
     # passes): prod[i, j] holds a_i . b_j on entry and the pair weight (times the two
     # multiplicities) on exit; -1 marks a pair for the exact path.  For a custom xi
-    # (_SQUARED_NORM) it leaves ||t'||^2 instead, unweighted, and neither colsum nor
-    # rowsum is touched.  rowsum[i] is set to the sum of row i's fast-path weights.
+    # (_SQUARED_NORM) it leaves ||t'||^2 instead, unweighted, and colsum is not touched.
     # The inner loop has no branch on the data and runs over slices from index 0
     # (a loop from a variable start defeats numba's proof that indices are >= 0):
     # it vectorises, ~5x faster.
@@ -498,18 +472,4 @@ def _fast_path_weights(
                 row_colsum[j] += weight if fast else 0.0
             row[j] = weight if fast else -1.0
             n_exact += 0 if fast else 1
-        if kind != _SQUARED_NORM:
-            rowsum[i] = _fast_weight_sum(row)
     return n_exact
-
-
-@njit(nogil=True, fastmath={"reassoc"})
-def _fast_weight_sum(row: NDArray[np.float64]) -> float:  # pragma: no cover - compiled
-    # The row's fast-path weights (>= 0; -1 marks an exact-path pair), summed in any order
-    # (reassoc lets it vectorise, where a sum in the fused loop would stop that loop
-    # vectorising): at most len(row) roundings, the depth rounding_error_bound counts.
-    # A separate function, so that reassoc applies to this sum only.
-    total = 0.0
-    for j in range(row.shape[0]):
-        total += max(row[j], 0.0)
-    return total

@@ -855,8 +855,7 @@ def test_column_weight_sums_are_accumulated_as_the_rounding_bound_counts(monkeyp
     within a tile pair, then one addition per tile pair.  So every fused pass (and a custom
     xi's weights) must add its weights into a zeroed tile-sized buffer, never into the
     block's running column sums: those, added row after row over a whole block, were B
-    roundings deep (2170 u against 544 u counted at B = 16384).  The row sums (``W 1``)
-    likewise go to a tile pair's own buffer.  The result is unchanged."""
+    roundings deep (2170 u against 544 u counted at B = 16384).  The result is unchanged."""
     g, xi, _ = TRANSFORMS[name]
     tile, n = 16, 200  # 13 tiles: the running sums would grow across 12 of them
     seen = []
@@ -866,13 +865,13 @@ def test_column_weight_sums_are_accumulated_as_the_rounding_bound_counts(monkeyp
     )
 
     def checked_pass(prod, norm2_a, norm2_b, count_a, count_b, *rest):
-        colsum, rowsum = rest[-2:]
-        seen.append((prod.shape, len(colsum), bool(np.any(colsum)), len(rowsum)))
+        colsum = rest[-1]
+        seen.append((prod.shape, len(colsum), bool(np.any(colsum))))
         return fused_pass(prod, norm2_a, norm2_b, count_a, count_b, *rest)
 
-    def checked_custom(self, weights, count_a, count_b, scale, colsum, rowsum):
-        seen.append((weights.shape, len(colsum), bool(np.any(colsum)), len(rowsum)))
-        return custom_pass(self, weights, count_a, count_b, scale, colsum, rowsum)
+    def checked_custom(self, weights, count_a, count_b, scale, colsum):
+        seen.append((weights.shape, len(colsum), bool(np.any(colsum))))
+        return custom_pass(self, weights, count_a, count_b, scale, colsum)
 
     monkeypatch.setattr(tiles_module, "_fast_path_weights", checked_pass)
     monkeypatch.setattr(tiles_module.TileSummer, "_custom_weights", checked_custom)
@@ -881,8 +880,8 @@ def test_column_weight_sums_are_accumulated_as_the_rounding_bound_counts(monkeyp
     got = block_pair_sum(x, y, g, tile_rows=tile)
     assert relative_error(got, reference_pair_sum(x, y, xi=xi)) < TOL
     assert len(seen) >= 13 * 7
-    for shape, length, holds_earlier_sums, row_length in seen:
-        assert shape[0] <= tile and length == shape[1] <= tile and row_length == shape[0]
+    for shape, length, holds_earlier_sums in seen:
+        assert shape[0] <= tile and length == shape[1] <= tile
         assert not holds_earlier_sums, "weights added to the block's running column sums"
 
 
@@ -915,3 +914,15 @@ def test_rows_are_grouped_exactly_even_when_every_hash_collides():
     hashes = rows_module._row_hashes(x, finite)
     assert hashes[2] == hashes[3] == hashes[6] and len(set(hashes.tolist())) == 4
     assert np.array_equal(rows_module._group_rows(x, finite, hashes)[0], index)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 100_000), st.integers(16, 512))
+def test_tiles_are_of_equal_size_and_as_many_as_the_tile_size_gives(rows, tile):
+    """A block of 2667 rows at tiles of 512 is 6 tiles of 445 (never 5 and a thin one of
+    107); the count, hence the depth rounding_error_bound counts, is unchanged."""
+    size = tiles_module._even_tile(rows, tile)
+    count = math.ceil(rows / size)
+    assert size <= tile and count == math.ceil(rows / tile)
+    last = rows - (count - 1) * size
+    assert 1 <= last and last >= size - count  # the last tile is nearly as large
