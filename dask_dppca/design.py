@@ -328,13 +328,18 @@ def block_rows(n_samples: int, n_features: int, n_threads: int) -> int:
     give ``BLOCK_PAIRS_PER_THREAD`` block pairs per thread, as long as each block pair
     keeps ``MIN_BLOCK_PAIR_FLOPS`` of work, and never blocks above ``MAX_BLOCK_ROWS``
     rows or ``MAX_BLOCK_BYTES``; in whole kernel tiles where that keeps the count and
-    the last block at least half the others.
+    the last block at least half the others.  One thread has no other thread to balance
+    against: it gets one block while the rows fit in the largest block, since every
+    further block adds the d x d products of its block pairs and a graph task
+    (measured, n = 8000, d = 256, one thread: 3 blocks ran at 0.74 of GEMM, one block
+    at 0.86; benchmarks/bench_cores.py).
     """
     n, d = int(n_samples), max(int(n_features), 1)
     tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
     largest = max(tile, min(MAX_BLOCK_ROWS, MAX_BLOCK_BYTES // (8 * d)) // tile * tile)
     smallest = smallest_block_rows(d)
-    wanted = BLOCK_PAIRS_PER_THREAD * max(int(n_threads), 1)
+    threads = max(int(n_threads), 1)
+    wanted = 1 if threads == 1 else BLOCK_PAIRS_PER_THREAD * threads
     n_blocks = math.ceil((math.sqrt(8.0 * wanted + 1.0) - 1.0) / 2.0)  # B (B + 1) / 2 >= wanted
     n_blocks = max(min(n_blocks, n // smallest), math.ceil(n / largest), 1)
     if n_blocks == 1:

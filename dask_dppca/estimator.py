@@ -435,6 +435,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
             machine=model,
             spectrum=spectrum,
             df=df,
+            sampler=_noise_sampler(records.shape[1], params.random_state),
         )
         if check and not plan.fits:
             raise PlanDoesNotFitError(plan)

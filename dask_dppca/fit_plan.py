@@ -41,7 +41,7 @@ from .kernel import SpatialSign, tile_rows_for_budget, tile_scratch_bytes
 from .machine import MachineModel
 from .privacy import PrivacyTarget, ReleaseMechanism
 from .privacy.advice import release_warnings
-from .privacy.noise import default_sampler
+from .privacy.noise import NoiseSampler, default_sampler
 
 __all__ = ["EXACT_SUM_DIGITS", "FitPlan", "PlanDoesNotFitError", "plan_fit"]
 
@@ -157,6 +157,7 @@ def plan_fit(
     machine: MachineModel,
     spectrum: Any = None,
     df: float | None = None,
+    sampler: NoiseSampler | None = None,
 ) -> FitPlan:
     """The plan of a fit of ``records`` on a cluster of ``shape`` (public inputs only).
 
@@ -176,6 +177,9 @@ def plan_fit(
         accuracy is then predicted.
     df : float, optional
         The law of the utility model (multivariate t; None: Gaussian).
+    sampler : NoiseSampler, optional
+        The sampler the fit will draw with (its corrections move sigma); default
+        :func:`~dask_dppca.privacy.noise.default_sampler`, a real release's.
 
     Raises
     ------
@@ -195,7 +199,7 @@ def plan_fit(
     blocks = records.blocks(plan.block_sizes)  # lazy: the read tasks, no read
     layout = graph_layout(blocks, plan, threads)
     mechanism = ReleaseMechanism.plan_release(
-        chosen, plan, spatial_sign, target, default_sampler(d * (d + 1) // 2)
+        chosen, plan, spatial_sign, target, sampler or default_sampler(d * (d + 1) // 2)
     )
     storage, codec = _storage_and_codec(records, blocks)
     itemsize = int(np.dtype(records.dtype).itemsize)

@@ -162,7 +162,13 @@ class TileSummer:
         Rows are centred and multiplied by ``2^exponent``; the fast-path weights are
         ``w(||t'||^2 / s^2) / s^2`` for ``s = 2^exponent``, so the sums come out unscaled.
         """
-        d, tile = self.d, self.tile
+        d = self.d
+        # Tiles of equal size, at most self.tile rows: a block of 2667 rows is 6 tiles of
+        # 445, not 5 of 512 and a thin one of 107 that costs a pass over every tile of the
+        # other side at a low GEMM rate.  As many tiles as with self.tile, no larger: the
+        # depth rounding_error_bound counts (2 T + 2 ceil(B / T)) still bounds it.
+        tile_a = _even_tile(len(side_a), self.tile)
+        tile_b = tile_a if within else _even_tile(len(side_b), self.tile)
         scale = math.ldexp(1.0, exponent)
         # 1/s^2 caps winsor's weight (t inside the radius) and is identity's weight.
         cap = math.ldexp(1.0, -2 * exponent) if -2 * exponent < 1024 else math.inf
@@ -172,19 +178,19 @@ class TileSummer:
         # and for two blocks M += B^T diag(c/2) B (r = W 1, c = W^T 1).
         twice_sym = np.zeros((d, d))
         exact = np.zeros((d, d))
-        band_rows = tile * BAND_TILES
+        band_rows = tile_a * BAND_TILES
         for band0 in range(0, len(side_a), band_rows):
-            starts = range(band0, min(band0 + band_rows, len(side_a)), tile)
+            starts = range(band0, min(band0 + band_rows, len(side_a)), tile_a)
             band = [
-                slot.load(side_a, i0, min(i0 + tile, len(side_a)), centre, scale)
+                slot.load(side_a, i0, min(i0 + tile_a, len(side_a)), centre, scale)
                 for slot, i0 in zip(self.slots, starts)
             ]
-            for j0 in range(band0 if within else 0, len(side_b), tile):
+            for j0 in range(band0 if within else 0, len(side_b), tile_b):
                 if within and j0 < band0 + band_rows:
-                    b_tile = band[(j0 - band0) // tile]  # already loaded
+                    b_tile = band[(j0 - band0) // tile_a]  # already loaded
                 else:
                     b_tile = self.slots[-1].load(
-                        side_b, j0, min(j0 + tile, len(side_b)), centre, scale
+                        side_b, j0, min(j0 + tile_b, len(side_b)), centre, scale
                     )
                 for a_tile in band:
                     if within and j0 == a_tile.start:
@@ -199,8 +205,10 @@ class TileSummer:
                     half_weight += 0.5 * colsum[a_tile.start : a_tile.stop]
                 twice_sym += self._side(a_tile, half_weight, subtract=True) @ a_tile.rows
         if not within:
-            for j0 in range(0, len(side_b), tile):
-                b_tile = self.slots[-1].load(side_b, j0, min(j0 + tile, len(side_b)), centre, scale)
+            for j0 in range(0, len(side_b), tile_b):
+                b_tile = self.slots[-1].load(
+                    side_b, j0, min(j0 + tile_b, len(side_b)), centre, scale
+                )
                 twice_sym += self._side(b_tile, 0.5 * colsum[j0 : b_tile.stop]) @ b_tile.rows
         return 0.5 * (twice_sym + twice_sym.T) + exact
 
@@ -314,6 +322,15 @@ class TileSummer:
                 part[kept] = xi * xi / s2
             part *= count_a[r0 : r0 + strip, None] * count_b[None, :]
         colsum += weights.sum(axis=0)
+
+
+def _even_tile(rows: int, tile: int) -> int:
+    """The size of ``ceil(rows / tile)`` tiles of equal size (within one row) covering
+    ``rows``: at most ``tile``."""
+    if rows <= tile:
+        return max(rows, 1)
+    count = -(-rows // tile)
+    return -(-rows // count)
 
 
 _thread_scratch = threading.local()

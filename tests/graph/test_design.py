@@ -211,7 +211,10 @@ def test_block_rule_gives_work_to_every_thread_within_its_limits(n, d, threads):
         assert blocks[0] >= smallest  # every task worth its fixed cost
     n_block_pairs = len(blocks) * (len(blocks) + 1) // 2
     # enough block pairs for every thread, unless the blocks are already near the least work
-    assert n_block_pairs >= BLOCK_PAIRS_PER_THREAD * threads or blocks[0] < 2 * smallest
+    wanted = 1 if threads == 1 else BLOCK_PAIRS_PER_THREAD * threads
+    assert n_block_pairs >= wanted or blocks[0] < 2 * smallest
+    if threads == 1:  # nothing to balance: as few blocks as the largest block allows
+        assert len(blocks) == math.ceil(n / largest)
     assert len(complete_blocks(n, d, threads + 1)) >= len(blocks)  # more threads, more blocks
 
 
@@ -227,6 +230,8 @@ def test_block_rule_gives_work_to_every_thread_within_its_limits(n, d, threads):
         (16000, 32, 2, (4096, 4096, 4096, 3712)),
         (2000, 20, 2, (1024, 976)),
         (1000, 20, 2, (1000,)),  # too little work to split
+        (8000, 256, 1, (8000,)),  # one thread: one block while the rows fit in one
+        (40000, 32, 1, (13824, 13824, 12352)),  # three blocks of whole tiles
         (100_000, 64, 2, (14336,) * 6 + (13984,)),  # capped at 16384 rows
     ],
 )

@@ -914,3 +914,15 @@ def test_rows_are_grouped_exactly_even_when_every_hash_collides():
     hashes = rows_module._row_hashes(x, finite)
     assert hashes[2] == hashes[3] == hashes[6] and len(set(hashes.tolist())) == 4
     assert np.array_equal(rows_module._group_rows(x, finite, hashes)[0], index)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 100_000), st.integers(16, 512))
+def test_tiles_are_of_equal_size_and_as_many_as_the_tile_size_gives(rows, tile):
+    """A block of 2667 rows at tiles of 512 is 6 tiles of 445 (never 5 and a thin one of
+    107); the count, hence the depth rounding_error_bound counts, is unchanged."""
+    size = tiles_module._even_tile(rows, tile)
+    count = math.ceil(rows / size)
+    assert size <= tile and count == math.ceil(rows / tile)
+    last = rows - (count - 1) * size
+    assert 1 <= last and last >= size - count  # the last tile is nearly as large
