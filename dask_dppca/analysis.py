@@ -753,12 +753,13 @@ def _scree_stage(
             mech = statistic(f"huber step {step}", huber_ranges(centre, tau), huber_mu)
 
             def release_step(total, mech=mech):
-                return mech.release(total.to_float()[k + 1 :])
+                return mech.release(total.to_float())
 
+            # The Huber scores alone: the clipped sums were released with step 1.
             noisy, where = release_statistic(
                 target,
                 release_step,
-                scree_sums_graph(blocks, block_pairs, directions, clip, None, centre, tau),
+                scree_sums_graph(blocks, block_pairs, directions, None, None, centre, tau),
                 f"{analysis_id}-huber-{step}",
                 charge=mech,
                 **place,

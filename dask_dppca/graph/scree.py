@@ -138,7 +138,7 @@ def scree_sums_graph(
     data: da.Array,
     block_pairs: tuple[tuple[int, int], ...] | None,
     directions: np.ndarray,
-    clip: np.ndarray,
+    clip: np.ndarray | None,
     upper: np.ndarray | None = None,
     huber_centre: np.ndarray | None = None,
     huber_tau: np.ndarray | None = None,
@@ -146,7 +146,7 @@ def scree_sums_graph(
     token: str | None = None,
 ) -> list[Delayed]:
     """Lazy partial exact sums of the clipped, winsorized and Huber terms (see
-    :func:`~dask_dppca.kernel.scree_stats.block_sums`).
+    :func:`~dask_dppca.kernel.scree_stats.block_sums`; ``clip`` None: no clipped sums).
     """
     args = tuple(
         None if a is None else np.asarray(a, dtype=np.float64)

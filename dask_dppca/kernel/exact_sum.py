@@ -77,6 +77,39 @@ class ExactSum:
             total.special += other.special
         return total
 
+    @classmethod
+    def of_rows(cls, values: ArrayLike) -> ExactSum:
+        """The exact sum of the rows of a 2-D array (shape: a row's), as one sum.
+
+        The same total as adding the rows one by one with :meth:`plus`, in a few
+        vectorised steps: every entry is split into its digits at once, then groups of
+        :data:`_ROWS_PER_STEP` rows are added digit by digit (no int64 overflow: each
+        digit is below 2^60 in size) and carried, until one row is left.
+        """
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim != 2:
+            raise ValueError(f"values: expected a 2-D array, got shape {values.shape}")
+        rows, width = values.shape
+        total = cls((width,))
+        if rows == 0:
+            return total
+        every = cls((rows * width,))
+        every._add(values.reshape(-1))
+        digits = every.digits.reshape(len(every.digits), rows, width)
+        step = _ROWS_PER_STEP
+        while digits.shape[1] > 1:
+            groups = -(-digits.shape[1] // step)
+            padded = np.zeros((len(digits) + 1, groups * step, width), dtype=np.int64)
+            padded[: len(digits), : digits.shape[1]] = digits
+            digits = padded.reshape(len(padded), groups, step, width).sum(axis=2)
+            flat = digits.reshape(len(digits), -1)
+            _carry(flat)  # the new top digit takes the carries: every size below 2^62
+            digits = flat.reshape(len(flat), groups, width)
+        total.low, total.digits = every.low, np.ascontiguousarray(digits[:, 0, :])
+        total._normalise()
+        total.special = every.special.reshape(rows, width).sum(axis=0)
+        return total
+
     def to_float(self) -> NDArray[np.float64]:
         """The total, correctly rounded to float64 (one rounding), in the added shape."""
         out = np.empty(self.digits.shape[1])
@@ -148,6 +181,8 @@ class ExactSum:
 
 #: Entries one step of ExactSum.plus works on.
 _CHUNK = 1 << 15
+#: Rows one step of ExactSum.of_rows adds (4 digits below 2^60 each, and a carry: < 2^63).
+_ROWS_PER_STEP = 4
 
 
 def _carry(digits: NDArray[np.int64]) -> None:

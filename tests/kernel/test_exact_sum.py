@@ -126,3 +126,44 @@ def test_a_float_tree_would_not_be_order_free():
     arrays = [np.full((2, 3), v) for v in values]
     again = [np.full((2, 3), v) for v in shuffled]
     assert _added(arrays).to_float().tobytes() == _added(again).to_float().tobytes()
+
+
+# Rows of 6 entries, as the scree kernel's sub-block pairs give them (up to 40 rows: the
+# row groups of of_rows nest three deep).
+ROWS = st.lists(st.lists(FLOATS, min_size=6, max_size=6), min_size=0, max_size=40)
+
+
+@settings(max_examples=300, **HYP)
+@given(ROWS)
+def test_of_rows_is_the_correctly_rounded_sum_of_the_rows(rows):
+    values = np.array(rows, dtype=np.float64).reshape(-1, 6)
+    got = ExactSum.of_rows(values)
+    assert got.shape == (6,)
+    expected = _oracle([r.reshape(2, 3) for r in values]).reshape(6) if len(values) else 0.0
+    np.testing.assert_array_equal(got.to_float(), np.zeros(6) + expected)
+    # and it merges as the row-by-row sum does (the same exact total)
+    one_by_one = ExactSum((6,))
+    for row in values:
+        one_by_one = one_by_one.plus(row)
+    both = ExactSum.merge(got, one_by_one).to_float()
+    assert both.tobytes() == ExactSum.merge(one_by_one, one_by_one).to_float().tobytes()
+
+
+def test_of_rows_carries_many_full_digits_and_cancels_exactly():
+    value = float(2**53 - 1) * 2.0**7  # fills a digit's top bits: every digit carries
+    rows = np.full((1000, 3), value)
+    rows[:, 1] *= -1
+    rows[::2, 2] = 2.0**1000
+    rows[1::2, 2] = -(2.0**1000)
+    rows[0, 2] += 0.0  # the +-2^1000 cancel: only the tiny entry below survives
+    rows = np.vstack([rows, [[0.0, 0.0, 2.0**-1074]]])
+    total = ExactSum.of_rows(rows).to_float()
+    assert total[0] == value * 1000 and total[1] == -value * 1000 and total[2] == 2.0**-1074
+
+
+def test_of_rows_sums_non_finite_entries_apart():
+    rows = np.array([[math.inf, 1.0, math.nan], [1.0, -math.inf, 2.0], [math.inf, 3.0, 1.0]])
+    got = ExactSum.of_rows(rows).to_float()
+    assert got[0] == math.inf and got[1] == -math.inf and math.isnan(got[2])
+    with pytest.raises(ValueError, match="2-D"):
+        ExactSum.of_rows(np.ones(3))
