@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .compute import compute_target
+from .compute import ClusterTarget, compute_target
 from .compute.statistic import release_statistic
 from .design import plan_blocks
 from .estimator import DPPCA
@@ -517,34 +517,6 @@ def analyze(
     mu_dir = divided.part("directions", "directions")
     assert hasattr(mu_dir, "mu")
     eps_dir, dlt_dir = _directions_target(mu_dir.mu, dlt / 2.0)
-    estimator = DPPCA(
-        n_components=k,
-        epsilon=eps_dir,
-        delta=dlt_dir,
-        design=design,
-        scheduler=scheduler,
-        trusted_worker=trusted_worker,
-        require_trusted=require_trusted,
-        random_state=random_state,
-        progress=progress,
-    ).fit(X, component=component, storage_options=storage_options)
-    report = estimator.privacy_
-    rows: list[dict[str, Any]] = [
-        {
-            "stage": "directions",
-            "release": "directions (noisy Kendall matrix)",
-            "mechanism": "Gaussian (vecd)",
-            "guarantee": "mu-GDP",
-            "mu": report["sensitivity"] / report["sigma"],
-            "epsilon": report["epsilon"],
-            "delta": report["delta"],
-            "sensitivity": report["sensitivity"],
-            "noise": report["sigma"],
-            "released_on": report["released_on"],
-            "count": 1,
-        }
-    ]
-    directions = np.asarray(estimator.components_, dtype=np.float64)
     sampler = _sampler(random_state)
     selector = opendp_selector if random_state is None else _seeded_selector(random_state)
     scree_parts = divided.stage_parts("scree")
@@ -552,11 +524,46 @@ def analyze(
     class _ScreeCharge:
         parts = scree_parts
 
+    records = open_records(X, component, storage_options=storage_options)  # metadata only
+    # One compute target for every stage, the directions' fit included: the same client
+    # (one connection to a scheduler address), and rows in memory sent to it once.
     with compute_target(scheduler) as target:
-        records = open_records(X, component, storage_options=storage_options).counted(target)
+        records = records.counted(target)
         n, d = records.shape
         _, plan = plan_blocks(n, d, records.row_chunks, design, target.n_threads)
+        if records.in_memory:
+            # Kept on the workers for the whole analysis: the fit and every later pass
+            # read these blocks (a lazy input is read by each pass, never held).
+            records = records.with_resident(target.persist(records.blocks(plan.block_sizes)))
         blocks = records.blocks(plan.block_sizes)
+        estimator = DPPCA(
+            n_components=k,
+            epsilon=eps_dir,
+            delta=dlt_dir,
+            design=design,
+            scheduler=target.client if isinstance(target, ClusterTarget) else scheduler,
+            trusted_worker=trusted_worker,
+            require_trusted=require_trusted,
+            random_state=random_state,
+            progress=progress,
+        ).fit(records)
+        report = estimator.privacy_
+        rows: list[dict[str, Any]] = [
+            {
+                "stage": "directions",
+                "release": "directions (noisy Kendall matrix)",
+                "mechanism": "Gaussian (vecd)",
+                "guarantee": "mu-GDP",
+                "mu": report["sensitivity"] / report["sigma"],
+                "epsilon": report["epsilon"],
+                "delta": report["delta"],
+                "sensitivity": report["sensitivity"],
+                "noise": report["sigma"],
+                "released_on": report["released_on"],
+                "count": 1,
+            }
+        ]
+        directions = np.asarray(estimator.components_, dtype=np.float64)
         with reserve_release(
             _ScreeCharge(),
             fit_id=analysis_id,
@@ -597,6 +604,8 @@ def analyze(
                 divided,
             )
             rows += map_rows
+        dataset, row_chunks = records.dataset, records.row_chunks
+        del blocks, records  # the resident blocks leave the workers (before a client closes)
     scree["pve_topk"] = {
         m: (
             np.maximum(v, 0) / s if (s := float(np.maximum(v, 0).sum())) > 0 else np.zeros(k)
@@ -612,8 +621,8 @@ def analyze(
         "composed_epsilon": compose(divided.all_parts).epsilon(dlt),
         "n_samples": n,
         "n_features": d,
-        "dataset": records.dataset,
-        "row_chunks": None if records.row_chunks is None else list(records.row_chunks),
+        "dataset": dataset,
+        "row_chunks": None if row_chunks is None else list(row_chunks),
         "directions_fit_id": report.get("fit_id"),
         "n_components": k,
         "methods": list(chosen),

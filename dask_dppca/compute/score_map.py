@@ -34,7 +34,7 @@ from ..privacy.laplace import DiscreteLaplaceSampler, IntegerNoise
 from ..privacy.noise import NoiseSampler, default_sampler
 from ..privacy.score_map import ScoreMap, ScoreMapMechanism
 from .statistic import release_statistic
-from .target import ClusterTarget, ComputeTarget
+from .target import ComputeTarget
 
 __all__ = ["release_score_map"]
 
@@ -91,10 +91,7 @@ def release_score_map(
         if gaussian_sampler is not None
         else default_sampler(n_entries[0] * n_entries[1])
     )
-    if isinstance(target, ClusterTarget):  # the scores stay on the workers between passes
-        scores = target.client.persist(scores)
-    else:
-        scores = scores.persist(scheduler=getattr(target, "name", None))
+    scores = target.persist(scores)  # the scores stay on the workers between passes
 
     def run(statistic: Any, release: Any, label: str, charge: Any) -> tuple[Any, str]:
         return release_statistic(

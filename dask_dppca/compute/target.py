@@ -63,6 +63,12 @@ class ComputeTarget(ABC):
         """Compute Dask collections and return their values; every wait bounded."""
 
     @abstractmethod
+    def persist(self, collection: Any) -> Any:
+        """``collection`` computed and kept where the target computes (lazily: later
+        computations wait for it within their own bounded waits).
+        """
+
+    @abstractmethod
     def release(
         self,
         mechanism: ReleaseMechanism,
@@ -106,6 +112,11 @@ class LocalScheduler(ComputeTarget):
         """Compute Dask collections and return their values; every wait bounded."""
         with local_progress(progress), single_threaded_blas(True):
             return list(dask.compute(*collections, scheduler=self.name))
+
+    def persist(self, collection: Any) -> Any:
+        """``collection`` computed into this process' memory."""
+        with single_threaded_blas(True):
+            return collection.persist(scheduler=self.name)
 
     def release(
         self,
@@ -158,6 +169,10 @@ class ClusterTarget(ComputeTarget):
     def in_process(self) -> bool:
         """Whether the work runs in this process."""
         return workers_in_this_process(self.client)
+
+    def persist(self, collection: Any) -> Any:
+        """``collection`` computed and kept on the workers (its futures held by it)."""
+        return self.client.persist(collection)
 
     def compute(self, collections: list, label: str, progress: bool = False) -> list:
         """Compute Dask collections and return their values; every wait bounded."""

@@ -62,6 +62,9 @@ class Records:
         Whether the source's row chunks are the input's own (a dask array, a Zarr
         store); False for rows in memory or an xarray DataArray not chunked by Dask,
         which the design is free to cut.
+    resident : dask.array.Array, optional
+        The rows already cut into a plan's blocks and kept on the compute target
+        (:meth:`with_resident`); :meth:`blocks` gives them for those block sizes.
     """
 
     source: Any
@@ -69,6 +72,7 @@ class Records:
     input_type: str
     frame: Any = None
     own_chunks: bool = True
+    resident: Any = None
 
     @property
     def dataset(self) -> str:
@@ -114,8 +118,27 @@ class Records:
             return self
         return replace(self, source=frame_rows(self.frame, target), frame=None)
 
+    @property
+    def in_memory(self) -> bool:
+        """Whether the rows are a numpy array in this process (not read lazily)."""
+        return isinstance(self.source, np.ndarray)
+
+    def with_resident(self, blocks: da.Array) -> Records:
+        """These records with ``blocks`` (their rows in a plan's blocks, e.g. persisted
+        on the compute target) given by :meth:`blocks` for those block sizes: every pass
+        of an analysis then reads the same blocks, the fit's included.
+        """
+        if tuple(blocks.shape) != tuple(self.shape) or len(blocks.chunks[1]) != 1:
+            raise ValueError(
+                f"blocks: expected shape {self.shape} with all columns in one chunk, got "
+                f"{blocks.shape} in {len(blocks.chunks[1])} column chunks"
+            )
+        return replace(self, resident=blocks)
+
     def blocks(self, block_sizes: tuple[int, ...]) -> da.Array:
         """The rows with one chunk per block of ``block_sizes`` and all columns in one."""
+        if self.resident is not None and tuple(self.resident.chunks[0]) == tuple(block_sizes):
+            return self.resident
         if isinstance(self.source, np.ndarray):
             return da.from_array(self.source, chunks=(block_sizes, -1))
         data = self.source
@@ -158,7 +181,8 @@ xarray.DataArray, xarray.Dataset, dask DataFrame or Series
     -------
     Records
         Shape (n, d).  A dask DataFrame's n is counted later, on the compute target
-        (:meth:`Records.counted`).
+        (:meth:`Records.counted`).  Records opened before (``data`` a :class:`Records`)
+        are returned as they are.
 
     Raises
     ------
@@ -167,6 +191,10 @@ xarray.DataArray, xarray.Dataset, dask DataFrame or Series
         dtype; if a store does not exist, cannot be read, or lacks ``component``; for
         unsupported inputs (scipy sparse matrices) and misplaced ``storage_options``.
     """
+    if isinstance(data, Records):  # opened once by the caller (an analysis): as they are
+        if component is not None or storage_options:
+            raise ValueError("component, storage_options: records are opened already")
+        return data
     storage_options = check_storage_options(storage_options, data)
     array = _rows(data, component, storage_options, allow_fill_values)
     if array.ndim != 2:
