@@ -184,12 +184,34 @@ class _BlockPair:
                 self.norms_b = (
                     self.norms_a if other is None else np.einsum("pd,pd->p", z, z).reshape(1, 1, -1)
                 )
-                b = SCREE_BLOCK_ROWS
-                self.grams = np.empty((max(self.n_sub, 1), b, b))
-                for s, (a0, a1, b0, b1) in enumerate(bounds):
-                    xa = x[a0:a1]
-                    xb = xa if other is None else z[b0:b1]
-                    self.grams[s, : a1 - a0, : b1 - b0] = xa @ xb.T
+                self.grams = _grams(x, None if other is None else z, bounds)
+
+
+def _grams(
+    x: NDArray[np.float64], z: NDArray[np.float64] | None, bounds: list[tuple[int, int, int, int]]
+) -> NDArray[np.float64]:
+    """``grams[s] = x_a x_b^T`` for each sub-block pair ``s`` (``z`` None: ``x_a x_a^T``).
+
+    The leading sub-blocks of 64 rows in one batched product (numpy's matmul makes the
+    same BLAS call for each matrix of the batch as for the matrix alone: the same bits),
+    the short tail on its own.
+    """
+    b = SCREE_BLOCK_ROWS
+    grams = np.empty((max(len(bounds), 1), b, b))
+    full = 0
+    while full < len(bounds) and bounds[full][1] - bounds[full][0] == b:
+        if z is not None and bounds[full][3] - bounds[full][2] != b:
+            break
+        full += 1
+    d = x.shape[1]
+    xa = x[: full * b].reshape(full, b, d)
+    xb = xa if z is None else z[: full * b].reshape(full, b, d)
+    np.matmul(xa, xb.transpose(0, 2, 1), out=grams[:full])
+    for s in range(full, len(bounds)):
+        a0, a1, b0, b1 = bounds[s]
+        rows = x[a0:a1]
+        grams[s, : a1 - a0, : b1 - b0] = rows @ (rows if z is None else z[b0:b1]).T
+    return grams
 
 
 @njit(nogil=True, error_model="numpy")
@@ -356,24 +378,6 @@ def _pairwise_sum(
     return float(values[0])
 
 
-@njit(nogil=True)
-def _column_sums(
-    terms: NDArray[np.float64], n: int, first: int, width: int, out: NDArray[np.float64]
-) -> None:  # pragma: no cover - compiled
-    """``terms[:n, first : first + width].sum(axis=0)`` of a contiguous (n, width) array,
-    as numpy sums it: row after row (``0 + t_0 + t_1 + ...``) for ``width >= 2``, its
-    pairwise sum for one column.
-    """
-    if width == 1:
-        out[first] = 0.0 + _pairwise_sum(terms, n, first)
-        return
-    for m in range(first, first + width):
-        out[m] = 0.0
-    for p in range(n):
-        for m in range(first, first + width):
-            out[m] += terms[p, m]
-
-
 @njit(nogil=True, error_model="numpy")
 def _block_pair_sums(
     ya: NDArray[np.float64],
@@ -387,8 +391,6 @@ def _block_pair_sums(
     upper: NDArray[np.float64],
     centre: NDArray[np.float64],
     tau: NDArray[np.float64],
-    values: NDArray[np.float64],
-    terms: NDArray[np.float64],
     partials: NDArray[np.float64],
 ) -> None:  # pragma: no cover - compiled
     """Each sub-block pair's sums of the terms into its row of ``partials``.
@@ -397,30 +399,66 @@ def _block_pair_sums(
     (len(clip) columns), ``min(dy^2 / 2, U)`` and ``clamp(dy^2 / 2 - m, -tau, tau)`` (k
     columns each; none when ``upper`` / ``centre`` is empty); a non-finite ``v^2 / 2``
     gives ``C``, ``U`` and ``+tau``.  Element by element numpy's operations on the
-    arrays (``np.minimum``, ``np.clip``), and each piece summed as numpy's
-    ``sum(axis=0)`` of its own array (:func:`_column_sums`): the same bits.
+    arrays (``np.minimum``, ``np.clip``), and each piece summed as numpy sums its own
+    (pairs, columns) array with ``sum(axis=0)``: row after row (``0 + t_0 + t_1 + ...``)
+    for two columns or more, as it goes; its pairwise sum for a single column, from the
+    column kept (:func:`_pairwise_sum`).  The same bits.
     """
+    k = ya.shape[1]
+    trace = grams.shape[0] > 0
     n_clip, n_upper, n_huber = clip.shape[0], upper.shape[0], centre.shape[0]
+    width = n_clip + n_upper + n_huber
+    one = np.array([n_clip == 1, n_upper == 1, n_huber == 1])
+    kept = np.empty((SCREE_BLOCK_ROWS * SCREE_BLOCK_ROWS, 3))  # single columns, for pairwise
+    acc = np.zeros(width)
     for s in range(bounds.shape[0]):
-        n = _fill_pair_values(ya, yb, bounds, within, norms_a, norms_b, grams, s, values, 0)
-        for p in range(n):
-            for m in range(values.shape[1]):
-                v = values[p, m]
-                half_square = 0.5 * v * v
-                bad = not np.isfinite(half_square)
-                if m < n_clip:
-                    terms[p, m] = clip[m] if bad else _minimum(half_square, clip[m])
-                if m < n_upper:
-                    u = upper[m]
-                    terms[p, n_clip + m] = u if bad else _minimum(half_square, u)
-                if m < n_huber:
-                    score = _minimum(_maximum(half_square - centre[m], -tau[m]), tau[m])
-                    terms[p, n_clip + n_upper + m] = tau[m] if bad else score
+        a0, a1, b0, b1 = bounds[s, 0], bounds[s, 1], bounds[s, 2], bounds[s, 3]
+        acc[:] = 0.0
+        p = 0
+        for i in range(a1 - a0):
+            for j in range(i + 1 if within[0] else 0, b1 - b0):
+                for m in range(k + 1 if trace else k):
+                    if m < k:
+                        v = abs(ya[a0 + i, m] - yb[b0 + j, m])
+                    else:
+                        square = (norms_a[0, 0, a0 + i] + norms_b[0, 0, b0 + j]) - 2.0 * grams[
+                            s, i, j
+                        ]
+                        if square > 0.0:
+                            v = np.sqrt(square)
+                        elif np.isnan(square):
+                            v = square
+                        else:
+                            v = 0.0
+                    half_square = 0.5 * v * v
+                    bad = not np.isfinite(half_square)
+                    if m < n_clip:
+                        term = clip[m] if bad else _minimum(half_square, clip[m])
+                        if one[0]:
+                            kept[p, 0] = term
+                        else:
+                            acc[m] += term
+                    if m < n_upper:
+                        term = upper[m] if bad else _minimum(half_square, upper[m])
+                        if one[1]:
+                            kept[p, 1] = term
+                        else:
+                            acc[n_clip + m] += term
+                    if m < n_huber:
+                        score = _minimum(_maximum(half_square - centre[m], -tau[m]), tau[m])
+                        term = tau[m] if bad else score
+                        if one[2]:
+                            kept[p, 2] = term
+                        else:
+                            acc[n_clip + n_upper + m] += term
+                p += 1
         first = 0
-        for width in (n_clip, n_upper, n_huber):
-            if width:
-                _column_sums(terms, n, first, width, partials[s])
-            first += width
+        for piece, used in enumerate((n_clip, n_upper, n_huber)):
+            if used == 1:
+                acc[first] = 0.0 + _pairwise_sum(kept, p, piece)
+            first += used
+        for m in range(width):
+            partials[s, m] = acc[m]
 
 
 #: Pair values one histogram step holds at most (the chunk of sub-block pairs it fills).
@@ -520,7 +558,7 @@ def block_sums(
     Notes
     -----
     Each sub-block pair's sum of a piece is numpy's ``sum(axis=0)`` of that piece's
-    (pairs, columns) array (:func:`_column_sums`), as the float slack
+    (pairs, columns) array (:func:`_block_pair_sums`), as the float slack
     (:func:`summation_slack`) covers; the sub-block pairs' sums are added exactly.
     """
     k = directions.shape[0]
@@ -538,7 +576,6 @@ def block_sums(
         raise ValueError(f"upper, huber_centre, huber_tau: expected {k} entries each")
     total = c.size + u.size + m.size
     pair = _BlockPair(block, directions, trace, other, indices)
-    rows = SCREE_BLOCK_ROWS * SCREE_BLOCK_ROWS
     partials = np.zeros((pair.n_sub, total))
     _block_pair_sums(
         pair.ya,
@@ -552,8 +589,6 @@ def block_sums(
         u,
         m,
         tau,
-        np.empty((rows, k + (1 if trace else 0))),
-        np.empty((rows, total)),
         partials,
     )
     return ExactSum.of_rows(partials)

@@ -175,3 +175,24 @@ def test_parameters_of_the_wrong_size_are_refused():
         block_sums(x, v, None, None, np.ones(2))
     with pytest.raises(ValueError, match="expected 2 entries"):
         block_sums(x, v, None, np.ones(3))
+
+
+def test_many_full_sub_blocks_and_unequal_tails():
+    """Blocks of 1000 and 1100 rows (15 and 17 sub-blocks, tails of 40 and 12 rows): the
+    batched products of the full sub-blocks and the tails on their own.
+    """
+    x = RNG.standard_t(3, size=(1000, 7)) + 5.0
+    z = RNG.standard_t(3, size=(1100, 7))
+    v = np.linalg.qr(RNG.standard_normal((7, 3)))[0].T
+    clip, upper = np.array([1.0, 2.0, 3.0, 40.0]), np.array([0.5, 1.0, 1.5])
+    centre, tau = np.array([0.3, 0.4, 0.5]), np.array([2.0, 2.0, 2.0])
+    for other, indices in ((None, (2, 2)), (z, (2, 5))):
+        assert np.array_equal(
+            block_histograms(x, v, other=other, indices=indices),
+            _numpy_histograms(x, v, True, other, indices),
+        )
+        expected = ExactSum((10,))
+        for row in _numpy_partials(x, v, clip, upper, centre, tau, other, indices):
+            expected = expected.plus(row)
+        got = block_sums(x, v, clip, upper, centre, tau, other=other, indices=indices)
+        assert got.to_float().tobytes() == expected.to_float().tobytes()
