@@ -347,9 +347,9 @@ def _pairwise_sum(
     """The pairwise sum of ``terms[:n, column]`` as numpy's ``pairwise_sum`` adds it (blocks
     of at most 128 terms; above that the two halves, the first a multiple of 8 long).
 
-    Without recursion (numba's cache does not hold recursive functions safely): the
-    halving tree is walked with explicit stacks, each node's value the sum of its two
-    halves', as numpy adds them.
+    Without recursion (with a recursive form, a second process loading the cached kernel
+    crashed once here, numba 0.68): the halving tree is walked with explicit stacks,
+    each node's value the sum of its two halves', as numpy adds them.
     """
     starts = np.empty(128, dtype=np.int64)
     lengths = np.empty(128, dtype=np.int64)

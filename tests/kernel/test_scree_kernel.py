@@ -13,6 +13,11 @@ Seeds make TEST DATA only.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -196,3 +201,30 @@ def test_many_full_sub_blocks_and_unequal_tails():
             expected = expected.plus(row)
         got = block_sums(x, v, clip, upper, centre, tau, other=other, indices=indices)
         assert got.to_float().tobytes() == expected.to_float().tobytes()
+
+
+_RUN_SCREE = """
+import json, numpy as np
+from dask_dppca.kernel import scree_stats as ss
+x = np.arange(600.0).reshape(200, 3) ** 1.5
+v = np.eye(3)[:1]
+sums = ss.block_sums(x, v, np.array([5.0]), np.array([3.0]), np.array([1.0]), np.array([2.0]))
+counts = ss.block_histograms(x, v, other=x[:90], indices=(0, 1))
+stats = ss._block_pair_sums.stats
+print(json.dumps({"sums": sums.to_float().tolist(), "counts": int(counts.sum()),
+                  "hits": sum(stats.cache_hits.values())}))
+"""
+
+
+def test_a_second_process_loads_the_compiled_scree_kernel_from_the_cache(tmp_path):
+    """The kernel is cached by numba and a fresh process loads it and computes the same."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", _RUN_SCREE], capture_output=True, text=True, env=env, timeout=240
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert runs[1]["hits"] >= 1
+    assert runs[0]["sums"] == runs[1]["sums"] and runs[0]["counts"] == runs[1]["counts"]
