@@ -21,8 +21,13 @@ This module computes, for one block pair and public parameters,
   ``||dx||``) on the public log grid :func:`grid_values` (``2^(j / 64)``, ``|j| <= 4096``);
 * :func:`block_sums`: sums over the pairs of the clipped ``min(dy^2 / 2, C)``, the
   winsorized ``min(dy^2 / 2, U)`` and the Huber score ``clamp(dy^2 / 2 - m, -tau, tau)``,
-  each per sub-block with numpy's pairwise sum and across sub-blocks exactly
-  (:class:`~.ExactSum`).
+  each per sub-block pair in float as numpy's ``sum(axis=0)`` adds a piece (row after
+  row for two columns or more; its pairwise sum for one column) and across sub-block
+  pairs exactly (:class:`~.ExactSum`).
+
+Both are compiled (numba, the GIL released: the embedded cluster's threads run them side
+by side) and give the bits of the numpy formulation they replaced, value by value
+(tests/kernel/test_scree_kernel.py keeps it as the oracle).
 
 Bad values have a bounded treatment: a pair with a non-finite difference counts in the
 grid's top bin, at the clip level, at ``U`` and at ``+tau``.
