@@ -33,7 +33,7 @@ from .design import plan_blocks
 from .estimator import DPPCA
 from .graph.scree import scree_histogram_graph, scree_sums_graph
 from .io import open_records
-from .kernel.scree_stats import scree_design, summation_slack
+from .kernel.scree_stats import scree_design, sub_block_pairs_per_record, summation_slack
 from .privacy.accounting import BudgetSplit, PlannedPart, compose, split_budget
 from .privacy.budget import PartsCharge
 from .privacy.calibration import gaussian_dp_epsilon, gaussian_dp_mu, validate_privacy_parameters
@@ -661,7 +661,9 @@ def _scree_stage(
     """The scree stages: quantiles, then the Gaussian means, then the Huber steps."""
     k = directions.shape[0]
     n_pairs, degree = scree_design(tuple(block_sizes), tuple(block_pairs))
-    slack = summation_slack(n_pairs)
+    slack = summation_slack(
+        n_pairs, sub_block_pairs_per_record(len(block_sizes), tuple(block_pairs))
+    )
     place = {
         "trusted_worker": trusted_worker,
         "require_trusted": require_trusted,

@@ -35,11 +35,10 @@ grid's top bin, at the clip level, at ``U`` and at ``+tau``.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numpy.typing import NDArray
 
+from ..validation import integer_at_least
 from .exact_sum import ExactSum
 from .fp_state import own_errstate
 from .jit import njit
@@ -55,6 +54,7 @@ __all__ = [
     "grid_index",
     "grid_values",
     "scree_design",
+    "sub_block_pairs_per_record",
     "sub_blocks",
     "summation_slack",
 ]
@@ -599,14 +599,37 @@ def block_sums(
     return ExactSum.of_rows(partials)
 
 
-def summation_slack(n_pairs: int) -> float:
+def summation_slack(n_pairs: int, sub_block_pairs_per_record: int) -> float:
     """Room, in units of a term's range, for the float sums' rounding (public).
 
-    A sub-block pair's pairwise sum of ``p <= SCREE_BLOCK_ROWS^2`` terms in ``[0, C]`` is
-    within ``(log2 p + 1) u p C`` of exact (Higham 2002, 4.3), so one record's change
-    moves it by at most its exact change plus twice that; the exact cross-block total
-    is rounded once more (``u |P| C`` each side).  ``u = 2^-53``.
+    A sub-block pair's float sum of ``p <= SCREE_BLOCK_ROWS^2`` terms in ``[0, C]`` is
+    within ``(p - 1) u p C`` of exact in any order of addition (Higham 2002, 4.2; numpy's
+    ``sum(axis=0)`` adds a piece of two columns or more row after row, not pairwise).  One
+    record is in at most ``sub_block_pairs_per_record`` sub-block pairs (one per block
+    pair its block is in, :func:`sub_block_pairs_per_record`); the others are computed
+    bit for bit the same on both neighbours.  So one record's change moves the float
+    total by at most its exact change plus twice that error per sub-block pair it is in;
+    the exact total over sub-block pairs is rounded once more (``u |P| C`` each side).
+    ``u = 2^-53``.
     """
     p = SCREE_BLOCK_ROWS * SCREE_BLOCK_ROWS
     u = 2.0**-53
-    return (2.0 * (math.log2(p) + 2.0) * p + 2.0 * float(n_pairs)) * u * (1.0 + 1e-6)
+    per_record = integer_at_least("sub_block_pairs_per_record", sub_block_pairs_per_record, 1)
+    rounding = 2.0 * per_record * (p - 1) * p + 2.0 * float(n_pairs)
+    return rounding * u * (1.0 + 1e-6)
+
+
+def sub_block_pairs_per_record(
+    n_blocks: int, block_pairs: tuple[tuple[int, int], ...] | None = None
+) -> int:
+    """The most sub-block pairs of the scree design one record is in: the most block
+    pairs one block is in (each block with itself when ``block_pairs`` is None).
+    """
+    if block_pairs is None:
+        return 1
+    count = [0] * int(n_blocks)
+    for i, j in block_pairs:
+        count[i] += 1
+        if j != i:
+            count[j] += 1
+    return max(max(count, default=1), 1)

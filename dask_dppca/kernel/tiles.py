@@ -326,7 +326,8 @@ class TileSummer:
 
 def _even_tile(rows: int, tile: int) -> int:
     """The size of ``ceil(rows / tile)`` tiles of equal size (within one row) covering
-    ``rows``: at most ``tile``."""
+    ``rows``: at most ``tile``.
+    """
     if rows <= tile:
         return max(rows, 1)
     count = -(-rows // tile)

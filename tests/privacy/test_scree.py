@@ -21,6 +21,7 @@ from dask_dppca.kernel.scree_stats import (
     grid_index,
     grid_values,
     scree_design,
+    sub_block_pairs_per_record,
     sub_blocks,
     summation_slack,
 )
@@ -175,7 +176,7 @@ def test_sums_move_by_at_most_their_claimed_sensitivity(case):
     # The Huber terms' width is tau + m (m < tau here), not 2 tau: the terms are >= -m.
     ranges = np.concatenate([clip, upper, huber_ranges(centre, tau)])
     mech = GaussianStatistic(
-        "all", tuple(ranges), 1.0, n_pairs, degree, summation_slack(n_pairs), OpenDPSampler()
+        "all", tuple(ranges), 1.0, n_pairs, degree, summation_slack(n_pairs, 1), OpenDPSampler()
     )
     a = block_sums(s, v, clip, upper, centre, tau).to_float()
     b = block_sums(s_prime, v, clip, upper, centre, tau).to_float()
@@ -287,7 +288,7 @@ def test_gaussian_scree_release_audit(broken, term):
     index, width = {"clipped": (0, 1.0), "winsorized": (1, 0.5), "huber": (2, huber_width)}[term]
     n_pairs, degree = scree_design((128,))
     cls = BrokenHalfNoise if broken else GaussianStatistic
-    mech = cls(term, (width,), 0.5, n_pairs, degree, summation_slack(n_pairs), OpenDPSampler())
+    mech = cls(term, (width,), 0.5, n_pairs, degree, summation_slack(n_pairs, 1), OpenDPSampler())
     # At delta = 0.05 the claim (epsilon 0.51) is where 3000 draws can see a factor 2 in
     # the noise: expected bounds 0.26 (honest) and 1.08 (half the noise).
     delta = 0.05
@@ -391,3 +392,23 @@ def test_robust_ratios_are_consistent_on_cauchy_data():
     mech = PairQuantiles(((0.5,),) * 3, 2.0, n_pairs, degree)
     robust = np.array([robust_from_quantile(r[0]) for r in mech.release(counts)])
     assert robust[:2] / robust[2] == pytest.approx(scatter[:2] / scatter[2], rel=0.2)
+
+
+def test_the_float_slack_covers_row_by_row_sums_in_every_sub_block_pair_of_a_record():
+    """numpy's sum(axis=0) adds a piece of two columns or more row after row, within
+    (p - 1) u p R of exact, not the pairwise (log2 p + 1) u p R; and a record is in one
+    sub-block pair per block pair of its block, each of which may round differently on
+    the neighbour.  The slack counts both (one sub-block pair, summed pairwise, was about
+    11 times too small here)."""
+    u, p = 2.0**-53, SCREE_BLOCK_ROWS * SCREE_BLOCK_ROWS
+    blocks = 13
+    pairs = tuple((i, j) for i in range(blocks) for j in range(i, blocks))
+    per_record = sub_block_pairs_per_record(blocks, pairs)
+    assert per_record == blocks
+    assert sub_block_pairs_per_record(blocks) == 1
+    assert sub_block_pairs_per_record(3, ((0, 1), (1, 2), (1, 1))) == 3
+    n_pairs, _ = scree_design((4096,) * blocks, pairs)
+    slack = summation_slack(n_pairs, per_record)
+    assert slack >= 2 * per_record * (p - 1) * p * u + 2 * n_pairs * u
+    with pytest.raises(ValueError, match="sub_block_pairs_per_record"):
+        summation_slack(n_pairs, 0)
