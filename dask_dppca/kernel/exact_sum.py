@@ -83,7 +83,7 @@ class ExactSum:
 
         The same total as adding the rows one by one with :meth:`plus`, in a few
         vectorised steps: every entry is split into its digits at once, then groups of
-        :data:`_ROWS_PER_STEP` rows are added digit by digit (no int64 overflow: each
+        ``_ROWS_PER_STEP`` rows are added digit by digit (no int64 overflow: each
         digit is below 2^60 in size) and carried, until one row is left.
         """
         values = np.asarray(values, dtype=np.float64)

@@ -563,7 +563,7 @@ def block_sums(
     Notes
     -----
     Each sub-block pair's sum of a piece is numpy's ``sum(axis=0)`` of that piece's
-    (pairs, columns) array (:func:`_block_pair_sums`), as the float slack
+    (pairs, columns) array (``_block_pair_sums``), as the float slack
     (:func:`summation_slack`) covers; the sub-block pairs' sums are added exactly.
     """
     k = directions.shape[0]
