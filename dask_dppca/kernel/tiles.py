@@ -325,13 +325,16 @@ class TileSummer:
 
 
 def _even_tile(rows: int, tile: int) -> int:
-    """The size of ``ceil(rows / tile)`` tiles of equal size (within one row) covering
-    ``rows``: at most ``tile``.
+    """The size of ``ceil(rows / tile)`` tiles of about equal size covering ``rows``: at
+    most ``tile``, and a multiple of 16 rows where that keeps the count (BLAS's
+    micro-tiles: 500-row tiles ran about 10 % slower than 512-row ones at d = 32).
     """
     if rows <= tile:
         return max(rows, 1)
     count = -(-rows // tile)
-    return -(-rows // count)
+    size = -(-rows // count)
+    aligned = -(-size // 16) * 16
+    return aligned if aligned <= tile and -(-rows // aligned) == count else size
 
 
 _thread_scratch = threading.local()
