@@ -163,10 +163,11 @@ class TileSummer:
         ``w(||t'||^2 / s^2) / s^2`` for ``s = 2^exponent``, so the sums come out unscaled.
         """
         d = self.d
-        # Tiles of equal size, at most self.tile rows: a block of 2667 rows is 6 tiles of
-        # 445, not 5 of 512 and a thin one of 107 that costs a pass over every tile of the
-        # other side at a low GEMM rate.  As many tiles as with self.tile, no larger: the
-        # depth rounding_error_bound counts (2 T + 2 ceil(B / T)) still bounds it.
+        # Tiles of about equal size, at most self.tile rows: a block of 2667 rows is 5
+        # tiles of 448 and one of 427, not 5 of 512 and a thin one of 107 that costs a
+        # pass over every tile of the other side at a low GEMM rate.  As many tiles as
+        # with self.tile, no larger: the depth rounding_error_bound counts
+        # (2 T + 2 ceil(B / T)) still bounds it.
         tile_a = _even_tile(len(side_a), self.tile)
         tile_b = tile_a if within else _even_tile(len(side_b), self.tile)
         scale = math.ldexp(1.0, exponent)

@@ -919,8 +919,10 @@ def test_rows_are_grouped_exactly_even_when_every_hash_collides():
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 100_000), st.integers(16, 512))
 def test_tiles_are_of_equal_size_and_as_many_as_the_tile_size_gives(rows, tile):
-    """A block of 2667 rows at tiles of 512 is 6 tiles of 445 (never 5 and a thin one of
-    107); the count, hence the depth rounding_error_bound counts, is unchanged."""
+    """A block of 2667 rows at tiles of 512 is 5 tiles of 448 and one of 427 (never 5 of
+    512 and a thin one of 107); the count, hence the depth rounding_error_bound counts,
+    is unchanged."""
+    assert tiles_module._even_tile(2667, 512) == 448
     size = tiles_module._even_tile(rows, tile)
     count = math.ceil(rows / size)
     assert size <= tile and count == math.ceil(rows / tile)
