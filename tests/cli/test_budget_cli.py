@@ -88,8 +88,10 @@ def _readme_block(language: str, marker: str) -> str:
 @pytest.mark.cluster
 def test_the_readme_budget_lines_run_as_written(tmp_path):
     """The README's three commands, then its Python lines, in one folder with data.zarr
-    (fits on the default embedded cluster, as a user's would)."""
+    (fits on the default embedded cluster, as a user's would), after the README's first
+    fit line has left its result.json there (a user reads the README top to bottom)."""
     write_store(tmp_path / "data.zarr")
+    (tmp_path / "result.json").write_text("{}")  # left by the README's first fit line
     for line in _readme_block("bash", "budget create").strip().splitlines():
         done = subprocess.run(
             shlex.split(line),
@@ -101,6 +103,7 @@ def test_the_readme_budget_lines_run_as_written(tmp_path):
         )
         assert done.returncode == 0, (line, done.stderr)
     assert "1 counted (1 committed" in done.stdout and "data.zarr" in done.stdout
+    assert (tmp_path / "result.json").read_text() == "{}"  # never overwritten silently
     code = (
         "import numpy as np\nimport dask_dppca as dd\n"
         "X = np.random.default_rng(1).standard_normal((300, 4))  # test data only\n"
