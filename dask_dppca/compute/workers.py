@@ -27,6 +27,7 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from ..graph.sealed import allow_unsealing
 from .cluster import in_this_process
+from .failures import WorkerDiedError
 
 __all__ = ["PLUGIN_NAME", "WorkerSetup", "prepare_workers", "single_threaded_blas"]
 
@@ -77,7 +78,16 @@ def prepare_workers(client: Any, attempts: int = 5) -> None:
         try:
             client.register_plugin(WorkerSetup(), name=PLUGIN_NAME)
             return
-        except OSError:  # CommClosedError: a worker died during the broadcast
+        except OSError as error:  # CommClosedError: a worker died during the broadcast
             if attempt == attempts - 1:
-                raise
+                # Workers that die at every try, before any task of the fit ran, are
+                # most often killed at rest: a memory limit under what a worker holds
+                # once numpy, Dask and the kernel are imported (about 300 MiB).
+                raise WorkerDiedError(
+                    f"workers died {attempts} times while the fit set them up, before any "
+                    "of its tasks ran: a worker's memory limit below its own footprint "
+                    "(about 300 MiB once the kernel is imported) is the usual cause; raise "
+                    "--memory-limit (or the cluster's worker memory) and fit again; "
+                    f"nothing was read or released ({type(error).__name__}: {error})"
+                ) from error
             time.sleep(0.5 * (attempt + 1))

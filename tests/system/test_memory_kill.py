@@ -13,7 +13,7 @@ import zarr
 from distributed import Client, LocalCluster
 
 import dask_dppca as dd
-from dask_dppca.compute import TRUSTED_RESOURCE, WorkerDiedError
+from dask_dppca.compute import TRUSTED_RESOURCE, ClusterStalledError, WorkerDiedError
 
 pytestmark = [
     pytest.mark.cluster,
@@ -23,9 +23,12 @@ pytestmark = [
 
 
 def test_a_read_over_the_memory_limit_names_the_read_and_the_limit(tmp_path):
-    # 4e6 x 12 float64 in one chunk: 366 MiB read at once, never written (fill values).
+    # 8e6 x 12 float64 in one chunk: 732 MiB read at once, never written (fill values).
+    # The limit sits well above a worker's own footprint (about 270 MiB once numpy,
+    # Dask, numba and the kernel are imported): under 200 MiB the worker was killed at
+    # rest, while the fit set it up, and the read never ran.
     path = str(tmp_path / "big.zarr")
-    zarr.open_array(path, mode="w", shape=(4_000_000, 12), chunks=(4_000_000, 12), dtype="f8")
+    zarr.open_array(path, mode="w", shape=(8_000_000, 12), chunks=(8_000_000, 12), dtype="f8")
     # One death is enough to tell (Dask would try 4 workers by default).  The stall wait
     # is longer than the default: on a loaded machine the restarted worker stayed in
     # "init" past 30 s, and the stall, not the death, ended the fit.
@@ -36,7 +39,7 @@ def test_a_read_over_the_memory_limit_names_the_read_and_the_limit(tmp_path):
                 n_workers=1,
                 threads_per_worker=1,
                 processes=True,
-                memory_limit="200MiB",
+                memory_limit="450MiB",
                 dashboard_address=None,
                 resources={TRUSTED_RESOURCE: 1},
             ) as cluster,
@@ -50,3 +53,34 @@ def test_a_read_over_the_memory_limit_names_the_read_and_the_limit(tmp_path):
     assert "the read of the store" in text or "block-pair task" in text, text
     assert "--memory-limit" in text and "nothing was released" in text
     assert "trusted worker died while releasing" not in text
+
+
+def test_workers_killed_at_rest_end_the_fit_in_a_clear_error(tmp_path):
+    # Under a worker's own footprint the nanny kills it as soon as the fit's setup
+    # imports the kernel.  Which clear error ends the fit depends on timing: the setup's
+    # broadcast fails at every try (the workers died setting up), or a try lands between
+    # deaths and no worker ever leaves "init" (the stall).  Never a closed comm.
+    path = str(tmp_path / "small.zarr")
+    zarr.open_array(path, mode="w", shape=(1000, 4), chunks=(1000, 4), dtype="f8")
+    with dask.config.set({"dask-dppca.stall-timeout": 10}):
+        with (
+            LocalCluster(
+                n_workers=1,
+                threads_per_worker=1,
+                processes=True,
+                memory_limit="160MiB",
+                dashboard_address=None,
+                resources={TRUSTED_RESOURCE: 1},
+            ) as cluster,
+            Client(cluster, set_as_default=False) as client,
+        ):
+            with pytest.raises((WorkerDiedError, ClusterStalledError)) as caught:
+                dd.DPPCA(1, scheduler=client, random_state=0).fit(path, allow_fill_values=True)
+    text = str(caught.value)
+    assert "\n" not in text
+    if caught.type is WorkerDiedError:
+        assert "before any of its tasks ran" in text and "--memory-limit" in text, text
+        assert "nothing was read or released" in text
+    else:
+        assert "no worker can run tasks" in text and "memory" in text, text
+        assert "nothing was released and no noise was drawn" in text
