@@ -80,9 +80,7 @@ def prepare_workers(client: Any, attempts: int = 5) -> None:
             return
         except OSError as error:  # CommClosedError: a worker died during the broadcast
             if attempt == attempts - 1:
-                # Workers that die at every try, before any task of the fit ran, are
-                # most often killed at rest: a memory limit under what a worker holds
-                # once numpy, Dask and the kernel are imported (about 300 MiB).
+                # Dying at every try before any task ran: most often killed at rest.
                 raise WorkerDiedError(
                     f"workers died {attempts} times while the fit set them up, before any "
                     "of its tasks ran: a worker's memory limit below its own footprint "

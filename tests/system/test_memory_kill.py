@@ -7,6 +7,9 @@ that died, that its workers exceeded their memory limit, and what to change.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import dask
 import pytest
 import zarr
@@ -22,6 +25,23 @@ pytestmark = [
 ]
 
 
+@contextmanager
+def _one_worker_client(memory_limit: str) -> Iterator[Client]:
+    """A client of a one-process, one-thread trusted worker under ``memory_limit``."""
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=memory_limit,
+            dashboard_address=None,
+            resources={TRUSTED_RESOURCE: 1},
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        yield client
+
+
 def test_a_read_over_the_memory_limit_names_the_read_and_the_limit(tmp_path):
     # 8e6 x 12 float64 in one chunk: 732 MiB read at once, never written (fill values).
     # The limit sits well above a worker's own footprint (about 270 MiB once numpy,
@@ -34,17 +54,7 @@ def test_a_read_over_the_memory_limit_names_the_read_and_the_limit(tmp_path):
     # "init" past 30 s, and the stall, not the death, ended the fit.
     config = {"distributed.scheduler.allowed-failures": 0, "dask-dppca.stall-timeout": 150}
     with dask.config.set(config):
-        with (
-            LocalCluster(
-                n_workers=1,
-                threads_per_worker=1,
-                processes=True,
-                memory_limit="450MiB",
-                dashboard_address=None,
-                resources={TRUSTED_RESOURCE: 1},
-            ) as cluster,
-            Client(cluster, set_as_default=False) as client,
-        ):
+        with _one_worker_client("450MiB") as client:
             with pytest.raises(WorkerDiedError) as caught:
                 dd.DPPCA(1, scheduler=client, random_state=0).fit(path, allow_fill_values=True)
     text = str(caught.value)
@@ -63,17 +73,7 @@ def test_workers_killed_at_rest_end_the_fit_in_a_clear_error(tmp_path):
     path = str(tmp_path / "small.zarr")
     zarr.open_array(path, mode="w", shape=(1000, 4), chunks=(1000, 4), dtype="f8")
     with dask.config.set({"dask-dppca.stall-timeout": 10}):
-        with (
-            LocalCluster(
-                n_workers=1,
-                threads_per_worker=1,
-                processes=True,
-                memory_limit="160MiB",
-                dashboard_address=None,
-                resources={TRUSTED_RESOURCE: 1},
-            ) as cluster,
-            Client(cluster, set_as_default=False) as client,
-        ):
+        with _one_worker_client("160MiB") as client:
             with pytest.raises((WorkerDiedError, ClusterStalledError)) as caught:
                 dd.DPPCA(1, scheduler=client, random_state=0).fit(path, allow_fill_values=True)
     text = str(caught.value)
