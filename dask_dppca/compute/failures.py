@@ -19,16 +19,23 @@ import distributed
 
 __all__ = [
     "MEMORY_EVENT",
+    "UNDER_FOOTPRINT",
     "SchedulerLostError",
     "WorkerDiedError",
     "is_scheduler_loss",
     "killed_worker_error",
+    "memory_restarts",
     "scheduler_address",
     "task_role",
 ]
 
 #: The scheduler's event topic for a worker its nanny restarted over the memory limit.
 MEMORY_EVENT = "worker-restart-memory"
+#: The usual cause of workers that die before any task runs, in words (measured: a
+#: worker holds about 270 MiB once numpy, Dask, numba and the kernel are imported).
+UNDER_FOOTPRINT = (
+    "a worker's memory limit below its own footprint (about 300 MiB once the kernel is imported)"
+)
 
 
 class SchedulerLostError(RuntimeError):
@@ -98,7 +105,7 @@ def killed_worker_error(
     """
     task = error.task
     last = getattr(error.last_worker, "address", str(error.last_worker))
-    restarts = _memory_restarts(client, since)
+    restarts = memory_restarts(client, since)
     if restarts:
         rss = max(event.get("rss", 0) for event in restarts) / 2**20
         limit = _memory_limit(error.last_worker)
@@ -117,7 +124,10 @@ def killed_worker_error(
     )
 
 
-def _memory_restarts(client: Any, since: float) -> list[dict]:
+def memory_restarts(client: Any, since: float) -> list[dict]:
+    """The scheduler's records of workers restarted over their memory limit since
+    ``since`` (a time.time() value); none when the scheduler cannot be asked.
+    """
     try:
         events = client.get_events(MEMORY_EVENT)
     except (OSError, TimeoutError, RuntimeError):

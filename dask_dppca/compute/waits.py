@@ -16,7 +16,7 @@ from typing import Any
 import dask
 import distributed
 
-from .failures import SchedulerLostError, scheduler_address
+from .failures import UNDER_FOOTPRINT, SchedulerLostError, memory_restarts, scheduler_address
 
 __all__ = [
     "DEFAULT_STALL_TIMEOUT",
@@ -122,6 +122,7 @@ def await_done(
 
 def _wait(client, finished, futures, label, needed, limit) -> None:
     """Until ``finished`` is set; a stalled cluster cancels ``futures`` and raises."""
+    began = time.time()
     stalled_since = None
     while not finished.wait(_POLL):
         try:
@@ -141,7 +142,24 @@ def _wait(client, finished, futures, label, needed, limit) -> None:
             raise ClusterStalledError(
                 f"{label}: {reason} for {limit:g} s, so the work was stopped "
                 f"(the wait is the Dask configuration key {STALL_TIMEOUT_KEY!r})"
+                f"{_restarts_seen(client, began)}"
             )
+
+
+def _restarts_seen(client, since: float) -> str:
+    """Workers restarted over their memory limit during the wait, in words ("" for none):
+    a worker killed and restarted in a loop leaves the cluster without workers, or with
+    one still starting, and that is the cause to name.
+    """
+    restarts = memory_restarts(client, since)
+    if not restarts:
+        return ""
+    rss = max(event.get("rss", 0) for event in restarts) / 2**20
+    return (
+        f"; meanwhile the nannies restarted workers {len(restarts)} time(s) for exceeding "
+        f"their memory limit (up to {rss:.0f} MiB): {UNDER_FOOTPRINT} restarts them at "
+        "rest; raise --memory-limit (or the cluster's worker memory)"
+    )
 
 
 def _stall_reason(workers: dict) -> str | None:

@@ -27,7 +27,7 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from ..graph.sealed import allow_unsealing
 from .cluster import in_this_process
-from .failures import WorkerDiedError
+from .failures import UNDER_FOOTPRINT, WorkerDiedError
 
 __all__ = ["PLUGIN_NAME", "WorkerSetup", "prepare_workers", "single_threaded_blas"]
 
@@ -83,8 +83,7 @@ def prepare_workers(client: Any, attempts: int = 5) -> None:
                 # Dying at every try before any task ran: most often killed at rest.
                 raise WorkerDiedError(
                     f"workers died {attempts} times while the fit set them up, before any "
-                    "of its tasks ran: a worker's memory limit below its own footprint "
-                    "(about 300 MiB once the kernel is imported) is the usual cause; raise "
+                    f"of its tasks ran: {UNDER_FOOTPRINT} is the usual cause; raise "
                     "--memory-limit (or the cluster's worker memory) and fit again; "
                     f"nothing was read or released ({type(error).__name__}: {error})"
                 ) from error

@@ -69,7 +69,8 @@ def test_workers_killed_at_rest_end_the_fit_in_a_clear_error(tmp_path):
     # Under a worker's own footprint the nanny kills it as soon as the fit's setup
     # imports the kernel.  Which clear error ends the fit depends on timing: the setup's
     # broadcast fails at every try (the workers died setting up), or a try lands between
-    # deaths and no worker ever leaves "init" (the stall).  Never a closed comm.
+    # deaths and the stall ends the fit, with no worker at all or one still in "init"
+    # (both seen in CI); either way the memory restarts are named.  Never a closed comm.
     path = str(tmp_path / "small.zarr")
     zarr.open_array(path, mode="w", shape=(1000, 4), chunks=(1000, 4), dtype="f8")
     with dask.config.set({"dask-dppca.stall-timeout": 10}):
@@ -82,5 +83,5 @@ def test_workers_killed_at_rest_end_the_fit_in_a_clear_error(tmp_path):
         assert "before any of its tasks ran" in text and "--memory-limit" in text, text
         assert "nothing was read or released" in text
     else:
-        assert "no worker can run tasks" in text and "memory" in text, text
-        assert "nothing was released and no noise was drawn" in text
+        assert "for exceeding their memory limit" in text and "--memory-limit" in text, text
+        assert "nothing was released and no noise was drawn" in text, text

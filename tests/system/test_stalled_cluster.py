@@ -7,6 +7,7 @@ nothing.  Nothing may be released and no budget charged.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import dask
@@ -18,6 +19,7 @@ from distributed.core import Status
 import dask_dppca as dd
 from dask_dppca.compute import STALL_TIMEOUT_KEY
 from dask_dppca.compute import waits as dppca_cluster
+from dask_dppca.compute.failures import MEMORY_EVENT
 from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
 
 pytestmark = pytest.mark.cluster
@@ -139,3 +141,30 @@ def test_results_arriving_as_a_poll_ends_are_returned(monkeypatch):
         for i in range(200):
             future = client.submit(_finishes_soon, i, pure=False)
             assert dppca_cluster.await_result(client, future, f"task {i}") == i
+
+
+def test_a_stall_names_the_memory_restarts_during_its_wait():
+    """Workers restarted in a loop over their memory limit leave the cluster without a
+    worker: the stall names the restarts, those recorded during its own wait only (CI
+    saw "the cluster has no workers" with no word of memory)."""
+    restart = {"action": "worker-restart-memory", "worker": "tcp://10.0.0.9:1", "pid": 7}
+    with (
+        dask.config.set({STALL_TIMEOUT_KEY: 1.0}),
+        LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        client.log_event(MEMORY_EVENT, {**restart, "rss": 900 * 2**20})  # before the wait
+        time.sleep(0.05)
+        with pytest.raises(dd.ClusterStalledError) as before:
+            dppca_cluster.await_result(client, client.submit(abs, -1), "first wait")
+        assert "the cluster has no workers" in str(before.value)
+        assert "memory" not in str(before.value)
+
+        during = threading.Timer(0.3, client.log_event, (MEMORY_EVENT, {**restart, "rss": 2**28}))
+        during.start()
+        with pytest.raises(dd.ClusterStalledError) as stalled:
+            dppca_cluster.await_result(client, client.submit(abs, -2), "second wait")
+        during.join()
+    text = str(stalled.value)
+    assert "restarted workers 1 time(s) for exceeding their memory limit" in text, text
+    assert "(up to 256 MiB)" in text and "--memory-limit" in text, text
