@@ -10,6 +10,8 @@ bitwise identical on any number of workers.
   Permanent on purpose: toggling the limit per task leaves OpenBLAS's idle threads
   spinning on the core the next task needs.  Dask's nanny already sets
   ``OPENBLAS_NUM_THREADS=1``; this covers workers started without it.
+  It also raises glibc's mmap threshold, which the nanny's ``MALLOC_TRIM_THRESHOLD_``
+  freezes at 128 KiB (:mod:`dask_dppca.compute.allocator`: twice the wall time without).
 * Computes in this process (local schedulers, the embedded in-process cluster):
   :func:`single_threaded_blas` around the whole compute, then restored, since pinning
   for good would leave the user's own numpy single-threaded.
@@ -26,6 +28,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from ..graph.sealed import allow_unsealing
+from .allocator import keep_scratch_on_the_heap
 from .cluster import in_this_process
 from .failures import UNDER_FOOTPRINT, WorkerDiedError
 
@@ -52,7 +55,8 @@ def single_threaded_blas(in_process: bool) -> Any:
 
 
 class WorkerSetup(WorkerPlugin):
-    """Pins BLAS to one thread and allows sealed sums, in worker processes of a cluster.
+    """Pins BLAS to one thread, keeps scratch arrays on the heap and allows sealed sums,
+    in worker processes of a cluster.
 
     Workers inside the client's own process (``inproc://`` addresses) are left alone:
     they share the user's process, whose BLAS :func:`single_threaded_blas` limits per
@@ -64,6 +68,7 @@ class WorkerSetup(WorkerPlugin):
         if in_this_process(worker.address):
             return
         threadpool_limits(limits=1)
+        keep_scratch_on_the_heap()
         allow_unsealing()
 
 

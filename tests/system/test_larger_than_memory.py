@@ -26,10 +26,12 @@ from distributed import Client, LocalCluster
 import dask_dppca as dd
 from dask_dppca.compute import TRUSTED_RESOURCE
 
-FEATURES, BLOCK = 512, 1024  # a block is 4 MiB of float64
-BLOCK_BUDGET = (
-    128 * 2**20
-)  # two threads' block pairs, their scratch, 4 lanes' exact sums (~90 MiB used)
+# A block is 512 KiB of float64: the pair work per byte grows with BLOCK and the d x d
+# work per row with FEATURES, so small ones read the store at the least compute.
+FEATURES, BLOCK = 256, 256
+# Two threads' block pairs, their scratch, 4 lanes' exact sums: ~90 MiB with 4 MiB
+# blocks at d = 512, well under it here.
+BLOCK_BUDGET = 128 * 2**20
 STORE_OVER_LIMIT = 4  # the store is at least 4x the worker's memory_limit
 WORKER = dict(
     n_workers=1,
@@ -72,12 +74,19 @@ def _warm_baseline_rss(path):
 
 
 def _write_store(path, n_rows):
-    store = zarr.open_array(
-        path, mode="w", shape=(n_rows, FEATURES), chunks=(BLOCK, FEATURES), dtype="f8"
+    store = zarr.create_array(
+        path,
+        overwrite=True,
+        shape=(n_rows, FEATURES),
+        chunks=(BLOCK, FEATURES),
+        dtype="f8",
+        compressors=None,  # random doubles do not compress: the read is the bytes
     )
-    base = np.random.default_rng(0).standard_normal((BLOCK, FEATURES))  # test data only
-    for k, start in enumerate(range(0, n_rows, BLOCK)):
-        store[start : start + BLOCK] = base + 0.01 * k  # distinct rows, cheap to write
+    rng = np.random.default_rng(0)  # test data only
+    for start in range(0, n_rows, BLOCK):
+        # Independent rows: shifted copies of one block would be near duplicates across
+        # blocks, pairs the kernel sends to its slower exact path.
+        store[start : start + BLOCK] = rng.random((BLOCK, FEATURES))
     return store
 
 
