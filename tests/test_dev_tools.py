@@ -1,5 +1,8 @@
-"""The project's own checks, as .ci/run runs them: ruff, mypy and the docs build pass on
-the tree and fail on a planted violation (each check can fail)."""
+"""The project's own checks, as .ci/run runs them: each fails on a planted violation.
+
+That they pass on the tree is .ci/run's own run of each, before the tests
+(``test_ci_runs_the_check_before_the_tests``); ruff's is repeated here as it is quick.
+"""
 
 from __future__ import annotations
 
@@ -70,8 +73,6 @@ def test_mypy_fails_on_an_unannotated_privacy_function(tmp_path):
     if (ROOT / ".mypy_cache").is_dir():  # .ci/run's own mypy run leaves it: incremental here
         shutil.copytree(ROOT / ".mypy_cache", root / ".mypy_cache")
     mypy = [sys.executable, "-m", "mypy"]
-    clean = _run(mypy, root, timeout=540)
-    assert clean.returncode == 0, clean.stdout[-2000:]
     target = root / "dask_dppca" / "privacy" / "calibration.py"
     target.write_text(target.read_text() + "\n\ndef planted(x):\n    return x\n")
     done = _run(mypy, root, timeout=540)
@@ -102,8 +103,6 @@ def test_the_docs_build_fails_on_a_broken_cross_reference(tmp_path):
         "docs",
         str(tmp_path / "html"),
     ]
-    clean = _run(sphinx, root, timeout=540)
-    assert clean.returncode == 0, clean.stderr[-3000:]
     target = root / "dask_dppca" / "kernel" / "rounding.py"
     text = target.read_text()
     target.write_text(
@@ -111,3 +110,6 @@ def test_the_docs_build_fails_on_a_broken_cross_reference(tmp_path):
     )
     done = _run(sphinx, root, timeout=540)
     assert done.returncode != 0 and "no_such_function" in done.stderr
+    # Only the planted reference: the rest of the tree builds clean (the same warnings
+    # and errors would otherwise make this pass for the wrong reason).
+    assert done.stderr.count("WARNING") == 1, done.stderr[-3000:]
