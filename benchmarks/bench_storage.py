@@ -9,6 +9,7 @@ per fit (each chunk once; none for a cached repeat).
 
     python benchmarks/bench_storage.py            # n = 200000, d = 32
     python benchmarks/bench_storage.py --quick    # n = 40000
+    python benchmarks/bench_storage.py --smoke    # n = 6000, one repeat (the test suite runs it)
 
 Seeds generate the synthetic DATA and, via random_state, the NOT private noise: the
 script compares times, not releases.
@@ -65,10 +66,14 @@ def _gets_since(log: Path, start: int, prefix: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="n = 40000")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="n = 40000")
+    mode.add_argument("--smoke", action="store_true", help="n = 6000 in 3 chunks, one repeat")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     n, d, chunk = (40_000 if args.quick else 200_000), 32, 10_000
+    if args.smoke:
+        n, chunk, args.repeats = 6000, 2000, 1
 
     import boto3
     import zarr
