@@ -25,6 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 from cryptography import x509
@@ -36,7 +37,7 @@ from threadpoolctl import threadpool_limits
 
 import dask_dppca as dd
 from dask_dppca import datasets
-from dask_dppca.compute import TRUSTED_RESOURCE
+from dask_dppca.compute import STALL_TIMEOUT_KEY, TRUSTED_RESOURCE
 from dask_dppca.compute import cluster as dd_cluster
 from dask_dppca.compute import placement as placement_module
 from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
@@ -655,16 +656,19 @@ def test_losing_the_trusted_worker_or_the_scheduler_fails_clearly(
             slow = da.from_zarr(many_blocks).map_blocks(_slow_reader(0.5), dtype=np.float64)
             started = time.monotonic()
             pool = ThreadPoolExecutor(1)
-            try:
-                fit = pool.submit(dd.DPPCA(n_components=2, scheduler=client).fit, slow)
-                while not fit.done() and client.run_on_scheduler(_pair_tasks)[1] < 10:
-                    assert time.monotonic() - started < FAILURE_BOUND
-                    time.sleep(0.05)
-                cluster.kill(trusted)
-                with pytest.raises(RuntimeError, match="trusted"):
-                    fit.result(timeout=FAILURE_BOUND)
-            finally:
-                pool.shutdown(wait=False, cancel_futures=True)  # never wait on a hung fit
+            # The fit waits the stall timeout for the trusted worker to come back (30 s by
+            # default; what ends the wait is under test here, not its length).
+            with dask.config.set({STALL_TIMEOUT_KEY: 5}):
+                try:
+                    fit = pool.submit(dd.DPPCA(n_components=2, scheduler=client).fit, slow)
+                    while not fit.done() and client.run_on_scheduler(_pair_tasks)[1] < 10:
+                        assert time.monotonic() - started < FAILURE_BOUND
+                        time.sleep(0.05)
+                    cluster.kill(trusted)
+                    with pytest.raises(RuntimeError, match="trusted"):
+                        fit.result(timeout=FAILURE_BOUND)
+                finally:
+                    pool.shutdown(wait=False, cancel_futures=True)  # never wait on a hung fit
             tickets = client.get_metadata(list(RELEASE_METADATA_KEY), default={})
             assert tickets == {}  # the release never ran: no noise drawn, nothing released
 
