@@ -24,6 +24,7 @@ __all__ = [
     "WorkerDiedError",
     "is_scheduler_loss",
     "killed_worker_error",
+    "largest_rss_mib",
     "memory_restarts",
     "scheduler_address",
     "task_role",
@@ -107,7 +108,7 @@ def killed_worker_error(
     last = getattr(error.last_worker, "address", str(error.last_worker))
     restarts = memory_restarts(client, since)
     if restarts:
-        rss = max(event.get("rss", 0) for event in restarts) / 2**20
+        rss = largest_rss_mib(restarts)
         limit = _memory_limit(error.last_worker)
         limit_text = f" of its {limit / 2**20:.0f} MiB limit" if limit else ""
         killed = len({(event.get("worker"), event.get("pid")) for event in restarts})
@@ -122,6 +123,11 @@ def killed_worker_error(
         f"{error.allowed_failures + 1} time(s) (last {last}), not for their memory limit; "
         f"{outcome}. See that worker's log for why it stopped"
     )
+
+
+def largest_rss_mib(restarts: list[dict]) -> float:
+    """The largest resident memory, in MiB, among :func:`memory_restarts`' records."""
+    return max(event.get("rss", 0) for event in restarts) / 2**20
 
 
 def memory_restarts(client: Any, since: float) -> list[dict]:

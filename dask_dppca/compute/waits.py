@@ -16,7 +16,13 @@ from typing import Any
 import dask
 import distributed
 
-from .failures import UNDER_FOOTPRINT, SchedulerLostError, memory_restarts, scheduler_address
+from .failures import (
+    UNDER_FOOTPRINT,
+    SchedulerLostError,
+    largest_rss_mib,
+    memory_restarts,
+    scheduler_address,
+)
 
 __all__ = [
     "DEFAULT_STALL_TIMEOUT",
@@ -154,7 +160,7 @@ def _restarts_seen(client, since: float) -> str:
     restarts = memory_restarts(client, since)
     if not restarts:
         return ""
-    rss = max(event.get("rss", 0) for event in restarts) / 2**20
+    rss = largest_rss_mib(restarts)
     return (
         f"; meanwhile the nannies restarted workers {len(restarts)} time(s) for exceeding "
         f"their memory limit (up to {rss:.0f} MiB): {UNDER_FOOTPRINT} restarts them at "
