@@ -122,8 +122,12 @@ def await_done(
         future.add_done_callback(one_done)
     _wait(client, finished, futures, label, needed, limit)
     for future in futures:
-        if future.status != "finished":
+        if future.status in ("error", "cancelled"):
             future.result(timeout=limit)  # raises its error or cancellation
+        elif future.status != "finished":
+            # Done, then lost with its worker and being computed again: wait again.
+            # Never result(): it would fetch the value (a sealed lane sum) to the client.
+            await_done(client, [future], label, needed)
 
 
 def _wait(client, finished, futures, label, needed, limit) -> None:
