@@ -244,7 +244,7 @@ def _rows(mechanism: ScoreMapMechanism, score_map: ScoreMap) -> list[dict[str, A
         {
             "stage": _STAGE,
             "release": f"frame: {name} of PC{axis + 1}",
-            "mechanism": "bound-free private quantile (exponential noise on counts)",
+            "mechanism": "bound-free private quantile (AboveThreshold, discrete Laplace on counts)",
             "guarantee": "epsilon-DP",
             "epsilon": frame.epsilon / 4.0,
             "sensitivity": 1,
@@ -252,7 +252,7 @@ def _rows(mechanism: ScoreMapMechanism, score_map: ScoreMap) -> list[dict[str, A
             "released_on": where,
             "count": 1,
         }
-        for name in ("median", f"{frame.radius_quantile:g} quantile of |y - c|")
+        for name in ("median", f"{frame.radius.target_quantile:.4g} quantile of |y - c|")
         for axis in score_map.axes
     ]
     for name, histogram in mechanism.histograms.items():

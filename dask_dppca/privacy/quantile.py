@@ -23,7 +23,13 @@ value), never a noisy number.
 
 The guarantee does not depend on how many candidates are scanned; the accuracy does: a
 long run of candidates whose counts sit just below ``T`` stops the scan early, about
-``ln(run length) t / s_c`` ranks below ``q n``.  Nothing here knows about Dask; the
+``ln(run length) t / s_c`` ranks below ``q n``.  Near the top the opposite can happen: no
+count exceeds ``n``, so a target within a few noise scales of ``n`` is missed whenever the
+threshold's noise lands above the counts, and the scan then runs on through candidates
+whose counts are all ``n`` until one query's noise is as large: octaves too high (1e121
+was seen).  So the target rank is kept ``top_margin`` noise scales below ``n`` (public:
+it depends on ``n`` and epsilon only), where an overshoot of ``k`` candidates has
+probability about ``e^-top_margin / k``.  Nothing here knows about Dask; the
 counts are computed by :func:`dask_dppca.kernel.score_stats.count_at_most` block by
 block and added up (one pass).
 """
@@ -44,12 +50,19 @@ from .parts import PrivacyPart, PureDPPart
 
 __all__ = [
     "DEFAULT_STEPS_PER_OCTAVE",
+    "DEFAULT_TOP_MARGIN",
     "PrivateQuantile",
     "quantile_candidates",
 ]
 
 #: Candidates per factor of two: a relative resolution of 2^(1/32) - 1 = 2.2 %.
 DEFAULT_STEPS_PER_OCTAVE = 32
+
+#: The target rank stays this many noise scales (``t / s_c`` ranks) below ``n``: the
+#: threshold's noise then exceeds the room left with probability ``e^-6 / 2 = 0.12 %``,
+#: and an overshoot of ``k`` candidates past the top has probability about ``e^-6 / k``
+#: (module docstring; docs/privacy.md, "Accuracy").
+DEFAULT_TOP_MARGIN = 6.0
 
 #: Candidates scanned in the first batch of noise draws, doubled batch after batch up to
 #: ``_MAX_BATCH`` (the scan stops at the first hit; unused draws are discarded).
@@ -115,6 +128,9 @@ class PrivateQuantile:
         Candidates of both signs, or non-negative only.
     steps_per_octave : int, default 32
         Grid resolution.
+    top_margin : float, default 6.0
+        The target rank is ``min(q n, max(n - top_margin t / s_c, n / 2))``: one the
+        noise lets the scan reach (module docstring).
 
     Attributes
     ----------
@@ -129,6 +145,7 @@ class PrivateQuantile:
     epsilon: float
     signed: bool = True
     steps_per_octave: int = DEFAULT_STEPS_PER_OCTAVE
+    top_margin: float = DEFAULT_TOP_MARGIN
     multiplier: int = field(init=False)
     noise_scale: int = field(init=False)
 
@@ -142,6 +159,10 @@ class PrivateQuantile:
         if multiplier * n >= 2**61:
             raise ValueError(f"n_samples: {n} is too large for the integer scan")
         quantile_candidates(self.signed, self.steps_per_octave)  # validates the grid
+        margin = real_number("top_margin", self.top_margin)
+        if not 0.0 <= margin <= 1e6:
+            raise ValueError(f"top_margin: must be in [0, 1e6], got {margin!r}")
+        object.__setattr__(self, "top_margin", margin)
         object.__setattr__(self, "n_samples", n)
         object.__setattr__(self, "quantile", q)
         object.__setattr__(self, "epsilon", eps)
@@ -161,8 +182,19 @@ class PrivateQuantile:
 
     @property
     def threshold(self) -> int:
-        """``T = floor(s_c q n)``, the scaled target count (public)."""
-        return math.floor(self.multiplier * self.quantile * self.n_samples)
+        """``T``, the scaled target count (public).
+
+        ``floor(s_c q n)``, kept ``top_margin`` noise scales below ``s_c n`` (but not
+        below ``s_c n / 2``).
+        """
+        s, n = self.multiplier, self.n_samples
+        reachable = max(s * n - self.top_margin * self.noise_scale, s * n / 2.0)
+        return math.floor(min(s * self.quantile * n, reachable))
+
+    @property
+    def target_quantile(self) -> float:
+        """``T / (s_c n)``: the quantile actually aimed at (``quantile`` or less)."""
+        return self.threshold / (self.multiplier * self.n_samples)
 
     @property
     def realised_epsilon(self) -> float:
@@ -216,5 +248,7 @@ class PrivateQuantile:
             "noise_scale": self.noise_scale,
             "signed": self.signed,
             "steps_per_octave": self.steps_per_octave,
+            "top_margin": self.top_margin,
+            "target_quantile": self.target_quantile,
             "neighbours": "replace-one",
         }
