@@ -91,10 +91,18 @@ def kernel_sum_graph(
     token = dask.base.tokenize(data.name, spatial_sign, plan, fit_id or uuid.uuid4().hex)
     tasks, lanes, blocks_of, lanes_of_block, shared = _layout(plan, n_threads)
     reader = chunk_reader(data)
-    reader_task = (
-        None
+    # A reader key per lane, each a root of its own: the scheduler spreads roots over the
+    # workers and a lane's tasks follow its reader (and then its state).  One reader key
+    # for all lanes drew every lane to the worker holding it (measured: 2 workers, 300
+    # blocks, one ran all 52 lane tasks).  dask.delayed(traverse=False) keeps the reader
+    # a value: as a task's argument Dask would look inside it.
+    lane_readers = (
+        []
         if reader is None
-        else dask.delayed(reader, name=f"dppca-reader-{token}", traverse=False)
+        else [
+            dask.delayed(reader, name=f"dppca-reader-{token}-{number}", traverse=False)
+            for number in range(len(lanes))
+        ]
     )
     bounds = np.cumsum((0,) + plan.block_sizes)
     read_rows = (
@@ -117,19 +125,18 @@ def kernel_sum_graph(
             layer[key] = (
                 lane_task,
                 step,
-                None if reader_task is None else reader_task.key,
+                lane_readers[number].key if lane_readers else None,
                 previous,
                 *[(data.name, block, 0) for block in given],
             )
             previous = key
         lane_ends.append(previous)
-    dependencies = [data] if reader_task is None else [data, reader_task]
     # dask.array.Array does not match dask's own DaskCollection protocol as typed
     # (__dask_scheduler__ is a staticmethod there, a plain function here).
     graph = HighLevelGraph.from_collections(
         name,
         layer,
-        dependencies=dependencies,  # type: ignore[arg-type]
+        dependencies=[data, *lane_readers],  # type: ignore[list-item]
     )
     return _merge_down(
         [Delayed(key, graph, layer=name) for key in lane_ends], key_prefix=f"dppca-sum-{token}"
@@ -171,7 +178,8 @@ class GraphLayout:
         Tasks adding the lanes' sums down to at most ``LANES_PER_SUM_TASK``.
     input_tasks : int
         The input's tasks the lanes depend on: for a Zarr input read in the plan's
-        blocks, a read task per shared block, the array behind them and the reader;
+        blocks, a read task per shared block, the array behind them and a reader per
+        lane;
         for any other input, every task of the blocks' graph (a slice per block of a
         numpy array; a dask array's own tasks and its rechunk).
     reads_in_tasks : bool
@@ -234,8 +242,9 @@ def graph_layout(data: da.Array, plan: DesignPlan, n_threads: int) -> GraphLayou
     while ends > LANES_PER_SUM_TASK:
         ends = -(-ends // LANES_PER_SUM_TASK)
         merges += ends
-    # A Zarr input's shared blocks: a read task each, the array they read and the reader.
-    inputs = len(shared) + 2 if reads_in_tasks else len(data.__dask_graph__())
+    # A Zarr input's shared blocks: a read task each, the array they read and a reader
+    # per lane.
+    inputs = len(shared) + 1 + len(lanes) if reads_in_tasks else len(data.__dask_graph__())
     return GraphLayout(
         n_lanes=len(lanes),
         lane_tasks=len(tasks),
