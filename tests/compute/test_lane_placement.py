@@ -27,6 +27,7 @@ def test_a_zarr_fit_runs_its_lanes_on_both_workers(cluster_client, tmp_path):
     path = str(tmp_path / "x.zarr")
     x = np.random.default_rng(8).standard_normal((102_400, 32))  # test data (seeds: tests only)
     zarr.open_array(path, mode="w", shape=x.shape, chunks=(512, 32), dtype="f8")[:] = x
+    cluster_client.wait_for_workers(2, timeout=60)
     workers = set(cluster_client.scheduler_info()["workers"])
     assert len(workers) == 2
     with get_task_stream(cluster_client) as stream:
