@@ -243,7 +243,8 @@ def main(argv=None) -> None:
                     cluster.close()
             print(
                 f"machine model ({model.source}): kernel {model.pair_rate(D) / 1e6:.1f} M pairs/s "
-                f"a core at d = {D}; reads "
+                f"a core at d = {D}, {model.row_cost(D) * 1e9:.0f} ns a block row, "
+                f"{model.kernel_call_seconds * 1e3:.3f} ms a block pair; reads "
                 + ", ".join(
                     f"{k} {v / 2**20:.0f} MiB/s" for k, v in model.read_bytes_per_second.items()
                 )

@@ -376,10 +376,12 @@ def _time(
     read_rate, read_key = machine.read_rate(storage, codec)
     sizes = plan.block_sizes
     call = machine.kernel_call_seconds
+    per_row = machine.row_cost(plan.n_features)
     work = [
         sum(sizes[i] * (sizes[i] - 1) // 2 if i == j else sizes[i] * sizes[j] for i, j in task)
         / rate
         + call * len(task)
+        + per_row * sum(sizes[i] if i == j else sizes[i] + sizes[j] for i, j in task)
         for task in plan.tasks()
     ]
     lanes = _lane_bounds(len(work), layout.n_lanes)

@@ -4,7 +4,9 @@ A :class:`MachineModel` holds the few rates a fit's wall time follows from
 (benchmarks/README.md, bench_plan.py, checks the prediction against measured fits):
 
 * the kernel's rate on one core, in pairs per second, for a few widths d (between them
-  interpolated in log-log, beyond them the nearest one scaled by ``d``);
+  interpolated in log-log, beyond them the nearest one scaled by ``d``), and its cost per
+  row of the blocks it is given (their preparation: at 1024-row blocks about a fifth of
+  the pairs' time at d = 32);
 * the read rate of one thread, in decoded bytes per second, per storage and codec
   (``"local/zstd"``, ``"s3/none"``, ``"memory"``);
 * the cost of one graph task (the scheduler's, and the worker's around the task),
@@ -69,8 +71,13 @@ class MachineModel:
         A fit's extra fixed cost by storage (``"s3"``: the workers' sessions and first
         requests), beyond ``fixed_seconds`` on a local disk.
     kernel_call_seconds : float
-        The kernel's fixed cost per block pair (preparing the rows, the exact-sum
-        addition), beyond its pairs.
+        The kernel's fixed cost per block pair (the exact-sum addition, the tiles'
+        set-up), beyond its pairs and rows.
+    kernel_row_seconds : dict of int to float
+        The kernel's cost per row of a block pair's blocks, by width d: each block's
+        preparation (the finite-row check, row hashes and groups, scale classes, the
+        centring point, tile loads), beyond its pairs.  A within-block pair has the
+        block's rows, a cross-block pair both blocks'.
     read_call_seconds : dict of str to float
         The fixed cost of one read by the keys of ``read_bytes_per_second``, beyond its
         bytes.
@@ -86,6 +93,7 @@ class MachineModel:
     storage_seconds: dict[str, float] = field(default_factory=dict)
     kernel_call_seconds: float = 0.0
     read_call_seconds: dict[str, float] = field(default_factory=dict)
+    kernel_row_seconds: dict[int, float] = field(default_factory=dict)
 
     def read_call(self, key: str) -> float:
         """The fixed cost of one read (a block's chunks) at a ``read_rate`` key."""
@@ -107,6 +115,26 @@ class MachineModel:
             if d0 <= d <= d1:
                 w = (math.log(d) - math.log(d0)) / (math.log(d1) - math.log(d0))
                 return math.exp((1 - w) * math.log(r0) + w * math.log(r1))
+        raise AssertionError("unreachable: d lies between the measured widths")
+
+    def row_cost(self, n_features: int) -> float:
+        """The kernel's seconds per block row at width ``n_features`` (0 when unmeasured).
+
+        Interpolated in log-log between the measured widths; beyond them the nearest
+        one's cost, scaled by ``d`` above the widest (the work per row is about ``d``).
+        """
+        points = sorted(self.kernel_row_seconds.items())
+        if not points:
+            return 0.0
+        d = max(int(n_features), 1)
+        if d <= points[0][0]:
+            return points[0][1]
+        if d >= points[-1][0]:
+            return points[-1][1] * d / points[-1][0]
+        for (d0, c0), (d1, c1) in zip(points[:-1], points[1:]):
+            if d0 <= d <= d1:
+                w = (math.log(d) - math.log(d0)) / (math.log(d1) - math.log(d0))
+                return math.exp((1 - w) * math.log(c0) + w * math.log(c1))
         raise AssertionError("unreachable: d lies between the measured widths")
 
     def read_rate(self, storage: str, codec: str) -> tuple[float, str]:
@@ -133,6 +161,7 @@ class MachineModel:
         out["kernel_pairs_per_second"] = {
             str(d): r for d, r in sorted(self.kernel_pairs_per_second.items())
         }
+        out["kernel_row_seconds"] = {str(d): c for d, c in sorted(self.kernel_row_seconds.items())}
         return out
 
     @classmethod
@@ -153,6 +182,7 @@ class MachineModel:
                 {str(k): float(v) for k, v in data.get("storage_seconds", {}).items()},
                 float(data.get("kernel_call_seconds", 0.0)),
                 {str(k): float(v) for k, v in data.get("read_call_seconds", {}).items()},
+                {int(d): float(c) for d, c in data.get("kernel_row_seconds", {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise ValueError(
@@ -163,6 +193,11 @@ class MachineModel:
         if not kernel or not reads or not all(r > 0 and math.isfinite(r) for r in rates):
             raise ValueError(
                 f"machine model: the saved model{where} needs positive finite rates; run "
+                "'dask-dppca bench --save' again"
+            )
+        if not all(c > 0 and math.isfinite(c) for c in model.kernel_row_seconds.values()):
+            raise ValueError(
+                f"machine model: the saved model{where} needs positive finite row costs; run "
                 "'dask-dppca bench --save' again"
             )
         return model
@@ -178,6 +213,7 @@ DEFAULT_MODEL = MachineModel(
     worker_baseline_bytes=300 * 2**20,
     kernel_call_seconds=5e-4,
     read_call_seconds={"local/zstd": 2e-3, "local/none": 1e-3},
+    kernel_row_seconds={8: 1.7e-7, 32: 3.0e-7, 128: 1.5e-6, 512: 1.35e-5},  # 2026-12-03
 )
 
 
@@ -254,11 +290,11 @@ def measure_machine_model(
     benchmark data only.
     """
     if client is None:
-        kernel, call, reads, read_calls = _kernel_and_reads(widths, quick)
+        kernel, call, rows, reads, read_calls = _kernel_and_reads(widths, quick)
     else:
         first = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
         measured = client.run(_kernel_and_reads, widths, quick, workers=[first])
-        kernel, call, reads, read_calls = measured[first]
+        kernel, call, rows, reads, read_calls = measured[first]
     task, fixed, baseline = _cluster_costs(client, quick)
     return MachineModel(
         kernel,
@@ -270,6 +306,7 @@ def measure_machine_model(
         f"{datetime.now(UTC).isoformat(timespec='seconds')}",
         kernel_call_seconds=call,
         read_call_seconds=read_calls,
+        kernel_row_seconds=rows,
     )
 
 
@@ -282,7 +319,7 @@ def _best(call, repeats: int) -> float:
     return best
 
 
-def _kernel_rate(d: int, rows: int) -> float:
+def _kernel_rate(d: int, rows: int, row_seconds: float) -> float:
     import numpy as np
     from threadpoolctl import threadpool_limits
 
@@ -296,11 +333,43 @@ def _kernel_rate(d: int, rows: int) -> float:
             started = time.thread_time()
             block_pair_sum(x)
             best = min(best, time.thread_time() - started)
-    return rows * (rows - 1) / 2 / best
+    # The block's own preparation is the row cost's, not the pairs'.
+    return rows * (rows - 1) / 2 / max(best - rows * row_seconds, best / 2)
 
 
-def _kernel_call_seconds(d: int, rate: float) -> float:
-    """The kernel's cost per call beyond its pairs: a 128-row block, best of 20, in CPU time."""
+def _kernel_row_seconds(d: int, quick: bool) -> float:
+    """The kernel's cost per block row: a block of ``b`` fresh rows against one row, for
+    two sizes ``b`` (the slope; the pairs are ``b``, negligible), median of several, in
+    CPU time.  Fresh blocks each call, as in a fit (each block is read anew).
+    """
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    from .kernel import block_pair_sum
+
+    small, large, count = 128, (1024 if quick else 4096), (8 if quick else 20)
+    rng = np.random.default_rng()  # benchmark data (any values, no seed)
+    blocks = [rng.standard_normal((large, d)) for _ in range(count)]
+    one = rng.standard_normal((1, d))
+    block_pair_sum(blocks[0][:64])  # compile, or load from the cache
+
+    def median_seconds(rows: int) -> float:
+        times = []
+        for block in blocks:
+            started = time.thread_time()
+            block_pair_sum(block[:rows], one)
+            times.append(time.thread_time() - started)
+        return float(np.median(times))
+
+    with threadpool_limits(1):
+        slope = (median_seconds(large) - median_seconds(small)) / (large - small)
+    return max(slope, 1e-9)
+
+
+def _kernel_call_seconds(d: int, rate: float, row_seconds: float) -> float:
+    """The kernel's cost per call beyond its pairs and rows: two 128-row blocks, best of
+    20, in CPU time.
+    """
     import numpy as np
 
     from .kernel import block_pair_sum
@@ -311,7 +380,7 @@ def _kernel_call_seconds(d: int, rate: float) -> float:
         started = time.thread_time()
         block_pair_sum(x[:128], x[128:])
         best = min(best, time.thread_time() - started)
-    return max(0.0, best - 128 * 128 / rate)
+    return max(0.0, best - 128 * 128 / rate - 256 * row_seconds)
 
 
 def _read_rates(quick: bool) -> tuple[dict[str, float], dict[str, float]]:
@@ -337,8 +406,14 @@ def _read_rates(quick: bool) -> tuple[dict[str, float], dict[str, float]]:
             z[:] = x
             reader = chunk_reader(open_records(store).array)
             assert reader is not None  # a Zarr store's own reads
-            seconds = _best(lambda r=reader: [r[k : k + rows // 4, :] for k in (0, rows // 4)], 3)
-            rates[f"local/{codec}"] = x.nbytes / 2 / seconds
+            # Every chunk, best of several: a read of a few milliseconds measured in wall
+            # time (the decoding may run in zarr's own threads) varied 3x from run to run
+            # as two reads, best of 3.
+            seconds = _best(
+                lambda r=reader: [r[k : k + rows // 4, :] for k in range(0, rows, rows // 4)],
+                3 if quick else 9,
+            )
+            rates[f"local/{codec}"] = x.nbytes / seconds
             # The fixed cost of a read: 40 reads of one 64-row chunk each, less their bytes.
             small = os.path.join(folder, f"small-{codec}.zarr")
             z = zarr.create_array(
@@ -354,14 +429,15 @@ def _read_rates(quick: bool) -> tuple[dict[str, float], dict[str, float]]:
 
 def _kernel_and_reads(
     widths: tuple[int, ...], quick: bool
-) -> tuple[dict[int, float], float, dict[str, float], dict[str, float]]:
-    """The kernel's rates and call cost, and the reads' rates and call costs, where it runs
+) -> tuple[dict[int, float], float, dict[int, float], dict[str, float], dict[str, float]]:
+    """The kernel's rates, call and row costs, and the reads' rates and call costs, where it runs
     (a worker's process, when measured through a client: a worker's allocator and threads).
     """
-    kernel = {d: _kernel_rate(d, 1024 if quick else 2048) for d in widths}
-    call = _kernel_call_seconds(widths[0], kernel[widths[0]])
+    rows = {d: _kernel_row_seconds(d, quick) for d in widths}
+    kernel = {d: _kernel_rate(d, 1024 if quick else 2048, rows[d]) for d in widths}
+    call = _kernel_call_seconds(widths[0], kernel[widths[0]], rows[widths[0]])
     reads, read_calls = _read_rates(quick)
-    return kernel, call, reads, read_calls
+    return kernel, call, rows, reads, read_calls
 
 
 def _cluster_costs(client: Any, quick: bool) -> tuple[float, float, int]:

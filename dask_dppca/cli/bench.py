@@ -100,6 +100,8 @@ def _save_model(path: str | None, quick: bool) -> int:
     print(f"\nmachine model ({model.source}):")
     for d, rate in sorted(model.kernel_pairs_per_second.items()):
         print(f"  kernel, d = {d:<5d}                {rate / 1e6:10.1f} M pairs/s a core")
+    for d, cost in sorted(model.kernel_row_seconds.items()):
+        print(f"  kernel's row preparation, d = {d:<4d}{cost * 1e9:10.1f} ns a row")
     for key, rate in sorted(model.read_bytes_per_second.items()):
         print(f"  reads, {key:<24s} {rate / 2**20:10.1f} MiB/s a thread")
     print(f"  a graph task                     {model.task_seconds * 1e3:10.3f} ms")

@@ -13,6 +13,7 @@ Seeds generate TEST data and (``random_state``) NOT private noise.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -25,9 +26,9 @@ import zarr
 
 import dask_dppca as dd
 from dask_dppca import estimator
-from dask_dppca.design import RegularDesign
+from dask_dppca.design import RegularDesign, plan_blocks
 from dask_dppca.fit_plan import PlanDoesNotFitError
-from dask_dppca.io import zarr_input
+from dask_dppca.io import open_records, zarr_input
 from dask_dppca.machine import (
     DEFAULT_MODEL,
     MODEL_PATH_KEY,
@@ -231,6 +232,51 @@ def test_the_machine_model_is_saved_loaded_and_defaulted(tmp_path):
     path.write_text('{"kernel_pairs_per_second": {"8": -1}}')
     with pytest.raises(ValueError, match="machine model: .*bench --save"):
         load_machine_model(path)
+
+
+def test_the_row_cost_is_saved_interpolated_and_checked(tmp_path):
+    path = tmp_path / "machine.json"
+    model = MachineModel(
+        {8: 5e8},
+        {"memory": 1e10},
+        1e-3,
+        0.2,
+        2**28,
+        "test",
+        kernel_row_seconds={8: 1e-7, 128: 1e-6},
+    )
+    save_machine_model(model, path)
+    assert load_machine_model(path) == model
+    assert model.row_cost(4) == 1e-7 and model.row_cost(128) == 1e-6
+    assert 1e-7 < model.row_cost(32) < 1e-6
+    assert model.row_cost(256) == pytest.approx(2e-6)  # scaled by d beyond the widest
+    assert MachineModel({8: 5e8}, {"memory": 1e10}, 1e-3, 0.2, 2**28).row_cost(32) == 0.0
+    saved = model.describe()
+    saved["kernel_row_seconds"] = {"8": 0.0}
+    path.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="row costs"):
+        load_machine_model(path)
+
+
+def test_a_plan_charges_each_pair_of_blocks_its_rows():
+    """Rows of every block pair of every task, times the row cost, on top of the pairs: a
+    within-block pair has its block's rows, a cross-block pair both blocks'."""
+    bare = MachineModel({4: 1e9}, {"memory": 1e10}, 1e-4, 0.1, 2**27, "bare")
+    costly = dataclasses.replace(bare, kernel_row_seconds={4: 1e-5})
+    design = dd.RegularDesign(k=2, block_size=1000)
+    est = dd.DPPCA(scheduler="synchronous", design=design)
+    X = np.zeros((20000, 4))
+    with_rows, without = est.plan(X, machine=costly), est.plan(X, machine=bare)
+    threads = with_rows.cluster.n_threads
+    records = open_records(X)
+    _, plan = plan_blocks(*records.shape, records.row_chunks, design, threads)
+    sizes = plan.block_sizes
+    rows = sum(
+        sizes[i] if i == j else sizes[i] + sizes[j] for task in plan.tasks() for i, j in task
+    )
+    assert rows > 20000  # cross-block pairs count both blocks
+    extra = (with_rows.time["pair_seconds"] - without.time["pair_seconds"]) * threads
+    assert extra == pytest.approx(rows * 1e-5, rel=1e-9)
 
 
 def test_a_plan_uses_the_saved_machine_model(tmp_path):
