@@ -111,11 +111,7 @@ class MachineModel:
             return points[0][1]
         if d >= points[-1][0]:
             return points[-1][1] * points[-1][0] / d
-        for (d0, r0), (d1, r1) in zip(points[:-1], points[1:]):
-            if d0 <= d <= d1:
-                w = (math.log(d) - math.log(d0)) / (math.log(d1) - math.log(d0))
-                return math.exp((1 - w) * math.log(r0) + w * math.log(r1))
-        raise AssertionError("unreachable: d lies between the measured widths")
+        return _log_log(points, d)
 
     def row_cost(self, n_features: int) -> float:
         """The kernel's seconds per block row at width ``n_features`` (0 when unmeasured).
@@ -131,11 +127,7 @@ class MachineModel:
             return points[0][1]
         if d >= points[-1][0]:
             return points[-1][1] * d / points[-1][0]
-        for (d0, c0), (d1, c1) in zip(points[:-1], points[1:]):
-            if d0 <= d <= d1:
-                w = (math.log(d) - math.log(d0)) / (math.log(d1) - math.log(d0))
-                return math.exp((1 - w) * math.log(c0) + w * math.log(c1))
-        raise AssertionError("unreachable: d lies between the measured widths")
+        return _log_log(points, d)
 
     def read_rate(self, storage: str, codec: str) -> tuple[float, str]:
         """One thread's read rate for ``storage`` ("local", "s3", ..., "memory") and
@@ -201,6 +193,17 @@ class MachineModel:
                 "'dask-dppca bench --save' again"
             )
         return model
+
+
+def _log_log(points: list[tuple[int, float]], d: int) -> float:
+    """The value at width ``d`` of ``points`` (sorted by width, ``d`` within them),
+    interpolated in log-log.
+    """
+    for (d0, v0), (d1, v1) in zip(points[:-1], points[1:]):
+        if d0 <= d <= d1:
+            w = (math.log(d) - math.log(d0)) / (math.log(d1) - math.log(d0))
+            return math.exp((1 - w) * math.log(v0) + w * math.log(v1))
+    raise AssertionError("unreachable: d lies between the measured widths")
 
 
 #: Figures measured on the development machine (2 shared cores, 2026-12-01,
