@@ -105,13 +105,7 @@ class MachineModel:
         Interpolated in log-log between the measured widths; beyond them the nearest
         one's pair rate scaled by ``d`` (the work per pair is about ``4 d`` flops).
         """
-        d = max(int(n_features), 1)
-        points = sorted(self.kernel_pairs_per_second.items())
-        if d <= points[0][0]:
-            return points[0][1]
-        if d >= points[-1][0]:
-            return points[-1][1] * points[-1][0] / d
-        return _log_log(points, d)
+        return _by_width(self.kernel_pairs_per_second, n_features, -1)
 
     def row_cost(self, n_features: int) -> float:
         """The kernel's seconds per block row at width ``n_features`` (0 when unmeasured).
@@ -119,15 +113,9 @@ class MachineModel:
         Interpolated in log-log between the measured widths; beyond them the nearest
         one's cost, scaled by ``d`` above the widest (the work per row is about ``d``).
         """
-        points = sorted(self.kernel_row_seconds.items())
-        if not points:
+        if not self.kernel_row_seconds:
             return 0.0
-        d = max(int(n_features), 1)
-        if d <= points[0][0]:
-            return points[0][1]
-        if d >= points[-1][0]:
-            return points[-1][1] * d / points[-1][0]
-        return _log_log(points, d)
+        return _by_width(self.kernel_row_seconds, n_features, 1)
 
     def read_rate(self, storage: str, codec: str) -> tuple[float, str]:
         """One thread's read rate for ``storage`` ("local", "s3", ..., "memory") and
@@ -195,10 +183,17 @@ class MachineModel:
         return model
 
 
-def _log_log(points: list[tuple[int, float]], d: int) -> float:
-    """The value at width ``d`` of ``points`` (sorted by width, ``d`` within them),
-    interpolated in log-log.
+def _by_width(values: dict[int, float], n_features: int, power: int) -> float:
+    """``values`` (by width) at width ``n_features``: interpolated in log-log between the
+    measured widths, the narrowest's value below them, and above them the widest's times
+    ``(d / widest) ** power``.
     """
+    d = max(int(n_features), 1)
+    points = sorted(values.items())
+    if d <= points[0][0]:
+        return points[0][1]
+    if d >= points[-1][0]:
+        return points[-1][1] * (d / points[-1][0]) ** power
     for (d0, v0), (d1, v1) in zip(points[:-1], points[1:]):
         if d0 <= d <= d1:
             w = (math.log(d) - math.log(d0)) / (math.log(d1) - math.log(d0))
