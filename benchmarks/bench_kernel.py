@@ -20,7 +20,10 @@ It prints, in one run,
     pair-by-pair Python loop on a small n;
  4. the time of adversarial blocks (50% exact duplicates, far rows) relative to a clean
     block of the same size: the cost of the exact path;
- 5. a tile-size sweep (the kernel caps its tiles at 512 rows, measured here).
+ 5. a tile-size sweep (the kernel caps its tiles at 384 rows, measured here);
+ 6. end to end on one thread: ``block_pair_sum``, ``kendall_matrix`` and ``DPPCA.fit``
+    (``scheduler="synchronous"``) at n = 6000 and 8000, d = 32 and 256, each round
+    against a square GEMM timed just before it (``--end-to-end`` runs this section alone).
 
 Timings are the best of a few repeats, after a warm-up call that compiles the numba
 pass: single-threaded ones in the thread's CPU time (time.thread_time, so other load on
@@ -40,6 +43,7 @@ import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from dask_dppca.kernel import block_pair_sum
+from dask_dppca.kernel.rounding import MAX_TILE_ROWS
 from dask_dppca.kernel.spatial_sign import winsor
 
 GOALS = {
@@ -348,7 +352,7 @@ def section_adversarial(args):
 def section_tiles(args, gemm_single):
     header(f"5. tile-size sweep (within-block sum, n = {args.n}, single-threaded, sphere)")
     rng = np.random.default_rng(5)
-    sizes = (128, 256, 512, 1024, 2048)
+    sizes = (128, 256, 384, 512, 1024, 2048)
     print(f"{'d':>4} " + " ".join(f"{f'tile {s}':>11}" for s in sizes))
     for d in (32, 256):
         x = rng.normal(size=(args.n, d))
@@ -360,7 +364,63 @@ def section_tiles(args, gemm_single):
                 )
                 cells.append(f"{gflops(kernel_flops(args.n, d), t) / gemm_single:>11.1%}")
         print(f"{d:>4} " + " ".join(cells))
-    print("(fraction of single-threaded square GEMM; the default tile is 512 rows)")
+    print(f"(fraction of single-threaded square GEMM; the default tile is {MAX_TILE_ROWS} rows)")
+
+
+# ---------------------------------------------------------------------------------------
+# 6. End to end on one thread
+# ---------------------------------------------------------------------------------------
+
+END_TO_END_GOALS = {32: 0.70, 256: 0.82}  # d: kendall_matrix and fit, fraction of GEMM
+
+
+def section_end_to_end(args):
+    """The kernel, ``kendall_matrix`` and ``fit`` on one thread against square GEMM.
+
+    Rounds alternate square GEMM and the three, so that a drift of this machine's speed
+    (a third within minutes on a shared host) reaches both sides: the ratio of the best
+    times over the rounds is printed, and the median of the rounds' own ratios.
+    """
+    import dask_dppca as dd
+
+    header(f"6. end to end on one thread (n = {', '.join(map(str, args.e2e_n))}, 2 n^2 d flops)")
+    rng = np.random.default_rng(6)
+    gemm = np.empty((args.gemm_size, args.gemm_size))
+    a, b = rng.normal(size=gemm.shape), rng.normal(size=gemm.shape)
+    gemm_flops = 2.0 * args.gemm_size**3
+    print(f"{'d':>4} {'n':>6} {'kernel':>15} {'kendall_matrix':>15} {'fit':>15}  goal")
+    for d in (32, 256):
+        for n in args.e2e_n:
+            x = rng.normal(size=(n, d))
+            est = dd.DPPCA(2, epsilon=1.0, delta=1e-6, scheduler="synchronous")
+            steps = {
+                "kernel": lambda: block_pair_sum(x),
+                "kendall_matrix": lambda: dd.kendall_matrix(x, scheduler="synchronous"),
+                "fit": lambda: est.fit(x),
+            }
+            gemm_times, times = [], {name: [] for name in steps}
+            with threadpool_limits(1):
+                for step in steps.values():
+                    step()  # warm: compile, import OpenDP, thread scratch
+                for _ in range(args.e2e_rounds):
+                    gemm_times.append(
+                        best_time(lambda: np.matmul(a, b, out=gemm), 2, clock=ONE_THREAD)
+                    )
+                    for name, step in steps.items():
+                        times[name].append(best_time(step, 1, clock=ONE_THREAD))
+            cells = []
+            for seconds in times.values():
+                best = kernel_flops(n, d) / min(seconds) / (gemm_flops / min(gemm_times))
+                rounds = [
+                    kernel_flops(n, d) / s / (gemm_flops / g) for s, g in zip(seconds, gemm_times)
+                ]
+                cells.append(f"{best:>7.3f} ({float(np.median(rounds)):.3f})")
+            print(f"{d:>4} {n:>6} {' '.join(cells)}  {END_TO_END_GOALS[d]:.2f}")
+    print(
+        "(best time against best GEMM time over the rounds, the rounds' median ratio in\n"
+        " brackets; thread CPU time; kernel is block_pair_sum(X), the others run with\n"
+        " scheduler='synchronous'; fit at epsilon 1 with the default private sampler)"
+    )
 
 
 def main(argv=None):
@@ -370,6 +430,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=None, help="repeats per timing (best of)")
     parser.add_argument("--skip-tiles", action="store_true", help="skip the tile-size sweep")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds (no verdicts)")
+    parser.add_argument(
+        "--end-to-end", action="store_true", help="only section 6 (one thread end to end)"
+    )
     args = parser.parse_args(argv)
     if args.n is None:
         args.n = 400 if args.smoke else 4000 if args.quick else 8000
@@ -379,6 +442,8 @@ def main(argv=None):
     args.pair_n = 20 if args.smoke else 100 if args.quick else 200
     args.adv_n = 300 if args.smoke else 2000 if args.quick else 4000
     args.gemm_size = 256 if args.smoke else 2048
+    args.e2e_n = (400,) if args.smoke else (6000, 8000)
+    args.e2e_rounds = 1 if args.smoke else 3 if args.quick else 7
 
     blas = [
         f"{i.get('internal_api')} {i.get('version')} ({i.get('num_threads')} threads)"
@@ -398,12 +463,17 @@ def main(argv=None):
     block_pair_sum(np.random.default_rng(9).normal(size=(64, 4)), spatial_sign=winsor(1.0))
 
     start = time.perf_counter()
+    if args.end_to_end:
+        section_end_to_end(args)
+        print(f"\ntotal benchmark time {time.perf_counter() - start:.0f} s")
+        return
     gemm_single, gemm_all = section_gemm(args)
     section_kernel_rate(args, gemm_single, gemm_all, n_threads)
     section_loops(args)
     section_adversarial(args)
     if not args.skip_tiles:
         section_tiles(args, gemm_single)
+    section_end_to_end(args)
     print(f"\ntotal benchmark time {time.perf_counter() - start:.0f} s")
 
 

@@ -375,9 +375,8 @@ def main(argv=None):
                 radius=r,
                 calibration=cal,
                 design="complete",
-                scheduler="synchronous",
-                random_state=0,
-            )
+                scheduler="synchronous",  # private noise: a seeded fit's sampler has no
+            )  # lattice, hence no lattice slack in its sigma
             .fit(Xc)
             .privacy_["sigma"]
         )

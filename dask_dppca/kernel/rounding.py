@@ -39,8 +39,12 @@ CONDITION_LIMIT = 256.0
 MIN_SQUARED_DISTANCE = 2.0**-300
 #: Bits of magnitude per scale class.
 CLASS_BITS = 200
-#: Cache-friendly upper limit on the tile size (measured in benchmarks/bench_kernel.py).
-MAX_TILE_ROWS = 512
+#: Cache-friendly upper limit on the tile size (benchmarks/bench_kernel.py, section 5).
+#: 384 rather than 512: a 384-row tile's weights (1.1 MiB) stay near a core's L2 while a
+#: 512-row tile's (2 MiB) are read three times from a shared L3.  Interleaved one-thread
+#: sweeps, n = 6000, 384 against 512 rows: d = 16 0.42 / 0.37 of GEMM, d = 32 0.63 /
+#: 0.58, d = 64 0.75 / 0.63, d = 128 0.90 / 0.85, d = 256 0.80 / 0.72.
+MAX_TILE_ROWS = 384
 #: Tiles of the first block processed together (each tile of the second block is
 #: loaded once per such band).
 BAND_TILES = 4
@@ -48,7 +52,7 @@ BAND_TILES = 4
 #: the exact path's two index lists.
 TILE_ARRAYS = 3
 #: Roundings outside the tiles: weights and multiplicities (5), the halves of diagonal
-#: tiles (2 log2(512 / 32) = 8), forming diag(r/2) A - W B (2), symmetrising and the
+#: tiles (2 ceil(log2(384 / 32)) = 8), forming diag(r/2) A - W B (2), symmetrising and the
 #: exact-path total (2), the graph's (2: a task's tree over its block pairs is at most
 #: one level deeper than log2 of all the block pairs, and the exact sum of the tasks'
 #: sums is rounded once, dask_dppca.kernel.exact_sum), with room to spare (see

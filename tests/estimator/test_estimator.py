@@ -85,6 +85,7 @@ def test_privacy_report_rederives_sigma_by_hand(elliptical):
     want_sensitivity = tight + p["rounding_slack"] + p["sampler_slack"]
     assert math.isclose(p["sensitivity"], want_sensitivity, rel_tol=1e-12)
     assert 0 < p["rounding_slack"] < 1e-6 * tight
+    assert 0 < p["sampler_slack"] < 1e-9 * tight  # the default OpenDP grid's rounding
     assert math.isclose(
         p["sigma"],
         calibrate_sigma(p["sensitivity"], 0.7, 1e-7, "analytic", excess=p["sampler_excess"]),
@@ -97,9 +98,11 @@ def test_classical_calibration_is_the_papers(elliptical):
     x, _ = elliptical
     p = _fit(x, epsilon=0.5, calibration="classical").privacy_
     n = p["n_samples"]
-    assert math.isclose(p["sensitivity"], 4.0 / n, rel_tol=1e-15)
+    # the paper's 4 / n, plus the default sampler's lattice slack (its 40-bit OpenDP grid)
+    assert 0 < p["sampler_slack"] < 1e-9 * 4.0 / n
+    assert math.isclose(p["sensitivity"], 4.0 / n + p["sampler_slack"], rel_tol=1e-15)
     assert math.isclose(
-        p["sigma"], 4.0 / n * math.sqrt(2 * math.log(1.25 / 1e-6)) / 0.5, rel_tol=1e-12
+        p["sigma"], p["sensitivity"] * math.sqrt(2 * math.log(1.25 / 1e-6)) / 0.5, rel_tol=1e-12
     )
     with pytest.raises(ValueError, match="epsilon"):
         _fit(x, epsilon=1.0, calibration="classical")

@@ -225,14 +225,15 @@ def test_block_rule_gives_work_to_every_thread_within_its_limits(n, d, threads):
             8000,
             256,
             2,
-            (2048, 2048, 2048, 1856),
-        ),  # one block on one core before the block rule: 10 tasks now
-        (16000, 32, 2, (4096, 4096, 4096, 3712)),
-        (2000, 20, 2, (1024, 976)),
+            (2000, 2000, 2000, 2000),
+        ),  # one block on one core before the block rule: 10 tasks now (whole tiles of
+        # 384 would leave a last block under half the others: plain quarters)
+        (16000, 32, 2, (4224, 4224, 4224, 3328)),
+        (2000, 20, 2, (1152, 848)),
         (1000, 20, 2, (1000,)),  # too little work to split
         (8000, 256, 1, (8000,)),  # one thread: one block while the rows fit in one
-        (40000, 32, 1, (13824, 13824, 12352)),  # three blocks of whole tiles
-        (100_000, 64, 2, (14336,) * 6 + (13984,)),  # capped at 16384 rows
+        (40000, 32, 1, (13440, 13440, 13120)),  # three blocks of whole 384-row tiles
+        (100_000, 64, 2, (14592,) * 6 + (12448,)),  # capped at 16384 rows
     ],
 )
 def test_block_rule_examples(n, d, threads, want):

@@ -30,6 +30,7 @@ from dask_dppca.kernel import (
 from dask_dppca.kernel import pair_sum as kernel_module
 from dask_dppca.kernel import rows as rows_module
 from dask_dppca.kernel import tiles as tiles_module
+from dask_dppca.kernel.rounding import MAX_TILE_ROWS
 from dask_dppca.kernel.spatial_sign import custom, identity, sphere, winsor
 from tests.reference import reference_pair_sum, relative_error
 
@@ -723,7 +724,7 @@ def test_pair_far_from_the_centre_is_bounded(d, seed, scale, log10_ratio, name):
 
 
 def test_tile_rows_for_budget():
-    assert tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 8) == 512  # the cache cap
+    assert tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, 8) == MAX_TILE_ROWS == 384  # cache cap
     small = tile_rows_for_budget(2**16, 8)
     assert 16 <= small < 100
     assert tile_rows_for_budget(0, 8) == 16  # floor
@@ -732,7 +733,7 @@ def test_tile_rows_for_budget():
     assert sizes == sorted(sizes)  # monotone in the budget
     for budget in (2**16, 2**18, 2**20):
         t = tile_rows_for_budget(budget, 8)
-        assert 16 < t < 512 and 8 * t * t <= budget / 2  # a float64 tile fits, twice
+        assert 16 < t < MAX_TILE_ROWS and 8 * t * t <= budget / 2  # a float64 tile fits, twice
 
 
 @pytest.mark.parametrize("name", BOUNDED)

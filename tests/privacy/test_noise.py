@@ -22,6 +22,7 @@ from scipy import stats
 
 from dask_dppca.privacy import noise
 from dask_dppca.privacy.noise import (
+    DEFAULT_LATTICE_BITS,
     OPENDP_MAX_ENTRIES,
     LatticeSampler,
     NoiseSampler,
@@ -459,6 +460,10 @@ def test_seeded_sampler_warns_and_repeats():
 
 def test_default_sampler_rule():
     assert isinstance(default_sampler(100 * 101 // 2), OpenDPSampler)
+    # OpenDP on a grid 40 bits below sigma (~4x faster than every float's), whose
+    # rounding the calibration must add (test_privacy_report_rederives_sigma_by_hand).
+    assert default_sampler(528).lattice_bits == DEFAULT_LATTICE_BITS
+    assert 0.0 < default_sampler(528).sensitivity_slack(528, 1.0) < 1e-10
     assert isinstance(default_sampler(OPENDP_MAX_ENTRIES), OpenDPSampler)
     assert isinstance(default_sampler(OPENDP_MAX_ENTRIES + 1), LatticeSampler)
     assert isinstance(default_sampler(1000 * 1001 // 2), LatticeSampler)

@@ -2,7 +2,8 @@
 ``python tests/estimator/data/make_pinned_fits.py SOURCE`` (SOURCE names the commit, for
 the record).  It re-pins the cases of tests/estimator/test_pinned_fits.py; first pinned
 at 96b673f, re-pinned for the GEMM-rate kernel (another summation order, the rounding
-bound counting both tile sums: the last bits and sigma moved, see the commit message).
+bound counting both tile sums: the last bits and sigma moved, see the commit message),
+and for tiles of 384 rows and the default sampler's 40-bit OpenDP grid (sigma moved).
 Seeds: TEST noise only.
 """
 
