@@ -364,7 +364,8 @@ def main(argv=None):
     rows, t0 = [], time.time()
     record = rows.append
 
-    # 0. the sigma shortcut is the estimator's sigma
+    # 0. the sigma shortcut is the estimator's sigma (a private fit's: a seeded fit's test
+    # sampler has no lattice, hence no lattice slack in its sigma)
     Xc = make_elliptical(600, spiked_spectrum(20, 2), np.eye(20), df=1.0, seed=0)
     for tr, r, cal, eps in (("sphere", None, "analytic", 1.0), ("winsor", 4.0, "classical", 0.5)):
         fitted = (
@@ -375,8 +376,8 @@ def main(argv=None):
                 radius=r,
                 calibration=cal,
                 design="complete",
-                scheduler="synchronous",  # private noise: a seeded fit's sampler has no
-            )  # lattice, hence no lattice slack in its sigma
+                scheduler="synchronous",
+            )
             .fit(Xc)
             .privacy_["sigma"]
         )

@@ -128,7 +128,7 @@ def _wait_for_full_cluster(client: Client, gone: str, timeout: float = 180.0) ->
     A killed worker's nanny starts a replacement (which took over 60 s on a loaded
     machine).  Late in two full-suite runs a nanny logged "Restarting worker" and its
     replacement never joined, so the next tests waited out their 180 s: after
-    ``NANNY_REPLACEMENT_S`` the cluster starts one fresh worker (a new nanny) instead.
+    ``NANNY_REPLACEMENT_S`` the cluster starts fresh workers (new nannies) for the missing.
     What these tests check is the release, not the nanny's restart.
     """
     start = time.monotonic()
