@@ -13,8 +13,8 @@ Speed: for each data set the exact K_hat (every transform) and the covariance ar
 computed once (dask_dppca.kendall_matrix, complete design), then the release is
 repeated for every epsilon and calibration with the estimator's own release code
 (dask_dppca.privacy.ReleaseMechanism.release) at the estimator's sigma
-(dask_dppca.planning.release_sigma, checked against DPPCA(...).fit(X).privacy_["sigma"]
-at start-up).  The noise comes from a SeededSampler (same Gaussian law, seeded, NOT
+(dask_dppca.planning.release_sigma: bitwise a private fit's privacy_["sigma"], which
+tests/statistical/test_theory.py and tests/estimator/test_fit_matches_theory.py check).  The noise comes from a SeededSampler (same Gaussian law, seeded, NOT
 PRIVATE: an experiment, not a release).
 
 Analyze Gauss runs twice: about the known location (the origin), and about a private
@@ -363,27 +363,6 @@ def main(argv=None):
         return
     rows, t0 = [], time.time()
     record = rows.append
-
-    # 0. the sigma shortcut is the estimator's sigma (a private fit's: a seeded fit's test
-    # sampler has no lattice, hence no lattice slack in its sigma)
-    Xc = make_elliptical(600, spiked_spectrum(20, 2), np.eye(20), df=1.0, seed=0)
-    for tr, r, cal, eps in (("sphere", None, "analytic", 1.0), ("winsor", 4.0, "classical", 0.5)):
-        fitted = (
-            dd.DPPCA(
-                2,
-                epsilon=eps,
-                spatial_sign=tr,
-                radius=r,
-                calibration=cal,
-                design="complete",
-                scheduler="synchronous",
-            )
-            .fit(Xc)
-            .privacy_["sigma"]
-        )
-        assert fitted == release_sigma(
-            600, 20, eps, DELTA, spatial_sign=tr, radius=r, calibration=cal
-        )
 
     # 1. n sweep (epsilon 0.5 and 1) and epsilon sweep at n_ref, per model
     for model in models:
