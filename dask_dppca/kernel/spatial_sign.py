@@ -138,7 +138,7 @@ class SpatialSign:
         routes every other pair to its exact path, which uses :meth:`xi`.
         """
         s2 = np.asarray(squared_norm, dtype=np.float64)
-        # kernel._fast_path_weights inlines these formulas for numba: keep in step
+        # kernel.tiles._weights_pass inlines these formulas for numba: keep in step
         if self.name == "sphere":
             return 1.0 / s2
         if self.name == "winsor":

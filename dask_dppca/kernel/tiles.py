@@ -6,7 +6,8 @@ For tiles of rows A and B and weights ``W_ij = w(||t_ij||^2)`` the loop accumula
 
 from ``A B^T`` (the squared distances) and ``[B 1]^T W^T`` (the partner sums and the
 weight sums at once).  One fused numba pass per tile turns ``A B^T`` into weights and
-marks the ill-conditioned pairs for the exact path (:mod:`.exact_path`).  Scratch is
+marks the ill-conditioned pairs for the exact path (:mod:`.exact_path`); the sphere on
+two tiles of distinct rows has a pass of its own, without multiplicities.  Scratch is
 O(tile_rows^2 + tile_rows d + d^2), kept by each thread from one call to the next.
 
 Every sum is accumulated as :func:`~.rounding.rounding_error_bound` counts it: within a
@@ -99,7 +100,9 @@ class Side:
 
 
 class _TileSlot:
-    """Buffers of one loaded tile: rows, columns with ones, squared norms, partner sums."""
+    """Buffers of one loaded tile: rows, columns with ones, squared norms, partner sums,
+    and whether each of its rows has multiplicity 1 (``unit``).
+    """
 
     def __init__(self, tile: int, d: int) -> None:
         self.d = d
@@ -110,6 +113,7 @@ class _TileSlot:
             np.empty(tile * (d + 1)),
         ]
         self.start = self.stop = 0
+        self.unit = False
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -126,6 +130,8 @@ class _TileSlot:
         self.partners = partners[: m * (d + 1)].reshape(d + 1, m)  # [W B | W 1]^T
         self.partners[:] = 0.0
         self.start, self.stop = start, stop
+        # Every row distinct (multiplicity 1): the sphere's pass needs no counts.
+        self.unit = bool(np.all(side.count[start:stop] == 1.0))
         _load_tile(
             side.raw, side.index[start:stop], centre, scale, self.rows, self.cols, self.norm2
         )
@@ -263,7 +269,9 @@ class TileSummer:
         # running sums once: the depth rounding_error_bound counts, T + B / T.
         tile_colsum = self.tile_colsum[: j1 - j0]
         tile_colsum[:] = 0.0
-        n_exact = _fast_path_weights(
+        unit_sphere = self.kind == WeightKind.SPHERE and a_tile.unit and b_tile.unit
+        weights_pass = _unit_sphere_weights if unit_sphere else _fast_path_weights
+        n_exact = weights_pass(
             weights,
             a_tile.norm2[a_lo:a_hi],
             b_tile.norm2[b_lo:b_hi],
@@ -425,8 +433,8 @@ def _squared_norms(
         out[r] = total
 
 
-@njit(nogil=True, error_model="numpy")
-def _fast_path_weights(
+@njit(nogil=True, error_model="numpy", inline="always")
+def _weights_pass(
     prod: NDArray[np.float64],
     norm2_a: NDArray[np.float64],
     norm2_b: NDArray[np.float64],
@@ -434,14 +442,17 @@ def _fast_path_weights(
     count_b: NDArray[np.float64],
     diagonal: bool,
     kind: int,
+    counted: bool,
     cap: float,
     radius2x2: float,
     colsum: NDArray[np.float64],
 ) -> int:  # pragma: no cover - compiled
     # One pass over the tile (the element-wise work would otherwise cost ~10 numpy
     # passes): prod[i, j] holds a_i . b_j on entry and the pair weight (times the two
-    # multiplicities) on exit; -1 marks a pair for the exact path.  For a custom xi
-    # (_SQUARED_NORM) it leaves ||t'||^2 instead, unweighted, and colsum is not touched.
+    # multiplicities when ``counted``) on exit; -1 marks a pair for the exact path.  For
+    # a custom xi (_SQUARED_NORM) it leaves ||t'||^2 instead, unweighted, and colsum is
+    # not touched.  Inlined into the compiled passes below with ``kind`` and ``counted``
+    # constants, so that each compiles without the branches it does not take.
     # The inner loop has no branch on the data and runs over slices from index 0
     # (a loop from a variable start defeats numba's proof that indices are >= 0):
     # it vectorises, ~5x faster.
@@ -473,8 +484,50 @@ def _fast_path_weights(
             else:
                 weight = 0.5 * squared
             if kind != _SQUARED_NORM:
-                weight *= count_i * row_count[j]
+                if counted:
+                    weight *= count_i * row_count[j]
                 row_colsum[j] += weight if fast else 0.0
             row[j] = weight if fast else -1.0
             n_exact += 0 if fast else 1
     return n_exact
+
+
+@njit(nogil=True, error_model="numpy")
+def _fast_path_weights(
+    prod: NDArray[np.float64],
+    norm2_a: NDArray[np.float64],
+    norm2_b: NDArray[np.float64],
+    count_a: NDArray[np.float64],
+    count_b: NDArray[np.float64],
+    diagonal: bool,
+    kind: int,
+    cap: float,
+    radius2x2: float,
+    colsum: NDArray[np.float64],
+) -> int:  # pragma: no cover - compiled
+    # The fused pass of any kind, weights times the rows' multiplicities.
+    return _weights_pass(
+        prod, norm2_a, norm2_b, count_a, count_b, diagonal, kind, True, cap, radius2x2, colsum
+    )
+
+
+@njit(nogil=True, error_model="numpy")
+def _unit_sphere_weights(
+    prod: NDArray[np.float64],
+    norm2_a: NDArray[np.float64],
+    norm2_b: NDArray[np.float64],
+    count_a: NDArray[np.float64],
+    count_b: NDArray[np.float64],
+    diagonal: bool,
+    kind: int,
+    cap: float,
+    radius2x2: float,
+    colsum: NDArray[np.float64],
+) -> int:  # pragma: no cover - compiled
+    # The fused pass for the sphere on two tiles of distinct rows (every multiplicity 1,
+    # the usual case): the same weights bit for bit (a product by 1.0 is exact) without
+    # the two products and the loads of the counts, 0.15 ns a pair faster (a quarter of
+    # the pass) at d = 32.  Same arguments as _fast_path_weights; kind is the sphere's.
+    return _weights_pass(
+        prod, norm2_a, norm2_b, count_a, count_b, diagonal, _SPHERE, False, cap, radius2x2, colsum
+    )

@@ -19,7 +19,7 @@ _RUN_KERNEL = """
 import json, numba, numpy as np
 from dask_dppca.kernel import block_pair_sum, tiles
 block_pair_sum(np.arange(60.0).reshape(20, 3) ** 1.5)
-stats = tiles._fast_path_weights.stats
+stats = tiles._unit_sphere_weights.stats  # the pass clean rows on the sphere take
 print(json.dumps({"path": stats.cache_path, "hits": sum(stats.cache_hits.values()),
                   "misses": sum(stats.cache_misses.values())}))
 """

@@ -860,21 +860,22 @@ def test_column_weight_sums_are_accumulated_as_the_rounding_bound_counts(monkeyp
     g, xi, _ = TRANSFORMS[name]
     tile, n = 16, 200  # 13 tiles: the running sums would grow across 12 of them
     seen = []
-    fused_pass, custom_pass = (
-        tiles_module._fast_path_weights,
-        tiles_module.TileSummer._custom_weights,
-    )
+    custom_pass = tiles_module.TileSummer._custom_weights
 
-    def checked_pass(prod, norm2_a, norm2_b, count_a, count_b, *rest):
-        colsum = rest[-1]
-        seen.append((prod.shape, len(colsum), bool(np.any(colsum))))
-        return fused_pass(prod, norm2_a, norm2_b, count_a, count_b, *rest)
+    def checked(fused_pass):
+        def checked_pass(prod, norm2_a, norm2_b, count_a, count_b, *rest):
+            colsum = rest[-1]
+            seen.append((prod.shape, len(colsum), bool(np.any(colsum))))
+            return fused_pass(prod, norm2_a, norm2_b, count_a, count_b, *rest)
+
+        return checked_pass
 
     def checked_custom(self, weights, count_a, count_b, scale, colsum):
         seen.append((weights.shape, len(colsum), bool(np.any(colsum))))
         return custom_pass(self, weights, count_a, count_b, scale, colsum)
 
-    monkeypatch.setattr(tiles_module, "_fast_path_weights", checked_pass)
+    for fused in ("_fast_path_weights", "_unit_sphere_weights"):
+        monkeypatch.setattr(tiles_module, fused, checked(getattr(tiles_module, fused)))
     monkeypatch.setattr(tiles_module.TileSummer, "_custom_weights", checked_custom)
     x = _rng(7).standard_normal((n, 3))
     y = None if within else _rng(8).standard_normal((n, 3))
@@ -884,6 +885,63 @@ def test_column_weight_sums_are_accumulated_as_the_rounding_bound_counts(monkeyp
     for shape, length, holds_earlier_sums in seen:
         assert shape[0] <= tile and length == shape[1] <= tile
         assert not holds_earlier_sums, "weights added to the block's running column sums"
+
+
+@pytest.mark.parametrize("diagonal", [True, False])
+def test_the_unit_sphere_pass_gives_the_general_passs_weights_bit_for_bit(diagonal):
+    """The sphere's own pass for tiles of distinct rows leaves out the multiplicities:
+    its weights, exact-path marks and column sums must be the general pass's at counts 1,
+    bit for bit, on a tile with pairs of every kind (ordinary, duplicates, near
+    duplicates and far pairs marked for the exact path)."""
+    rng = _rng(11)
+    a = rng.standard_normal((40, 5))
+    a[7] *= 1e150  # far from every other row
+    b = a if diagonal else rng.standard_normal((40, 5))
+    b[4] = a[3]  # a zero distance
+    b[6] = a[5] + 1e-9  # ill-conditioned
+    norm2_a, norm2_b = (a * a).sum(1), (b * b).sum(1)
+    ones = np.ones(40)
+    results = []
+    for fused in (tiles_module._fast_path_weights, tiles_module._unit_sphere_weights):
+        prod, colsum = a @ b.T, np.zeros(40)
+        n_exact = fused(prod, norm2_a, norm2_b, ones, ones, diagonal, 0, 1.0, 0.0, colsum)
+        results.append((n_exact, prod, colsum))
+    (n_general, w_general, c_general), (n_unit, w_unit, c_unit) = results
+    assert n_general == n_unit >= 2
+    np.testing.assert_array_equal(w_unit, w_general)
+    np.testing.assert_array_equal(c_unit, c_general)
+    assert np.count_nonzero(w_general > 0) > 700
+
+
+def test_the_unit_sphere_pass_runs_only_on_tiles_of_distinct_rows(monkeypatch):
+    """The kernel takes the pass without multiplicities for the sphere on tiles whose rows
+    are all distinct, and never where a tile holds a merged row (count > 1): the result
+    equals the reference either way, and the calls are where they should be."""
+    calls = []
+
+    def counting(name):
+        fused_pass = getattr(tiles_module, name)
+
+        def counted_pass(*args):
+            calls.append((name, bool(np.all(args[3] == 1.0) and np.all(args[4] == 1.0))))
+            return fused_pass(*args)
+
+        return counted_pass
+
+    for fused in ("_fast_path_weights", "_unit_sphere_weights"):
+        monkeypatch.setattr(tiles_module, fused, counting(fused))
+    rng = _rng(12)
+    distinct = rng.standard_normal((30, 4))
+    _assert_matches_reference(distinct, None, "sphere", tiles=[8])
+    assert calls and {name for name, _ in calls} == {"_unit_sphere_weights"}
+    calls.clear()
+    repeated = np.vstack([distinct, distinct[:5]])  # five rows twice: counts of 2
+    _assert_matches_reference(repeated, None, "sphere", tiles=[8])
+    assert ("_fast_path_weights", False) in calls
+    assert all(unit for name, unit in calls if name == "_unit_sphere_weights")
+    calls.clear()
+    _assert_matches_reference(distinct, None, "winsor", tiles=[8])
+    assert {name for name, _ in calls} == {"_fast_path_weights"}
 
 
 # ---------------------------------------------------------------------------------------
