@@ -104,7 +104,7 @@ class Records:
     def array(self) -> da.Array:
         """The rows as a dask array in the input's own chunks (one chunk if in memory)."""
         if isinstance(self.source, np.ndarray):
-            return da.from_array(self.source, chunks=self.source.shape)
+            return _in_memory(self.source, self.source.shape)
         return self.source
 
     def counted(self, target: RowCounter) -> Records:
@@ -140,7 +140,7 @@ class Records:
         if self.resident is not None and tuple(self.resident.chunks[0]) == tuple(block_sizes):
             return self.resident
         if isinstance(self.source, np.ndarray):
-            return da.from_array(self.source, chunks=(block_sizes, -1))
+            return _in_memory(self.source, (block_sizes, -1))
         data = self.source
         if tuple(data.chunks[0]) == tuple(block_sizes) and len(data.chunks[1]) == 1:
             return data
@@ -230,6 +230,15 @@ xarray.DataArray, xarray.Dataset, dask DataFrame or Series
         frame=data if is_dask_frame(data) else None,
         own_chunks=own_chunks,
     )
+
+
+def _in_memory(rows: np.ndarray, chunks: Any) -> da.Array:
+    """Rows in memory as a dask array under a random name, not a digest of the rows:
+    Dask's default name hashes the whole array (~1 ms a 1.5 MB array, a tenth of a
+    one-thread fit's overhead around the kernel at 6000 x 32) and would put a digest of
+    the records into every key the dashboard, the logs and the scheduler's events show.
+    """
+    return da.from_array(rows, chunks=chunks, name=False)
 
 
 def _unchunked_xarray(data: Any, component: str | None) -> bool:
