@@ -10,7 +10,8 @@ A script, not a test:
 In one run: the machine model is measured on a LocalCluster of two single-threaded
 worker processes (``dask_dppca.machine.measure_machine_model`` with that cluster's
 client: the kernel at d, Zarr reads per codec, a no-op task, a small fit's fixed cost, an
-idle worker's memory; the S3 read rate from moto's server on 127.0.0.1); then for each
+idle worker's memory; the S3 read rate and a read's fixed cost from moto's server on
+127.0.0.1, ``dask_dppca.machine.measure_reads``); then for each
 size a store is written (local, or on the S3 server), ``DPPCA(...).plan(store)`` is taken
 on a fresh cluster of the same shape (reading no data) and the fit is timed there, on
 warm workers (a small fit first: imports, compilation, S3 sessions; the model's fixed
@@ -177,24 +178,6 @@ def _s3(folder: Path):
     return server, options
 
 
-def _s3_read_rate(url: str, options: dict) -> float:
-    """One thread's read rate of a 4 x 10^4-row zstd store on the S3 server."""
-    from dask_dppca.io import open_records
-    from dask_dppca.io.zarr_input import chunk_reader
-
-    rows = 40_000
-    write_store(url, rows, rows // 4, options)
-    reader = chunk_reader(open_records(url, storage_options=options).array)
-    assert reader is not None
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        for k in range(0, rows, rows // 4):
-            reader[k : k + rows // 4, :]
-        best = min(best, time.perf_counter() - start)
-    return rows * D * 8 / best
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
@@ -208,7 +191,7 @@ def main(argv=None) -> None:
 
     import dask_dppca as dd
     from dask_dppca.design import auto_design
-    from dask_dppca.machine import measure_machine_model
+    from dask_dppca.machine import measure_machine_model, measure_reads
 
     warnings.simplefilter("ignore")  # seeded (non-private) noise, untrusted release: timing only
     load = os.getloadavg()[0]
@@ -229,12 +212,13 @@ def main(argv=None) -> None:
                     write_store(small, 2000, 1000, options)
                     local = _best_fit(client, warm_store, None)
                     remote = _best_fit(client, small, options)
+                    # The read rate and a request's fixed cost on the S3 server, as
+                    # `dask-dppca bench --save --reads-at s3://...` measures them.
+                    rate, call = measure_reads("s3://plan/scratch", storage_options=options)
                     model = dataclasses.replace(
                         model,
-                        read_bytes_per_second={
-                            **model.read_bytes_per_second,
-                            "s3/zstd": _s3_read_rate("s3://plan/rate.zarr", options),
-                        },
+                        read_bytes_per_second={**model.read_bytes_per_second, "s3/zstd": rate},
+                        read_call_seconds={**model.read_call_seconds, "s3/zstd": call},
                         storage_seconds={"s3": max(0.0, remote - local)},
                     )
             finally:
@@ -248,7 +232,9 @@ def main(argv=None) -> None:
                 + ", ".join(
                     f"{k} {v / 2**20:.0f} MiB/s" for k, v in model.read_bytes_per_second.items()
                 )
-                + f"; a task {model.task_seconds * 1e3:.2f} ms; fixed {model.fixed_seconds:.2f} s "
+                + " (a read's fixed cost: "
+                + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in model.read_call_seconds.items())
+                + f"); a task {model.task_seconds * 1e3:.2f} ms; fixed {model.fixed_seconds:.2f} s "
                 f"(S3: + {model.storage_seconds.get('s3', 0.0):.2f} s); "
                 f"idle worker {model.worker_baseline_bytes / 2**20:.0f} MiB; load average {load:.1f}"
             )

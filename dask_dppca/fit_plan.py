@@ -36,6 +36,7 @@ from .design import (
 from .graph import graph_layout
 from .graph.lanes import GraphLayout
 from .io.records import Records
+from .io.storage import storage_kind
 from .io.zarr_input import chunk_reader
 from .kernel import SpatialSign, tile_rows_for_budget, tile_scratch_bytes
 from .machine import MachineModel
@@ -289,7 +290,7 @@ def _storage_and_codec(records: Records, blocks: Any) -> tuple[str, str]:
     if reader is None:
         return "memory", "none"
     location = records.location or ""
-    storage = location.split("://", 1)[0].split("::")[-1] if "://" in location else "local"
+    storage = storage_kind(location)
     compressors = getattr(reader.array, "compressors", ()) or ()
     names = [type(c).__name__.lower().removesuffix("codec") for c in compressors]
     return storage, "+".join(names) or "none"

@@ -39,6 +39,7 @@ __all__ = [
     "MachineModel",
     "load_machine_model",
     "measure_machine_model",
+    "measure_reads",
     "model_path",
     "save_machine_model",
 ]
@@ -382,47 +383,105 @@ def _kernel_call_seconds(d: int, rate: float, row_seconds: float) -> float:
 
 
 def _read_rates(quick: bool) -> tuple[dict[str, float], dict[str, float]]:
+    """One thread's read rates and fixed costs per read: memory, and a local disk per codec."""
     import tempfile
 
+    import numpy as np
+
+    rows, d = (20_000 if quick else 80_000), 32
+    x = np.random.default_rng().standard_normal((rows // 2, d))  # benchmark data, no seed
+    rates = {"memory": x.nbytes / _best(lambda: np.array(x, copy=True), 3)}
+    calls: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for codec in ("none", "zstd"):
+            key = f"local/{codec}"
+            rates[key], calls[key] = measure_reads(
+                os.path.join(folder, codec), codec=codec, quick=quick
+            )
+    return rates, calls
+
+
+def measure_reads(
+    location: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    codec: str = "zstd",
+    quick: bool = False,
+) -> tuple[float, float]:
+    """One thread's Zarr read rate at ``location`` and the fixed cost of one read.
+
+    Writes two small stores of random benchmark rows under ``location`` (a local folder
+    or an fsspec URL the caller may write, e.g. ``s3://bucket/scratch``; the same
+    ``storage_options`` as a fit), times their reads through the fit's own chunk
+    reader, and removes them.  The rate comes from chunks of ``rows / 4`` rows, every
+    chunk read, best of several (a read of a few milliseconds varied 3x from run to run
+    as two reads, best of 3); the fixed cost of a read from 40 chunks of 64 rows, less
+    their bytes at that rate (on an object store: a request's round trip, which blocks
+    of a few hundred KiB pay once each).  No user data is read.
+
+    Parameters
+    ----------
+    location : str
+        Where the benchmark stores go, under ``dask-dppca-read-rate.zarr`` and
+        ``dask-dppca-read-call.zarr``.
+    storage_options : dict, optional
+        fsspec options for a URL.
+    codec : {"zstd", "none"}, default "zstd"
+        The stores' compressor.
+    quick : bool, default False
+        20 000 rows instead of 80 000, fewer repeats.
+
+    Returns
+    -------
+    (float, float)
+        Decoded bytes per second, and seconds per read beyond its bytes.
+    """
     import numpy as np
     import zarr
     from zarr.codecs import ZstdCodec
 
     from .io import open_records
+    from .io.storage import filesystem
     from .io.zarr_input import chunk_reader
 
+    if codec not in ("zstd", "none"):
+        raise ValueError(f"codec: must be 'zstd' or 'none', got {codec!r}")
+    compressors = [ZstdCodec()] if codec == "zstd" else None
     rows, d = (20_000 if quick else 80_000), 32
     x = np.random.default_rng().standard_normal((rows, d))  # benchmark data (any values, no seed)
-    rates = {"memory": x.nbytes / _best(lambda: np.array(x[: rows // 2], copy=True), 3) / 2}
-    calls: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as folder:
-        for codec, compressors in (("none", None), ("zstd", [ZstdCodec()])):
-            store = os.path.join(folder, f"{codec}.zarr")
-            z = zarr.create_array(
-                store, shape=x.shape, chunks=(rows // 4, d), dtype="f8", compressors=compressors
-            )
-            z[:] = x
-            reader = chunk_reader(open_records(store).array)
-            assert reader is not None  # a Zarr store's own reads
-            # Every chunk, best of several: a read of a few milliseconds measured in wall
-            # time (the decoding may run in zarr's own threads) varied 3x from run to run
-            # as two reads, best of 3.
-            seconds = _best(
-                lambda r=reader: [r[k : k + rows // 4, :] for k in range(0, rows, rows // 4)],
-                3 if quick else 9,
-            )
-            rates[f"local/{codec}"] = x.nbytes / seconds
-            # The fixed cost of a read: 40 reads of one 64-row chunk each, less their bytes.
-            small = os.path.join(folder, f"small-{codec}.zarr")
-            z = zarr.create_array(
-                small, shape=(2560, d), chunks=(64, d), dtype="f8", compressors=compressors
-            )
-            z[:] = x[:2560]
-            reader = chunk_reader(open_records(small).array)
-            assert reader is not None
-            each = _best(lambda r=reader: [r[k : k + 64, :] for k in range(0, 2560, 64)], 3) / 40
-            calls[f"local/{codec}"] = max(0.0, each - 64 * d * 8 / rates[f"local/{codec}"])
-    return rates, calls
+    base = location.rstrip("/")
+    rate_store, call_store = (f"{base}/dask-dppca-read-{name}.zarr" for name in ("rate", "call"))
+
+    def reader(store: str, shape: tuple[int, int], chunk: int) -> Any:
+        z = zarr.create_array(
+            store,
+            shape=shape,
+            chunks=(chunk, d),
+            dtype="f8",
+            compressors=compressors,
+            overwrite=True,
+            storage_options=storage_options,
+        )
+        z[:] = x[: shape[0]]
+        blocks = chunk_reader(open_records(store, storage_options=storage_options).array)
+        assert blocks is not None  # a Zarr store's own reads
+        return blocks
+
+    try:
+        big = reader(rate_store, x.shape, rows // 4)
+        seconds = _best(
+            lambda: [big[k : k + rows // 4, :] for k in range(0, rows, rows // 4)],
+            3 if quick else 9,
+        )
+        rate = x.nbytes / seconds
+        small = reader(call_store, (2560, d), 64)
+        each = _best(lambda: [small[k : k + 64, :] for k in range(0, 2560, 64)], 3) / 40
+    finally:
+        for store in (rate_store, call_store):
+            fs, path = filesystem(store, storage_options)
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+    return rate, max(0.0, each - 64 * d * 8 / rate)
 
 
 def _kernel_and_reads(

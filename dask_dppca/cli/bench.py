@@ -19,6 +19,9 @@ import os
 import platform
 import time
 from collections.abc import Callable
+from dataclasses import replace
+
+from .fit import storage_options
 
 
 def add_parser(commands) -> None:
@@ -67,6 +70,25 @@ def add_parser(commands) -> None:
         action="store_true",
         help="with --save: smaller loops (a less precise model, in a few seconds)",
     )
+    bench.add_argument(
+        "--reads-at",
+        action="append",
+        default=[],
+        metavar="LOCATION",
+        help="with --save: also measure reads where fits will read from, e.g. "
+        "s3://bucket/scratch (a folder or URL you may write: two small stores of random "
+        "rows are written there, read and removed); repeatable, one per storage",
+    )
+    bench.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option for --reads-at URLs, as for 'dask-dppca fit'",
+    )
+    bench.add_argument(
+        "--storage-options-json", metavar="FILE", help="JSON object of fsspec options"
+    )
     bench.set_defaults(run=run)
 
 
@@ -84,18 +106,34 @@ def run(args: argparse.Namespace) -> int:
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, "
         f"numba {numba.__version__}"
     )
+    if args.reads_at and args.save is None:
+        raise ValueError("--reads-at: measures reads for the saved model; add --save")
     if args.save is not None:
-        return _save_model(args.save or None, args.quick)
+        options = storage_options(args.storage_options_json, args.storage_option)
+        return _save_model(args.save or None, args.quick, args.reads_at, options or None)
     _kernel_against_gemm(args.block_rows, args.n_features, args.repeats)
     _default_path_against_threads(args.n_samples, args.n_features)
     return 0
 
 
-def _save_model(path: str | None, quick: bool) -> int:
-    """Measure the machine model, save it, and print it."""
-    from ..machine import measure_machine_model, save_machine_model
+def _save_model(path: str | None, quick: bool, reads_at: list[str], options: dict | None) -> int:
+    """Measure the machine model (and reads at ``reads_at``), save it, and print it."""
+    from ..io.storage import check_storage_options, storage_kind
+    from ..machine import measure_machine_model, measure_reads, save_machine_model
 
+    for location in reads_at:
+        if "://" in location:  # a local folder takes no fsspec options
+            check_storage_options(options, location, "--reads-at")
     model = measure_machine_model(quick=quick)
+    rates, calls = dict(model.read_bytes_per_second), dict(model.read_call_seconds)
+    for location in reads_at:
+        key = f"{storage_kind(location)}/zstd"
+        rates[key], calls[key] = measure_reads(
+            location,
+            storage_options=options if "://" in location else None,
+            quick=quick,
+        )
+    model = replace(model, read_bytes_per_second=rates, read_call_seconds=calls)
     where = save_machine_model(model, path)
     print(f"\nmachine model ({model.source}):")
     for d, rate in sorted(model.kernel_pairs_per_second.items()):
@@ -103,7 +141,8 @@ def _save_model(path: str | None, quick: bool) -> int:
     for d, cost in sorted(model.kernel_row_seconds.items()):
         print(f"  kernel's row preparation, d = {d:<4d}{cost * 1e9:10.1f} ns a row")
     for key, rate in sorted(model.read_bytes_per_second.items()):
-        print(f"  reads, {key:<24s} {rate / 2**20:10.1f} MiB/s a thread")
+        call = model.read_call(key) * 1e3
+        print(f"  reads, {key:<24s} {rate / 2**20:10.1f} MiB/s a thread, {call:.3f} ms a read")
     print(f"  a graph task                     {model.task_seconds * 1e3:10.3f} ms")
     print(f"  a fit's fixed cost               {model.fixed_seconds:10.3f} s")
     print(f"  an idle worker                   {model.worker_baseline_bytes / 2**20:10.1f} MiB")

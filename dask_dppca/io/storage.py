@@ -24,6 +24,7 @@ __all__ = [
     "is_url",
     "mask_locations",
     "remote_error",
+    "storage_kind",
 ]
 
 #: URL scheme -> the dask-dppca extra that installs its fsspec backend.
@@ -54,6 +55,13 @@ _MESSAGE_LIMIT = 300
 def is_url(location: Any) -> bool:
     """Whether ``location`` is an fsspec URL (``s3://...``, ``simplecache::gs://...``)."""
     return isinstance(location, str) and "://" in location
+
+
+def storage_kind(location: str) -> str:
+    """Where a location's bytes live: a URL's protocol (the last of a chained URL, e.g.
+    ``"s3"`` for ``simplecache::s3://...``) or ``"local"``: the machine model's key.
+    """
+    return location.split("://", 1)[0].split("::")[-1] if "://" in location else "local"
 
 
 def display_location(location: Any) -> str:

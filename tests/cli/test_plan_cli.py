@@ -85,6 +85,27 @@ def test_bench_save_writes_the_model_plan_reads(tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["time"]["machine_model"] == "stand-in"
 
 
+def test_bench_reads_at_a_local_folder_measures_it_and_leaves_it_empty(
+    tmp_path, monkeypatch, capsys
+):
+    """``--reads-at FOLDER`` measures Zarr reads there (the measured figures replace the
+    model's ``local/zstd``) and removes its benchmark stores; without --save it is refused."""
+    from dask_dppca import machine
+
+    stand_in = MachineModel({8: 2e8}, {"local/zstd": 1.0}, 2e-3, 0.5, 2**28, "stand-in")
+    monkeypatch.setattr(machine, "measure_machine_model", lambda quick=False: stand_in)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert main(["bench", "--reads-at", str(scratch)]) == 2
+    assert "--reads-at" in capsys.readouterr().err and not list(scratch.iterdir())
+    path = tmp_path / "machine.json"
+    assert main(["bench", "--save", str(path), "--quick", "--reads-at", str(scratch)]) == 0
+    model = load_machine_model(path)
+    assert model.read_bytes_per_second["local/zstd"] > 1e6  # measured, not the stand-in's 1
+    assert model.read_call("local/zstd") > 0
+    assert not list(scratch.iterdir())
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -449,6 +449,36 @@ def test_bad_credentials_and_endpoints_fail_cleanly(s3, stores, tmp_path):
     assert not s3["fs"].exists(f"{BUCKET}/results/wrong")
 
 
+def test_bench_measures_reads_on_s3_and_the_plan_uses_them(
+    s3, stores, tmp_path, monkeypatch, capsys
+):
+    """``dask-dppca bench --save --reads-at s3://...``: the read rate and a request's fixed
+    cost measured on the real server, saved under ``s3/zstd`` and used by a plan of an S3
+    store; the benchmark stores are removed and no secret is printed.  (The rest of the
+    model is a stand-in: this test is about the reads.)"""
+    from dask_dppca import machine
+
+    stand_in = machine.MachineModel({8: 2e8}, {"local/zstd": 3e8}, 2e-3, 0.5, 2**28, "stand-in")
+    monkeypatch.setattr(machine, "measure_machine_model", lambda quick=False: stand_in)
+    path = tmp_path / "machine.json"
+    argv = ["bench", "--save", str(path), "--quick", "--reads-at", f"s3://{BUCKET}/scratch"]
+    assert main([*argv, *_option_flags(s3["options"])]) == 0
+    out = capsys.readouterr()
+    _assert_no_secret(s3["secret"], out.out, out.err)
+    assert re.search(r"reads, s3/zstd +[0-9.]+ MiB/s a thread, [0-9.]+ ms a read", out.out)
+    model = machine.load_machine_model(path)
+    rate, call = model.read_bytes_per_second["s3/zstd"], model.read_call_seconds["s3/zstd"]
+    assert rate > 0 and 0 < call < 1.0  # a request's round trip, on 127.0.0.1
+    assert s3["fs"].find(f"{BUCKET}/scratch") == []
+    plan = dd.DPPCA(n_components=2).plan(
+        stores["v3"][0], storage_options=s3["options"], machine=model
+    )
+    assert plan.time["read_rate_of"] == "s3/zstd"
+    n_blocks, threads = plan.design["n_blocks"], plan.cluster.n_threads
+    reads = (plan.bytes_read / rate + n_blocks * call) / threads
+    assert plan.time["read_seconds"] == pytest.approx(reads, rel=1e-12)
+
+
 def test_simplecache_serves_a_repeated_fit_from_local_disk(s3, stores, cluster, tmp_path):
     """``simplecache::`` (README): the second fit sends no chunk GET to the server."""
     url = f"simplecache::{stores['v3'][0]}"
