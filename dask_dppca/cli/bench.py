@@ -118,20 +118,22 @@ def run(args: argparse.Namespace) -> int:
 
 def _save_model(path: str | None, quick: bool, reads_at: list[str], options: dict | None) -> int:
     """Measure the machine model (and reads at ``reads_at``), save it, and print it."""
-    from ..io.storage import check_storage_options, storage_kind
+    from ..io.storage import check_storage_options, is_url, storage_kind
     from ..machine import measure_machine_model, measure_reads, save_machine_model
 
-    for location in reads_at:
-        if "://" in location:  # a local folder takes no fsspec options
-            check_storage_options(options, location, "--reads-at")
+    # fsspec options go to URLs; a local folder takes none (checked before measuring).
+    options_of = {
+        location: check_storage_options(options, location, "--reads-at")
+        if is_url(location)
+        else None
+        for location in reads_at
+    }
     model = measure_machine_model(quick=quick)
     rates, calls = dict(model.read_bytes_per_second), dict(model.read_call_seconds)
-    for location in reads_at:
+    for location, location_options in options_of.items():
         key = f"{storage_kind(location)}/zstd"
         rates[key], calls[key] = measure_reads(
-            location,
-            storage_options=options if "://" in location else None,
-            quick=quick,
+            location, storage_options=location_options, quick=quick
         )
     model = replace(model, read_bytes_per_second=rates, read_call_seconds=calls)
     where = save_machine_model(model, path)
