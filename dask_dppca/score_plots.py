@@ -153,7 +153,10 @@ def plot_group_panels(
     n = hist.n_groups
     cols = max(1, min(int(ncols), n))
     rows = math.ceil(n / cols)
-    figure, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
+    # Constrained layout: a row's axis labels and the next row's titles do not overlap.
+    figure, axes = plt.subplots(
+        rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False, layout="constrained"
+    )
     floor = hist.floor(floor_sigmas)
     vmax = max(float(hist.grid(g, floor).max()) for g in range(n)) or 1.0
     sizes = list(score_map.group_sizes(method).values())
@@ -170,7 +173,7 @@ def plot_group_panels(
         axes[k // cols][k % cols].set_visible(False)
     if mesh is not None:
         figure.colorbar(mesh, ax=axes.ravel().tolist(), label="noisy count")
-    figure.suptitle(f"private score map by group ({hist.method})", y=1.04)  # above the notes
+    figure.suptitle(f"private score map by group ({hist.method})")
     return figure
 
 
