@@ -1,4 +1,4 @@
-"""Benchmark of the kernel, dask_dppca.kernel.block_pair_sum, against this machine's GEMM.
+"""Benchmark of the kernel, dask_dppca.kernel.block_pair_sum, against its own roofline.
 
 A script, not a test:
 
@@ -23,7 +23,26 @@ It prints, in one run,
  5. a tile-size sweep (the kernel caps its tiles at 384 rows, measured here);
  6. end to end on one thread: ``block_pair_sum``, ``kendall_matrix`` and ``DPPCA.fit``
     (``scheduler="synchronous"``) at n = 6000 and 8000, d = 32 and 256, each round
-    against a square GEMM timed just before it (``--end-to-end`` runs this section alone).
+    against a square GEMM timed just before it (the figures of the history in
+    benchmarks/README.md), then ``kendall_matrix`` and ``fit`` as a fraction of
+    ``block_pair_sum`` alone on the same rows, the headline: goals 0.90 and 0.85
+    (``--end-to-end`` runs this section alone);
+ 7. the kernel against its own roofline, one thread, d = 32 and 256: a within-block sum
+    of n rows and a cross-block pair of two n-row blocks.  The roofline is the time of
+    the very BLAS products the kernel makes (recorded from one call: the tile pairs'
+    ``A B^T`` and ``[B 1]^T W^T``, and the d x d ``side @ rows`` per tile; replayed with
+    numpy on the same shapes, layouts and buffers, in the same number) plus the time of
+    its fused numba weight pass alone (the same compiled pass, replayed on the same
+    tiles).  Printed: each part's time, the kernel's, and roofline / kernel (goal 0.90;
+    ``--roofline`` runs this section alone).  What the roofline leaves out is the
+    kernel's own overhead: row preparation (finite, distinct, centring, scale classes),
+    tile loads, the partner and weight-sum additions, the Python of the tile loop.
+
+A closing summary repeats the headline verdicts: the kernel against its roofline
+(section 7) and the end-to-end steps against the kernel alone (section 6).  The
+GEMM-relative figures (sections 2, 5 and 6) are kept for the history; at d = 32 a square
+GEMM is faster than this host's BLAS on the kernel's own product shapes, so they are no
+limit the kernel could reach.
 
 Timings are the best of a few repeats, after a warm-up call that compiles the numba
 pass: single-threaded ones in the thread's CPU time (time.thread_time, so other load on
@@ -372,14 +391,18 @@ def section_tiles(args, gemm_single):
 # ---------------------------------------------------------------------------------------
 
 END_TO_END_GOALS = {32: 0.70, 256: 0.82}  # d: kendall_matrix and fit, fraction of GEMM
+# The headline: kendall_matrix and fit as a fraction of block_pair_sum alone on the same rows.
+OF_KERNEL_GOALS = {"kendall_matrix": 0.90, "fit": 0.85}
 
 
 def section_end_to_end(args):
-    """The kernel, ``kendall_matrix`` and ``fit`` on one thread against square GEMM.
+    """The kernel, ``kendall_matrix`` and ``fit`` on one thread against square GEMM, then
+    ``kendall_matrix`` and ``fit`` against the kernel alone (the headline).
 
     Rounds alternate square GEMM and the three, so that a drift of this machine's speed
     (a third within minutes on a shared host) reaches both sides: the ratio of the best
-    times over the rounds is printed, and the median of the rounds' own ratios.
+    times over the rounds is printed, and the median of the rounds' own ratios.  Returns
+    the headline verdict lines.
     """
     import dask_dppca as dd
 
@@ -389,6 +412,7 @@ def section_end_to_end(args):
     a, b = rng.normal(size=gemm.shape), rng.normal(size=gemm.shape)
     gemm_flops = 2.0 * args.gemm_size**3
     print(f"{'d':>4} {'n':>6} {'kernel':>15} {'kendall_matrix':>15} {'fit':>15}  goal")
+    of_kernel = []  # (d, n, {name: (best, median)}): the headline, printed after the table
     for d in (32, 256):
         for n in args.e2e_n:
             x = rng.normal(size=(n, d))
@@ -416,11 +440,175 @@ def section_end_to_end(args):
                 ]
                 cells.append(f"{best:>7.3f} ({float(np.median(rounds)):.3f})")
             print(f"{d:>4} {n:>6} {' '.join(cells)}  {END_TO_END_GOALS[d]:.2f}")
+            kernel = times["kernel"]
+            of_kernel.append(
+                (
+                    d,
+                    n,
+                    {
+                        name: (
+                            min(kernel) / min(times[name]),
+                            float(np.median([k / s for k, s in zip(kernel, times[name])])),
+                        )
+                        for name in OF_KERNEL_GOALS
+                    },
+                )
+            )
     print(
         "(best time against best GEMM time over the rounds, the rounds' median ratio in\n"
         " brackets; thread CPU time; kernel is block_pair_sum(X), the others run with\n"
         " scheduler='synchronous'; fit at epsilon 1 with the default private sampler)"
     )
+    print()
+    print("Against block_pair_sum(X) alone on the same rows (the headline; same rounds):")
+    print(f"{'d':>4} {'n':>6} " + " ".join(f"{name + ' / kernel':>23}" for name in OF_KERNEL_GOALS))
+    lines = []
+    for d, n, fractions in of_kernel:
+        cells = []
+        for name, (best, median) in fractions.items():
+            cells.append(f"{best:>15.3f} ({median:.3f})")
+            goal = OF_KERNEL_GOALS[name]
+            lines.append(
+                f"end to end, d = {d:>3}, n = {n:>5}: {name:14s} {best:6.3f} of block_pair_sum"
+                f" alone -> {verdict(best, goal, math.inf)} (goal {goal:.2f})"
+            )
+        print(f"{d:>4} {n:>6} {' '.join(cells)}")
+    print(
+        "(kernel time / step time, best over the rounds and the rounds' median in brackets;\n"
+        f" goals: {', '.join(f'{k} >= {v:.2f}' for k, v in OF_KERNEL_GOALS.items())})"
+    )
+    return lines
+
+
+# ---------------------------------------------------------------------------------------
+# 7. The kernel against its own roofline
+# ---------------------------------------------------------------------------------------
+
+ROOFLINE_GOAL = 0.90  # the kernel's time at most 1 / 0.90 of its products and weight pass
+
+
+def record_kernel_calls(block_a, block_b=None):
+    """The BLAS products and fused weight passes of one ``block_pair_sum`` call.
+
+    For that call the tile loop's module (dask_dppca.kernel.tiles) is wrapped: its
+    ``np.matmul`` (a tile pair's ``A B^T`` and ``[B 1]^T W^T``), ``TileSummer._side``
+    (the operand of the d x d product ``side @ rows`` that follows it, per tile) and its
+    two compiled weight passes.  What is kept are the kernel's own views of its
+    per-thread scratch buffers, so a replay runs the same products and passes, on the
+    same shapes, strides and memory, and nothing else.  Returns (products, passes):
+    ``(x, y, out)`` for ``np.matmul(x, y, out=out)``, and ``(compiled pass, args)``.
+    """
+    from dask_dppca.kernel import tiles
+
+    products, passes = [], []
+
+    class RecordingNumpy:
+        """numpy for tiles.py, with matmul recorded."""
+
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def matmul(x, y, out=None):
+            products.append((x, y, out))
+            return np.matmul(x, y, out=out)
+
+    def recording_side(self, tile, half_weight, subtract=False):
+        side = original_side(self, tile, half_weight, subtract)
+        products.append((side, tile.rows, None))  # the tile loop's `side @ tile.rows`
+        return side
+
+    def recording(weights_pass):
+        def run(*args):
+            passes.append((weights_pass, args))
+            return weights_pass(*args)
+
+        return run
+
+    original_side = tiles.TileSummer._side
+    saved = (tiles.np, tiles._unit_sphere_weights, tiles._fast_path_weights)
+    tiles.np = RecordingNumpy()
+    tiles.TileSummer._side = recording_side
+    tiles._unit_sphere_weights = recording(saved[1])
+    tiles._fast_path_weights = recording(saved[2])
+    try:
+        block_pair_sum(block_a, block_b)
+    finally:
+        tiles.np, tiles._unit_sphere_weights, tiles._fast_path_weights = saved
+        tiles.TileSummer._side = original_side
+    return products, passes
+
+
+def replay_products(products):
+    for x, y, out in products:
+        np.matmul(x, y, out=out)
+
+
+def replay_passes(passes):
+    # The pass rewrites its tile in place (products into weights): replayed on the
+    # weights, it does the same work (no branch on the data in its inner loop).
+    for weights_pass, args in passes:
+        weights_pass(*args)
+
+
+def section_roofline(args):
+    """``block_pair_sum`` against the same-shape products and weight pass it is made of."""
+    n = args.n
+    header(f"7. the kernel against its own roofline (one thread, n = {n} rows a block, sphere)")
+    print(
+        "roofline = the kernel's own BLAS products (recorded from one call, replayed with\n"
+        "numpy on the same shapes, layouts and buffers) + its fused numba weight pass alone"
+    )
+    rng = np.random.default_rng(7)
+    results = []
+    print(
+        f"{'d':>4} {'block pair':>14} {'products':>19} {'weight pass':>19} {'roofline':>10}"
+        f" {'kernel':>10} {'roofline/kernel':>16}"
+    )
+    for d in (32, 256):
+        x = rng.normal(size=(n, d))
+        y = rng.normal(size=(n, d))
+        for label, blocks in (("within-block", (x,)), ("cross-block", (x, y))):
+            with threadpool_limits(1):
+                block_pair_sum(*blocks)  # warm: this thread's scratch for this d
+                products, passes = record_kernel_calls(*blocks)
+                steps = {
+                    "kernel": lambda: block_pair_sum(*blocks),
+                    "products": lambda: replay_products(products),
+                    "passes": lambda: replay_passes(passes),
+                }
+                times = {name: [] for name in steps}
+                for _ in range(args.roofline_rounds):
+                    for name, step in steps.items():
+                        times[name].append(best_time(step, 1, clock=ONE_THREAD))
+            kernel, prod, pass_ = (min(times[k]) for k in ("kernel", "products", "passes"))
+            fraction = (prod + pass_) / kernel
+            median = float(np.median([(p + w) / k for k, p, w in zip(*(times[k] for k in steps))]))
+            flops = sum(2.0 * x_.shape[0] * x_.shape[1] * y_.shape[1] for x_, y_, _ in products)
+            print(
+                f"{d:>4} {label:>14} {prod * 1e3:>9.1f} ms ({len(products):>4})"
+                f" {pass_ * 1e3:>9.1f} ms ({len(passes):>4}) {(prod + pass_) * 1e3:>7.1f} ms"
+                f" {kernel * 1e3:>7.1f} ms {fraction:>8.3f} ({median:.3f})"
+            )
+            results.append((d, label, fraction, flops / (2.0 * n * n * d) / len(blocks)))
+    print(
+        "(best over the rounds, the rounds' median in brackets; thread CPU time; the calls\n"
+        " recorded in brackets after each part; the roofline leaves out the kernel's row\n"
+        " preparation, tile loads, partner-sum additions and the Python of its tile loop)"
+    )
+    products_note = ", ".join(f"d = {d} {label} {ratio:.2f}" for d, label, _, ratio in results)
+    print(f"the products' flops over 4 d a pair (tile waste, d x d products): {products_note}")
+    return [
+        f"roofline,   d = {d:>3}, {label:>12}: kernel at {fraction:6.3f} of its own roofline"
+        f" -> {verdict(fraction, ROOFLINE_GOAL, math.inf)} (goal {ROOFLINE_GOAL:.2f})"
+        for d, label, fraction, _ in results
+    ]
+
+
+def section_summary(lines, smoke):
+    header("Headline verdicts" + (" (--smoke: sizes too small to judge)" if smoke else ""))
+    for line in lines:
+        print(line)
 
 
 def main(argv=None):
@@ -433,6 +621,9 @@ def main(argv=None):
     parser.add_argument(
         "--end-to-end", action="store_true", help="only section 6 (one thread end to end)"
     )
+    parser.add_argument(
+        "--roofline", action="store_true", help="only section 7 (the kernel against its roofline)"
+    )
     args = parser.parse_args(argv)
     if args.n is None:
         args.n = 400 if args.smoke else 4000 if args.quick else 8000
@@ -444,6 +635,7 @@ def main(argv=None):
     args.gemm_size = 256 if args.smoke else 2048
     args.e2e_n = (400,) if args.smoke else (6000, 8000)
     args.e2e_rounds = 1 if args.smoke else 3 if args.quick else 7
+    args.roofline_rounds = 1 if args.smoke else 3 if args.quick else 5
 
     blas = [
         f"{i.get('internal_api')} {i.get('version')} ({i.get('num_threads')} threads)"
@@ -463,17 +655,22 @@ def main(argv=None):
     block_pair_sum(np.random.default_rng(9).normal(size=(64, 4)), spatial_sign=winsor(1.0))
 
     start = time.perf_counter()
-    if args.end_to_end:
-        section_end_to_end(args)
-        print(f"\ntotal benchmark time {time.perf_counter() - start:.0f} s")
-        return
-    gemm_single, gemm_all = section_gemm(args)
-    section_kernel_rate(args, gemm_single, gemm_all, n_threads)
-    section_loops(args)
-    section_adversarial(args)
-    if not args.skip_tiles:
-        section_tiles(args, gemm_single)
-    section_end_to_end(args)
+    headline = []
+    if args.end_to_end or args.roofline:
+        if args.end_to_end:
+            headline += section_end_to_end(args)
+        if args.roofline:
+            headline = section_roofline(args) + headline
+    else:
+        gemm_single, gemm_all = section_gemm(args)
+        section_kernel_rate(args, gemm_single, gemm_all, n_threads)
+        section_loops(args)
+        section_adversarial(args)
+        if not args.skip_tiles:
+            section_tiles(args, gemm_single)
+        headline += section_end_to_end(args)
+        headline = section_roofline(args) + headline
+    section_summary(headline, args.smoke)
     print(f"\ntotal benchmark time {time.perf_counter() - start:.0f} s")
 
 
