@@ -551,7 +551,13 @@ SCHEDULER_TASK_LIMIT = 1_000_000
 
 
 def planned_tasks(plan: DesignPlan) -> int:
-    """Graph tasks of a plan: one per block-pair task and one per block (its read)."""
+    """Units of work of a plan: its block-pair groups and its blocks.
+
+    Each costs the kernel a call and a block its read whatever the graph (the graph
+    runs them in a few segment tasks a thread, :func:`dask_dppca.graph.segment_bounds`);
+    a plan of very many tiny ones is slow for nothing, which :func:`check_task_count`
+    refuses.
+    """
     return len(plan.tasks()) + len(plan.block_sizes)
 
 

@@ -26,7 +26,6 @@ import numpy as np
 from .compute.shape import ClusterShape
 from .design import (
     SCHEDULER_TASK_LIMIT,
-    CompleteDesign,
     Design,
     DesignPlan,
     RegularDesign,
@@ -46,7 +45,7 @@ from .privacy.noise import NoiseSampler, default_sampler
 
 __all__ = ["EXACT_SUM_DIGITS", "FitPlan", "PlanDoesNotFitError", "plan_fit"]
 
-#: int64 digits per entry of a lane's exact sum (2 or 3 for sums of like-sized entries,
+#: int64 digits per entry of a segment's exact sum (2 or 3 for sums of like-sized entries,
 #: :mod:`dask_dppca.kernel.exact_sum`).
 EXACT_SUM_DIGITS = 3
 
@@ -72,10 +71,11 @@ class FitPlan:
     design : dict
         The design (``design.describe()``), who chose it, and its plan's counts.
     graph : dict
-        Lanes and tasks (lane, merge, input, release), the task count, the design's
-        task limit and the scheduler's.
+        Tasks (segment, merge, input, release), the task count, the design's task
+        limit and the scheduler's; the block reads and rows the segments decode.
     bytes_read : int
-        Bytes decoded from the input (every block once).
+        Bytes of the input (a segment reading a block another one reads too, or a
+        chunk larger than its block, decodes more: ``graph["rows_decoded"]``).
     memory : dict
         Peak resident bytes of one worker and its parts, the limit and what is usable.
     time : dict
@@ -206,17 +206,18 @@ def plan_fit(
     itemsize = int(np.dtype(records.dtype).itemsize)
     bytes_read = n * d * itemsize
     memory = _memory(plan, layout, shape, machine, itemsize, records)
-    timing = _time(plan, layout, shape, machine, bytes_read, storage, codec)
+    timing = _time(plan, layout, shape, machine, d * itemsize, storage, codec)
     n_tasks = layout.n_tasks + 1  # and the release task
     graph = {
-        "n_lanes": layout.n_lanes,
-        "lane_tasks": layout.lane_tasks,
+        "segment_tasks": layout.n_segments,
+        "block_pair_tasks": len(plan.tasks()),
         "merge_tasks": layout.merge_tasks,
         "input_tasks": layout.input_tasks,
         "release_tasks": 1,
         "n_tasks": n_tasks,
         "reads_in_tasks": layout.reads_in_tasks,
-        "shared_blocks": layout.shared_blocks,
+        "block_reads": layout.block_reads,
+        "rows_decoded": sum(layout.segment_rows),
         "task_limit": task_limit(n, d, threads, plan.n_pairs),
         "scheduler_task_limit": SCHEDULER_TASK_LIMIT,
     }
@@ -227,15 +228,12 @@ def plan_fit(
             n, d, spatial_sign.bound, mechanism.sigma, mechanism.delta
         )
     ]
-    if shape.workers > 1 and layout.shared_blocks:
+    decoded = sum(layout.segment_rows)
+    if layout.reads_in_tasks and decoded > 1.5 * n:
         notes.append(
-            f"{layout.shared_blocks} blocks are shared between lanes: moving them between "
-            "workers is not in the time"
-        )
-    if not layout.reads_in_tasks and records.row_chunks is not None:
-        notes.append(
-            "the store's chunks are not runs of the design's blocks: they are rechunked "
-            f"(write it in chunks of {plan.block_sizes[0]} rows to read each block in its task)"
+            f"the store's chunks are larger than the design's blocks: the reads decode "
+            f"{decoded / n:.3g}x the store (a chunk is decoded whole for each block it "
+            f"holds; chunks of {plan.block_sizes[0]} rows would decode it once)"
         )
     accuracy = (
         None
@@ -306,33 +304,31 @@ def _memory(
 ) -> dict[str, Any]:
     """A worker's peak resident bytes: the README's "Memory on the workers" as a number.
 
-    Baseline (an idle worker), then per running task (one per thread): its blocks and
-    the kernel's prepared copy of them, the kernel's tile scratch, its block pairs'
-    d x d sums; per lane on the worker: its exact sum (in and out while a task runs)
-    and the blocks it carries; the shared blocks its lanes hold.
+    Baseline (an idle worker), then per running segment (one per thread): the blocks it
+    holds and the kernel's prepared copy of a task's blocks, the read buffer, the
+    kernel's tile scratch, its block pairs' d x d sums and its exact sum; and the exact
+    sums of the segments the worker has finished, waiting for their merge.
     """
     d = plan.n_features
     block = 8 * max(plan.block_sizes) * d
     read_buffer = max(plan.block_sizes) * d * itemsize if itemsize != 8 else 0
     pairs_per_task = max(len(task) for task in plan.tasks())
+    exact_sum = EXACT_SUM_DIGITS * 8 * d * (d + 1) // 2
     per_task = (
-        2 * layout.blocks_per_task * block
+        (layout.held_blocks + layout.blocks_per_task) * block
         + read_buffer
         + tile_scratch_bytes(plan.tile_rows, d)
         + pairs_per_task * 8 * d * d
+        + 2 * exact_sum
     )
-    lanes_per_worker = math.ceil(layout.n_lanes / shape.workers)
-    exact_sum = EXACT_SUM_DIGITS * 8 * d * (d + 1) // 2
-    per_lane = 2 * exact_sum + layout.carried_blocks * block
-    held = min(layout.shared_blocks, layout.shared_blocks_per_lane * lanes_per_worker)
-    running = min(shape.threads_per_worker, layout.lane_tasks)
+    segments_per_worker = math.ceil(layout.n_segments / shape.workers)
+    running = min(shape.threads_per_worker, layout.n_segments)
     # An in-process worker (the embedded cluster's) shares this process and its input.
     in_process = isinstance(records.source, np.ndarray) and shape.in_process
     parts = {
         "baseline": machine.worker_baseline_bytes,
         "tasks": running * per_task,
-        "lanes": lanes_per_worker * per_lane,
-        "shared_blocks": held * block,
+        "segment_sums": segments_per_worker * exact_sum,
         "input_in_process": records.source.nbytes if in_process else 0,
     }
     peak = int(sum(parts.values()))
@@ -344,8 +340,8 @@ def _memory(
         "per_task_bytes": per_task,
         "block_bytes": block,
         "running_tasks": running,
-        "lanes_per_worker": lanes_per_worker,
-        "shared_blocks_held": held,
+        "segments_per_worker": segments_per_worker,
+        "held_blocks": layout.held_blocks,
         "memory_limit": shape.memory_limit,
         "pause_fraction": pause,
         "usable_bytes": usable,
@@ -365,12 +361,12 @@ def _time(
     layout: GraphLayout,
     shape: ClusterShape,
     machine: MachineModel,
-    bytes_read: int,
+    row_bytes: int,
     storage: str,
     codec: str,
 ) -> dict[str, Any]:
-    """Predicted wall seconds: the lanes' pair work and reads spread over the threads
-    (longest lanes first onto the least loaded thread), the tasks' own cost on the
+    """Predicted wall seconds: the segments' pair work and reads spread over the threads
+    (longest segments first onto the least loaded thread), the tasks' own cost on the
     scheduler, and the fit's fixed cost.
     """
     rate = machine.pair_rate(plan.n_features)
@@ -385,12 +381,16 @@ def _time(
         + per_row * sum(sizes[i] if i == j else sizes[i] + sizes[j] for i, j in task)
         for task in plan.tasks()
     ]
-    lanes = _lane_bounds(len(work), layout.n_lanes)
     threads = shape.n_threads
-    # Every block read once: its bytes, and a read's fixed cost per block.
-    read_seconds = bytes_read / read_rate + len(sizes) * machine.read_call(read_key)
-    lane_seconds = [sum(work[a:b]) + read_seconds * (b - a) / len(work) for a, b in lanes]
-    makespan = _makespan(lane_seconds, threads)
+    request = machine.read_call(read_key)
+    if layout.reads_in_tasks:  # each segment decodes the chunks of the blocks it reads
+        reads = [rows * row_bytes / read_rate for rows in layout.segment_rows]
+        reads = [r + request * k for r, k in zip(reads, layout.segment_reads)]
+    else:  # every block read once by the input's own tasks, spread like the work
+        whole = plan.n_samples * row_bytes / read_rate + len(sizes) * request
+        reads = [whole * (b - a) / len(work) for a, b in layout.segments]
+    segment_seconds = [sum(work[a:b]) + r for (a, b), r in zip(layout.segments, reads)]
+    makespan = _makespan(segment_seconds, threads)
     tasks = layout.n_tasks + 1
     task_seconds = tasks * machine.task_seconds
     fixed = machine.fixed_seconds + machine.storage_seconds.get(storage, 0.0)
@@ -398,7 +398,7 @@ def _time(
     return {
         "wall_seconds": wall,
         "pair_seconds": sum(work) / threads,
-        "read_seconds": read_seconds / threads,
+        "read_seconds": sum(reads) / threads,
         "makespan_seconds": makespan,
         "task_seconds": task_seconds,
         "fixed_seconds": fixed,
@@ -409,15 +409,8 @@ def _time(
     }
 
 
-def _lane_bounds(n_tasks: int, n_lanes: int) -> list[tuple[int, int]]:
-    """The lanes' task ranges, as :mod:`dask_dppca.graph.lanes` cuts them."""
-    n_lanes = max(1, min(n_lanes, n_tasks))
-    bounds = [n_tasks * k // n_lanes for k in range(n_lanes + 1)]
-    return list(zip(bounds[:-1], bounds[1:]))
-
-
 def _makespan(seconds: list[float], threads: int) -> float:
-    """Longest lanes first onto the least loaded of ``threads`` (a lane runs on one)."""
+    """Longest segments first onto the least loaded of ``threads`` (a segment runs on one)."""
     loads = [0.0] * max(1, min(threads, len(seconds)))
     heapq.heapify(loads)
     for s in sorted(seconds, reverse=True):
@@ -447,9 +440,7 @@ def _problems(
         advice = [f"a memory limit of at least {_size(need, up=True)} per worker (--memory-limit)"]
         if 1 <= fit_threads < shape.threads_per_worker:
             advice.append(f"at most {fit_threads} thread(s) per worker (--threads)")
-        if isinstance(design, RegularDesign) or (
-            isinstance(design, CompleteDesign) and memory["parts"]["shared_blocks"] > 0
-        ):
+        if isinstance(design, RegularDesign):
             scalable = peak - fixed
             room = usable - fixed
             if room > 0 and scalable > 0:
@@ -556,16 +547,20 @@ def _text(plan: FitPlan) -> str:
         f"design: {name}, from design={des['chosen_by']!r}: {des['n_blocks']} blocks of at most "
         f"{des['block_rows']} rows, {des['n_block_pairs']} block pairs, {des['n_pairs']:.4g} "
         f"record pairs, max degree {des['max_degree']}",
-        f"graph: {g['lane_tasks']} block-pair tasks in {g['n_lanes']} lanes + {g['merge_tasks']} "
-        f"merge + {g['input_tasks']} input + 1 release = {g['n_tasks']} tasks (design limit "
-        f"{g['task_limit']}, scheduler limit {g['scheduler_task_limit']})",
+        f"graph: {g['segment_tasks']} segment tasks (running {g['block_pair_tasks']} block-pair "
+        f"groups) + {g['merge_tasks']} merge + {g['input_tasks']} input + 1 release = "
+        f"{g['n_tasks']} tasks (scheduler limit {g['scheduler_task_limit']})",
         f"read: {_size(plan.bytes_read)} "
-        f"({'each block in its task' if g['reads_in_tasks'] else 'in read tasks'})",
+        + (
+            f"(inside the segments: {g['block_reads']} block reads, "
+            f"{g['rows_decoded'] / max(n, 1):.3g}x the rows decoded)"
+            if g["reads_in_tasks"]
+            else "(in the input's own tasks)"
+        ),
         f"memory per worker: peak {_size(m['peak_bytes'])} = baseline "
         f"{_size(m['parts']['baseline'])} + {m['running_tasks']} task(s) x "
-        f"{_size(m['per_task_bytes'])} + {m['lanes_per_worker']} lane(s) "
-        f"{_size(m['parts']['lanes'])} + {m['shared_blocks_held']} shared block(s) "
-        f"{_size(m['parts']['shared_blocks'])}"
+        f"{_size(m['per_task_bytes'])} + {m['segments_per_worker']} segment sum(s) "
+        f"{_size(m['parts']['segment_sums'])}"
         + (
             f" + the input in this process {_size(m['parts']['input_in_process'])}"
             if m["parts"]["input_in_process"]

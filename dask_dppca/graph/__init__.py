@@ -1,10 +1,11 @@
 """Layer 3, the graph: the Dask task graph of the exact pair sum (no privacy here).
 
-* :mod:`.lanes`: :func:`.kernel_sum_graph` builds the lanes of block-pair tasks for a
-  design plan, lazily and without reading data; :func:`.graph_layout` counts its tasks
-  and working set without building it.
-* :mod:`.lane_task`: what runs inside those tasks, and :func:`.lanes_total`, the lanes'
-  exact total rounded once.
+* :mod:`.lanes`: :func:`.kernel_sum_graph` builds the segment tasks of a design plan (a
+  few a thread, each running a run of block pairs and reading its own blocks), lazily
+  and without reading data; :func:`.segment_bounds` is the public rule that cuts them;
+  :func:`.graph_layout` counts the tasks and working set without building them.
+* :mod:`.lane_task`: what runs inside those tasks, and :func:`.lanes_total`, the
+  segments' exact total rounded once.
 * :mod:`.sealed`: partial sums that only Dask workers may open.
 * :mod:`.score_stats`: the score map's exact counts as one-pass reductions (sealed too).
 """
@@ -16,6 +17,7 @@ from .lanes import (
     GraphLayout,
     graph_layout,
     kernel_sum_graph,
+    segment_bounds,
 )
 from .sealed import ExactSumLeakError
 
@@ -28,4 +30,5 @@ __all__ = [
     "graph_layout",
     "kernel_sum_graph",
     "lanes_total",
+    "segment_bounds",
 ]

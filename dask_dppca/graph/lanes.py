@@ -1,17 +1,29 @@
-"""Building the graph: lanes of block-pair tasks, each adding into one exact running sum.
+"""Building the graph: a few segment tasks a thread, each running a run of block pairs.
 
 :func:`kernel_sum_graph` builds, lazily and without reading data, the Dask graph of the
-unnormalised sum ``sum_{(i,j) in P} g(t_ij) g(t_ij)^T`` over a design plan's pairs.  The
-plan's tasks run in a few chains ("lanes", two per thread); each adds its block pairs
-to its lane's exact sum (:mod:`dask_dppca.kernel.exact_sum`), so a worker holds one
-running total per lane and the blocks its lanes still need, whatever n, and the result
-is the same bits whatever the lane count, scheduler, worker count or completion order.
-Every block is read once.  What runs inside the tasks is :mod:`.lane_task`.
+unnormalised sum ``sum_{(i,j) in P} g(t_ij) g(t_ij)^T`` over a design plan's pairs.
+The plan's tasks, in order, are cut into *segments* (:func:`segment_bounds`): two lanes
+a worker thread, each lane one to ``MAX_SEGMENTS_PER_LANE`` segments.  A segment is one
+Dask task: it reads its own blocks from the store inside the task (a Zarr input) or
+takes them as Dask inputs (any other input), runs its block pairs in order and returns
+its exact partial sum (:mod:`dask_dppca.kernel.exact_sum`); the segments' sums are
+added exactly, ``LANES_PER_SUM_TASK`` at a time.  The task count is thus a public
+function of the thread count and the pair work, not of n or the block size: the
+scheduler handles thousands of tasks where it handled one per block pair (a terabyte on
+100 workers: about 3700 tasks instead of 495 000, docs/scale.md).  Exact addition makes
+the result the same bits whatever the segment count, scheduler, worker count or
+completion order.  What runs inside the tasks is :mod:`.lane_task`.
+
+A block that two segments use is read twice (once in each), not made a Dask key that
+one worker reads and sends to the other: at most a few blocks a segment boundary, a
+read of a local or object store costs no more than moving the same bytes between
+workers, and a read-twice block holds no key on the scheduler (docs/scale.md measures
+the extra reads: 1.3 % of the blocks at a terabyte on 100 workers).
 """
 
 from __future__ import annotations
 
-import collections
+import math
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -26,22 +38,37 @@ from dask.typing import Key
 from ..design import DesignPlan
 from ..io import chunk_reader
 from ..kernel import SpatialSign
-from .lane_task import CARRIED, GIVEN, Step, lane_task, merge_lanes
+from .lane_task import Segment, merge_lanes, segment_task
 
 __all__ = [
     "LANES_PER_SUM_TASK",
     "LANES_PER_THREAD",
+    "MAX_SEGMENTS_PER_LANE",
+    "SEGMENT_FLOPS",
+    "SEGMENT_INPUT_BYTES",
     "GraphLayout",
     "graph_layout",
     "kernel_sum_graph",
+    "segment_bounds",
 ]
 
 
-#: Lanes per worker thread.  A lane is a chain of tasks that adds its block pairs into
-#: one running exact sum, so a worker holds a lane's total (and the blocks the lane
-#: still needs), never a partial sum per task; two per thread, so that a thread whose
-#: lane ends early takes up another.
+#: Lanes per worker thread: two, so that a thread whose lane ends early takes up
+#: another (the plan's tasks are of near-equal work, but threads and reads are not).
 LANES_PER_THREAD = 2
+#: Pair work (flops, 4 d a pair) one segment aims at while a lane has more: about 90 s
+#: of a core at d = 32 (the machine model's 3.4e8 pairs/s).  A worker lost mid-segment
+#: recomputes its running segments, and the finished ones whose sums it still held, so
+#: the work lost with a worker is bounded by a few segments a thread.
+SEGMENT_FLOPS = 4e12
+#: Most segments a lane is cut into (the task count stays a function of the threads).
+MAX_SEGMENTS_PER_LANE = 4
+#: Most bytes of blocks one segment takes as Dask inputs (an input other than a Zarr
+#: store: its blocks are Dask keys the task holds for its whole run).  Such inputs have
+#: a task per chunk of their own, so more segments add little to the graph.
+SEGMENT_INPUT_BYTES = 256 * 2**20
+#: Segment sums one reduction task adds (exact sums: any grouping gives the same bits).
+LANES_PER_SUM_TASK = 8
 
 
 def kernel_sum_graph(
@@ -54,16 +81,14 @@ def kernel_sum_graph(
 ) -> list[Delayed]:
     """Lazy exact pair sum of ``g g^T`` over the design's pairs.
 
-    The plan's tasks, in order, are cut into ``LANES_PER_THREAD * n_threads`` lanes of
-    consecutive tasks.  Each lane task computes its block pairs and adds their sum to
-    the lane's running :class:`~.ExactSum`; the lanes' sums are added
-    exactly, ``LANES_PER_SUM_TASK`` at a time, down to at most that many, which
-    :func:`~.lanes_total` adds and rounds once (the compute layer does
-    that inside the release task).  Exact addition makes the result the same bits
-    for any lane count, scheduler, worker count or completion order.  A block that one
-    lane alone needs reaches it once (read inside its first task when it is a Zarr chunk)
-    and is carried in the lane's state up to its last task there; a block several lanes
-    need stays one Dask key, computed once.
+    The plan's tasks are cut into segments (:func:`segment_bounds`); each segment task
+    runs its tasks' block pairs and returns their exact sum (:class:`~.LaneState`); the
+    segments' sums are added exactly, ``LANES_PER_SUM_TASK`` at a time, down to at most
+    that many, which :func:`~.lanes_total` adds and rounds once (the compute layer does
+    that inside the release task).  Exact addition makes the result the same bits for
+    any segment count, scheduler, worker count or completion order.  A Zarr input's
+    blocks are read inside the segments that use them (the reader travels in the graph
+    once, not as a task); any other input's blocks are the segment's Dask inputs.
 
     Parameters
     ----------
@@ -74,7 +99,8 @@ def kernel_sum_graph(
     spatial_sign : SpatialSign
         The generalized spatial sign.
     n_threads : int
-        Threads of the compute target (the lane count; the result does not depend on it).
+        Threads of the compute target (the segment count; the result does not depend
+        on it).
     fit_id : str, optional
         Makes every key of the graph unique to this fit (a random one when omitted): a
         cluster that still holds another fit's keys never answers this one with them.
@@ -82,86 +108,116 @@ def kernel_sum_graph(
     Returns
     -------
     list of dask.delayed.Delayed
-        At most ``LANES_PER_SUM_TASK`` lane sums (:class:`~.LaneState`);
+        At most ``LANES_PER_SUM_TASK`` segment sums (:class:`~.LaneState`);
         ``lanes_total(*their values)`` is the (d, d) sum.  Divide by ``plan.n_pairs``
         for K_hat.
     """
-    if tuple(data.chunks[0]) != plan.block_sizes or len(data.chunks[1]) != 1:
-        raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
+    _check_blocks(data, plan)
     token = dask.base.tokenize(data.name, spatial_sign, plan, fit_id or uuid.uuid4().hex)
-    tasks, lanes, blocks_of, lanes_of_block, shared = _layout(plan, n_threads)
     reader = chunk_reader(data)
-    # A reader key per lane, each a root of its own: the scheduler spreads roots over the
-    # workers and a lane's tasks follow its reader (and then its state).  One reader key
-    # for all lanes drew every lane to the worker holding it (measured: 2 workers, 300
-    # blocks, one ran all 52 lane tasks).  dask.delayed(traverse=False) keeps the reader
-    # a value: as a task's argument Dask would look inside it.
-    lane_readers = (
-        []
-        if reader is None
-        else [
-            dask.delayed(reader, name=f"dppca-reader-{token}-{number}", traverse=False)
-            for number in range(len(lanes))
-        ]
-    )
+    tasks = plan.tasks()
     bounds = np.cumsum((0,) + plan.block_sizes)
-    read_rows = (
-        {}
-        if reader is None
-        else {block: slice(int(bounds[block]), int(bounds[block + 1])) for block in lanes_of_block}
-    )
     # One graph layer of plain tasks (a tuple per task, Dask's graph specification):
-    # a dask.delayed call per task would make a layer per task, and looking keys up
-    # across thousands of layers made building the graph quadratic in the task count.
+    # a dask.delayed call per task would make a layer per task.  The reader is a literal
+    # of every task: Dask pickles the graph whole, so it travels once, and no task
+    # depends on a reader key (one such key drew every task to the worker holding it).
     name = f"dppca-pairs-{token}"
     layer: dict[Key, tuple[Any, ...]] = {}
-    lane_ends = []
-    for number, lane in enumerate(lanes):
-        previous = None
-        for task, step, given in _lane_steps(
-            lane, tasks, blocks_of, shared, read_rows, plan, spatial_sign
-        ):
-            key = f"{name}-{number}-{task}"
-            layer[key] = (
-                lane_task,
-                step,
-                lane_readers[number].key if lane_readers else None,
-                previous,
-                *[(data.name, block, 0) for block in given],
-            )
-            previous = key
-        lane_ends.append(previous)
+    for number, (a, b) in enumerate(segment_bounds(plan, n_threads, reader is not None)):
+        segment, given = _segment(tasks[a:b], bounds, plan, spatial_sign, reader is not None)
+        layer[f"{name}-{number}"] = (
+            segment_task,
+            segment,
+            reader,
+            *[(data.name, block, 0) for block in given],
+        )
     # dask.array.Array does not match dask's own DaskCollection protocol as typed
     # (__dask_scheduler__ is a staticmethod there, a plain function here).
-    graph = HighLevelGraph.from_collections(
-        name,
-        layer,
-        dependencies=[data, *lane_readers],  # type: ignore[list-item]
-    )
+    dependencies = [] if reader is not None else [data]
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=dependencies)  # type: ignore[arg-type]
     return _merge_down(
-        [Delayed(key, graph, layer=name) for key in lane_ends], key_prefix=f"dppca-sum-{token}"
+        [Delayed(key, graph, layer=name) for key in layer], key_prefix=f"dppca-sum-{token}"
     )
 
 
-def _layout(plan: DesignPlan, n_threads: int):
-    """The lanes of a plan: ``(tasks, lanes, blocks_of, lanes_of_block, shared)``.
+def _check_blocks(data: da.Array, plan: DesignPlan) -> None:
+    if tuple(data.chunks[0]) != plan.block_sizes or len(data.chunks[1]) != 1:
+        raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
 
-    ``tasks``: the block pairs of each task; ``lanes``: consecutive task numbers per
-    lane; ``blocks_of``: the blocks each task uses; ``lanes_of_block``: the lanes using
-    each block; ``shared``: the blocks more than one lane uses (one Dask key each).
-    Public: the plan and the thread count only (:func:`kernel_sum_graph` and
-    :func:`graph_layout` both use it, so a plan's counts are the graph's).
+
+def _segment(
+    groups: list[tuple[tuple[int, int], ...]],
+    bounds: np.ndarray,
+    plan: DesignPlan,
+    spatial_sign: SpatialSign,
+    reads: bool,
+) -> tuple[Segment, list[int]]:
+    """A segment of consecutive plan tasks, and the blocks it takes as Dask inputs."""
+    first_use: dict[int, int] = {}
+    last_use: dict[int, int] = {}
+    for number, group in enumerate(groups):
+        for pair in group:
+            for block in pair:
+                first_use.setdefault(block, number)
+                last_use[block] = number
+    declared = tuple((block, plan.block_sizes[block]) for block in first_use)
+    segment = Segment(
+        spatial_sign,
+        plan.tile_rows,
+        plan.n_features,
+        declared,
+        tuple(groups),
+        tuple(
+            slice(int(bounds[block]), int(bounds[block + 1])) if reads else None
+            for block in first_use
+        ),
+        tuple(last_use[block] for block in first_use),
+    )
+    return segment, [] if reads else list(first_use)
+
+
+def segment_bounds(plan: DesignPlan, n_threads: int, reads_in_tasks: bool) -> list[tuple[int, int]]:
+    """The plan's tasks cut into segments: ``(first, stop)`` task numbers of each.
+
+    The public rule (the plan, the thread count and the kind of input only):
+    ``LANES_PER_THREAD`` lanes a thread; a lane's share of the pair work (4 d flops a
+    pair) in ``ceil(share / SEGMENT_FLOPS)`` segments, at least 1 and at most
+    ``MAX_SEGMENTS_PER_LANE``; the plan's tasks cut into that many runs of near-equal
+    count (never more runs than tasks).  For an input whose blocks are Dask inputs
+    (``reads_in_tasks`` False), a run whose distinct blocks exceed
+    ``SEGMENT_INPUT_BYTES`` is cut again before the task that would pass it.
     """
     tasks = plan.tasks()
-    lanes = _lanes(len(tasks), LANES_PER_THREAD * max(int(n_threads), 1))
-    blocks_of = [sorted({block for pair in group for block in pair}) for group in tasks]
-    lanes_of_block = collections.defaultdict(set)
-    for number, lane in enumerate(lanes):
-        for task in lane:
-            for block in blocks_of[task]:
-                lanes_of_block[block].add(number)
-    shared = {block for block, users in lanes_of_block.items() if len(users) > 1}
-    return tasks, lanes, blocks_of, lanes_of_block, shared
+    n_lanes = LANES_PER_THREAD * max(int(n_threads), 1)
+    share = 4.0 * plan.n_features * plan.n_pairs / n_lanes
+    per_lane = min(MAX_SEGMENTS_PER_LANE, max(1, math.ceil(share / SEGMENT_FLOPS)))
+    runs = _cut(len(tasks), n_lanes * per_lane)
+    if reads_in_tasks:
+        return runs
+    row_bytes = 8 * plan.n_features
+    cut: list[tuple[int, int]] = []
+    for first, stop in runs:
+        start, held = first, 0
+        seen: set[int] = set()
+        for task in range(first, stop):
+            new = {block for pair in tasks[task] for block in pair} - seen
+            extra = sum(plan.block_sizes[block] for block in new) * row_bytes
+            if task > start and held + extra > SEGMENT_INPUT_BYTES:
+                cut.append((start, task))
+                start, held, seen = task, 0, set()
+                new = {block for pair in tasks[task] for block in pair}
+                extra = sum(plan.block_sizes[block] for block in new) * row_bytes
+            seen |= new
+            held += extra
+        cut.append((start, stop))
+    return cut
+
+
+def _cut(n_tasks: int, n_runs: int) -> list[tuple[int, int]]:
+    """``n_tasks`` consecutive tasks cut into at most ``n_runs`` runs of near-equal length."""
+    n_runs = max(1, min(n_runs, n_tasks))
+    bounds = [n_tasks * k // n_runs for k in range(n_runs + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 @dataclass(frozen=True)
@@ -170,155 +226,127 @@ class GraphLayout:
 
     Attributes
     ----------
-    n_lanes : int
-        Lanes (chains of block-pair tasks).
-    lane_tasks : int
-        Block-pair tasks (the plan's tasks).
+    segments : tuple of (int, int)
+        Each segment task's plan tasks, ``(first, stop)``.
     merge_tasks : int
-        Tasks adding the lanes' sums down to at most ``LANES_PER_SUM_TASK``.
+        Tasks adding the segments' sums down to at most ``LANES_PER_SUM_TASK``.
     input_tasks : int
-        The input's tasks the lanes depend on: for a Zarr input read in the plan's
-        blocks, a read task per shared block, the array behind them and a reader per
-        lane;
-        for any other input, every task of the blocks' graph (a slice per block of a
-        numpy array; a dask array's own tasks and its rechunk).
+        The input's tasks the segments depend on: none for a Zarr input (read inside
+        the segments); for any other input every task of the blocks' graph (a slice per
+        block of a numpy array; a dask array's own tasks and its rechunk).
     reads_in_tasks : bool
-        Whether a block one lane alone uses is read inside its task (a Zarr input read
-        in the plan's blocks).
-    shared_blocks : int
-        Blocks more than one lane uses (one Dask key each, held until every lane using
-        it is past it).
-    shared_blocks_per_lane : int
-        Most shared blocks one lane uses.
-    carried_blocks : int
-        Most blocks a lane's state carries from one task to the next.
+        Whether the segments read their blocks inside (a Zarr input).
+    segment_reads : tuple of int
+        Blocks each segment takes (a block two segments use is read twice; for other
+        inputs, sent to both).
+    segment_rows : tuple of int
+        Rows each segment reads (decoded): for a Zarr input the whole chunks (or shards)
+        each of its blocks overlaps, since a chunk is decoded whole; else its blocks.
+    held_blocks : int
+        Most blocks one segment holds at once (a block from its first use to its last;
+        all its input blocks for an input other than a Zarr store).
     blocks_per_task : int
-        Most distinct blocks one task uses.
+        Most distinct blocks one plan task uses.
     """
 
-    n_lanes: int
-    lane_tasks: int
+    segments: tuple[tuple[int, int], ...]
     merge_tasks: int
     input_tasks: int
     reads_in_tasks: bool
-    shared_blocks: int
-    shared_blocks_per_lane: int
-    carried_blocks: int
+    segment_reads: tuple[int, ...]
+    segment_rows: tuple[int, ...]
+    held_blocks: int
     blocks_per_task: int
+
+    @property
+    def n_segments(self) -> int:
+        """Segment tasks (each runs a run of the plan's block-pair tasks)."""
+        return len(self.segments)
+
+    @property
+    def block_reads(self) -> int:
+        """Blocks the segments take, counted once per segment that uses them."""
+        return sum(self.segment_reads)
 
     @property
     def n_tasks(self) -> int:
         """Tasks of the exact sum's graph (what the scheduler carries before the release)."""
-        return self.lane_tasks + self.merge_tasks + self.input_tasks
+        return self.n_segments + self.merge_tasks + self.input_tasks
 
 
 def graph_layout(data: da.Array, plan: DesignPlan, n_threads: int) -> GraphLayout:
     """The task counts and working set of ``kernel_sum_graph(data, plan, ..., n_threads)``.
 
-    Counted from the same layout the graph is built from (``_layout``: the plan and
-    the thread count), without building the lanes' tasks and without reading data:
-    ``data`` is the lazy array of the blocks (``Records.blocks``), whose own graph is
-    counted when its blocks are not read inside the lane tasks.
+    Counted from the same rule the graph is built from (:func:`segment_bounds`: the
+    plan and the thread count), without building the segments' tasks and without
+    reading data: ``data`` is the lazy array of the blocks (``Records.blocks``), whose
+    own graph is counted when its blocks are not read inside the segments.
     """
-    if tuple(data.chunks[0]) != plan.block_sizes or len(data.chunks[1]) != 1:
-        raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
-    tasks, lanes, blocks_of, _, shared = _layout(plan, n_threads)
-    reads_in_tasks = chunk_reader(data) is not None
-    carried = 0
-    shared_per_lane = 0
-    for lane in lanes:
-        last_use = {block: task for task in lane for block in blocks_of[task]}
-        shared_per_lane = max(shared_per_lane, sum(block in shared for block in last_use))
-        if reads_in_tasks:  # the blocks a lane's state keeps after each task (_lane_steps)
-            live: set[int] = set()
-            for task in lane:
-                for block in blocks_of[task]:
-                    if block not in shared and last_use[block] > task:
-                        live.add(block)
-                    else:
-                        live.discard(block)
-                carried = max(carried, len(live))
-    merges, ends = 0, len(lanes)
+    _check_blocks(data, plan)
+    reader = chunk_reader(data)
+    reads = reader is not None
+    segments = segment_bounds(plan, n_threads, reads)
+    tasks = plan.tasks()
+    bounds = np.cumsum((0,) + plan.block_sizes)
+    chunk = reader.chunk_rows if reader is not None else 0
+    block_reads, held_most, rows = [], 0, []
+    for first, stop in segments:
+        first_use: dict[int, int] = {}
+        last_use: dict[int, int] = {}
+        for number in range(first, stop):
+            for pair in tasks[number]:
+                for block in pair:
+                    first_use.setdefault(block, number)
+                    last_use[block] = number
+        block_reads.append(len(first_use))
+        rows.append(sum(_decoded_rows(bounds, block, chunk) for block in first_use))
+        if not reads:
+            held_most = max(held_most, len(first_use))
+            continue
+        held = 0
+        for number in range(first, stop):  # held after each task's blocks are in
+            held += sum(first_use[b] == number for b in {x for p in tasks[number] for x in p})
+            held_most = max(held_most, held)
+            held -= sum(last_use[b] == number for b in {x for p in tasks[number] for x in p})
+    merges, ends = 0, len(segments)
     while ends > LANES_PER_SUM_TASK:
         ends = -(-ends // LANES_PER_SUM_TASK)
         merges += ends
-    # A Zarr input's shared blocks: a read task each, the array they read and a reader
-    # per lane.
-    inputs = len(shared) + 1 + len(lanes) if reads_in_tasks else len(data.__dask_graph__())
     return GraphLayout(
-        n_lanes=len(lanes),
-        lane_tasks=len(tasks),
+        segments=tuple(segments),
         merge_tasks=merges,
-        input_tasks=inputs,
-        reads_in_tasks=reads_in_tasks,
-        shared_blocks=len(shared),
-        shared_blocks_per_lane=shared_per_lane,
-        carried_blocks=carried,
-        blocks_per_task=max((len(b) for b in blocks_of), default=0),
+        input_tasks=0 if reads else len(data.__dask_graph__()),
+        reads_in_tasks=reads,
+        segment_reads=tuple(block_reads),
+        segment_rows=tuple(rows),
+        held_blocks=held_most,
+        blocks_per_task=max((len({b for p in task for b in p}) for task in tasks), default=0),
     )
 
 
-def _lane_steps(lane, tasks, blocks_of, shared, read_rows, plan, spatial_sign):
-    """Each task of one lane: ``(task, its Step, the blocks it takes as Dask inputs)``.
-
-    ``shared``: blocks other lanes need too, Dask keys given to every task that uses
-    them; ``read_rows``: the rows of each block that is a Zarr chunk (empty for other
-    inputs).  Any other block reaches the lane once, read inside its first task there
-    or as that task's input, and is carried while the lane's later tasks need it.
+def _decoded_rows(bounds: np.ndarray, block: int, chunk: int) -> int:
+    """Rows decoded to read ``block``: its rows, or the whole chunks of ``chunk`` rows
+    it overlaps (a chunk is decoded whole; the last one may be short).
     """
-    last_use = {block: task for task in lane for block in blocks_of[task]}
-    delivered = set()
-    for task in lane:
-        sources, given = [], []
-        for block in blocks_of[task]:
-            if block in shared or (block not in delivered and block not in read_rows):
-                sources.append(GIVEN)
-                given.append(block)
-            elif block in delivered:
-                sources.append(CARRIED)
-            else:
-                sources.append(read_rows[block])
-            delivered.add(block)
-        keep = tuple(sorted(block for block in delivered - shared if last_use[block] > task))
-        declared = tuple((block, plan.block_sizes[block]) for block in blocks_of[task])
-        yield (
-            task,
-            Step(
-                spatial_sign,
-                plan.tile_rows,
-                plan.n_features,
-                declared,
-                tasks[task],
-                tuple(sources),
-                keep,
-            ),
-            given,
-        )
+    start, stop = int(bounds[block]), int(bounds[block + 1])
+    if chunk <= 0:
+        return stop - start
+    first, last = start // chunk, (stop - 1) // chunk
+    return min(int(bounds[-1]), (last + 1) * chunk) - first * chunk
 
 
-def _lanes(n_tasks: int, n_lanes: int) -> list[range]:
-    """``n_tasks`` consecutive tasks cut into at most ``n_lanes`` lanes of near-equal length."""
-    n_lanes = max(1, min(n_lanes, n_tasks))
-    bounds = [n_tasks * k // n_lanes for k in range(n_lanes + 1)]
-    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-#: Lane totals one reduction task adds (exact sums: any grouping gives the same bits).
-LANES_PER_SUM_TASK = 8
-
-
-def _merge_down(lane_ends: list[Delayed], key_prefix: str) -> list[Delayed]:
-    """The lanes' sums added exactly, ``LANES_PER_SUM_TASK`` at a time, down to at most
+def _merge_down(sums: list[Delayed], key_prefix: str) -> list[Delayed]:
+    """The segments' sums added exactly, ``LANES_PER_SUM_TASK`` at a time, down to at most
     that many.
     """
     level = 0
-    while len(lane_ends) > LANES_PER_SUM_TASK:
-        lane_ends = [
+    while len(sums) > LANES_PER_SUM_TASK:
+        sums = [
             dask.delayed(merge_lanes, pure=True)(
-                *lane_ends[k : k + LANES_PER_SUM_TASK],
+                *sums[k : k + LANES_PER_SUM_TASK],
                 dask_key_name=f"{key_prefix}-{level}-{k // LANES_PER_SUM_TASK}",
             )
-            for k in range(0, len(lane_ends), LANES_PER_SUM_TASK)
+            for k in range(0, len(sums), LANES_PER_SUM_TASK)
         ]
         level += 1
-    return lane_ends
+    return sums

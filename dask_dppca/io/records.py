@@ -144,8 +144,7 @@ class Records:
         data = self.source
         if tuple(data.chunks[0]) == tuple(block_sizes) and len(data.chunks[1]) == 1:
             return data
-        # A Zarr store's chunks merged inside the reads, one read per block; other inputs
-        # (and blocks that split chunks) by a rechunk.
+        # A Zarr store read in the blocks, one read per block; other inputs by a rechunk.
         merged = read_in_blocks(data, tuple(block_sizes))
         return merged if merged is not None else data.rechunk({0: block_sizes, 1: -1})
 

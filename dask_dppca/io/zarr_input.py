@@ -14,13 +14,11 @@ A store written sparsely on purpose (Zarr skips chunks equal to the fill value u
 ``write_empty_chunks=True``) is read with ``allow_fill_values=True``: the fill value is
 then data, as if it had been written.
 
-Each read covers whole chunks (or shards) along the rows and all columns, so each chunk
-is read once per fit.  When the design's blocks are runs of whole chunks (the complete
-design merges small chunks, :func:`dask_dppca.design.merge_chunks`), the reads are made
-in those blocks (:func:`read_in_blocks`: one read per block, each of its chunks read
-inside it once); other blocks are cut from the chunks by a rechunk.  When the blocks
-are the reads, :func:`chunk_reader` gives the graph the reader itself, so that a block
-only one task needs is read inside that task (no read task, no held key).
+The reads are made in the design's blocks (:func:`read_in_blocks`: one read per block,
+of all columns and the chunks or shards it overlaps; the complete design's blocks are
+runs of whole chunks, :func:`dask_dppca.design.merge_chunks`, so each chunk is read once
+there).  :func:`chunk_reader` gives the graph the reader itself, so that the fit's
+segment tasks read their blocks inside (no read task, no held key).
 
 The read tasks' names are unique to each opening of the store (a random token): a store
 rewritten with the same shape is a new input, never answered from the keys of an
@@ -124,6 +122,9 @@ class ZarrBlocks:
         self.shape = tuple(array.shape)
         self.dtype = np.dtype(array.dtype)
         self.ndim = len(self.shape)
+        #: Rows of one chunk, the unit a read decodes whole (a shard's inner chunks are
+        #: read one by one).
+        self.chunk_rows = int(array.chunks[0]) if self.shape else 0
 
     def __getitem__(self, selection):
         try:
@@ -361,16 +362,18 @@ def _reads(blocks: ZarrBlocks, chunks: tuple) -> da.Array:
 
 
 def read_in_blocks(data: da.Array, block_sizes: tuple[int, ...]) -> da.Array | None:
-    """A Zarr input's reads made in ``block_sizes`` when each block is a run of whole
-    chunks of ``data`` (one read per block, each chunk read once inside it); None when
-    ``data`` is not a Zarr input's reads or a block would split a chunk.
+    """A Zarr input's reads made in ``block_sizes`` (one read per block, of the chunks it
+    overlaps); None when ``data`` is not a Zarr input's reads.
+
+    Blocks that are runs of whole chunks read each chunk once; a block that splits a
+    chunk decodes the whole chunk (a chunk is decoded whole), so a chunk of c rows cut
+    into blocks of b rows is decoded about c / b + 1 times over the blocks that overlap it.
+    That costs reads, not tasks: a rechunk would add a task per chunk and per piece.
     """
     reader = chunk_reader(data)
     if reader is None or len(data.chunks) != 2 or len(data.chunks[1]) != 1:
         return None
-    chunk_ends = set(np.cumsum(data.chunks[0]).tolist())
-    block_ends = np.cumsum(block_sizes).tolist()
-    if not block_ends or block_ends[-1] != data.shape[0] or not set(block_ends) <= chunk_ends:
+    if sum(int(b) for b in block_sizes) != data.shape[0]:
         return None
     return _reads(reader, (tuple(int(b) for b in block_sizes), data.chunks[1]))
 

@@ -2,8 +2,8 @@
 named like a total is spilled.
 
 Every value a worker holds is recorded as it reaches memory (a worker plugin), with
-memory targets so low that every result is spilled to disk: each lane's running sum is
-a partial sum (its exact value differs from the lanes' total), the only other key is the
+memory targets so low that every result is spilled to disk: each segment's sum is
+a partial sum (its exact value differs from the segments' total), the only other key is the
 release, whose value is the private release, and no spilled file is named like a total.
 """
 
@@ -56,7 +56,7 @@ class _Recorder(WorkerPlugin):
 
 
 def test_no_key_but_the_release_holds_the_total_and_no_total_is_spilled():
-    x = np.random.default_rng(4).standard_t(2, size=(6000, 4))  # test data: 3 lanes
+    x = np.random.default_rng(4).standard_t(2, size=(6000, 4))  # test data only
     with (
         dask.config.set(SPILL_EVERYTHING),
         LocalCluster(
@@ -79,15 +79,10 @@ def test_no_key_but_the_release_holds_the_total_and_no_total_is_spilled():
     assert any(key.startswith("lanes_total-") for key in _keys_beside_the_lanes(seen_by_kendall))
     lanes = [(key, total) for key, kind, total in seen if kind == "LaneState"]
     assert all(key.startswith("dppca-pairs-") for key, _ in lanes)
-    # The lanes' total, from their final states (the last task of each lane).
-    finals: dict[str, tuple[int, str]] = {}
-    for key, _ in lanes:
-        lane, task = key.rsplit("-", 2)[-2:]
-        if int(task) >= finals.get(lane, (-1, ""))[0]:
-            finals[lane] = (int(task), key)
-    assert len(finals) >= 2
-    by_key = dict(lanes)
-    total = ExactSum.merge(*(by_key[key] for _, key in finals.values())).to_float()
+    # The total, from the segments' sums (each segment a task, its sum a key).
+    segments = dict(lanes)
+    assert len(segments) >= 2
+    total = ExactSum.merge(*segments.values()).to_float()
     assert all(not np.array_equal(partial.to_float(), total) for _, partial in lanes)
     assert files, "nothing was spilled: the check saw no files"
     named_like_a_total = [n for n in files if any(w in n.lower() for w in ("total", "trusted"))]

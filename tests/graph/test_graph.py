@@ -19,7 +19,7 @@ import dask_dppca as dd
 from dask_dppca import kendall_matrix
 from dask_dppca.compute import release as release_module
 from dask_dppca.design import CompleteDesign, RegularDesign, complete_blocks, plan_blocks
-from dask_dppca.graph import kernel_sum_graph, lanes_total
+from dask_dppca.graph import graph_layout, kernel_sum_graph, lanes_total, segment_bounds
 from dask_dppca.graph import lane_task as graph_module
 from dask_dppca.io import open_records
 from dask_dppca.kernel import block_pair_sum, pairwise_sum, rounding_error_bound
@@ -119,7 +119,8 @@ def test_building_reads_no_data_and_compute_reads_each_block_once():
     graph = _total(kernel_sum_graph(data, plan, sphere(), 2))
     assert calls == {}
     pair_tasks = [k for k in dict(graph.__dask_graph__()) if str(k).startswith("dppca-pairs-")]
-    assert len(pair_tasks) == len(plan.tasks()) == 4 * 5 // 2
+    assert len(plan.tasks()) == 4 * 5 // 2
+    assert len(pair_tasks) == len(segment_bounds(plan, 2, False)) == 4  # 2 lanes a thread
 
     computes = []
     with Callback(start=lambda dsk: computes.append(len(dsk))):
@@ -192,10 +193,11 @@ def test_any_lane_count_gives_the_bits_of_the_task_sums_added_exactly(design):
         assert got.tobytes() == want.tobytes(), n_threads
 
 
-def test_lanes_carry_a_bounded_number_of_blocks_whatever_n(tmp_path):
-    """k = 3 on a Zarr store: a lane reads each block it alone needs once and carries it
-    only while its next tasks need it; the most carried does not grow with n."""
-    most = []
+def test_segments_hold_a_bounded_number_of_blocks_whatever_n(tmp_path):
+    """k = 3 on a Zarr store: a segment reads each block it uses inside, once, and holds
+    it only while its next groups need it; the most held does not grow with n, the
+    segment count does not either, and no block is a read task."""
+    most, counts = [], []
     for n_blocks in (64, 256, 1024):
         path = str(tmp_path / f"x{n_blocks}.zarr")
         zarr.open_array(path, mode="w", shape=(20 * n_blocks, 4), chunks=(20, 4), dtype="f8")[:] = (
@@ -204,12 +206,15 @@ def test_lanes_carry_a_bounded_number_of_blocks_whatever_n(tmp_path):
         data, plan = _planned(path, RegularDesign(k=3, block_size=20, seed=0))
         graph = _total(kernel_sum_graph(data, plan, sphere(), 2))
         layer = dict(graph.__dask_optimize__(graph.__dask_graph__(), graph.__dask_keys__()))
-        steps = [task[1] for key, task in layer.items() if str(key).startswith("dppca-pairs-")]
-        assert len(steps) == len(plan.tasks())
-        most.append(max(len(step.keep) for step in steps))
-        read_tasks = [key for key in layer if isinstance(key, tuple) and key[0] == data.name]
-        assert len(read_tasks) <= 2 * 2 * 3  # only blocks shared by lanes (the lane ends)
-    assert most[0] >= 1 and most[0] == most[1] == most[2], most
+        segments = [key for key in layer if str(key).startswith("dppca-pairs-")]
+        layout = graph_layout(data, plan, 2)
+        assert len(segments) == layout.n_segments
+        assert layout.block_reads <= n_blocks + 2 * layout.n_segments * 6
+        most.append(layout.held_blocks)
+        counts.append(layout.n_segments)
+        assert not [key for key in layer if isinstance(key, tuple) and key[0] == data.name]
+    assert most[0] >= 2 and most[0] == most[1] == most[2], most
+    assert counts[0] == counts[1] == counts[2] == 4, counts
 
 
 def test_blocks_one_task_alone_needs_are_read_inside_it(tmp_path):

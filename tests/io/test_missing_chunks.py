@@ -20,6 +20,9 @@ import zarr
 from zarr.storage import LocalStore, WrapperStore
 
 import dask_dppca as dd
+from dask_dppca.compute import compute_target
+from dask_dppca.design import plan_blocks
+from dask_dppca.graph import graph_layout
 from dask_dppca.io import MissingChunkError, open_records
 
 pytestmark = pytest.mark.filterwarnings(
@@ -170,18 +173,27 @@ class CountingStore(WrapperStore):
     [
         dd.RegularDesign(
             k=1, block_size=130, seed=0
-        ),  # blocks cut across the chunks: a chunk feeds two
+        ),  # blocks cut across the chunks: a chunk is decoded for each block it feeds
         IN_TASK_READS,
-        dd.RegularDesign(k=2, block_size=CHUNK, seed=0),  # blocks shared by tasks: carried in lanes
+        dd.RegularDesign(k=2, block_size=CHUNK, seed=0),  # blocks shared by block-pair groups
     ],
-    ids=["read-tasks", "read-in-pair-tasks", "carried-in-lanes"],
+    ids=["blocks-split-chunks", "read-in-segments", "shared-in-segments"],
 )
-def test_each_chunk_is_read_once_per_fit(tmp_path, x, scheduler, design):
+def test_each_chunk_is_read_as_the_layout_says(tmp_path, x, scheduler, design):
+    """Every chunk is read, and exactly as often as the graph's layout counts: once per
+    segment for each of its blocks that overlaps the chunk (docs/scale.md)."""
     _write(tmp_path / "x.zarr", x)
     store = CountingStore(LocalStore(tmp_path / "x.zarr", read_only=True))
     opened = zarr.open_array(store=store, mode="r")
     store.counts.clear()
+    with compute_target(scheduler) as target:
+        threads = target.n_threads
     dd.DPPCA(n_components=2, random_state=0, scheduler=scheduler, design=design).fit(opened)
     chunks = {key: count for key, count in store.counts.items() if key.startswith("c/")}
     assert sorted(chunks) == [f"c/{i}/0" for i in range(N // CHUNK)]
-    assert set(chunks.values()) == {1}
+    records = open_records(opened)
+    _, plan = plan_blocks(N, D, records.row_chunks, design, threads)
+    layout = graph_layout(records.blocks(plan.block_sizes), plan, threads)
+    assert sum(chunks.values()) * CHUNK == sum(layout.segment_rows)
+    if design is IN_TASK_READS and layout.n_segments == 1:
+        assert set(chunks.values()) == {1}

@@ -5,6 +5,8 @@ entropy) plus a tally: each ``add_noise`` call on a worker appends a record to t
 scheduler's metadata under a distributed lock.  One release draws the vecd noise once,
 which is two calls: the diagonal (d values) and the strict upper triangle (d(d-1)/2).
 
+* ``test_segments_killed_mid_run_give_the_exact_bits``: a Zarr input read inside the
+  segment tasks, workers SIGKILLed mid-segment: the exact sum keeps its bits.
 * ``test_fit_draws_once_while_workers_are_killed``: a fit slow enough to SIGKILL the
   non-trusted worker processes twice in the middle of it (their nannies restart them and
   Dask recomputes the lost pieces); the fit completes, one new release ticket appears,
@@ -23,10 +25,10 @@ import threading
 import time
 import uuid
 
-import dask.array as da
 import distributed
 import numpy as np
 import pytest
+import zarr
 from distributed import Client, LocalCluster
 
 import dask_dppca as dd
@@ -211,12 +213,18 @@ def _killer(client, protected, pids, started, done, log, errors):
         errors.append(error)
 
 
-def test_fit_draws_once_while_workers_are_killed(client, counting_sampler):
-    trusted = _workers(client)[0]
-    rng = np.random.default_rng(5)  # test data only
-    x = da.from_array(rng.standard_normal((N_ROWS, D)), chunks=(CHUNK, D))
-    tickets_before = set(client.get_metadata(list(RELEASE_METADATA_KEY), default={}))
-    est = dd.DPPCA(n_components=2, scheduler=client, trusted_worker=trusted, design="complete")
+def _store(tmp_path, seed: int) -> str:
+    """A Zarr store of N_ROWS x D in chunks of CHUNK rows (read inside the segments)."""
+    path = str(tmp_path / f"x{seed}.zarr")
+    rng = np.random.default_rng(seed)  # test data only
+    zarr.open_array(path, mode="w", shape=(N_ROWS, D), chunks=(CHUNK, D), dtype="f8")[:] = (
+        rng.standard_normal((N_ROWS, D))
+    )
+    return path
+
+
+def _under_kills(client, trusted, run):
+    """``run()`` while the non-trusted workers are SIGKILLed; (its value, the kills)."""
     started, done, kills, errors = threading.Event(), threading.Event(), [], []
     thread = threading.Thread(
         target=_killer,
@@ -224,15 +232,41 @@ def test_fit_draws_once_while_workers_are_killed(client, counting_sampler):
         args=(client, trusted, _pids(client), started, done, kills, errors),
     )
     thread.start()
-    t0 = time.time()
     started.set()
     try:
-        est.fit(x)
+        value = run()
     finally:
         done.set()
         thread.join(timeout=120)
-    elapsed = time.time() - t0
     assert not errors, errors
+    return value, kills
+
+
+def test_segments_killed_mid_run_give_the_exact_bits(client, tmp_path):
+    """A Zarr input read inside the segment tasks: workers SIGKILLed while segments run,
+    Dask recomputes the lost segments (each reads its blocks again), and the exact sum
+    is the same bits as an undisturbed synchronous run."""
+    _wait_for_full_cluster(client, gone="")
+    path = _store(tmp_path, 7)
+    want = dd.kendall_matrix(path, scheduler="synchronous")
+    got, kills = _under_kills(
+        client, _workers(client)[0], lambda: dd.kendall_matrix(path, scheduler=client)
+    )
+    assert kills, "no worker was killed while the segments ran"
+    assert got.tobytes() == want.tobytes()
+    for victim in {k["worker"] for k in kills}:
+        _wait_for_full_cluster(client, victim)
+
+
+def test_fit_draws_once_while_workers_are_killed(client, counting_sampler, tmp_path):
+    _wait_for_full_cluster(client, gone="")
+    trusted = _workers(client)[0]
+    x = _store(tmp_path, 5)
+    tickets_before = set(client.get_metadata(list(RELEASE_METADATA_KEY), default={}))
+    est = dd.DPPCA(n_components=2, scheduler=client, trusted_worker=trusted, design="complete")
+    t0 = time.time()
+    _, kills = _under_kills(client, trusted, lambda: est.fit(x))
+    elapsed = time.time() - t0
 
     fit_id = est.privacy_["fit_id"]
     tickets = client.get_metadata(list(RELEASE_METADATA_KEY))
