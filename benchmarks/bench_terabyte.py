@@ -9,16 +9,17 @@ No data exists anywhere: the input is a Zarr store of that shape with its metada
 (no chunk is written, and none is read: a plan reads metadata, and building a graph reads
 nothing).  In one run it prints
 
-1. for 10, 100 and 1000 workers of 16 threads (64 GiB each): the design ``"auto"``
-   picks, its blocks and tasks, bytes read, peak memory per worker and the predicted
-   wall time (``DPPCA.plan``, on the machine model saved here or the built-in
-   default), and what the rule before the scheduler limit would have planned;
-2. the graph of the 100-worker fit built lazily from the stand-in, as ``fit`` builds it
+1. for 10, 100 and 1000 workers of 16 threads (64 GiB each), for a store chunked like the
+   design's blocks and for one in 32 MiB chunks (131072 rows): the design ``"auto"``
+   picks, its blocks, the graph's tasks (segments, merges), the block reads and rows
+   decoded, peak memory per worker and the predicted wall time with its parts
+   (``DPPCA.plan``, on the machine model saved here or the built-in default);
+2. the graph of the 100-worker fit built lazily from each stand-in, as ``fit`` builds it
    (``Records.blocks`` then ``kernel_sum_graph``): its tasks, the bytes of the graph as
-   pickled for the scheduler, the client's memory for it, and the time to build it;
-3. the scheduler's cost per task measured here: no-op tasks in the same graph shape (the
-   same lanes of chained tasks, the same shared inputs per lane, fewer lanes) on a
-   LocalCluster of two single-threaded workers; its seconds and memory per task.
+   pickled for the scheduler, the client's memory for it, and the time to build it.
+
+The scheduler's cost per task, and a cluster whose tasks sleep their modelled time at
+the real task count, are ``benchmarks/bench_simulate.py``.
 """
 
 from __future__ import annotations
@@ -48,16 +49,8 @@ def stand_in(folder: str, n: int, d: int, chunk: int) -> str:
     return path
 
 
-def _old_rule(n: int, d: int, threads: int):
-    """The auto rule before the scheduler limit (blocks not grown): (k, block, blocks)."""
-    from dask_dppca.design import AUTO_FLOPS_PER_THREAD
-    from dask_dppca.kernel import DEFAULT_MEMORY_BUDGET, tile_rows_for_budget
-
-    budget = AUTO_FLOPS_PER_THREAD * threads
-    tile = tile_rows_for_budget(DEFAULT_MEMORY_BUDGET, d)
-    block = int(min(16384, max(1024, budget / (4.0 * d * n)))) // tile * tile
-    k = max(1, int(budget / (2.0 * n * block * d)) - 1)
-    return k, block, -(-n // block)
+#: What zarr users write: 32 MiB chunks of float64 at d = 32.
+CHUNK_32MIB = 131072
 
 
 def section_plans(folder: str, n: int, d: int, workers: list[int], threads: int):
@@ -70,32 +63,30 @@ def section_plans(folder: str, n: int, d: int, workers: list[int], threads: int)
     stores = {}
     for w in workers:
         design = auto_design(n, d, w * threads)
-        store = stand_in(folder, n, d, design.block_size)
-        stores[w] = store
-        started = time.perf_counter()
-        plan = dd.DPPCA(n_components=2).plan(
-            store, workers=w, threads=threads, memory_limit="64GiB", check=False
-        )
-        seconds = time.perf_counter() - started
-        k, block, blocks = _old_rule(n, d, w * threads)
-        des, g, m, t = plan.design, plan.graph, plan.memory, plan.time
-        print(
-            f"  {w:>5} workers: regular k={des['partners_k']}, blocks of {des['block_size']} "
-            f"({des['n_blocks']} blocks, {des['n_block_pairs']} block pairs, "
-            f"{des['n_pairs']:.3g} pairs); {g['n_tasks']} tasks ({g['lane_tasks']} in "
-            f"{g['n_lanes']} lanes, {g['input_tasks']} input ({g['shared_blocks']} shared blocks), "
-            f"{g['merge_tasks']} merge); "
-            f"read {plan.bytes_read / 1e12:.3g} TB; peak {m['peak_bytes'] / 2**30:.3g} GiB a "
-            f"worker; wall {t['wall_seconds'] / 60:.3g} min (pairs {t['pair_seconds'] / 60:.3g}"
-            f" min, reads {t['read_seconds'] / 60:.3g} min, tasks {t['task_seconds'] / 60:.3g} "
-            f"min); fits: {plan.fits}; planned in {seconds:.1f} s"
-        )
-        print(
-            f"         before the scheduler limit: k={k}, blocks of {block}: {blocks} blocks, "
-            f"about {int(blocks * (1 + k / 2))} block pairs"
-        )
-        for problem in plan.problems:
-            print(f"         problem: {problem}")
+        for chunk in (design.block_size, CHUNK_32MIB):
+            store = stand_in(folder, n, d, chunk)
+            stores[w, chunk] = store
+            started = time.perf_counter()
+            plan = dd.DPPCA(n_components=2).plan(
+                store, workers=w, threads=threads, memory_limit="64GiB", check=False
+            )
+            seconds = time.perf_counter() - started
+            des, g, m, t = plan.design, plan.graph, plan.memory, plan.time
+            print(
+                f"  {w:>5} workers, chunks of {chunk}: regular k={des['partners_k']}, blocks of "
+                f"{des['block_size']} ({des['n_blocks']} blocks, {des['n_block_pairs']} block "
+                f"pairs, {des['n_pairs']:.3g} pairs); {g['n_tasks']} tasks "
+                f"({g['segment_tasks']} segments running {g['block_pair_tasks']} groups, "
+                f"{g['merge_tasks']} merge, {g['input_tasks']} input); {g['block_reads']} block "
+                f"reads, {g['rows_decoded'] / n:.3g}x the rows decoded; peak "
+                f"{m['peak_bytes'] / 2**30:.3g} GiB a worker; wall {t['wall_seconds'] / 60:.3g} "
+                f"min (pairs {t['pair_seconds'] / 60:.3g} min, reads {t['read_seconds'] / 60:.3g}"
+                f" min, makespan {t['makespan_seconds'] / 60:.3g} min, tasks "
+                f"{t['task_seconds'] / 60:.3g} min = {t['task_seconds'] / t['wall_seconds']:.1%}"
+                f"); fits: {plan.fits}; planned in {seconds:.1f} s"
+            )
+            for problem in plan.problems:
+                print(f"         problem: {problem}")
     print(f"  machine model: {plan.time['machine_model']}")
     return stores
 
@@ -109,7 +100,7 @@ def section_graph(store: str, workers: int, threads: int) -> None:
     from dask_dppca.graph import kernel_sum_graph
     from dask_dppca.io import open_records
 
-    print(f"\n2. the graph for {workers} workers x {threads} threads, built lazily (no data)")
+    print(f"  {store.rsplit('/', 1)[-1]}:")
     gc.collect()
     before = _rss()
     started = time.perf_counter()
@@ -125,75 +116,15 @@ def section_graph(store: str, workers: int, threads: int) -> None:
     held = _rss() - before
     tasks = len(graph)
     size = len(cloudpickle.dumps(dict(graph), protocol=pickle.HIGHEST_PROTOCOL))
+    del plan, records  # the graph's own memory, apart from the plan's
+    gc.collect()
+    graph_only = _rss() - before
     print(
-        f"  {tasks} tasks (+1 release); planned in {planned - started:.1f} s, graph built in "
-        f"{built - planned:.1f} s; pickled {size / 2**20:.0f} MiB ({size / tasks:.0f} B a task);"
-        f" client memory {held / 2**20:.0f} MiB ({held / tasks:.0f} B a task)"
+        f"    {tasks} tasks (+1 release); planned in {planned - started:.1f} s, graph built in "
+        f"{built - planned:.2f} s; pickled {size / 2**20:.1f} MiB ({size / tasks:.0f} B a "
+        f"task); client memory {held / 2**20:.0f} MiB with the plan, "
+        f"{graph_only / 2**20:.0f} MiB the graph alone"
     )
-
-
-def section_scheduler(
-    store: str, workers: int, threads: int, lanes: int, processes: bool = True
-) -> None:
-    """No-op tasks in the plan's graph shape, fewer lanes, on this machine."""
-    from distributed import Client, LocalCluster
-
-    from dask_dppca.design import plan_blocks
-    from dask_dppca.graph.lanes import _layout
-    from dask_dppca.io import open_records
-
-    records = open_records(store)
-    n, d = records.shape
-    _, plan = plan_blocks(n, d, records.row_chunks, "auto", workers * threads)
-    tasks, all_lanes, blocks_of, _, shared = _layout(plan, workers * threads)
-    chosen = all_lanes[:: max(1, len(all_lanes) // lanes)][:lanes]
-    layer: dict = {}
-    ends = []
-    for number, lane in enumerate(chosen):
-        previous = None
-        for task in lane:
-            inputs = [f"block-{b}" for b in blocks_of[task] if b in shared]
-            for key in inputs:
-                layer.setdefault(key, (_no_op,))
-            key = f"lane-{number}-{task}"
-            layer[key] = (_no_op, previous, *inputs)
-            previous = key
-        ends.append(previous)
-    count = len(layer)
-    print(
-        f"\n3. the scheduler's cost per task: {count} no-op tasks, {len(chosen)} of the "
-        f"{len(all_lanes)} lanes of the {workers}-worker graph ({len(all_lanes[0])} tasks a lane)"
-    )
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=processes,
-            dashboard_address="127.0.0.1:0",
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        client.submit(_no_op).result()  # warm
-        gc.collect()
-        before = client.run_on_scheduler(_rss)
-        started = time.perf_counter()
-        futures = client.get(layer, ends, sync=False)
-        peak = before
-        while not all(f.done() for f in futures):
-            peak = max(peak, client.run_on_scheduler(_rss))
-            time.sleep(0.2)
-        client.gather(futures)
-        seconds = time.perf_counter() - started
-    per_task = seconds / count
-    print(
-        f"  {seconds:.1f} s: {per_task * 1e3:.3f} ms a task; this process (client and "
-        f"scheduler) grew by at most {(peak - before) / 2**20:.0f} MiB "
-        f"({(peak - before) / count / 1024:.1f} KiB a task)"
-    )
-
-
-def _no_op(*args):
-    return None
 
 
 def main(argv=None) -> None:
@@ -207,15 +138,10 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         stores = section_plans(folder, n, d, workers, threads)
         middle = workers[len(workers) // 2]
-        section_graph(stores[middle], middle, threads)
-        # The smoke run's workers are threads of this process (it starts in a second).
-        section_scheduler(
-            stores[middle],
-            middle,
-            threads,
-            lanes=4 if args.smoke else 100,
-            processes=not args.smoke,
-        )
+        print(f"\n2. the graph for {middle} workers x {threads} threads, built lazily (no data)")
+        for (w, _), store in sorted(stores.items()):
+            if w == middle:
+                section_graph(store, middle, threads)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     sys.stdout.flush()
 

@@ -22,26 +22,44 @@ from .sealed import seal
 __all__ = ["LaneState", "Segment", "lanes_total", "merge_lanes", "segment_task"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Segment:
     """What one segment task computes; public, from the plan.
 
-    ``declared``: ``(block, rows)`` of each block the segment uses, in order of first
-    use; ``groups``: the plan's tasks it runs, in order (each a tuple of block pairs,
-    summed in a balanced tree and then added exactly, as the plan's rounding bound
-    assumes); ``reads``: for each declared block, the slice of rows the task reads from
-    the store's reader, or None when the block is the task's next Dask input;
-    ``last_use``: for each declared block, the last group that uses it (the block is
-    dropped after it, so a segment holds only the blocks its next groups still need).
+    Numpy arrays, not tuples: a terabyte's graph holds thousands of segments of hundreds
+    of block pairs each, and arrays keep it to megabytes in the client and the scheduler.
+
+    Attributes
+    ----------
+    spatial_sign, tile_rows, n_features
+        The kernel's transform, tiles and d.
+    pairs : ndarray of int32, shape (P, 2)
+        The block pairs it runs, in the plan's order.
+    group_ends : ndarray of int64
+        Where each of the plan's tasks (a group of block pairs) ends in ``pairs``: each
+        group's sums are added in a balanced tree and then exactly, as the plan's
+        rounding bound assumes.
+    blocks : ndarray of int64
+        The blocks it uses, in order of first use.
+    rows : ndarray of int64
+        The declared rows of each of ``blocks``.
+    starts : ndarray of int64 or None
+        The first row of each of ``blocks`` in the store, read inside the task; None when
+        the blocks are the task's Dask inputs, in the order of ``blocks``.
+    last_use : ndarray of int64
+        The last group that uses each of ``blocks`` (dropped after it, so a segment holds
+        only the blocks its next groups still need).
     """
 
     spatial_sign: SpatialSign
     tile_rows: int
     n_features: int
-    declared: tuple[tuple[int, int], ...]
-    groups: tuple[tuple[tuple[int, int], ...], ...]
-    reads: tuple[slice | None, ...]
-    last_use: tuple[int, ...]
+    pairs: np.ndarray
+    group_ends: np.ndarray
+    blocks: np.ndarray
+    rows: np.ndarray
+    starts: np.ndarray | None
+    last_use: np.ndarray
 
 
 class LaneState:
@@ -62,8 +80,8 @@ class LaneState:
 def segment_task(segment: Segment, reader: Any, *given: Any) -> LaneState:
     """One segment task: its groups of block pairs in order, each group's sums added in
     a balanced tree, then exactly to the segment's total.  A block is read (or taken
-    from the next Dask input) at its first use and dropped after its last.  (BLAS runs
-    on one thread: the compute layer pins it on the workers.)
+    from its Dask input) at its first use and dropped after its last.  (BLAS runs on
+    one thread: the compute layer pins it on the workers.)
 
     Always the plan's tiles: the release's rounding slack (``DesignPlan.rounding_error``)
     is computed for exactly these.  n, ``|P|`` and the sensitivity come from the declared
@@ -71,25 +89,29 @@ def segment_task(segment: Segment, reader: Any, *given: Any) -> LaneState:
     holds other rows than declared fails the task, and with it the sum and any release
     that depends on it.
     """
-    inputs = iter(given)
-    position = {block: k for k, (block, _) in enumerate(segment.declared)}
-    blocks: dict[int, np.ndarray] = {}
+    position = {int(block): k for k, block in enumerate(segment.blocks)}
+    held: dict[int, np.ndarray] = {}
     d = segment.n_features
+    upper = np.triu_indices(d)
     total = ExactSum((d * (d + 1) // 2,))
-    for number, group in enumerate(segment.groups):
-        for pair in group:
-            for index in pair:
-                if index in blocks:
-                    continue
-                k = position[index]
-                rows = segment.reads[k]
-                block = next(inputs) if rows is None else reader[rows, :]
-                _check_block(block, index, segment.declared[k][1], d)
-                blocks[index] = block
+    start = 0
+    for number, stop in enumerate(segment.group_ends.tolist()):
+        group = segment.pairs[start:stop].tolist()
+        start = stop
+        for index in {block for pair in group for block in pair} - held.keys():
+            k = position[index]
+            rows = int(segment.rows[k])
+            if segment.starts is None:
+                block = given[k]
+            else:
+                first = int(segment.starts[k])
+                block = reader[first : first + rows, :]
+            _check_block(block, index, rows, d)
+            held[index] = block
         sums = [
             block_pair_sum(
-                blocks[i],
-                None if i == j else blocks[j],
+                held[i],
+                None if i == j else held[j],
                 segment.spatial_sign,
                 tile_rows=segment.tile_rows,
             )
@@ -97,9 +119,9 @@ def segment_task(segment: Segment, reader: Any, *given: Any) -> LaneState:
         ]
         # The sums are symmetric bit for bit (the kernel returns (S + S^T) / 2): the
         # segment adds their upper triangles only.
-        total = total.plus(pairwise_sum(sums)[np.triu_indices(d)])
-        for index in [b for b in blocks if segment.last_use[position[b]] == number]:
-            del blocks[index]
+        total = total.plus(pairwise_sum(sums)[upper])
+        for index in [b for b in held if segment.last_use[position[b]] == number]:
+            del held[index]
     return LaneState(total)
 
 

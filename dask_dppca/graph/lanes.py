@@ -113,18 +113,18 @@ def kernel_sum_graph(
         for K_hat.
     """
     _check_blocks(data, plan)
-    token = dask.base.tokenize(data.name, spatial_sign, plan, fit_id or uuid.uuid4().hex)
+    # The keys need to be unique to the fit, not a digest of the plan's pairs (hashing a
+    # terabyte's half a million block pairs took longer than building the graph).
+    token = dask.base.tokenize(data.name, spatial_sign, plan.describe(), fit_id or uuid.uuid4().hex)
     reader = chunk_reader(data)
-    tasks = plan.tasks()
-    bounds = np.cumsum((0,) + plan.block_sizes)
     # One graph layer of plain tasks (a tuple per task, Dask's graph specification):
     # a dask.delayed call per task would make a layer per task.  The reader is a literal
     # of every task: Dask pickles the graph whole, so it travels once, and no task
     # depends on a reader key (one such key drew every task to the worker holding it).
     name = f"dppca-pairs-{token}"
     layer: dict[Key, tuple[Any, ...]] = {}
-    for number, (a, b) in enumerate(segment_bounds(plan, n_threads, reader is not None)):
-        segment, given = _segment(tasks[a:b], bounds, plan, spatial_sign, reader is not None)
+    for number, segment in enumerate(_segments(plan, n_threads, reader is not None, spatial_sign)):
+        given = [] if reader is not None else segment.blocks.tolist()
         layer[f"{name}-{number}"] = (
             segment_task,
             segment,
@@ -145,35 +145,47 @@ def _check_blocks(data: da.Array, plan: DesignPlan) -> None:
         raise ValueError("data: row chunks must match the design's blocks, columns in one chunk")
 
 
-def _segment(
-    groups: list[tuple[tuple[int, int], ...]],
-    bounds: np.ndarray,
-    plan: DesignPlan,
-    spatial_sign: SpatialSign,
-    reads: bool,
-) -> tuple[Segment, list[int]]:
-    """A segment of consecutive plan tasks, and the blocks it takes as Dask inputs."""
-    first_use: dict[int, int] = {}
-    last_use: dict[int, int] = {}
-    for number, group in enumerate(groups):
-        for pair in group:
-            for block in pair:
-                first_use.setdefault(block, number)
-                last_use[block] = number
-    declared = tuple((block, plan.block_sizes[block]) for block in first_use)
-    segment = Segment(
-        spatial_sign,
-        plan.tile_rows,
-        plan.n_features,
-        declared,
-        tuple(groups),
-        tuple(
-            slice(int(bounds[block]), int(bounds[block + 1])) if reads else None
-            for block in first_use
-        ),
-        tuple(last_use[block] for block in first_use),
-    )
-    return segment, [] if reads else list(first_use)
+def _task_sizes(plan: DesignPlan) -> np.ndarray:
+    """Block pairs in each of the plan's tasks."""
+    return np.asarray(plan.task_sizes or (1,) * len(plan.block_pairs), dtype=np.int64)
+
+
+def _segments(
+    plan: DesignPlan, n_threads: int, reads: bool, spatial_sign: SpatialSign | None = None
+) -> list[Segment]:
+    """Each segment of :func:`segment_bounds` as a :class:`~.Segment` (numpy throughout:
+    a terabyte's 3200 segments of half a million block pairs in a fraction of a second).
+    """
+    sizes = _task_sizes(plan)
+    ends = np.cumsum(sizes)
+    pairs = np.asarray(plan.block_pairs, dtype=np.int32).reshape(-1, 2)
+    row_starts = np.cumsum((0,) + plan.block_sizes)[:-1]
+    block_rows = np.asarray(plan.block_sizes, dtype=np.int64)
+    segments = []
+    for first, stop in segment_bounds(plan, n_threads, reads):
+        p0, p1 = int(ends[first] - sizes[first]), int(ends[stop - 1])
+        mine = pairs[p0:p1]
+        flat = mine.ravel()
+        group = np.repeat(np.repeat(np.arange(stop - first), sizes[first:stop]), 2)
+        blocks, first_at = np.unique(flat, return_index=True)
+        _, last_from_end = np.unique(flat[::-1], return_index=True)
+        last_use = group[flat.size - 1 - last_from_end]
+        order = np.argsort(first_at, kind="stable")
+        blocks = blocks[order].astype(np.int64)
+        segments.append(
+            Segment(
+                spatial_sign,  # type: ignore[arg-type]  # None only for counting
+                plan.tile_rows,
+                plan.n_features,
+                mine,
+                ends[first:stop] - p0,
+                blocks,
+                block_rows[blocks],
+                row_starts[blocks] if reads else None,
+                last_use[order],
+            )
+        )
+    return segments
 
 
 def segment_bounds(plan: DesignPlan, n_threads: int, reads_in_tasks: bool) -> list[tuple[int, int]]:
@@ -187,13 +199,14 @@ def segment_bounds(plan: DesignPlan, n_threads: int, reads_in_tasks: bool) -> li
     (``reads_in_tasks`` False), a run whose distinct blocks exceed
     ``SEGMENT_INPUT_BYTES`` is cut again before the task that would pass it.
     """
-    tasks = plan.tasks()
+    n_tasks = len(_task_sizes(plan))
     n_lanes = LANES_PER_THREAD * max(int(n_threads), 1)
     share = 4.0 * plan.n_features * plan.n_pairs / n_lanes
     per_lane = min(MAX_SEGMENTS_PER_LANE, max(1, math.ceil(share / SEGMENT_FLOPS)))
-    runs = _cut(len(tasks), n_lanes * per_lane)
+    runs = _cut(n_tasks, n_lanes * per_lane)
     if reads_in_tasks:
         return runs
+    tasks = plan.tasks()
     row_bytes = 8 * plan.n_features
     cut: list[tuple[int, int]] = []
     for first, stop in runs:
@@ -277,62 +290,60 @@ class GraphLayout:
 def graph_layout(data: da.Array, plan: DesignPlan, n_threads: int) -> GraphLayout:
     """The task counts and working set of ``kernel_sum_graph(data, plan, ..., n_threads)``.
 
-    Counted from the same rule the graph is built from (:func:`segment_bounds`: the
-    plan and the thread count), without building the segments' tasks and without
-    reading data: ``data`` is the lazy array of the blocks (``Records.blocks``), whose
-    own graph is counted when its blocks are not read inside the segments.
+    Counted from the same segments the graph is built from (:func:`segment_bounds`:
+    the plan and the thread count), without building the graph and without reading
+    data: ``data`` is the lazy array of the blocks (``Records.blocks``), whose own graph
+    is counted when its blocks are not read inside the segments.
     """
     _check_blocks(data, plan)
     reader = chunk_reader(data)
     reads = reader is not None
-    segments = segment_bounds(plan, n_threads, reads)
-    tasks = plan.tasks()
+    segments = _segments(plan, n_threads, reads)
     bounds = np.cumsum((0,) + plan.block_sizes)
     chunk = reader.chunk_rows if reader is not None else 0
-    block_reads, held_most, rows = [], 0, []
-    for first, stop in segments:
-        first_use: dict[int, int] = {}
-        last_use: dict[int, int] = {}
-        for number in range(first, stop):
-            for pair in tasks[number]:
-                for block in pair:
-                    first_use.setdefault(block, number)
-                    last_use[block] = number
-        block_reads.append(len(first_use))
-        rows.append(sum(_decoded_rows(bounds, block, chunk) for block in first_use))
-        if not reads:
-            held_most = max(held_most, len(first_use))
-            continue
-        held = 0
-        for number in range(first, stop):  # held after each task's blocks are in
-            held += sum(first_use[b] == number for b in {x for p in tasks[number] for x in p})
-            held_most = max(held_most, held)
-            held -= sum(last_use[b] == number for b in {x for p in tasks[number] for x in p})
+    held_most, per_task = 0, 0
+    rows, bounds_of = [], []
+    for segment in segments:
+        rows.append(_decoded_rows(bounds, segment.blocks, chunk))
+        groups = len(segment.group_ends)
+        group_of = np.repeat(np.arange(groups), np.diff(segment.group_ends, prepend=0))
+        flat_groups = np.repeat(group_of, 2)
+        first = flat_groups[np.unique(segment.pairs.ravel(), return_index=True)[1]]
+        first_use = np.zeros(groups + 1, dtype=np.int64)
+        if reads:  # a block from its first use to its last
+            np.add.at(first_use, first, 1)
+            np.add.at(first_use, segment.last_use + 1, -1)
+            held_most = max(held_most, int(np.cumsum(first_use).max()))
+        else:  # a task holds its Dask inputs for its whole run
+            held_most = max(held_most, len(segment.blocks))
+        distinct = np.unique(flat_groups.astype(np.int64) * len(bounds) + segment.pairs.ravel())
+        per_task = max(per_task, int(np.bincount(distinct // len(bounds)).max()))
+        bounds_of.append(len(segment.blocks))
     merges, ends = 0, len(segments)
     while ends > LANES_PER_SUM_TASK:
         ends = -(-ends // LANES_PER_SUM_TASK)
         merges += ends
     return GraphLayout(
-        segments=tuple(segments),
+        segments=tuple(segment_bounds(plan, n_threads, reads)),
         merge_tasks=merges,
         input_tasks=0 if reads else len(data.__dask_graph__()),
         reads_in_tasks=reads,
-        segment_reads=tuple(block_reads),
+        segment_reads=tuple(bounds_of),
         segment_rows=tuple(rows),
         held_blocks=held_most,
-        blocks_per_task=max((len({b for p in task for b in p}) for task in tasks), default=0),
+        blocks_per_task=per_task,
     )
 
 
-def _decoded_rows(bounds: np.ndarray, block: int, chunk: int) -> int:
-    """Rows decoded to read ``block``: its rows, or the whole chunks of ``chunk`` rows
-    it overlaps (a chunk is decoded whole; the last one may be short).
+def _decoded_rows(bounds: np.ndarray, blocks: np.ndarray, chunk: int) -> int:
+    """Rows decoded to read ``blocks``: their rows, or the whole chunks of ``chunk`` rows
+    each overlaps (a chunk is decoded whole; the last one may be short).
     """
-    start, stop = int(bounds[block]), int(bounds[block + 1])
+    starts, stops = bounds[blocks], bounds[blocks + 1]
     if chunk <= 0:
-        return stop - start
-    first, last = start // chunk, (stop - 1) // chunk
-    return min(int(bounds[-1]), (last + 1) * chunk) - first * chunk
+        return int((stops - starts).sum())
+    first, last = starts // chunk, (stops - 1) // chunk
+    return int((np.minimum(bounds[-1], (last + 1) * chunk) - first * chunk).sum())
 
 
 def _merge_down(sums: list[Delayed], key_prefix: str) -> list[Delayed]:
