@@ -31,6 +31,7 @@ from .compute import ClusterTarget, compute_target
 from .compute.statistic import release_statistic
 from .design import plan_blocks
 from .estimator import DPPCA
+from .graph import pass_block_sizes
 from .graph.scree import scree_histogram_graph, scree_sums_graph
 from .io import open_records
 from .kernel.scree_stats import scree_design, sub_block_pairs_per_record, summation_slack
@@ -590,9 +591,16 @@ def analyze(
         rows += scree_rows
         result_map = None
         if score_map is not None:
+            # A pass over the records in a few tasks a thread, not one per block (rows in
+            # memory stay in the blocks resident on the workers).
+            rows_in = (
+                blocks
+                if records.in_memory
+                else records.blocks(pass_block_sizes(plan.block_sizes, d, target.n_threads))
+            )
             result_map, map_rows = score_map.run(
                 {
-                    "blocks": blocks,
+                    "blocks": rows_in,
                     "directions": directions,
                     "target": target,
                     "trusted_worker": trusted_worker,
@@ -604,6 +612,7 @@ def analyze(
                 divided,
             )
             rows += map_rows
+            del rows_in
         dataset, row_chunks = records.dataset, records.row_chunks
         del blocks, records  # the resident blocks leave the workers (before a client closes)
     scree["pve_topk"] = {
@@ -678,7 +687,9 @@ def _scree_stage(
     released, where = release_statistic(
         target,
         q_mech.release,
-        scree_histogram_graph(blocks, directions, block_pairs, trace=True),
+        scree_histogram_graph(
+            blocks, directions, block_pairs, trace=True, n_threads=target.n_threads
+        ),
         f"{analysis_id}-quantiles",
         charge=q_mech,
         **place,
@@ -742,6 +753,7 @@ def _scree_stage(
                 upper,
                 centre if huber else None,
                 tau if huber else None,
+                n_threads=target.n_threads,
             ),
             f"{analysis_id}-means",
             charge=PartsCharge(tuple(p for _, mech, _ in mechanisms for p in mech.parts)),
@@ -770,7 +782,16 @@ def _scree_stage(
             noisy, where = release_statistic(
                 target,
                 release_step,
-                scree_sums_graph(blocks, block_pairs, directions, None, None, centre, tau),
+                scree_sums_graph(
+                    blocks,
+                    block_pairs,
+                    directions,
+                    None,
+                    None,
+                    centre,
+                    tau,
+                    n_threads=target.n_threads,
+                ),
                 f"{analysis_id}-huber-{step}",
                 charge=mech,
                 **place,

@@ -3,7 +3,8 @@
 * :mod:`.lanes`: :func:`.kernel_sum_graph` builds the segment tasks of a design plan (a
   few a thread, each running a run of block pairs and reading its own blocks), lazily
   and without reading data; :func:`.segment_bounds` is the public rule that cuts them;
-  :func:`.graph_layout` counts the tasks and working set without building them.
+  :func:`.graph_layout` counts the tasks and working set without building them;
+  :func:`.pass_block_sizes` cuts the rows of a one-pass reduction (the score map's).
 * :mod:`.lane_task`: what runs inside those tasks, and :func:`.lanes_total`, the
   segments' exact total rounded once.
 * :mod:`.sealed`: partial sums that only Dask workers may open.
@@ -17,6 +18,7 @@ from .lanes import (
     GraphLayout,
     graph_layout,
     kernel_sum_graph,
+    pass_block_sizes,
     segment_bounds,
 )
 from .sealed import ExactSumLeakError
@@ -30,5 +32,6 @@ __all__ = [
     "graph_layout",
     "kernel_sum_graph",
     "lanes_total",
+    "pass_block_sizes",
     "segment_bounds",
 ]

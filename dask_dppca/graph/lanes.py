@@ -49,6 +49,7 @@ __all__ = [
     "GraphLayout",
     "graph_layout",
     "kernel_sum_graph",
+    "pass_block_sizes",
     "segment_bounds",
 ]
 
@@ -224,6 +225,37 @@ def segment_bounds(plan: DesignPlan, n_threads: int, reads_in_tasks: bool) -> li
             held += extra
         cut.append((start, stop))
     return cut
+
+
+def pass_block_sizes(
+    block_sizes: tuple[int, ...], n_features: int, n_threads: int
+) -> tuple[int, ...]:
+    """Rows of each task of a one-pass reduction over the records (the score map's passes).
+
+    Consecutive blocks merged into ``LANES_PER_THREAD`` runs a thread, more when a run
+    would hold above ``SEGMENT_INPUT_BYTES`` of float64 rows (a block is never split, so
+    each is read in one task): a pass has two tasks a thread or one per 256 MiB of
+    records, not one per block.  Public: the blocks, d and the thread count.
+    """
+    sizes = np.asarray(block_sizes, dtype=np.int64)
+    if sizes.size == 0:
+        return ()
+    row_bytes = 8 * max(int(n_features), 1)
+    runs = max(
+        LANES_PER_THREAD * max(int(n_threads), 1),
+        math.ceil(int(sizes.sum()) * row_bytes / SEGMENT_INPUT_BYTES),
+    )
+    bounds = [0]
+    target = int(sizes.sum()) / runs
+    ends = np.cumsum(sizes)
+    for k in range(1, runs):  # cut after the block whose end first reaches k runs' rows
+        at = int(np.searchsorted(ends, k * target)) + 1
+        if at > bounds[-1] and at < len(sizes):
+            bounds.append(at)
+    bounds.append(len(sizes))
+    return tuple(
+        int(ends[b - 1] - (ends[a - 1] if a else 0)) for a, b in zip(bounds[:-1], bounds[1:])
+    )
 
 
 def _cut(n_tasks: int, n_runs: int) -> list[tuple[int, int]]:

@@ -1,15 +1,18 @@
-"""The Dask graph of the scree statistics: one task per block pair, partial totals merged.
+"""The Dask graph of the scree statistics: a few segment tasks a thread, partial totals merged.
 
 The scree design's pairs lie inside K_hat's block pairs (:mod:`dask_dppca.kernel.scree_stats`),
-so every block pair's statistics are computed by one task from its two blocks, lazily and
-without reading data here; the partial totals are merged ``MERGE_FAN_IN`` at a time down
-to at most that many, which the release task adds (exactly: integer counts, or
-:class:`~dask_dppca.kernel.exact_sum.ExactSum`) on the trusted worker.  The exact total is never
-a Dask key.
+so its block pairs are cut into segments by the fit's own rule
+(:func:`dask_dppca.graph.lanes.segment_bounds`); a segment task reads its blocks (a Zarr
+input) or takes them as Dask inputs, computes each block pair's statistics and adds them
+exactly; the partial totals are merged ``MERGE_FAN_IN`` at a time down to at most that
+many, which the release task adds (exactly: integer counts, or
+:class:`~dask_dppca.kernel.exact_sum.ExactSum`) on the trusted worker.  Exact addition makes
+the total the same whatever the segments.  The exact total is never a Dask key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -18,9 +21,13 @@ import dask
 import dask.array as da
 import numpy as np
 from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph
 
+from ..design import DesignPlan
+from ..io import chunk_reader
 from ..kernel import ExactSum
 from ..kernel.scree_stats import block_histograms, block_sums
+from .lanes import segment_bounds
 
 __all__ = ["MERGE_FAN_IN", "merge_partials", "scree_histogram_graph", "scree_sums_graph"]
 
@@ -38,6 +45,17 @@ def merge_partials(*partials: Any) -> Any:
     return total
 
 
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """A segment's block pairs and where its blocks come from (public, from the plan)."""
+
+    pairs: tuple[tuple[int, int], ...]
+    rows: dict[int, int]
+    starts: dict[int, int] | None  # None: the blocks are Dask inputs, in ``order``
+    order: tuple[int, ...]
+    n_features: int
+
+
 def _per_block(
     data: da.Array,
     block_pairs: tuple[tuple[int, int], ...] | None,
@@ -45,26 +63,36 @@ def _per_block(
     args: tuple,
     name: str,
     token: str,
+    n_threads: int,
 ) -> list[Delayed]:
     if len(data.chunks[1]) != 1:
         data = data.rechunk({1: -1})
-    blocks = data.to_delayed().ravel().tolist()
-    rows = data.chunks[0]
+    rows = tuple(int(r) for r in data.chunks[0])
     d = int(data.shape[1])
-    pairs = tuple((i, i) for i in range(len(blocks))) if block_pairs is None else block_pairs
-    partials = [
-        dask.delayed(_checked, pure=False)(
-            function,
-            (i, j),
-            (rows[i], rows[j]),
+    pairs = tuple((i, i) for i in range(len(rows))) if block_pairs is None else block_pairs
+    reader = chunk_reader(data)
+    # The fit's rule on these block pairs, one pair a group (the work: the block pairs'
+    # record pairs, an upper bound on the scree design's).
+    work = sum(rows[i] * (rows[i] - 1) // 2 if i == j else rows[i] * rows[j] for i, j in pairs)
+    plan = DesignPlan(rows, pairs, n_pairs=max(work, 1), max_degree=1, n_features=d, tile_rows=1)
+    starts = np.cumsum((0,) + rows)
+    layer: dict[Any, tuple[Any, ...]] = {}
+    layer_name = f"{name}-{token}"
+    for number, (first, stop) in enumerate(segment_bounds(plan, n_threads, reader is not None)):
+        mine = pairs[first:stop]
+        order = tuple(dict.fromkeys(b for pair in mine for b in pair))
+        run = _Run(
+            mine,
+            {b: rows[b] for b in order},
+            None if reader is None else {b: int(starts[b]) for b in order},
+            order,
             d,
-            blocks[i],
-            None if i == j else blocks[j],
-            *args,
-            dask_key_name=f"{name}-{token}-{number}",
         )
-        for number, (i, j) in enumerate(pairs)
-    ]
+        given = [] if reader is not None else [(data.name, b, 0) for b in order]
+        layer[f"{layer_name}-{number}"] = (_run, function, run, reader, args, *given)
+    dependencies = [] if reader is not None else [data]
+    graph = HighLevelGraph.from_collections(layer_name, layer, dependencies=dependencies)  # type: ignore[arg-type]
+    partials = [Delayed(key, graph, layer=layer_name) for key in layer]
     level = 0
     while len(partials) > MERGE_FAN_IN:
         partials = [
@@ -76,6 +104,37 @@ def _per_block(
         ]
         level += 1
     return partials
+
+
+def _run(function: Callable[..., Any], run: _Run, reader: Any, args: tuple, *given: Any) -> Any:
+    """One segment: each block pair's statistics, added exactly; a block read (or taken
+    from its Dask input) at its first use and dropped after its last.
+    """
+    last = {b: k for k, pair in enumerate(run.pairs) for b in pair}
+    inputs = dict(zip(run.order, given))
+    held: dict[int, Any] = {}
+    total = None
+    for k, (i, j) in enumerate(run.pairs):
+        for b in (i, j):
+            if b not in held:
+                if run.starts is None:
+                    held[b] = inputs[b]
+                else:
+                    held[b] = reader[run.starts[b] : run.starts[b] + run.rows[b], :]
+        part = _checked(
+            function,
+            (i, j),
+            (run.rows[i], run.rows[j]),
+            run.n_features,
+            held[i],
+            None if i == j else held[j],
+            *args,
+        )
+        total = part if total is None else merge_partials(total, part)
+        for b in {i, j}:
+            if last[b] == k:
+                del held[b]
+    return total
 
 
 def _checked(
@@ -110,9 +169,11 @@ def scree_histogram_graph(
     *,
     trace: bool = True,
     token: str | None = None,
+    n_threads: int = 1,
 ) -> list[Delayed]:
     """Lazy partial counts of the pairs' ``|dy|`` (and ``||dx||``) on the public grid,
-    over the scree design of ``block_pairs`` (K_hat's; None: each block with itself).
+    over the scree design of ``block_pairs`` (K_hat's; None: each block with itself),
+    in the segments of ``n_threads`` threads (the total does not depend on them).
 
     Returns
     -------
@@ -127,6 +188,7 @@ def scree_histogram_graph(
         (np.asarray(directions, dtype=np.float64), bool(trace)),
         "dppca-scree-hist",
         token or uuid.uuid4().hex,
+        n_threads,
     )
 
 
@@ -144,14 +206,22 @@ def scree_sums_graph(
     huber_tau: np.ndarray | None = None,
     *,
     token: str | None = None,
+    n_threads: int = 1,
 ) -> list[Delayed]:
     """Lazy partial exact sums of the clipped, winsorized and Huber terms (see
-    :func:`~dask_dppca.kernel.scree_stats.block_sums`; ``clip`` None: no clipped sums).
+    :func:`~dask_dppca.kernel.scree_stats.block_sums`; ``clip`` None: no clipped sums),
+    in the segments of ``n_threads`` threads (the total does not depend on them).
     """
     args = tuple(
         None if a is None else np.asarray(a, dtype=np.float64)
         for a in (directions, clip, upper, huber_centre, huber_tau)
     )
     return _per_block(
-        data, block_pairs, block_sums, args, "dppca-scree-sums", token or uuid.uuid4().hex
+        data,
+        block_pairs,
+        block_sums,
+        args,
+        "dppca-scree-sums",
+        token or uuid.uuid4().hex,
+        n_threads,
     )

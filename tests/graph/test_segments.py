@@ -191,3 +191,54 @@ def test_a_broken_segment_that_drops_a_group_is_caught_by_the_reference(tmp_path
     got = dask.delayed(lanes_total)(*kernel_sum_graph(data, plan, sphere(), 2))
     want, got = dask.compute(_reference_graph(data, plan, sphere()), got, scheduler="sync")
     assert got.tobytes() != want.tobytes()
+
+
+# -- the scree passes run in the same segments ------------------------------------------
+
+
+@pytest.mark.parametrize("chunking", ["zarr-misaligned", "numpy"])
+def test_the_scree_passes_in_segments_give_the_per_pair_totals(tmp_path, chunking):
+    """The scree's counts and exact sums, in segments for any thread count, equal the
+    block-pair-by-block-pair totals (the oracle: one call per block pair, added here)."""
+    from dask_dppca.graph.scree import merge_partials, scree_histogram_graph, scree_sums_graph
+    from dask_dppca.kernel.scree_stats import block_histograms, block_sums
+
+    n, d = 600, 4
+    x = RNG.standard_t(3, size=(n, d)) * np.array([4.0, 2.0, 1.0, 0.5])
+    source = _zarr(tmp_path, x, 70) if chunking.startswith("zarr") else x
+    records = open_records(source)
+    _, plan = plan_blocks(n, d, records.row_chunks, RegularDesign(k=2, block_size=50), 2)
+    data = records.blocks(plan.block_sizes)
+    directions = np.linalg.qr(RNG.standard_normal((d, 2)))[0].T
+    clip = np.array([3.0, 2.0, 5.0])
+    edges = np.cumsum((0,) + plan.block_sizes)
+    block = [x[edges[i] : edges[i + 1]] for i in range(len(plan.block_sizes))]
+
+    def oracle(function, *args, **kwargs):
+        return merge_partials(
+            *[
+                function(
+                    block[i],
+                    *args,
+                    other=None if i == j else block[j],
+                    indices=(i, j),
+                    **kwargs,
+                )
+                for i, j in plan.block_pairs
+            ]
+        )
+
+    want_counts = oracle(block_histograms, directions, trace=True)
+    want_sums = oracle(block_sums, directions, clip).to_float()
+    for threads in (1, 3, 64):
+        counts = dask.compute(
+            scree_histogram_graph(data, directions, plan.block_pairs, n_threads=threads),
+            scheduler="threads",
+        )[0]
+        sums = dask.compute(
+            scree_sums_graph(data, plan.block_pairs, directions, clip, n_threads=threads),
+            scheduler="threads",
+        )[0]
+        assert np.array_equal(merge_partials(*counts), want_counts), threads
+        assert merge_partials(*sums).to_float().tobytes() == want_sums.tobytes(), threads
+        assert len(counts) <= 8
