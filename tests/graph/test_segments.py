@@ -242,3 +242,20 @@ def test_the_scree_passes_in_segments_give_the_per_pair_totals(tmp_path, chunkin
         assert np.array_equal(merge_partials(*counts), want_counts), threads
         assert merge_partials(*sums).to_float().tobytes() == want_sums.tobytes(), threads
         assert len(counts) <= 8
+
+
+@pytest.mark.parametrize("threads", [1, 3, 16, 1600])
+@pytest.mark.parametrize(
+    "sizes", [(100,) * 10, (7,), (3, 4, 5), (12288,) * 4000 + (77,), (50,) * 999 + (10,)]
+)
+def test_a_pass_runs_whole_blocks_in_few_tasks(sizes, threads):
+    """Every row once, no block split, two runs a thread (fewer when blocks run out),
+    more only past 256 MiB a run."""
+    from dask_dppca.graph import pass_block_sizes
+
+    runs = pass_block_sizes(sizes, 32, threads)
+    assert sum(runs) == sum(sizes)
+    ends = set(np.cumsum(sizes).tolist())
+    assert set(np.cumsum(runs).tolist()) <= ends
+    wanted = max(2 * threads, math.ceil(sum(sizes) * 256 / 2**28))
+    assert len(runs) == min(len(sizes), wanted)
