@@ -35,18 +35,18 @@ class Segment:
         The kernel's transform, tiles and d.
     pairs : ndarray of int32, shape (P, 2)
         The block pairs it runs, in the plan's order.
-    group_ends : ndarray of int64
+    group_ends : ndarray of int32
         Where each of the plan's tasks (a group of block pairs) ends in ``pairs``: each
         group's sums are added in a balanced tree and then exactly, as the plan's
         rounding bound assumes.
-    blocks : ndarray of int64
+    blocks : ndarray of int32
         The blocks it uses, in order of first use.
-    rows : ndarray of int64
+    rows : ndarray of int32
         The declared rows of each of ``blocks``.
     starts : ndarray of int64 or None
         The first row of each of ``blocks`` in the store, read inside the task; None when
         the blocks are the task's Dask inputs, in the order of ``blocks``.
-    last_use : ndarray of int64
+    last_use : ndarray of int32
         The last group that uses each of ``blocks`` (dropped after it, so a segment holds
         only the blocks its next groups still need).
     """

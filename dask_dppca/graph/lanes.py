@@ -161,7 +161,7 @@ def _segments(
     ends = np.cumsum(sizes)
     pairs = np.asarray(plan.block_pairs, dtype=np.int32).reshape(-1, 2)
     row_starts = np.cumsum((0,) + plan.block_sizes)[:-1]
-    block_rows = np.asarray(plan.block_sizes, dtype=np.int64)
+    block_rows = np.asarray(plan.block_sizes, dtype=np.int32)
     segments = []
     for first, stop in segment_bounds(plan, n_threads, reads):
         p0, p1 = int(ends[first] - sizes[first]), int(ends[stop - 1])
@@ -172,18 +172,18 @@ def _segments(
         _, last_from_end = np.unique(flat[::-1], return_index=True)
         last_use = group[flat.size - 1 - last_from_end]
         order = np.argsort(first_at, kind="stable")
-        blocks = blocks[order].astype(np.int64)
+        blocks = blocks[order]
         segments.append(
             Segment(
                 spatial_sign,  # type: ignore[arg-type]  # None only for counting
                 plan.tile_rows,
                 plan.n_features,
                 mine,
-                ends[first:stop] - p0,
+                (ends[first:stop] - p0).astype(np.int32),
                 blocks,
                 block_rows[blocks],
                 row_starts[blocks] if reads else None,
-                last_use[order],
+                last_use[order].astype(np.int32),
             )
         )
     return segments
