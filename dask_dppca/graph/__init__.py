@@ -18,6 +18,7 @@ from .lanes import (
     GraphLayout,
     graph_layout,
     kernel_sum_graph,
+    lanes_for,
     pass_block_sizes,
     segment_bounds,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "LaneState",
     "graph_layout",
     "kernel_sum_graph",
+    "lanes_for",
     "lanes_total",
     "pass_block_sizes",
     "segment_bounds",

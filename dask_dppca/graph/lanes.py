@@ -3,7 +3,8 @@
 :func:`kernel_sum_graph` builds, lazily and without reading data, the Dask graph of the
 unnormalised sum ``sum_{(i,j) in P} g(t_ij) g(t_ij)^T`` over a design plan's pairs.
 The plan's tasks, in order, are cut into *segments* (:func:`segment_bounds`): two lanes
-a worker thread, each lane one to ``MAX_SEGMENTS_PER_LANE`` segments.  A segment is one
+a worker thread (one a thread beyond ``MAX_LANES``), each lane one to
+``MAX_SEGMENTS_PER_LANE`` segments.  A segment is one
 Dask task: it reads its own blocks from the store inside the task (a Zarr input) or
 takes them as Dask inputs (any other input), runs its block pairs in order and returns
 its exact partial sum (:mod:`dask_dppca.kernel.exact_sum`); the segments' sums are
@@ -43,20 +44,28 @@ from .lane_task import Segment, merge_lanes, segment_task
 __all__ = [
     "LANES_PER_SUM_TASK",
     "LANES_PER_THREAD",
+    "MAX_LANES",
     "MAX_SEGMENTS_PER_LANE",
     "SEGMENT_FLOPS",
     "SEGMENT_INPUT_BYTES",
     "GraphLayout",
     "graph_layout",
     "kernel_sum_graph",
+    "lanes_for",
     "pass_block_sizes",
     "segment_bounds",
 ]
 
 
 #: Lanes per worker thread: two, so that a thread whose lane ends early takes up
-#: another (the plan's tasks are of near-equal work, but threads and reads are not).
+#: another (the plan's tasks are of near-equal work, but threads and reads are not)...
 LANES_PER_THREAD = 2
+#: ...up to this many lanes; beyond it one a thread.  Every lane's first task is
+#: dispatched by the one scheduler at about a millisecond each, so past some thousands
+#: of threads a second lane a thread costs more wall time in dispatch than it saves in
+#: balance (16000 threads: 32000 tasks, about 48 s of scheduling for about 37 s of pair
+#: work, docs/scale.md).
+MAX_LANES = 8192
 #: Pair work (flops, 4 d a pair) one segment aims at while a lane has more: about 90 s
 #: of a core at d = 32 (the machine model's 3.4e8 pairs/s).  A worker lost mid-segment
 #: recomputes its running segments, and the finished ones whose sums it still held, so
@@ -193,7 +202,8 @@ def segment_bounds(plan: DesignPlan, n_threads: int, reads_in_tasks: bool) -> li
     """The plan's tasks cut into segments: ``(first, stop)`` task numbers of each.
 
     The public rule (the plan, the thread count and the kind of input only):
-    ``LANES_PER_THREAD`` lanes a thread; a lane's share of the pair work (4 d flops a
+    ``LANES_PER_THREAD`` lanes a thread up to ``MAX_LANES`` lanes, never fewer than one
+    a thread (:func:`lanes_for`); a lane's share of the pair work (4 d flops a
     pair) in ``ceil(share / SEGMENT_FLOPS)`` segments, at least 1 and at most
     ``MAX_SEGMENTS_PER_LANE``; the plan's tasks cut into that many runs of near-equal
     count (never more runs than tasks).  For an input whose blocks are Dask inputs
@@ -201,7 +211,7 @@ def segment_bounds(plan: DesignPlan, n_threads: int, reads_in_tasks: bool) -> li
     ``SEGMENT_INPUT_BYTES`` is cut again before the task that would pass it.
     """
     n_tasks = len(_task_sizes(plan))
-    n_lanes = LANES_PER_THREAD * max(int(n_threads), 1)
+    n_lanes = lanes_for(n_threads)
     share = 4.0 * plan.n_features * plan.n_pairs / n_lanes
     per_lane = min(MAX_SEGMENTS_PER_LANE, max(1, math.ceil(share / SEGMENT_FLOPS)))
     runs = _cut(n_tasks, n_lanes * per_lane)
@@ -232,9 +242,9 @@ def pass_block_sizes(
 ) -> tuple[int, ...]:
     """Rows of each task of a one-pass reduction over the records (the score map's passes).
 
-    Consecutive blocks merged into ``LANES_PER_THREAD`` runs a thread, more when a run
+    Consecutive blocks merged into a run a lane (:func:`lanes_for`), more when a run
     would hold above ``SEGMENT_INPUT_BYTES`` of float64 rows (a block is never split, so
-    each is read in one task): a pass has two tasks a thread or one per 256 MiB of
+    each is read in one task): a pass has one or two tasks a thread or one per 256 MiB of
     records, not one per block.  Public: the blocks, d and the thread count.
     """
     sizes = np.asarray(block_sizes, dtype=np.int64)
@@ -242,7 +252,7 @@ def pass_block_sizes(
         return ()
     row_bytes = 8 * max(int(n_features), 1)
     runs = max(
-        LANES_PER_THREAD * max(int(n_threads), 1),
+        lanes_for(n_threads),
         math.ceil(int(sizes.sum()) * row_bytes / SEGMENT_INPUT_BYTES),
     )
     bounds = [0]
@@ -256,6 +266,14 @@ def pass_block_sizes(
     return tuple(
         int(ends[b - 1] - (ends[a - 1] if a else 0)) for a, b in zip(bounds[:-1], bounds[1:])
     )
+
+
+def lanes_for(n_threads: int) -> int:
+    """Lanes for ``n_threads`` threads: ``LANES_PER_THREAD`` a thread up to ``MAX_LANES``
+    lanes, and never fewer than one a thread.
+    """
+    threads = max(int(n_threads), 1)
+    return max(threads, min(LANES_PER_THREAD * threads, MAX_LANES))
 
 
 def _cut(n_tasks: int, n_runs: int) -> list[tuple[int, int]]:

@@ -33,11 +33,11 @@ RNG = np.random.default_rng(11)  # test data only
 
 def _expected_tasks(plan, n_threads: int) -> tuple[int, int]:
     """(segments, merges) by the rule as documented, written out independently here: two
-    lanes a thread; a lane's share of the 4 d |P| flops in ceil(share / 4e12) segments,
-    1 to 4; never more segments than block-pair groups; sums merged 8 at a time down to
-    at most 8.
+    lanes a thread up to 8192 lanes, never fewer than one a thread; a lane's share of the
+    4 d |P| flops in ceil(share / 4e12) segments, 1 to 4; never more segments than
+    block-pair groups; sums merged 8 at a time down to at most 8.
     """
-    lanes = 2 * n_threads
+    lanes = max(n_threads, min(2 * n_threads, 8192))
     share = 4.0 * plan.n_features * plan.n_pairs / lanes
     segments = min(len(plan.tasks()), lanes * min(4, max(1, math.ceil(share / 4e12))))
     merges, ends = 0, segments
@@ -73,6 +73,20 @@ def test_the_task_count_is_the_public_rule_s_whatever_n(tmp_path, n):
     assert segments <= 2 * threads * 4
     if n >= 10**6:  # enough block-pair groups: 1 to 4 segments a lane, whatever n
         assert segments in {2 * threads * s for s in range(1, 5)}
+
+
+def test_sixteen_thousand_threads_get_a_lane_each(tmp_path):
+    """1000 workers x 16 threads: one lane a thread (the scheduler's dispatch, not the
+    balance, bounds the wall there), so the segments are a multiple of the threads."""
+    n, d, threads = 10**9, 32, 16000
+    path = str(tmp_path / "standin.zarr")
+    zarr.create_array(path, shape=(n, d), chunks=(131072, d), dtype="f8")
+    records = open_records(path)
+    _, plan = plan_blocks(n, d, records.row_chunks, "auto", threads)
+    layout = graph_layout(records.blocks(plan.block_sizes), plan, threads)
+    segments, merges = _expected_tasks(plan, threads)
+    assert (layout.n_segments, layout.merge_tasks) == (segments, merges)
+    assert segments in {threads * s for s in range(1, 5)}
 
 
 def test_the_task_count_does_not_follow_the_store_s_chunks(tmp_path):
@@ -257,5 +271,5 @@ def test_a_pass_runs_whole_blocks_in_few_tasks(sizes, threads):
     assert sum(runs) == sum(sizes)
     ends = set(np.cumsum(sizes).tolist())
     assert set(np.cumsum(runs).tolist()) <= ends
-    wanted = max(2 * threads, math.ceil(sum(sizes) * 256 / 2**28))
+    wanted = max(max(threads, min(2 * threads, 8192)), math.ceil(sum(sizes) * 256 / 2**28))
     assert len(runs) == min(len(sizes), wanted)
