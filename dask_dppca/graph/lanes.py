@@ -4,22 +4,21 @@
 unnormalised sum ``sum_{(i,j) in P} g(t_ij) g(t_ij)^T`` over a design plan's pairs.
 The plan's tasks, in order, are cut into *segments* (:func:`segment_bounds`): two lanes
 a worker thread (one a thread beyond ``MAX_LANES``), each lane one to
-``MAX_SEGMENTS_PER_LANE`` segments.  A segment is one
-Dask task: it reads its own blocks from the store inside the task (a Zarr input) or
-takes them as Dask inputs (any other input), runs its block pairs in order and returns
-its exact partial sum (:mod:`dask_dppca.kernel.exact_sum`); the segments' sums are
-added exactly, ``LANES_PER_SUM_TASK`` at a time.  The task count is thus a public
-function of the thread count and the pair work, not of n or the block size: the
-scheduler handles thousands of tasks where it handled one per block pair (a terabyte on
-100 workers: about 3700 tasks instead of 495 000, docs/scale.md).  Exact addition makes
-the result the same bits whatever the segment count, scheduler, worker count or
-completion order.  What runs inside the tasks is :mod:`.lane_task`.
+``MAX_SEGMENTS_PER_LANE`` segments.  A segment is one Dask task: it reads its own blocks
+from the store inside the task (a Zarr input) or takes them as Dask inputs (any other
+input), runs its block pairs in order and returns its exact partial sum
+(:mod:`dask_dppca.kernel.exact_sum`); the segments' sums are added exactly,
+``LANES_PER_SUM_TASK`` at a time.  The task count is thus a public function of the
+thread count and the pair work, not of n or the block size (a terabyte on 100 workers:
+3658 tasks instead of 495 138, docs/scale.md).  Exact addition makes the result the
+same bits whatever the segment count, scheduler, worker count or completion order.
+What runs inside the tasks is :mod:`.lane_task`.
 
 A block that two segments use is read twice (once in each), not made a Dask key that
-one worker reads and sends to the other: at most a few blocks a segment boundary, a
-read of a local or object store costs no more than moving the same bytes between
-workers, and a read-twice block holds no key on the scheduler (docs/scale.md measures
-the extra reads: 1.3 % of the blocks at a terabyte on 100 workers).
+one worker reads and sends to the other: a few blocks a segment boundary, the same
+bytes from the store instead of over the network, and no key the scheduler tracks until
+both readers are done (a terabyte on 100 workers: 0.98 % more block reads,
+docs/scale.md).
 """
 
 from __future__ import annotations
@@ -133,8 +132,10 @@ def kernel_sum_graph(
     # depends on a reader key (one such key drew every task to the worker holding it).
     name = f"dppca-pairs-{token}"
     layer: dict[Key, tuple[Any, ...]] = {}
-    for number, segment in enumerate(_segments(plan, n_threads, reader is not None, spatial_sign)):
-        given = [] if reader is not None else segment.blocks.tolist()
+    reads = reader is not None
+    bounds = segment_bounds(plan, n_threads, reads)
+    for number, segment in enumerate(_segments(plan, bounds, reads, spatial_sign)):
+        given = [] if reads else segment.blocks.tolist()
         layer[f"{name}-{number}"] = (
             segment_task,
             segment,
@@ -143,7 +144,7 @@ def kernel_sum_graph(
         )
     # dask.array.Array does not match dask's own DaskCollection protocol as typed
     # (__dask_scheduler__ is a staticmethod there, a plain function here).
-    dependencies = [] if reader is not None else [data]
+    dependencies = [] if reads else [data]
     graph = HighLevelGraph.from_collections(name, layer, dependencies=dependencies)  # type: ignore[arg-type]
     return _merge_down(
         [Delayed(key, graph, layer=name) for key in layer], key_prefix=f"dppca-sum-{token}"
@@ -161,10 +162,14 @@ def _task_sizes(plan: DesignPlan) -> np.ndarray:
 
 
 def _segments(
-    plan: DesignPlan, n_threads: int, reads: bool, spatial_sign: SpatialSign | None = None
+    plan: DesignPlan,
+    bounds: list[tuple[int, int]],
+    reads: bool,
+    spatial_sign: SpatialSign | None = None,
 ) -> list[Segment]:
-    """Each segment of :func:`segment_bounds` as a :class:`~.Segment` (numpy throughout:
-    a terabyte's 3200 segments of half a million block pairs in a fraction of a second).
+    """Each segment of ``bounds`` (:func:`segment_bounds`) as a :class:`~.Segment` (numpy
+    throughout: a terabyte's 3200 segments of half a million block pairs in a fraction
+    of a second).
     """
     sizes = _task_sizes(plan)
     ends = np.cumsum(sizes)
@@ -172,7 +177,7 @@ def _segments(
     row_starts = np.cumsum((0,) + plan.block_sizes)[:-1]
     block_rows = np.asarray(plan.block_sizes, dtype=np.int32)
     segments = []
-    for first, stop in segment_bounds(plan, n_threads, reads):
+    for first, stop in bounds:
         p0, p1 = int(ends[first] - sizes[first]), int(ends[stop - 1])
         mine = pairs[p0:p1]
         flat = mine.ravel()
@@ -348,37 +353,39 @@ def graph_layout(data: da.Array, plan: DesignPlan, n_threads: int) -> GraphLayou
     _check_blocks(data, plan)
     reader = chunk_reader(data)
     reads = reader is not None
-    segments = _segments(plan, n_threads, reads)
-    bounds = np.cumsum((0,) + plan.block_sizes)
+    bounds = segment_bounds(plan, n_threads, reads)
+    segments = _segments(plan, bounds, reads)
+    row_edges = np.cumsum((0,) + plan.block_sizes)
     chunk = reader.chunk_rows if reader is not None else 0
     held_most, per_task = 0, 0
-    rows, bounds_of = [], []
+    rows, block_reads = [], []
     for segment in segments:
-        rows.append(_decoded_rows(bounds, segment.blocks, chunk))
+        rows.append(_decoded_rows(row_edges, segment.blocks, chunk))
+        block_reads.append(len(segment.blocks))
         groups = len(segment.group_ends)
         group_of = np.repeat(np.arange(groups), np.diff(segment.group_ends, prepend=0))
         flat_groups = np.repeat(group_of, 2)
-        first = flat_groups[np.unique(segment.pairs.ravel(), return_index=True)[1]]
-        first_use = np.zeros(groups + 1, dtype=np.int64)
         if reads:  # a block from its first use to its last
-            np.add.at(first_use, first, 1)
-            np.add.at(first_use, segment.last_use + 1, -1)
-            held_most = max(held_most, int(np.cumsum(first_use).max()))
+            first = flat_groups[np.unique(segment.pairs.ravel(), return_index=True)[1]]
+            change = np.zeros(groups + 1, dtype=np.int64)
+            np.add.at(change, first, 1)
+            np.add.at(change, segment.last_use + 1, -1)
+            held_most = max(held_most, int(np.cumsum(change).max()))
         else:  # a task holds its Dask inputs for its whole run
             held_most = max(held_most, len(segment.blocks))
-        distinct = np.unique(flat_groups.astype(np.int64) * len(bounds) + segment.pairs.ravel())
-        per_task = max(per_task, int(np.bincount(distinct // len(bounds)).max()))
-        bounds_of.append(len(segment.blocks))
+        width = len(row_edges)
+        distinct = np.unique(flat_groups.astype(np.int64) * width + segment.pairs.ravel())
+        per_task = max(per_task, int(np.bincount(distinct // width).max()))
     merges, ends = 0, len(segments)
     while ends > LANES_PER_SUM_TASK:
         ends = -(-ends // LANES_PER_SUM_TASK)
         merges += ends
     return GraphLayout(
-        segments=tuple(segment_bounds(plan, n_threads, reads)),
+        segments=tuple(bounds),
         merge_tasks=merges,
         input_tasks=0 if reads else len(data.__dask_graph__()),
         reads_in_tasks=reads,
-        segment_reads=tuple(bounds_of),
+        segment_reads=tuple(block_reads),
         segment_rows=tuple(rows),
         held_blocks=held_most,
         blocks_per_task=per_task,
