@@ -404,9 +404,12 @@ AUTO_FLOPS_PER_THREAD = 2e12
 _AUTO_BLOCK_BYTES = 32 * 2**20
 
 
-#: Block pairs "auto" lets a regular design have (about half the scheduler's
-#: :data:`SCHEDULER_TASK_LIMIT`: the graph's tasks are at most its block pairs plus its
-#: shared blocks).  Beyond it, blocks grow (docs/scale.md).
+#: Block pairs "auto" lets a regular design have; beyond it, blocks grow.  Set for the
+#: scheduler when every block pair was a task; the graph now has a few segment tasks a
+#: thread (dask_dppca.graph.segment_bounds), and the limit stays for what it does to the
+#: reads and the plan: twice the limit would halve a terabyte's pair work at the same
+#: accuracy but double the chunks a 32 MiB-chunked store decodes (docs/scale.md, "The
+#: auto rule").
 AUTO_MAX_BLOCK_PAIRS = 500_000
 
 
@@ -421,10 +424,9 @@ def auto_design(n_samples: int, n_features: int, n_threads: int) -> CompleteDesi
     rounded down to whole kernel tiles, then as many partners ``k >= 1`` as the budget
     still allows.
 
-    A scheduler carries a graph of a limited size (:data:`SCHEDULER_TASK_LIMIT`): while
-    the design's block pairs, about ``n_blocks (1 + k / 2)``, exceed
+    While the design's block pairs, about ``n_blocks (1 + k / 2)``, exceed
     :data:`AUTO_MAX_BLOCK_PAIRS`, the blocks double (up to ``32 MiB`` of float64, in whole
-    tiles) and ``k`` is recomputed from the budget (at least 1): fewer, larger tasks,
+    tiles) and ``k`` is recomputed from the budget (at least 1): fewer, larger blocks,
     more work than the budget per thread.  Below that count (n up to about 3 x 10^8 on
     any cluster) the rule is unchanged.
     """
