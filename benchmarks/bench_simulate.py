@@ -1,0 +1,370 @@
+"""A simulated cluster at the real task count: the fit's graph with sleeping tasks.
+
+A script, not a test:
+
+    python benchmarks/bench_simulate.py            # n = 4 x 10^9, d = 32 (1 TB), 100 x 16
+    python benchmarks/bench_simulate.py --smoke    # n = 4 x 10^6, 1 worker x 4 threads
+
+No data exists anywhere: each input is a Zarr store with its metadata only (chunks of
+12288 rows, and 32 MiB chunks of 131072 rows).  For each, the plan of the fit
+(``DPPCA.plan``, on the machine model saved here or the built-in default) gives the
+segments of the fused graph (``graph_layout``: a few segment tasks a thread); every
+segment's modelled seconds are recomputed here from the same public pieces as the plan
+(per block-pair group: pairs / pair rate + a kernel call per pair + a row cost per row;
+per segment: its groups plus the chunks it decodes / read rate + a read call per block).
+
+A real Dask scheduler (``distributed.LocalCluster``, workers in this process, as many
+workers and threads as the plan's cluster) then runs the graph's structure with the same
+task count: one task per segment sleeping its modelled seconds / ``--factor``, the
+segments' sums merged 8 at a time (tasks that do nothing, each on its 8 inputs) down to
+at most 8, and one release task on those.  The wall (submission to gather) is compared
+with a prediction: the segments' sleeps packed on the threads (longest first onto the
+least loaded), + the task count x the scheduler's cost per task, + a fixed cost, the last
+two measured on the same cluster just before (a graph of independent no-op tasks, and
+one task's round trip).
+
+The "before" row is the graph before the fused segments (commit 3589c98): the plan's
+block-pair groups cut into 2 lanes a thread of consecutive groups, each group a task
+chained to the previous one of its lane, sleeping its own modelled seconds / factor (its
+segment's reads spread evenly over its groups), the lanes merged 8 at a time, one
+release.  At 100 workers that is ~490 000 tasks, too many for this machine in minutes:
+``--before-fraction F`` runs every F-th lane on 1/F of the workers (the same lanes, two
+a thread) and extrapolates to the whole graph, saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from datetime import date
+
+N_FULL, N_SMOKE, D = 4_000_000_000, 4_000_000, 32
+CHUNKS = (12288, 131072)  # rows: 96 KiB chunks, and 32 MiB chunks
+LANES_PER_THREAD = 2  # the lanes of the graph before segments
+MERGE_FANIN = 8  # sums a merge task adds
+
+
+def _sleep(seconds, *inputs):
+    """A simulated task: its modelled seconds asleep (the thread held, the GIL free)."""
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def _no_op(*inputs):
+    return None
+
+
+def stand_in(folder: str, n: int, d: int, chunk: int) -> str:
+    """A Zarr store of shape (n, d), float64, in chunks of ``chunk`` rows: metadata only."""
+    import zarr
+
+    path = os.path.join(folder, f"standin-{chunk}.zarr")
+    zarr.create_array(path, shape=(n, d), chunks=(chunk, d), dtype="f8", overwrite=True)
+    return path
+
+
+def makespan(seconds: list[float], threads: int) -> float:
+    """Longest first onto the least loaded of ``threads`` (each item runs on one)."""
+    loads = [0.0] * max(1, min(threads, len(seconds)))
+    for s in sorted(seconds, reverse=True):
+        heapq.heapreplace(loads, loads[0] + s)
+    return max(loads)
+
+
+def modelled(store: str, workers: int, threads: int, model) -> dict:
+    """The plan of the fit of ``store`` and every segment's and group's modelled seconds."""
+    import dask_dppca as dd
+    from dask_dppca.design import plan_blocks
+    from dask_dppca.graph import graph_layout
+    from dask_dppca.io import open_records
+
+    started = time.perf_counter()
+    fit_plan = dd.DPPCA(n_components=2).plan(
+        store, workers=workers, threads=threads, memory_limit="64GiB", check=False, machine=model
+    )
+    records = open_records(store)
+    n, d = records.shape
+    _, plan = plan_blocks(n, d, records.row_chunks, "auto", workers * threads)
+    layout = graph_layout(records.blocks(plan.block_sizes), plan, workers * threads)
+    sizes = plan.block_sizes
+    rate, call, per_row = model.pair_rate(d), model.kernel_call_seconds, model.row_cost(d)
+    work = [
+        sum(sizes[i] * (sizes[i] - 1) // 2 if i == j else sizes[i] * sizes[j] for i, j in task)
+        / rate
+        + call * len(task)
+        + per_row * sum(sizes[i] if i == j else sizes[i] + sizes[j] for i, j in task)
+        for task in plan.tasks()
+    ]
+    read_rate, key = model.read_rate(fit_plan.input["storage"], fit_plan.input["codec"])
+    row_bytes = d * 8
+    if layout.reads_in_tasks:
+        reads = [
+            rows * row_bytes / read_rate + model.read_call(key) * blocks
+            for rows, blocks in zip(layout.segment_rows, layout.segment_reads)
+        ]
+    else:  # the input's own tasks read every block once; spread like the work
+        whole = n * row_bytes / read_rate + len(sizes) * model.read_call(key)
+        reads = [whole * (b - a) / len(work) for a, b in layout.segments]
+    prefix = [0.0, *itertools.accumulate(work)]
+    segments = [prefix[b] - prefix[a] + r for (a, b), r in zip(layout.segments, reads)]
+    # each group with its segment's reads spread evenly over the segment's groups
+    groups = list(work)
+    for (a, b), r in zip(layout.segments, reads):
+        for t in range(a, b):
+            groups[t] += r / (b - a)
+    return {
+        "fit_plan": fit_plan,
+        "layout": layout,
+        "segments": segments,
+        "groups": groups,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def merge_tree(layer: dict, sums: list[str], prefix: str) -> str:
+    """Merge tasks, ``MERGE_FANIN`` sums each, down to at most that many, then a release."""
+    level = 0
+    while len(sums) > MERGE_FANIN:
+        merged = []
+        for number in range(0, len(sums), MERGE_FANIN):
+            key = f"{prefix}-merge-{level}-{number // MERGE_FANIN}"
+            layer[key] = (_no_op, *sums[number : number + MERGE_FANIN])
+            merged.append(key)
+        sums, level = merged, level + 1
+    key = f"{prefix}-release"
+    layer[key] = (_no_op, *sums)
+    return key
+
+
+def merge_tasks(sums: int) -> int:
+    """Tasks :func:`merge_tree` adds over ``sums`` sums, the release included."""
+    count = 1
+    while sums > MERGE_FANIN:
+        sums = -(-sums // MERGE_FANIN)
+        count += sums
+    return count
+
+
+def segment_graph(segments: list[float], factor: float, prefix: str) -> tuple[dict, str]:
+    """The fused graph: a sleeping task per segment, the merge tree, the release."""
+    layer: dict = {}
+    sums = []
+    for number, seconds in enumerate(segments):
+        key = f"{prefix}-segment-{number}"
+        layer[key] = (_sleep, seconds / factor)
+        sums.append(key)
+    return layer, merge_tree(layer, sums, prefix)
+
+
+def lanes(n_groups: int, n_lanes: int) -> list[tuple[int, int]]:
+    """The graph before segments: consecutive groups in ``n_lanes`` lanes."""
+    n_lanes = max(1, min(n_lanes, n_groups))
+    bounds = [n_groups * k // n_lanes for k in range(n_lanes + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def lane_graph(
+    groups: list[float], chosen: list[tuple[int, int]], factor: float, prefix: str
+) -> tuple[dict, str]:
+    """A task per block-pair group, chained in its lane; the lanes' ends merged."""
+    layer: dict = {}
+    ends = []
+    for number, (first, stop) in enumerate(chosen):
+        previous = None
+        for task in range(first, stop):
+            key = f"{prefix}-lane-{number}-{task}"
+            layer[key] = (_sleep, groups[task] / factor) + ((previous,) if previous else ())
+            previous = key
+        ends.append(previous)
+    return layer, merge_tree(layer, ends, prefix)
+
+
+def simulate(layer: dict, final: str, workers: int, threads: int, probe: int, limit: float):
+    """Run ``layer`` on a fresh LocalCluster; its wall and the cluster's measured costs."""
+    from distributed import Client, LocalCluster, wait
+
+    cluster = LocalCluster(
+        n_workers=workers,
+        threads_per_worker=threads,
+        processes=False,
+        dashboard_address=None,
+        memory_limit=0,  # in-process workers would each count the whole process
+        silence_logs=logging.ERROR,
+    )
+    client = Client(cluster, timeout=60)
+    try:
+
+        def round_trip() -> float:
+            started = time.perf_counter()
+            client.submit(_no_op, pure=False).result(timeout=60)
+            return time.perf_counter() - started
+
+        round_trip()  # warm
+        fixed = min(round_trip() for _ in range(3))
+        per_task = []
+        for attempt in range(3):
+            probe_layer = {f"probe-{attempt}-{i}": (_no_op,) for i in range(probe)}
+            started = time.perf_counter()
+            futures = client.get(probe_layer, list(probe_layer), sync=False)
+            wait(futures, timeout=120)
+            client.gather(futures)
+            per_task.append((time.perf_counter() - started - fixed) / probe)
+            del futures
+        executed = sum(w.state.executed_count for w in cluster.workers.values())
+        started = time.perf_counter()
+        futures = client.get(layer, [final], sync=False)
+        wait(futures, timeout=limit)  # raises TimeoutError past the limit
+        client.gather(futures)
+        wall = time.perf_counter() - started
+        ran = sum(w.state.executed_count for w in cluster.workers.values()) - executed
+        del futures
+    finally:
+        client.close(timeout=30)
+        cluster.close(timeout=60)
+    return {"wall": wall, "fixed": fixed, "per_task": statistics.median(per_task), "ran": ran}
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.3g} min" if seconds >= 120 else f"{seconds:.3g} s"
+
+
+def report(name: str, sim: dict, n_tasks: int, span: float, factor: float) -> float:
+    predicted = span / factor + n_tasks * sim["per_task"] + sim["fixed"]
+    ratio = sim["wall"] / predicted
+    print(
+        f"  {name}: {n_tasks} tasks ({sim['ran']} ran), factor {factor:g}: measured "
+        f"{sim['wall']:.1f} s, predicted {predicted:.1f} s = makespan {span / factor:.1f} s + "
+        f"{n_tasks} x {sim['per_task'] * 1e3:.3f} ms + {sim['fixed'] * 1e3:.0f} ms; "
+        f"measured / predicted {ratio:.3f}"
+    )
+    sys.stdout.flush()
+    return ratio
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="n = 4 x 10^6, 1 x 4 (seconds)")
+    parser.add_argument("--workers", type=int, help="default 100 (smoke: 1)")
+    parser.add_argument("--threads", type=int, help="per worker; default 16 (smoke: 4)")
+    parser.add_argument(
+        "--factor", type=float, help="modelled seconds / factor = sleep; default 2 (smoke: 25)"
+    )
+    parser.add_argument(
+        "--before-fraction",
+        type=int,
+        help="run every F-th lane of the graph before segments on 1/F of the workers; "
+        "default 10 (smoke: 1, the whole graph)",
+    )
+    parser.add_argument("--probe", type=int, default=3000, help="no-op tasks per cost probe")
+    parser.add_argument(
+        "--deadline", type=float, default=3000, help="seconds before the whole run is stopped"
+    )
+    args = parser.parse_args(argv)
+    smoke = args.smoke
+    n = N_SMOKE if smoke else N_FULL
+    workers = args.workers or (1 if smoke else 100)
+    threads = args.threads or (4 if smoke else 16)
+    factor = args.factor or (25.0 if smoke else 2.0)
+    fraction = args.before_fraction or (1 if smoke else 10)
+    probe = min(args.probe, 200) if smoke else args.probe
+    if workers % fraction:
+        parser.error("--before-fraction must divide --workers")
+
+    def give_up() -> None:
+        print(f"stopped: still running after --deadline {args.deadline:g} s", flush=True)
+        os._exit(3)
+
+    watchdog = threading.Timer(args.deadline, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    warnings.simplefilter("ignore")
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+
+    from dask_dppca.machine import load_machine_model
+
+    model = load_machine_model()
+    print(
+        f"{date.today()}: load average {os.getloadavg()[0]:.2f} at the start; "
+        f"{os.cpu_count()} CPUs; n = {n:.3g}, d = {D} ({n * D * 8 / 1e12:.3g} TB); "
+        f"{workers} workers x {threads} threads in this process; factor {factor:g}; "
+        f"machine model: {model.source}"
+    )
+    before = None
+    with tempfile.TemporaryDirectory() as folder:
+        for chunk in CHUNKS:
+            m = modelled(stand_in(folder, n, D, chunk), workers, threads, model)
+            plan, t, g = m["fit_plan"], m["fit_plan"].time, m["fit_plan"].graph
+            span = makespan(m["segments"], workers * threads)
+            print(
+                f"\nchunks of {chunk} rows: blocks of {plan.design['block_rows']} rows, "
+                f"{g['block_pair_tasks']} block-pair groups in {g['segment_tasks']} segments "
+                f"(planned in {m['seconds']:.1f} s); the plan, unscaled: wall "
+                f"{_minutes(t['wall_seconds'])} = makespan {_minutes(t['makespan_seconds'])} + "
+                f"{g['n_tasks']} tasks {_minutes(t['task_seconds'])} + fixed "
+                f"{t['fixed_seconds']:.2g} s (makespan recomputed here: {_minutes(span)})"
+            )
+            layer, final = segment_graph(m["segments"], factor, f"after-{chunk}")
+            assert len(layer) == g["n_tasks"], (len(layer), g["n_tasks"])
+            limit = 3 * (span / factor + len(layer) * 0.01) + 120
+            sim = simulate(layer, final, workers, threads, probe, limit)
+            report("segments (now)", sim, len(layer), span, factor)
+            before = before or (m, sim)
+        m, after_sim = before
+        all_lanes = lanes(len(m["groups"]), LANES_PER_THREAD * workers * threads)
+        chosen = all_lanes[::fraction]
+        lane_seconds = [sum(m["groups"][a:b]) for a, b in all_lanes]
+        chosen_seconds = [sum(m["groups"][a:b]) for a, b in chosen]
+        full_tasks = len(m["groups"]) + merge_tasks(len(all_lanes))
+        full_span = makespan(lane_seconds, workers * threads)
+        t = m["fit_plan"].time
+        print(
+            f"\nbefore (lanes of chained block-pair tasks), chunks of {CHUNKS[0]} rows: "
+            f"{len(all_lanes)} lanes, {full_tasks} tasks; the plan's model for it, unscaled: "
+            f"{_minutes(full_span + full_tasks * model.task_seconds + t['fixed_seconds'])} = "
+            f"makespan {_minutes(full_span)} + {full_tasks} tasks "
+            f"{_minutes(full_tasks * model.task_seconds)} + fixed {t['fixed_seconds']:.2g} s"
+        )
+        layer, final = lane_graph(m["groups"], chosen, factor, "before")
+        part_workers = workers // fraction
+        part_span = makespan(chosen_seconds, part_workers * threads)
+        if fraction > 1:
+            print(
+                f"  run: every {fraction}th lane ({len(chosen)} lanes, {len(layer)} tasks) on "
+                f"{part_workers} workers x {threads} threads (2 lanes a thread, as in full)"
+            )
+        limit = 3 * (part_span / factor + len(layer) * 0.01) + 120
+        sim = simulate(layer, final, part_workers, threads, probe, limit)
+        report(
+            "lanes (before)" + (f", 1/{fraction}" if fraction > 1 else ""),
+            sim,
+            len(layer),
+            part_span,
+            factor,
+        )
+        if fraction > 1:
+            # the run's own cost per task beyond its sleeps and fixed cost, at full size
+            own = (sim["wall"] - part_span / factor - sim["fixed"]) / len(layer)
+            full = full_span / factor + full_tasks * own + after_sim["fixed"]
+            probe_full = full_span / factor + full_tasks * after_sim["per_task"]
+            print(
+                f"  extrapolated to all {len(all_lanes)} lanes on {workers} workers: "
+                f"{_minutes(full)} = makespan {full_span / factor:.1f} s + {full_tasks} tasks x "
+                f"{own * 1e3:.3f} ms (this run's wall beyond its sleeps, per task); with the "
+                f"{workers}-worker no-op cost ({after_sim['per_task'] * 1e3:.3f} ms a task): "
+                f"{_minutes(probe_full + after_sim['fixed'])}"
+            )
+    print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
