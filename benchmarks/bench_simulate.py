@@ -23,7 +23,7 @@ least loaded), + the task count x the scheduler's cost per task, + a fixed cost,
 two measured on the same cluster just before (a graph of independent no-op tasks, and
 one task's round trip).
 
-The "before" row is the graph before the fused segments (commit 3589c98): the plan's
+The "before" row is the graph as it was before commit 3589c98 (no segments): the plan's
 block-pair groups cut into 2 lanes a thread of consecutive groups, each group a task
 chained to the previous one of its lane, sleeping its own modelled seconds / factor (its
 segment's reads spread evenly over its groups), the lanes merged 8 at a time, one
@@ -35,6 +35,7 @@ a thread) and extrapolates to the whole graph, saying so.
 from __future__ import annotations
 
 import argparse
+import gc
 import heapq
 import itertools
 import logging
@@ -188,49 +189,99 @@ def lane_graph(
     return layer, merge_tree(layer, ends, prefix)
 
 
+#: In-process workers share one process, so each worker's own background work runs on
+#: the scheduler's cores, once per worker: its profiler samples the stacks of every thread
+#: of the process (100 workers of 16: 100 x 1600 stacks every 10 ms), its system monitor
+#: and event-loop tick run for all.  On a cluster each costs a worker its own process.
+#: Profiling off and the two intervals longer, so the simulation measures the scheduler.
+QUIET_WORKERS = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.admin.tick.interval": "1s",
+}
+
+
+def _work_done_plugin():
+    """A scheduler plugin noting when the last sleeping (segment or lane) task finished."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class WorkDone(SchedulerPlugin):
+        name = "bench-simulate-work-done"
+
+        def __init__(self):
+            self.last = None
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            if finish == "memory" and ("-segment-" in key or "-lane-" in key):
+                self.last = time.perf_counter()
+
+    return WorkDone()
+
+
 def simulate(layer: dict, final: str, workers: int, threads: int, probe: int, limit: float):
     """Run ``layer`` on a fresh LocalCluster; its wall and the cluster's measured costs."""
-    from distributed import Client, LocalCluster, wait
+    import dask
+    from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(
-        n_workers=workers,
-        threads_per_worker=threads,
-        processes=False,
-        dashboard_address=None,
-        memory_limit=0,  # in-process workers would each count the whole process
-        silence_logs=logging.ERROR,
-    )
-    client = Client(cluster, timeout=60)
-    try:
+    with dask.config.set(QUIET_WORKERS):
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=threads,
+            processes=False,
+            dashboard_address=None,
+            memory_limit=0,  # in-process workers would each count the whole process
+            silence_logs=logging.ERROR,
+        )
+        client = Client(cluster, timeout=60)
+        try:
+            return _measure(cluster, client, layer, final, probe, limit)
+        finally:
+            client.close(timeout=30)
+            cluster.close(timeout=60)
 
-        def round_trip() -> float:
-            started = time.perf_counter()
-            client.submit(_no_op, pure=False).result(timeout=60)
-            return time.perf_counter() - started
 
-        round_trip()  # warm
-        fixed = min(round_trip() for _ in range(3))
-        per_task = []
-        for attempt in range(3):
-            probe_layer = {f"probe-{attempt}-{i}": (_no_op,) for i in range(probe)}
-            started = time.perf_counter()
-            futures = client.get(probe_layer, list(probe_layer), sync=False)
-            wait(futures, timeout=120)
-            client.gather(futures)
-            per_task.append((time.perf_counter() - started - fixed) / probe)
-            del futures
-        executed = sum(w.state.executed_count for w in cluster.workers.values())
+def _measure(cluster, client, layer: dict, final: str, probe: int, limit: float) -> dict:
+    from distributed import wait
+
+    def round_trip() -> float:
         started = time.perf_counter()
-        futures = client.get(layer, [final], sync=False)
-        wait(futures, timeout=limit)  # raises TimeoutError past the limit
+        client.submit(_no_op, pure=False).result(timeout=60)
+        return time.perf_counter() - started
+
+    # The client's own objects (the plans, the graph) are no scheduler's: out of the
+    # collector's way, as they would be in a scheduler process of its own.
+    gc.collect()
+    gc.freeze()
+    round_trip()  # warm
+    fixed = min(round_trip() for _ in range(3))
+    per_task = []
+    for attempt in range(4):  # the first one warm-up (the workers' threads start)
+        probe_layer = {f"probe-{attempt}-{i}": (_no_op,) for i in range(probe)}
+        started = time.perf_counter()
+        futures = client.get(probe_layer, list(probe_layer), sync=False)
+        wait(futures, timeout=120)
         client.gather(futures)
-        wall = time.perf_counter() - started
-        ran = sum(w.state.executed_count for w in cluster.workers.values()) - executed
+        if attempt:
+            per_task.append((time.perf_counter() - started - fixed) / probe)
         del futures
-    finally:
-        client.close(timeout=30)
-        cluster.close(timeout=60)
-    return {"wall": wall, "fixed": fixed, "per_task": statistics.median(per_task), "ran": ran}
+    plugin = _work_done_plugin()
+    cluster.scheduler.add_plugin(plugin)
+    executed = sum(w.state.executed_count for w in cluster.workers.values())
+    started = time.perf_counter()
+    futures = client.get(layer, [final], sync=False)
+    wait(futures, timeout=limit)  # raises TimeoutError past the limit
+    client.gather(futures)
+    wall = time.perf_counter() - started
+    ran = sum(w.state.executed_count for w in cluster.workers.values()) - executed
+    del futures
+    gc.unfreeze()
+    return {
+        "wall": wall,
+        "fixed": fixed,
+        "per_task": statistics.median(per_task),
+        "ran": ran,
+        "work_done": plugin.last - started,
+    }
 
 
 def _minutes(seconds: float) -> str:
@@ -245,6 +296,11 @@ def report(name: str, sim: dict, n_tasks: int, span: float, factor: float) -> fl
         f"{sim['wall']:.1f} s, predicted {predicted:.1f} s = makespan {span / factor:.1f} s + "
         f"{n_tasks} x {sim['per_task'] * 1e3:.3f} ms + {sim['fixed'] * 1e3:.0f} ms; "
         f"measured / predicted {ratio:.3f}"
+    )
+    print(
+        f"    the last sleeping task done at {sim['work_done']:.1f} s "
+        f"({sim['work_done'] / predicted:.3f} of the prediction); the merges and the release "
+        f"after it: {sim['wall'] - sim['work_done']:.1f} s"
     )
     sys.stdout.flush()
     return ratio
