@@ -556,7 +556,7 @@ def planned_tasks(plan: DesignPlan) -> int:
     """Units of work of a plan: its block-pair groups and its blocks.
 
     Each costs the kernel a call and a block its read whatever the graph (the graph
-    runs them in a few segment tasks a thread, :func:`dask_dppca.graph.segment_bounds`);
+    runs them in a few segment tasks a thread, :func:`dask_dppca.graph.lanes.segment_bounds`);
     a plan of very many tiny ones is slow for nothing, which :func:`check_task_count`
     refuses.
     """
