@@ -10,6 +10,7 @@ the trusted worker, so the exact total is never a Dask key.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,14 @@ from ..kernel import ExactSum, SpatialSign, block_pair_sum, pairwise_sum
 from ..kernel.fp_state import own_errstate
 from .sealed import seal
 
-__all__ = ["LaneState", "Segment", "lanes_total", "merge_lanes", "segment_task"]
+__all__ = [
+    "LaneState",
+    "Segment",
+    "lanes_total",
+    "merge_lanes",
+    "segment_groups",
+    "segment_task",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,21 +87,45 @@ class LaneState:
 @own_errstate
 def segment_task(segment: Segment, reader: Any, *given: Any) -> LaneState:
     """One segment task: its groups of block pairs in order, each group's sums added in
-    a balanced tree, then exactly to the segment's total.  A block is read (or taken
-    from its Dask input) at its first use and dropped after its last.  (BLAS runs on
-    one thread: the compute layer pins it on the workers.)
+    a balanced tree, then exactly to the segment's total.  (BLAS runs on one thread: the
+    compute layer pins it on the workers.)
 
     Always the plan's tiles: the release's rounding slack (``DesignPlan.rounding_error``)
-    is computed for exactly these.  n, ``|P|`` and the sensitivity come from the declared
-    shape, while the kernel sums whatever rows the blocks really hold, so a block that
-    holds other rows than declared fails the task, and with it the sum and any release
+    is computed for exactly these.
+    """
+    d = segment.n_features
+    upper = np.triu_indices(d)
+    total = ExactSum((d * (d + 1) // 2,))
+    for group, blocks in segment_groups(segment, reader, given):
+        sums = [
+            block_pair_sum(
+                blocks[i],
+                None if i == j else blocks[j],
+                segment.spatial_sign,
+                tile_rows=segment.tile_rows,
+            )
+            for i, j in group
+        ]
+        # The sums are symmetric bit for bit (the kernel returns (S + S^T) / 2): the
+        # segment adds their upper triangles only.
+        total = total.plus(pairwise_sum(sums)[upper])
+    return LaneState(total)
+
+
+def segment_groups(
+    segment: Segment, reader: Any, given: tuple[Any, ...]
+) -> Iterator[tuple[list[list[int]], dict[int, np.ndarray]]]:
+    """Each group of ``segment`` in order, with the blocks it uses: ``(pairs, blocks)``.
+
+    A block is read from ``reader`` (or taken from ``given``, in the order of
+    ``segment.blocks``) at its first use and dropped after its last, so a segment holds
+    only the blocks its next groups still need.  n, ``|P|`` and the sensitivity come from
+    the declared shape, while the kernel sums whatever rows the blocks really hold, so a
+    block that holds other rows than declared fails the task, and with it any release
     that depends on it.
     """
     position = {int(block): k for k, block in enumerate(segment.blocks)}
     held: dict[int, np.ndarray] = {}
-    d = segment.n_features
-    upper = np.triu_indices(d)
-    total = ExactSum((d * (d + 1) // 2,))
     start = 0
     for number, stop in enumerate(segment.group_ends.tolist()):
         group = segment.pairs[start:stop].tolist()
@@ -106,23 +138,11 @@ def segment_task(segment: Segment, reader: Any, *given: Any) -> LaneState:
             else:
                 first = int(segment.starts[k])
                 block = reader[first : first + rows, :]
-            _check_block(block, index, rows, d)
+            _check_block(block, index, rows, segment.n_features)
             held[index] = block
-        sums = [
-            block_pair_sum(
-                held[i],
-                None if i == j else held[j],
-                segment.spatial_sign,
-                tile_rows=segment.tile_rows,
-            )
-            for i, j in group
-        ]
-        # The sums are symmetric bit for bit (the kernel returns (S + S^T) / 2): the
-        # segment adds their upper triangles only.
-        total = total.plus(pairwise_sum(sums)[upper])
+        yield group, held
         for index in [b for b in held if segment.last_use[position[b]] == number]:
             del held[index]
-    return LaneState(total)
 
 
 def _check_block(block, index: int, rows: int, n_features: int) -> None:

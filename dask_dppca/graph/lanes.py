@@ -52,6 +52,7 @@ __all__ = [
     "kernel_sum_graph",
     "lanes_for",
     "pass_block_sizes",
+    "plan_segments",
     "segment_bounds",
 ]
 
@@ -134,7 +135,7 @@ def kernel_sum_graph(
     layer: dict[Key, tuple[Any, ...]] = {}
     reads = reader is not None
     bounds = segment_bounds(plan, n_threads, reads)
-    for number, segment in enumerate(_segments(plan, bounds, reads, spatial_sign)):
+    for number, segment in enumerate(plan_segments(plan, bounds, reads, spatial_sign)):
         given = [] if reads else segment.blocks.tolist()
         layer[f"{name}-{number}"] = (
             segment_task,
@@ -161,7 +162,7 @@ def _task_sizes(plan: DesignPlan) -> np.ndarray:
     return np.asarray(plan.task_sizes or (1,) * len(plan.block_pairs), dtype=np.int64)
 
 
-def _segments(
+def plan_segments(
     plan: DesignPlan,
     bounds: list[tuple[int, int]],
     reads: bool,
@@ -169,7 +170,9 @@ def _segments(
 ) -> list[Segment]:
     """Each segment of ``bounds`` (:func:`segment_bounds`) as a :class:`~.Segment` (numpy
     throughout: a terabyte's 3200 segments of half a million block pairs in a fraction
-    of a second).
+    of a second).  ``reads``: whether the blocks are read inside the tasks (a Zarr
+    input's reader) or are the tasks' Dask inputs; ``spatial_sign`` None only for
+    segments that run no kernel (counting them, the scree's statistics).
     """
     sizes = _task_sizes(plan)
     ends = np.cumsum(sizes)
@@ -354,7 +357,7 @@ def graph_layout(data: da.Array, plan: DesignPlan, n_threads: int) -> GraphLayou
     reader = chunk_reader(data)
     reads = reader is not None
     bounds = segment_bounds(plan, n_threads, reads)
-    segments = _segments(plan, bounds, reads)
+    segments = plan_segments(plan, bounds, reads)
     row_edges = np.cumsum((0,) + plan.block_sizes)
     chunk = reader.chunk_rows if reader is not None else 0
     held_most, per_task = 0, 0

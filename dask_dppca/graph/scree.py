@@ -12,7 +12,6 @@ the total the same whatever the segments.  The exact total is never a Dask key.
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +26,8 @@ from ..design import DesignPlan
 from ..io import chunk_reader
 from ..kernel import ExactSum
 from ..kernel.scree_stats import block_histograms, block_sums
-from .lanes import segment_bounds
+from .lane_task import Segment, segment_groups
+from .lanes import plan_segments, segment_bounds
 
 __all__ = ["MERGE_FAN_IN", "merge_partials", "scree_histogram_graph", "scree_sums_graph"]
 
@@ -45,17 +45,6 @@ def merge_partials(*partials: Any) -> Any:
     return total
 
 
-@dataclasses.dataclass(frozen=True)
-class _Run:
-    """A segment's block pairs and where its blocks come from (public, from the plan)."""
-
-    pairs: tuple[tuple[int, int], ...]
-    rows: dict[int, int]
-    starts: dict[int, int] | None  # None: the blocks are Dask inputs, in ``order``
-    order: tuple[int, ...]
-    n_features: int
-
-
 def _per_block(
     data: da.Array,
     block_pairs: tuple[tuple[int, int], ...] | None,
@@ -68,29 +57,22 @@ def _per_block(
     if len(data.chunks[1]) != 1:
         data = data.rechunk({1: -1})
     rows = tuple(int(r) for r in data.chunks[0])
-    d = int(data.shape[1])
     pairs = tuple((i, i) for i in range(len(rows))) if block_pairs is None else block_pairs
     reader = chunk_reader(data)
+    reads = reader is not None
     # The fit's rule on these block pairs, one pair a group (the work: the block pairs'
     # record pairs, an upper bound on the scree design's).
     work = sum(rows[i] * (rows[i] - 1) // 2 if i == j else rows[i] * rows[j] for i, j in pairs)
-    plan = DesignPlan(rows, pairs, n_pairs=max(work, 1), max_degree=1, n_features=d, tile_rows=1)
-    starts = np.cumsum((0,) + rows)
+    plan = DesignPlan(
+        rows, pairs, n_pairs=max(work, 1), max_degree=1, n_features=int(data.shape[1]), tile_rows=1
+    )
     layer: dict[Any, tuple[Any, ...]] = {}
     layer_name = f"{name}-{token}"
-    for number, (first, stop) in enumerate(segment_bounds(plan, n_threads, reader is not None)):
-        mine = pairs[first:stop]
-        order = tuple(dict.fromkeys(b for pair in mine for b in pair))
-        run = _Run(
-            mine,
-            {b: rows[b] for b in order},
-            None if reader is None else {b: int(starts[b]) for b in order},
-            order,
-            d,
-        )
-        given = [] if reader is not None else [(data.name, b, 0) for b in order]
-        layer[f"{layer_name}-{number}"] = (_run, function, run, reader, args, *given)
-    dependencies = [] if reader is not None else [data]
+    segments = plan_segments(plan, segment_bounds(plan, n_threads, reads), reads)
+    for number, segment in enumerate(segments):
+        given = [] if reads else [(data.name, b, 0) for b in segment.blocks.tolist()]
+        layer[f"{layer_name}-{number}"] = (_statistics, function, segment, reader, args, *given)
+    dependencies = [] if reads else [data]
     graph = HighLevelGraph.from_collections(layer_name, layer, dependencies=dependencies)  # type: ignore[arg-type]
     partials = [Delayed(key, graph, layer=layer_name) for key in layer]
     level = 0
@@ -106,60 +88,19 @@ def _per_block(
     return partials
 
 
-def _run(function: Callable[..., Any], run: _Run, reader: Any, args: tuple, *given: Any) -> Any:
-    """One segment: each block pair's statistics, added exactly; a block read (or taken
-    from its Dask input) at its first use and dropped after its last.
-    """
-    last = {b: k for k, pair in enumerate(run.pairs) for b in pair}
-    inputs = dict(zip(run.order, given))
-    held: dict[int, Any] = {}
-    total = None
-    for k, (i, j) in enumerate(run.pairs):
-        for b in (i, j):
-            if b not in held:
-                if run.starts is None:
-                    held[b] = inputs[b]
-                else:
-                    held[b] = reader[run.starts[b] : run.starts[b] + run.rows[b], :]
-        part = _checked(
-            function,
-            (i, j),
-            (run.rows[i], run.rows[j]),
-            run.n_features,
-            held[i],
-            None if i == j else held[j],
-            *args,
-        )
-        total = part if total is None else merge_partials(total, part)
-        for b in {i, j}:
-            if last[b] == k:
-                del held[b]
-    return total
-
-
-def _checked(
-    function: Callable[..., Any],
-    indices: tuple[int, int],
-    rows: tuple[int, int],
-    d: int,
-    block: Any,
-    other: Any,
-    *args: Any,
+def _statistics(
+    function: Callable[..., Any], segment: Segment, reader: Any, args: tuple, *given: Any
 ) -> Any:
-    """``function(block, *args, other=..., indices=...)`` once the blocks hold the declared
-    shapes (n, ``|P|`` and the sensitivity come from the declared shape; a block holding
-    other rows releases nothing).
+    """One segment: each block pair's statistics (``function(block, *args, other=...,
+    indices=...)``), added exactly; its blocks read and checked by
+    :func:`~.lane_task.segment_groups`.
     """
-    for index, count, array in zip(indices, rows, (block, other)):
-        if array is None:
-            continue
-        shape = getattr(array, "shape", None)
-        if shape != (count, d):
-            raise ValueError(
-                f"X: block {index} holds an array of shape {shape}, but the input declared "
-                f"({count}, {d}); nothing is computed or released from it"
-            )
-    return function(block, *args, other=other, indices=indices)
+    total = None
+    for group, blocks in segment_groups(segment, reader, given):
+        for i, j in group:
+            part = function(blocks[i], *args, other=None if i == j else blocks[j], indices=(i, j))
+            total = part if total is None else merge_partials(total, part)
+    return total
 
 
 def scree_histogram_graph(
