@@ -311,7 +311,12 @@ def _memory(
     """
     d = plan.n_features
     block = 8 * max(plan.block_sizes) * d
-    read_buffer = max(plan.block_sizes) * d * itemsize if itemsize != 8 else 0
+    # A read decodes whole chunks: a chunk larger than the block is a buffer of its own.
+    read_buffer = (
+        layout.rows_per_read * d * itemsize
+        if itemsize != 8 or layout.rows_per_read > max(plan.block_sizes)
+        else 0
+    )
     pairs_per_task = max(len(task) for task in plan.tasks())
     exact_sum = EXACT_SUM_DIGITS * 8 * d * (d + 1) // 2
     per_task = (

@@ -313,6 +313,9 @@ class GraphLayout:
     segment_rows : tuple of int
         Rows each segment reads (decoded): for a Zarr input the whole chunks (or shards)
         each of its blocks overlaps, since a chunk is decoded whole; else its blocks.
+    rows_per_read : int
+        Most rows one block's read decodes (the block's own rows, or the whole chunks
+        it overlaps): the read's buffer, beside the block.
     held_blocks : int
         Most blocks one segment holds at once (a block from its first use to its last;
         all its input blocks for an input other than a Zarr store).
@@ -326,6 +329,7 @@ class GraphLayout:
     reads_in_tasks: bool
     segment_reads: tuple[int, ...]
     segment_rows: tuple[int, ...]
+    rows_per_read: int
     held_blocks: int
     blocks_per_task: int
 
@@ -390,20 +394,26 @@ def graph_layout(data: da.Array, plan: DesignPlan, n_threads: int) -> GraphLayou
         reads_in_tasks=reads,
         segment_reads=tuple(block_reads),
         segment_rows=tuple(rows),
+        rows_per_read=int(_decoded(row_edges, np.arange(len(plan.block_sizes)), chunk).max()),
         held_blocks=held_most,
         blocks_per_task=per_task,
     )
 
 
 def _decoded_rows(bounds: np.ndarray, blocks: np.ndarray, chunk: int) -> int:
-    """Rows decoded to read ``blocks``: their rows, or the whole chunks of ``chunk`` rows
-    each overlaps (a chunk is decoded whole; the last one may be short).
+    """Rows decoded to read ``blocks`` (:func:`_decoded`, summed)."""
+    return int(_decoded(bounds, blocks, chunk).sum())
+
+
+def _decoded(bounds: np.ndarray, blocks: np.ndarray, chunk: int) -> np.ndarray:
+    """Rows decoded to read each of ``blocks``: its rows, or the whole chunks of
+    ``chunk`` rows it overlaps (a chunk is decoded whole; the last one may be short).
     """
     starts, stops = bounds[blocks], bounds[blocks + 1]
     if chunk <= 0:
-        return int((stops - starts).sum())
+        return stops - starts
     first, last = starts // chunk, (stops - 1) // chunk
-    return int((np.minimum(bounds[-1], (last + 1) * chunk) - first * chunk).sum())
+    return np.minimum(bounds[-1], (last + 1) * chunk) - first * chunk
 
 
 def _merge_down(sums: list[Delayed], key_prefix: str) -> list[Delayed]:

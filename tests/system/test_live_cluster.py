@@ -559,7 +559,7 @@ def _slow_reader(seconds: float):
 def _kill_a_worker_when(
     client, cluster_future, n_tasks: int, done_at: int, spare: str
 ) -> str | None:
-    """Once ``done_at`` pair tasks are in memory, SIGKILL one worker process (not
+    """Once ``done_at`` of the ``n_tasks`` segment tasks are done, SIGKILL one worker process (not
     ``spare``).  Its nanny restarts it.  Returns the address killed, or None if the
     computation finished first."""
     deadline = time.monotonic() + FIT_TIMEOUT
@@ -583,7 +583,8 @@ def test_killing_ordinary_workers_mid_fit_changes_nothing(live, tmp_path_factory
     the exact K_hat under a kill is bitwise the undisturbed one."""
     import dask.array as da
 
-    from dask_dppca.design import merge_chunks, smallest_block_rows
+    from dask_dppca.design import merge_chunks, plan_blocks, smallest_block_rows
+    from dask_dppca.graph import segment_bounds
 
     cluster, client = live
     while len(client.scheduler_info(n_workers=-1)["workers"]) < 3:
@@ -602,15 +603,19 @@ def test_killing_ordinary_workers_mid_fit_changes_nothing(live, tmp_path_factory
         seed=3,
     )
     slow = da.from_zarr(path).map_blocks(_slow_reader(0.4), dtype=np.float64)
-    n_tasks = n_blocks * (n_blocks + 1) // 2
     assert merge_chunks(slow.chunks[0], 6) == slow.chunks[0]
+    # The fit's segment tasks on these one-thread workers (24 blocks, 300 block pairs).
+    threads = len(client.scheduler_info(n_workers=-1)["workers"])
+    _, plan = plan_blocks(n_blocks * rows, 6, slow.chunks[0], "auto", threads)
+    n_tasks = len(segment_bounds(plan, threads, reads_in_tasks=False))
+    assert n_tasks >= 6
     undisturbed = dd.DPPCA(n_components=2, random_state=5, scheduler=client).fit(path)
 
     trusted = trusted_address(client)
     with ThreadPoolExecutor(1) as pool:
         fit = pool.submit(dd.DPPCA(n_components=2, random_state=5, scheduler=client).fit, slow)
         kills = [
-            _kill_a_worker_when(client, fit, n_tasks, n_tasks // 6, trusted),
+            _kill_a_worker_when(client, fit, n_tasks, 1, trusted),
             _kill_a_worker_when(client, fit, n_tasks, n_tasks // 2, trusted),
         ]
         disturbed = fit.result(timeout=FIT_TIMEOUT)
@@ -624,7 +629,7 @@ def test_killing_ordinary_workers_mid_fit_changes_nothing(live, tmp_path_factory
     wait_for_workers(client, 3)  # the nannies have restarted the killed workers
     with ThreadPoolExecutor(1) as pool:
         exact = pool.submit(dd.kendall_matrix, slow, scheduler=client)
-        killed = _kill_a_worker_when(client, exact, n_tasks, n_tasks // 3, trusted)
+        killed = _kill_a_worker_when(client, exact, n_tasks, 1, trusted)
         disturbed_k_hat = exact.result(timeout=FIT_TIMEOUT)
     assert killed is not None
     assert np.array_equal(disturbed_k_hat, local_exact(path))
@@ -661,7 +666,8 @@ def test_losing_the_trusted_worker_or_the_scheduler_fails_clearly(
             with dask.config.set({STALL_TIMEOUT_KEY: 5}):
                 try:
                     fit = pool.submit(dd.DPPCA(n_components=2, scheduler=client).fit, slow)
-                    while not fit.done() and client.run_on_scheduler(_pair_tasks)[1] < 10:
+                    # A first segment done (4 on these two one-thread workers).
+                    while not fit.done() and client.run_on_scheduler(_pair_tasks)[1] < 1:
                         assert time.monotonic() - started < FAILURE_BOUND
                         time.sleep(0.05)
                     cluster.kill(trusted)

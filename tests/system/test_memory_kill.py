@@ -43,12 +43,15 @@ def _one_worker_client(memory_limit: str) -> Iterator[Client]:
 
 
 def test_a_read_over_the_memory_limit_names_the_read_and_the_limit(tmp_path):
-    # 8e6 x 12 float64 in one chunk: 732 MiB read at once, never written (fill values).
-    # The limit sits well above a worker's own footprint (about 270 MiB once numpy,
-    # Dask, numba and the kernel are imported): under 200 MiB the worker was killed at
-    # rest, while the fit set it up, and the read never ran.
+    # 8e6 x 12 float64 in one chunk: 732 MiB decoded by every read of a block in it
+    # (written: a missing chunk read as fill values allocates only the block).  The
+    # limit sits well above a worker's own footprint (about 270 MiB once numpy, Dask,
+    # numba and the kernel are imported): under 200 MiB the worker was killed at rest,
+    # while the fit set it up, and the read never ran.
     path = str(tmp_path / "big.zarr")
-    zarr.open_array(path, mode="w", shape=(8_000_000, 12), chunks=(8_000_000, 12), dtype="f8")
+    zarr.open_array(path, mode="w", shape=(8_000_000, 12), chunks=(8_000_000, 12), dtype="f8")[
+        :
+    ] = 1.0
     # One death is enough to tell (Dask would try 4 workers by default).  The stall wait
     # is longer than the default: on a loaded machine the restarted worker stayed in
     # "init" past 30 s, and the stall, not the death, ended the fit.
@@ -56,7 +59,7 @@ def test_a_read_over_the_memory_limit_names_the_read_and_the_limit(tmp_path):
     with dask.config.set(config):
         with _one_worker_client("450MiB") as client:
             with pytest.raises(WorkerDiedError) as caught:
-                dd.DPPCA(1, scheduler=client, random_state=0).fit(path, allow_fill_values=True)
+                dd.DPPCA(1, scheduler=client, random_state=0).fit(path)
     text = str(caught.value)
     assert "\n" not in text
     assert "exceeding its worker's memory limit" in text, text
@@ -76,7 +79,7 @@ def test_workers_killed_at_rest_end_the_fit_in_a_clear_error(tmp_path):
     with dask.config.set({"dask-dppca.stall-timeout": 10}):
         with _one_worker_client("160MiB") as client:
             with pytest.raises((WorkerDiedError, ClusterStalledError)) as caught:
-                dd.DPPCA(1, scheduler=client, random_state=0).fit(path, allow_fill_values=True)
+                dd.DPPCA(1, scheduler=client, random_state=0).fit(path)
     text = str(caught.value)
     assert "\n" not in text
     if caught.type is WorkerDiedError:
