@@ -85,6 +85,7 @@ def modelled(store: str, workers: int, threads: int, model) -> dict:
     """The plan of the fit of ``store`` and every segment's and group's modelled seconds."""
     import dask_dppca as dd
     from dask_dppca.design import plan_blocks
+    from dask_dppca.fit_plan import modelled_seconds
     from dask_dppca.graph import graph_layout
     from dask_dppca.io import open_records
 
@@ -96,25 +97,9 @@ def modelled(store: str, workers: int, threads: int, model) -> dict:
     n, d = records.shape
     _, plan = plan_blocks(n, d, records.row_chunks, "auto", workers * threads)
     layout = graph_layout(records.blocks(plan.block_sizes), plan, workers * threads)
-    sizes = plan.block_sizes
-    rate, call, per_row = model.pair_rate(d), model.kernel_call_seconds, model.row_cost(d)
-    work = [
-        sum(sizes[i] * (sizes[i] - 1) // 2 if i == j else sizes[i] * sizes[j] for i, j in task)
-        / rate
-        + call * len(task)
-        + per_row * sum(sizes[i] if i == j else sizes[i] + sizes[j] for i, j in task)
-        for task in plan.tasks()
-    ]
-    read_rate, key = model.read_rate(fit_plan.input["storage"], fit_plan.input["codec"])
-    row_bytes = d * 8
-    if layout.reads_in_tasks:
-        reads = [
-            rows * row_bytes / read_rate + model.read_call(key) * blocks
-            for rows, blocks in zip(layout.segment_rows, layout.segment_reads)
-        ]
-    else:  # the input's own tasks read every block once; spread like the work
-        whole = n * row_bytes / read_rate + len(sizes) * model.read_call(key)
-        reads = [whole * (b - a) / len(work) for a, b in layout.segments]
+    work, reads = modelled_seconds(
+        plan, layout, model, d * 8, fit_plan.input["storage"], fit_plan.input["codec"]
+    )
     prefix = [0.0, *itertools.accumulate(work)]
     segments = [prefix[b] - prefix[a] + r for (a, b), r in zip(layout.segments, reads)]
     # each group with its segment's reads spread evenly over the segment's groups

@@ -43,7 +43,13 @@ from .privacy import PrivacyTarget, ReleaseMechanism
 from .privacy.advice import release_warnings
 from .privacy.noise import NoiseSampler, default_sampler
 
-__all__ = ["EXACT_SUM_DIGITS", "FitPlan", "PlanDoesNotFitError", "plan_fit"]
+__all__ = [
+    "EXACT_SUM_DIGITS",
+    "FitPlan",
+    "PlanDoesNotFitError",
+    "modelled_seconds",
+    "plan_fit",
+]
 
 #: int64 digits per entry of a segment's exact sum (2 or 3 for sums of like-sized entries,
 #: :mod:`dask_dppca.kernel.exact_sum`).
@@ -376,24 +382,8 @@ def _time(
     """
     rate = machine.pair_rate(plan.n_features)
     read_rate, read_key = machine.read_rate(storage, codec)
-    sizes = plan.block_sizes
-    call = machine.kernel_call_seconds
-    per_row = machine.row_cost(plan.n_features)
-    work = [
-        sum(sizes[i] * (sizes[i] - 1) // 2 if i == j else sizes[i] * sizes[j] for i, j in task)
-        / rate
-        + call * len(task)
-        + per_row * sum(sizes[i] if i == j else sizes[i] + sizes[j] for i, j in task)
-        for task in plan.tasks()
-    ]
+    work, reads = modelled_seconds(plan, layout, machine, row_bytes, storage, codec)
     threads = shape.n_threads
-    request = machine.read_call(read_key)
-    if layout.reads_in_tasks:  # each segment decodes the chunks of the blocks it reads
-        reads = [rows * row_bytes / read_rate for rows in layout.segment_rows]
-        reads = [r + request * k for r, k in zip(reads, layout.segment_reads)]
-    else:  # every block read once by the input's own tasks, spread like the work
-        whole = plan.n_samples * row_bytes / read_rate + len(sizes) * request
-        reads = [whole * (b - a) / len(work) for a, b in layout.segments]
     segment_seconds = [sum(work[a:b]) + r for (a, b), r in zip(layout.segments, reads)]
     makespan = _makespan(segment_seconds, threads)
     tasks = layout.n_tasks + 1
@@ -412,6 +402,46 @@ def _time(
         "read_rate_of": read_key,
         "machine_model": machine.source,
     }
+
+
+def modelled_seconds(
+    plan: DesignPlan,
+    layout: GraphLayout,
+    machine: MachineModel,
+    row_bytes: int,
+    storage: str,
+    codec: str,
+) -> tuple[list[float], list[float]]:
+    """The machine model's seconds of each block-pair group's work, and of each
+    segment's reads: ``(work per group, reads per segment)``.
+
+    A group: its record pairs at the kernel's rate, a kernel call a block pair and the
+    row cost of its blocks' rows.  A segment reading inside its task: the chunk rows it
+    decodes at the read rate and a read's fixed cost a block; otherwise the input's own
+    tasks read every block once, spread like the work.
+    """
+    rate = machine.pair_rate(plan.n_features)
+    read_rate, read_key = machine.read_rate(storage, codec)
+    sizes = plan.block_sizes
+    call = machine.kernel_call_seconds
+    per_row = machine.row_cost(plan.n_features)
+    work = [
+        sum(sizes[i] * (sizes[i] - 1) // 2 if i == j else sizes[i] * sizes[j] for i, j in task)
+        / rate
+        + call * len(task)
+        + per_row * sum(sizes[i] if i == j else sizes[i] + sizes[j] for i, j in task)
+        for task in plan.tasks()
+    ]
+    request = machine.read_call(read_key)
+    if layout.reads_in_tasks:
+        reads = [
+            rows * row_bytes / read_rate + request * blocks
+            for rows, blocks in zip(layout.segment_rows, layout.segment_reads)
+        ]
+    else:
+        whole = plan.n_samples * row_bytes / read_rate + len(sizes) * request
+        reads = [whole * (b - a) / len(work) for a, b in layout.segments]
+    return work, reads
 
 
 def _makespan(seconds: list[float], threads: int) -> float:

@@ -1,7 +1,7 @@
 """SIGTERM and SIGHUP stop ``dask-dppca fit --budget`` as SIGINT does; ``budget show
 --json`` and ``budget resolve``.
 
-The rule (issue 20, item 3): a reservation is left spent only when the noise was drawn,
+The rule: a reservation is left spent only when the noise was drawn,
 and a drawn release is never given back, whatever the moment of the signal; the
 command exits with 128 + the signal's number and one line.  Whether the noise was
 drawn comes from an oracle outside the code under test (tests/cli/stop_trials.py).

@@ -1,4 +1,4 @@
-"""The plan (issue 25): a fit's design, blocks, tasks, memory and time from metadata alone.
+"""The plan: a fit's design, blocks, tasks, memory and time from metadata alone.
 
 * It reads no chunk (reads counted at the Zarr reader; a store whose chunk files are
   deleted plans the same) and never touches a privacy budget or ledger.

@@ -129,7 +129,7 @@ def test_fit_reports_the_public_design():
 
 
 def _auto_rule_before_the_scheduler_limit(n, d, threads):
-    """The auto rule as it was before issue 25 (the oracle: unchanged below the limit)."""
+    """The auto rule as it was before its block growth (the oracle: unchanged below the limit)."""
     budget = AUTO_FLOPS_PER_THREAD * max(int(threads), 1)
     if 2.0 * n * n * d <= budget:
         return CompleteDesign()

@@ -1,4 +1,4 @@
-"""A ledger that is swapped, edited, missing or on a full disk (issue 26, item 2).
+"""A ledger that is swapped, edited, missing or on a full disk.
 
 Real SQLite files edited behind the library's back (``sqlite3`` and raw bytes), a real
 full file system (a 64 KiB tmpfs in a private mount namespace, root only); no mocks of

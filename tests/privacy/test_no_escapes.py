@@ -1,4 +1,4 @@
-"""No fit escapes the budget, however its process was started (issue 20, item 1).
+"""No fit escapes the budget, however its process was started.
 
 Each way a fit used to run uncharged is tried for real: loky workers started by an
 earlier joblib call, a ``spawn`` pool and a ``forkserver`` executor (both started before
