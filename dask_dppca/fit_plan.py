@@ -235,11 +235,16 @@ def plan_fit(
         )
     ]
     decoded = sum(layout.segment_rows)
-    if layout.reads_in_tasks and decoded > 1.5 * n:
+    if layout.reads_in_tasks and layout.rows_per_read > max(plan.block_sizes):
         notes.append(
             f"the store's chunks are larger than the design's blocks: the reads decode "
             f"{decoded / n:.3g}x the store (a chunk is decoded whole for each block it "
-            f"holds; chunks of {plan.block_sizes[0]} rows would decode it once)"
+            f"holds; chunks of {plan.block_sizes[0]} rows would decode it once per read)"
+        )
+    elif layout.reads_in_tasks and layout.block_reads > 1.5 * len(plan.block_sizes):
+        notes.append(
+            f"each segment reads the blocks it uses: {layout.block_reads} reads of "
+            f"{len(plan.block_sizes)} blocks ({decoded / n:.3g}x the store)"
         )
     accuracy = (
         None

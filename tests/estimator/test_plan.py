@@ -314,3 +314,20 @@ def test_a_cluster_shape_reads_a_running_cluster():
     assert shape.n_threads == 2
     assert (by_address.workers, by_address.threads_per_worker) == (2, 1)
     assert by_address.memory_limit == 2**30 and cluster.scheduler_address in by_address.source
+
+
+def test_the_plan_names_why_its_reads_exceed_the_store(tmp_path):
+    """Chunks larger than the blocks, or blocks read by several segments: each note names
+    its own cause (a store in the blocks' chunks is never told to rechunk)."""
+    x = np.random.default_rng(3).standard_normal((4000, 4))  # test data only
+    big = str(tmp_path / "big.zarr")
+    zarr.open_array(big, mode="w", shape=x.shape, chunks=(2000, 4), dtype="f8")[:] = x
+    plan = dd.DPPCA(2, design=dd.RegularDesign(k=1, block_size=500)).plan(big, workers=1, threads=2)
+    assert any("chunks are larger than the design's blocks" in n for n in plan.notes)
+    blocks = str(tmp_path / "blocks.zarr")
+    y = np.random.default_rng(4).standard_normal((20000, 4))  # test data only
+    zarr.open_array(blocks, mode="w", shape=y.shape, chunks=(5000, 4), dtype="f8")[:] = y
+    plan = dd.DPPCA(2, design="complete").plan(blocks, workers=1, threads=2)
+    assert plan.design["n_blocks"] == 4, plan.design
+    assert not any("chunks are larger" in n for n in plan.notes)
+    assert any("each segment reads the blocks it uses" in n for n in plan.notes), plan.notes
