@@ -28,8 +28,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from .compute import ClusterTarget, compute_target
+from .compute.budget_config import budgets_to_charge
 from .compute.statistic import release_statistic
-from .design import plan_blocks
 from .estimator import DPPCA
 from .graph import pass_block_sizes
 from .graph.scree import scree_histogram_graph, scree_sums_graph
@@ -38,7 +38,7 @@ from .kernel.scree_stats import scree_design, sub_block_pairs_per_record, summat
 from .privacy.accounting import BudgetSplit, PlannedPart, compose, split_budget
 from .privacy.budget import PartsCharge
 from .privacy.calibration import gaussian_dp_epsilon, gaussian_dp_mu, validate_privacy_parameters
-from .privacy.charging import active_budgets, reserve_release
+from .privacy.charging import reserve_release, reserve_transaction
 from .privacy.noise import NoiseSampler, OpenDPSampler, SeededSampler
 from .privacy.parts import part_to_dict
 from .privacy.score_map import ScoreMap
@@ -512,7 +512,10 @@ def analyze(
     logger.info("analysis %s: split\n%s", analysis_id, shown)
     if show_split is not None:
         show_split(f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}")
-    for budget in active_budgets():  # the whole analysis must fit before anything is read
+    # Every budget this analysis charges, resolved once (budgets_to_charge: the same
+    # resolution as a fit's); the whole analysis must fit before any cluster starts.
+    budgets = budgets_to_charge()
+    for budget in budgets:
         budget.check(PartsCharge(divided.all_parts))
 
     mu_dir = divided.part("directions", "directions")
@@ -520,10 +523,8 @@ def analyze(
     eps_dir, dlt_dir = _directions_target(mu_dir.mu, dlt / 2.0)
     sampler = _sampler(random_state)
     selector = opendp_selector if random_state is None else _seeded_selector(random_state)
-    scree_parts = divided.stage_parts("scree")
-
-    class _ScreeCharge:
-        parts = scree_parts
+    scree_charge = PartsCharge(divided.stage_parts("scree"))
+    map_stage = None if score_map is None else score_map.planned_parts(k)[0].stage
 
     records = open_records(X, component, storage_options=storage_options)  # metadata only
     # One compute target for every stage, the directions' fit included: the same client
@@ -531,12 +532,6 @@ def analyze(
     with compute_target(scheduler) as target:
         records = records.counted(target)
         n, d = records.shape
-        _, plan = plan_blocks(n, d, records.row_chunks, design, target.n_threads)
-        if records.in_memory:
-            # Kept on the workers for the whole analysis: the fit and every later pass
-            # read these blocks (a lazy input is read by each pass, never held).
-            records = records.with_resident(target.persist(records.blocks(plan.block_sizes)))
-        blocks = records.blocks(plan.block_sizes)
         estimator = DPPCA(
             n_components=k,
             epsilon=eps_dir,
@@ -547,72 +542,98 @@ def analyze(
             require_trusted=require_trusted,
             random_state=random_state,
             progress=progress,
-        ).fit(records)
-        report = estimator.privacy_
-        rows: list[dict[str, Any]] = [
-            {
-                "stage": "directions",
-                "release": "directions (noisy Kendall matrix)",
-                "mechanism": "Gaussian (vecd)",
-                "guarantee": "mu-GDP",
-                "mu": report["sensitivity"] / report["sigma"],
-                "epsilon": report["epsilon"],
-                "delta": report["delta"],
-                "sensitivity": report["sensitivity"],
-                "noise": report["sigma"],
-                "released_on": report["released_on"],
-                "count": 1,
-            }
+        )
+        _, plan, directions_release = estimator.planned_release(
+            n, d, records.row_chunks, target.n_threads
+        )
+        stages: list[tuple[str, Any]] = [
+            ("directions", directions_release),
+            ("scree", scree_charge),
         ]
-        directions = np.asarray(estimator.components_, dtype=np.float64)
-        with reserve_release(
-            _ScreeCharge(),
-            fit_id=analysis_id,
-            label=f"analysis {analysis_id} scree",
+        if map_stage is not None:
+            stages.append((map_stage, PartsCharge(divided.stage_parts(map_stage))))
+        # Every stage reserved together, before anything is read: concurrent analyses
+        # are admitted whole or refused whole; a stage never started is given back.
+        transaction = reserve_transaction(
+            stages,
+            transaction_id=analysis_id,
+            label=f"analysis {analysis_id}",
             dataset=records.dataset,
-        ):
-            scree, scree_rows = _scree_stage(
-                blocks,
-                plan.block_sizes,
-                plan.block_pairs,
-                directions,
-                divided,
-                chosen,
-                sampler,
-                selector,
-                target,
-                trusted_worker,
-                require_trusted,
-                progress,
-                analysis_id,
-            )
-            if mono:
-                scree["values"] = {m: monotone(v).tolist() for m, v in scree["values"].items()}
-        rows += scree_rows
-        result_map = None
-        if score_map is not None:
-            # A pass over the records in a few tasks a thread, not one per block (rows in
-            # memory stay in the blocks resident on the workers).
-            rows_in = (
-                blocks
-                if records.in_memory
-                else records.blocks(pass_block_sizes(plan.block_sizes, d, target.n_threads))
-            )
-            result_map, map_rows = score_map.run(
+            budgets=budgets,
+        )
+        with transaction as reserved:
+            if records.in_memory:
+                # Kept on the workers for the whole analysis: the fit and every later pass
+                # read these blocks (a lazy input is read by each pass, never held).
+                records = records.with_resident(target.persist(records.blocks(plan.block_sizes)))
+            blocks = records.blocks(plan.block_sizes)
+            estimator.fit(records)  # the directions stage: it claims its reservation
+            report = estimator.privacy_
+            rows: list[dict[str, Any]] = [
                 {
-                    "blocks": rows_in,
-                    "directions": directions,
-                    "target": target,
-                    "trusted_worker": trusted_worker,
-                    "require_trusted": require_trusted,
-                    "analysis_id": analysis_id,
-                    "dataset": records.dataset,
-                    "progress": progress,
-                },
-                divided,
-            )
-            rows += map_rows
-            del rows_in
+                    "stage": "directions",
+                    "release": "directions (noisy Kendall matrix)",
+                    "mechanism": "Gaussian (vecd)",
+                    "guarantee": "mu-GDP",
+                    "mu": report["sensitivity"] / report["sigma"],
+                    "epsilon": report["epsilon"],
+                    "delta": report["delta"],
+                    "sensitivity": report["sensitivity"],
+                    "noise": report["sigma"],
+                    "released_on": report["released_on"],
+                    "count": 1,
+                }
+            ]
+            directions = np.asarray(estimator.components_, dtype=np.float64)
+            with reserve_release(
+                scree_charge,
+                fit_id=reserved.stage_id("scree"),
+                dataset=records.dataset,
+            ):
+                scree, scree_rows = _scree_stage(
+                    blocks,
+                    plan.block_sizes,
+                    plan.block_pairs,
+                    directions,
+                    divided,
+                    chosen,
+                    sampler,
+                    selector,
+                    target,
+                    trusted_worker,
+                    require_trusted,
+                    progress,
+                    reserved.stage_id("scree"),
+                )
+                if mono:
+                    scree["values"] = {m: monotone(v).tolist() for m, v in scree["values"].items()}
+            rows += scree_rows
+            result_map = None
+            if score_map is not None:
+                assert map_stage is not None  # the score map's parts name its stage
+                # A pass over the records in a few tasks a thread, not one per block (rows in
+                # memory stay in the blocks resident on the workers).
+                rows_in = (
+                    blocks
+                    if records.in_memory
+                    else records.blocks(pass_block_sizes(plan.block_sizes, d, target.n_threads))
+                )
+                result_map, map_rows = score_map.run(
+                    {
+                        "blocks": rows_in,
+                        "directions": directions,
+                        "target": target,
+                        "trusted_worker": trusted_worker,
+                        "require_trusted": require_trusted,
+                        "analysis_id": analysis_id,
+                        "fit_id": reserved.stage_id(map_stage),
+                        "dataset": records.dataset,
+                        "progress": progress,
+                    },
+                    divided,
+                )
+                rows += map_rows
+                del rows_in
         dataset, row_chunks = records.dataset, records.row_chunks
         del blocks, records  # the resident blocks leave the workers (before a client closes)
     scree["pve_topk"] = {
@@ -665,7 +686,7 @@ def _scree_stage(
     trusted_worker,
     require_trusted,
     progress,
-    analysis_id,
+    stage_id,
 ):
     """The scree stages: quantiles, then the Gaussian means, then the Huber steps."""
     k = directions.shape[0]
@@ -677,6 +698,7 @@ def _scree_stage(
         "trusted_worker": trusted_worker,
         "require_trusted": require_trusted,
         "progress": progress,
+        "stage_id": stage_id,
     }
     winsorized = "winsorized" in methods
     levels = tuple(((0.5, 1.0 - WINSOR_LEVEL) if winsorized else (0.5,)) for _ in range(k)) + (
@@ -690,7 +712,7 @@ def _scree_stage(
         scree_histogram_graph(
             blocks, directions, block_pairs, trace=True, n_threads=target.n_threads
         ),
-        f"{analysis_id}-quantiles",
+        f"{stage_id}-quantiles",
         charge=q_mech,
         **place,
     )
@@ -755,7 +777,7 @@ def _scree_stage(
                 tau if huber else None,
                 n_threads=target.n_threads,
             ),
-            f"{analysis_id}-means",
+            f"{stage_id}-means",
             charge=PartsCharge(tuple(p for _, mech, _ in mechanisms for p in mech.parts)),
             **place,
         )
@@ -792,7 +814,7 @@ def _scree_stage(
                     tau,
                     n_threads=target.n_threads,
                 ),
-                f"{analysis_id}-huber-{step}",
+                f"{stage_id}-huber-{step}",
                 charge=mech,
                 **place,
             )

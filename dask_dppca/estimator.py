@@ -23,7 +23,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .compute import check_scheduler, compute_target
-from .compute.budget_config import budget_required, configured_ledgers
+from .compute.budget_config import budgets_to_charge
 from .design import Design, check_design, plan_blocks
 from .graph import kernel_sum_graph
 from .io import is_lazy_input, open_records
@@ -32,7 +32,7 @@ from .io.storage import display_location, is_url
 from .kernel import SpatialSign, resolve_spatial_sign
 from .privacy import PrivacyTarget, ReleaseMechanism
 from .privacy.advice import release_warnings
-from .privacy.charging import BudgetCarrier, reserve_release
+from .privacy.charging import BudgetCarrier, reserve_release, transaction_stage_id
 from .privacy.noise import NoiseSampler, SeededSampler, default_sampler
 from .privacy.report import PrivacyReport
 from .validation import boolean, integer_at_least, optional_string
@@ -235,7 +235,8 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         """
         params = self._validated()
         started, clock = datetime.now(UTC), time.monotonic()
-        fit_id = uuid.uuid4().hex
+        # Inside an analysis, the fit is its "directions" stage, reserved with the rest.
+        fit_id = transaction_stage_id("directions") or uuid.uuid4().hex
         records = open_records(
             X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
         )
@@ -258,14 +259,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                 params.target.calibration,
                 target,
             )
-            design, plan = plan_blocks(n, d, records.row_chunks, params.design, target.n_threads)
-            mechanism = ReleaseMechanism.plan_release(
-                design,
-                plan,
-                params.spatial_sign,
-                params.target,
-                _noise_sampler(d, params.random_state),
-            )
+            _, plan, mechanism = self.planned_release(n, d, records.row_chunks, target.n_threads)
             described = mechanism.describe()
             logger.info(
                 "fit %s: plan: %s design, %d blocks, %d block pairs, %d pairs; "
@@ -290,9 +284,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                     mechanism,
                     fit_id=fit_id,
                     dataset=records.dataset,
-                    carried=self.carried_budgets,
-                    named=configured_ledgers(),
-                    required=budget_required(),
+                    budgets=budgets_to_charge(self.carried_budgets),
                     abandon=lambda: target.abandon(fit_id),
                 ):
                     lane_sums = kernel_sum_graph(
@@ -348,6 +340,39 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         }
         logger.info("fit %s: done in %.1f s", fit_id, seconds)
         return self
+
+    def planned_release(
+        self, n_samples: int, n_features: int, row_chunks: Any, n_threads: int
+    ) -> tuple[Design, Any, ReleaseMechanism]:
+        """The design, block plan and release mechanism a fit of ``n_samples`` x
+        ``n_features`` records would use, from public inputs only (nothing is read).
+
+        What :meth:`fit` releases, so that an analysis can reserve the directions'
+        exact charge with its other stages before anything is read.
+
+        Parameters
+        ----------
+        n_samples, n_features : int
+            The records' shape.
+        row_chunks : tuple of int or None
+            The input's row chunks (the auto design follows them).
+        n_threads : int
+            The compute target's threads.
+
+        Returns
+        -------
+        (Design, BlockPlan, ReleaseMechanism)
+        """
+        params = self._validated()
+        design, plan = plan_blocks(n_samples, n_features, row_chunks, params.design, n_threads)
+        mechanism = ReleaseMechanism.plan_release(
+            design,
+            plan,
+            params.spatial_sign,
+            params.target,
+            _noise_sampler(n_features, params.random_state),
+        )
+        return design, plan, mechanism
 
     def plan(
         self,

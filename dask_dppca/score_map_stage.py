@@ -215,9 +215,10 @@ class PrivateScoreMapStage:
         seeded = self.random_state is not None
         gaussian = SeededSampler(self.random_state) if seeded else None
         integer = SeededDiscreteLaplace(self.random_state) if seeded else None
+        stage_id = context.get("fit_id", analysis_id)  # its rows, reserved by the analysis
         with reserve_release(
             mechanism,
-            fit_id=analysis_id,
+            fit_id=stage_id,
             label=f"analysis {analysis_id} score map",
             dataset=context.get("dataset", ""),
         ):
@@ -233,6 +234,7 @@ class PrivateScoreMapStage:
                 trusted_worker=context.get("trusted_worker"),
                 require_trusted=bool(context.get("require_trusted", False)),
                 progress=bool(context.get("progress", False)),
+                stage_id=stage_id,
             )
         return score_map, _rows(mechanism, score_map)
 

@@ -16,10 +16,20 @@ values (:func:`~dask_dppca.privacy.charging.reserve_release`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 import dask
 
-__all__ = ["LEDGER_KEY", "REQUIRED_KEY", "budget_required", "configured_ledgers"]
+from ..privacy import PrivacyBudget
+from ..privacy.charging import resolve_budgets
+
+__all__ = [
+    "LEDGER_KEY",
+    "REQUIRED_KEY",
+    "budget_required",
+    "budgets_to_charge",
+    "configured_ledgers",
+]
 
 #: Dask configuration key: a default ledger every fit charges.
 LEDGER_KEY = "dask-dppca.ledger"
@@ -27,6 +37,27 @@ LEDGER_KEY = "dask-dppca.ledger"
 REQUIRED_KEY = "dask-dppca.budget-required"
 _LEDGER_ENV = "DASK_DASK_DPPCA__LEDGER"
 _REQUIRED_ENV = "DASK_DASK_DPPCA__BUDGET_REQUIRED"
+
+
+def budgets_to_charge(carried: Iterable[PrivacyBudget] = ()) -> tuple[PrivacyBudget, ...]:
+    """Every budget a release made now must charge: the one place that answers it.
+
+    Every path that draws noise (a directions fit, each stage of an analysis, the app)
+    asks here, so a new stage cannot forget a way of naming a budget: the active ones
+    (the default, ``with`` blocks, a parent process's), ``carried`` (an estimator's,
+    :class:`~dask_dppca.privacy.charging.BudgetCarrier`), and the ledgers of the Dask
+    configuration (:data:`LEDGER_KEY` and its environment variable); with
+    :data:`REQUIRED_KEY` set and none of them, the release is refused.  (The ledger
+    configured where the noise is drawn is charged there, :mod:`.site_ledger`.)
+
+    Raises
+    ------
+    BudgetRequiredError
+        Required and none.
+    LedgerError
+        A named ledger cannot be opened.
+    """
+    return resolve_budgets(carried=carried, named=configured_ledgers(), required=budget_required())
 
 
 def configured_ledgers() -> list[tuple[str, str]]:

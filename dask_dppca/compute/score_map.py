@@ -51,6 +51,7 @@ def release_score_map(
     trusted_worker: str | None = None,
     require_trusted: bool = False,
     progress: bool = False,
+    stage_id: str = "",
 ) -> ScoreMap:
     """Release one private score map of ``scores`` (lazy, shape (n, 2)).
 
@@ -72,6 +73,9 @@ def release_score_map(
         and :class:`~dask_dppca.privacy.laplace.DiscreteLaplaceSampler`).
     trusted_worker, require_trusted, progress
         As for ``DPPCA``.
+    stage_id : str, optional
+        The analysis stage whose ledger rows the first release marks dispatched
+        (:func:`~.statistic.release_statistic`).
 
     Returns
     -------
@@ -103,6 +107,7 @@ def release_score_map(
             trusted_worker=trusted_worker,
             require_trusted=require_trusted,
             progress=progress,
+            stage_id=stage_id,
         )
 
     frame_mechanism = mechanism.frame

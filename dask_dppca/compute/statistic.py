@@ -24,6 +24,7 @@ import dask
 import distributed
 
 from ..graph.scree import merge_partials
+from ..privacy.charging import release_dispatched
 from .failures import (
     SchedulerLostError,
     is_scheduler_loss,
@@ -86,6 +87,7 @@ def release_statistic(
     trusted_worker: str | None = None,
     require_trusted: bool = False,
     progress: bool = False,
+    stage_id: str = "",
 ) -> tuple[T, str]:
     """``release(exact value of statistic)``, run once where the directions are released.
 
@@ -109,6 +111,10 @@ def release_statistic(
         For that ledger's row.
     trusted_worker, require_trusted, progress
         As for ``DPPCA``.
+    stage_id : str, optional
+        The analysis stage this release belongs to: its ledger rows are marked
+        dispatched (:func:`~dask_dppca.privacy.charging.release_dispatched`) before
+        anything can draw (a stage's first release dispatches it; later ones find it so).
 
     Returns
     -------
@@ -130,6 +136,7 @@ def release_statistic(
             )
         with local_progress(progress), single_threaded_blas(True):
             values = dask.compute(*partials, scheduler=target.name)
+        release_dispatched(stage_id)  # before it can draw
         result = _release_task(
             release, release_id, combine, *values, charge=charge, label=label, dataset=dataset
         )
@@ -154,7 +161,8 @@ def release_statistic(
         try:
             with cluster_progress(client, futures, progress):
                 await_done(client, futures, label, needed=trusted_worker_present)
-            mark_release_dispatched(release_id, _scheduler_id(client))  # before it can draw
+            release_dispatched(stage_id)  # before it can draw
+            mark_release_dispatched(release_id, _scheduler_id(client))
             release_future = client.submit(
                 _release_task,
                 release,

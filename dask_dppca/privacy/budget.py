@@ -78,6 +78,7 @@ __all__ = [
     "PrivacyBudget",
     "Release",
     "Reservation",
+    "charge_of",
     "open_budgets",
 ]
 
@@ -182,7 +183,7 @@ class PartsCharge:
         object.__setattr__(self, "parts", parts)
 
 
-def _charge_of(item: Any) -> GaussianCharge | PartsCharge:
+def charge_of(item: Any) -> GaussianCharge | PartsCharge:
     """The charge of a mechanism (``.charge``, else ``.parts``) or a charge itself."""
     charge = getattr(item, "charge", item)
     if isinstance(charge, (GaussianCharge, PartsCharge)):
@@ -451,7 +452,7 @@ class PrivacyBudget:
         BudgetExceededError
             If the composition with this release is not (epsilon, delta)-DP.
         """
-        c = _charge_of(charge)
+        c = charge_of(charge)
         if isinstance(c, PartsCharge):
             self._admit_parts(c.parts, self._counted())
             return
@@ -482,7 +483,7 @@ class PrivacyBudget:
             Nothing is recorded then.
         """
         return Reservation(
-            self, self._record("reserved", _charge_of(charge), label, fit_id, dataset)
+            self, self._record("reserved", charge_of(charge), label, fit_id, dataset)
         )
 
     def reserve_once(
@@ -506,7 +507,7 @@ class PrivacyBudget:
         """
         if not fit_id:
             raise ValueError("fit_id: reserve_once needs the fit's id")
-        release, admit_one = self._row("reserved", _charge_of(charge), label, fit_id, dataset)
+        release, admit_one = self._row("reserved", charge_of(charge), label, fit_id, dataset)
 
         def admit(rows: Sequence[Release]) -> None:
             if any(row.fit_id == fit_id for row in rows):
@@ -517,6 +518,66 @@ class PrivacyBudget:
             return Reservation(self, self._ledger.record(release, admit))
         except _AlreadyCharged:
             return None
+
+    def reserve_together(
+        self, charges: Sequence[tuple[str, GaussianCharge | Any, str]], *, dataset: str = ""
+    ) -> list[Reservation]:
+        """Check and record several releases as *reserved*, all in one atomic step.
+
+        The releases of one analysis: they are admitted together (their composition with
+        every counted row must fit) and recorded together, so another process spending in
+        between sees all of them or none.  Each row records its dispatch
+        (:meth:`Reservation.dispatch`): a row never dispatched provably drew nothing and is
+        given back by its owner, or by ``budget resolve``.
+
+        Parameters
+        ----------
+        charges : sequence of (fit_id, charge, label)
+            One row each: its release id, its charge (as in :meth:`check`) and its label.
+        dataset : str
+            Stored with every row.
+
+        Returns
+        -------
+        list of Reservation
+            In the order of ``charges``.
+
+        Raises
+        ------
+        BudgetExceededError
+            Nothing is recorded then.
+        """
+        if not charges:
+            raise ValueError("charges: reserve_together needs at least one release")
+        rows = []
+        for fit_id, charge, label in charges:
+            row, _ = self._row("reserved", charge_of(charge), label, fit_id, dataset)
+            rows.append(dataclasses.replace(row, stage="reserved"))
+
+        def admit(counted: Sequence[Release]) -> None:
+            self._admit_rows(rows, counted)
+
+        return [Reservation(self, row) for row in self._ledger.record_many(rows, admit)]
+
+    def _admit_rows(self, new: Sequence[Release], counted: Sequence[Release]) -> None:
+        """Raise BudgetExceededError unless every row of ``new`` fits after ``counted``."""
+        together = [*counted, *new]
+        if self._mixed(together):
+            fits = self._fits_parts(together, [])
+        else:
+            fits = self._fits(*self._composed(together))
+        if fits:
+            return
+        composition, excess = self._composition(together)
+        target = self._target(excess)
+        needed = math.inf if target is None else composition.epsilon(target[1]) + 2.0 * excess
+        parts = [p for row in new for p in (row.parts or (GaussianPart(row.mu),))]
+        raise BudgetExceededError(
+            f"needs epsilon={needed:.6g} at delta={self.delta:g} with the {len(counted)} "
+            f"release(s) so far, over the budget (epsilon={self.epsilon:g}, "
+            f"delta={self.delta:g}{self._where()}); nothing was reserved. The {len(parts)} "
+            f"part(s) asked for: {', '.join(_part_text(p) for p in parts)}"
+        )
 
     def spend(self, charge: GaussianCharge | Any, label: str = "") -> None:
         """Check, then record one Gaussian release as committed, atomically.
@@ -533,7 +594,7 @@ class PrivacyBudget:
         BudgetExceededError
             Nothing is recorded then.
         """
-        self._record("committed", _charge_of(charge), label, "", "")
+        self._record("committed", charge_of(charge), label, "", "")
 
     def _record(
         self,

@@ -20,13 +20,17 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Self, cast
 
 from .budget import (
     BUDGET_ENV,
     BudgetKey,
+    GaussianCharge,
+    PartsCharge,
     PrivacyBudget,
     Reservation,
+    charge_of,
     open_budgets,
     publish_budgets,
 )
@@ -37,12 +41,16 @@ __all__ = [
     "BUDGET_ENV",
     "BudgetCarrier",
     "BudgetRequiredError",
+    "Transaction",
     "active_budgets",
     "current_budget",
     "default_budget",
     "release_dispatched",
     "reserve_release",
+    "reserve_transaction",
+    "resolve_budgets",
     "set_default_budget",
+    "transaction_stage_id",
 ]
 
 _DEFAULT_LOCK = threading.RLock()
@@ -50,6 +58,8 @@ _DEFAULT: dict[str, PrivacyBudget] = {}  # ledger path -> the default budget ope
 # Fit id -> its reservations not yet dispatched (see release_dispatched).
 _UNDISPATCHED: dict[str, tuple[Reservation, ...]] = {}
 _UNDISPATCHED_LOCK = threading.Lock()
+# The analysis whose stages this thread (or task) runs, reserved together.
+_TRANSACTION: ContextVar[Transaction | None] = ContextVar("dask_dppca_transaction", default=None)
 
 
 class BudgetRequiredError(LedgerError):
@@ -179,6 +189,7 @@ def reserve_release(
     named: Iterable[tuple[str, str]] = (),
     required: bool = False,
     abandon: Callable[[], bool] | None = None,
+    budgets: Sequence[PrivacyBudget] | None = None,
 ) -> Iterator[tuple[Reservation, ...]]:
     """Reserve ``mechanism``'s release in every budget that must pay for it; commit when the
     block ends.
@@ -195,6 +206,11 @@ def reserve_release(
     drew and never will (the compute target's hook: it makes a late release refuse to draw);
     then they are cancelled.
 
+    ``budgets``, when given, replaces that resolution (what
+    :func:`resolve_budgets` returned to the caller).  Inside :func:`reserve_transaction`,
+    a ``fit_id`` that is one of its stages claims the rows reserved for that stage
+    instead; if the block raises before the stage was dispatched, they are given back.
+
     The code that draws calls :func:`release_dispatched` with ``fit_id`` before anything
     can draw: each ledger row then records that its release was dispatched (until then
     the row proves that nothing was drawn, ``budget resolve``).
@@ -204,33 +220,39 @@ def reserve_release(
     tuple of Reservation
         Empty when no budget is active.
     """
-    budgets = _unique([*active_budgets(), *carried, *_named(named)])
-    if required and not budgets:
-        raise BudgetRequiredError(
-            "this fit must be charged to a privacy budget (the budget-required flag is set) "
-            "but has none: set a default ledger (dd.set_default_budget, DASK_DPPCA_BUDGET or "
-            "the Dask configuration key dask-dppca.ledger), open a budget with 'with', or "
-            "pass --budget LEDGER; nothing was released"
-        )
-    reservations: list[Reservation] = []
-    try:
-        for budget in budgets:
-            reservations.append(
-                budget.reserve(
-                    mechanism, label=label or f"DPPCA fit {fit_id}", fit_id=fit_id, dataset=dataset
+    transaction = _TRANSACTION.get()
+    claimed = transaction is not None and transaction.holds(fit_id)
+    if transaction is not None and claimed:
+        # A stage of an analysis: its rows were reserved with the whole analysis.
+        reservations = list(transaction.claim(fit_id, mechanism))
+    else:
+        if budgets is None:
+            budgets = resolve_budgets(carried=carried, named=named, required=required)
+        reservations = []
+        try:
+            for budget in budgets:
+                reservations.append(
+                    budget.reserve(
+                        mechanism,
+                        label=label or f"DPPCA fit {fit_id}",
+                        fit_id=fit_id,
+                        dataset=dataset,
+                    )
                 )
-            )
-    except BaseException:
-        _settle(reservations, "cancel")
-        _cancel_strays(budgets, reservations, fit_id)
-        raise
+        except BaseException:
+            _settle(reservations, "cancel")
+            _cancel_strays(budgets, reservations, [fit_id])
+            raise
     if fit_id:
         with _UNDISPATCHED_LOCK:
             _UNDISPATCHED[fit_id] = tuple(reservations)
     try:
         yield tuple(reservations)
     except BaseException:
-        if reservations and abandon is not None and abandon():
+        # A stage's rows record their dispatch: never dispatched, never drawn.
+        if reservations and (
+            (claimed and _undispatched(fit_id)) or (abandon is not None and abandon())
+        ):
             _settle(reservations, "cancel")
         raise
     else:
@@ -238,6 +260,193 @@ def reserve_release(
     finally:
         with _UNDISPATCHED_LOCK:
             _UNDISPATCHED.pop(fit_id, None)
+
+
+def _undispatched(fit_id: str) -> bool:
+    with _UNDISPATCHED_LOCK:
+        return fit_id in _UNDISPATCHED
+
+
+def resolve_budgets(
+    *,
+    carried: Iterable[PrivacyBudget] = (),
+    named: Iterable[tuple[str, str]] = (),
+    required: bool = False,
+) -> tuple[PrivacyBudget, ...]:
+    """Every budget a release made now must charge, one per ledger.
+
+    :func:`active_budgets` (the default, ``with`` blocks in any thread, a parent
+    process's ledgers), plus ``carried`` (:class:`BudgetCarrier`), plus the ledgers
+    ``named`` as ``(where it was named, path)`` (the Dask configuration, read by the
+    caller: this layer reads none).
+
+    Raises
+    ------
+    BudgetRequiredError
+        With ``required`` and no budget at all: the release is refused, not run uncharged.
+    LedgerError
+        If a named ledger cannot be opened (the release is refused, never left uncharged).
+    """
+    budgets = _unique([*active_budgets(), *carried, *_named(named)])
+    if required and not budgets:
+        raise BudgetRequiredError(
+            "this release must be charged to a privacy budget (the budget-required flag is "
+            "set) but has none: set a default ledger (dd.set_default_budget, "
+            "DASK_DPPCA_BUDGET or the Dask configuration key dask-dppca.ledger), open a "
+            "budget with 'with', or pass --budget LEDGER; nothing was released"
+        )
+    return budgets
+
+
+class Transaction:
+    """The stages of one analysis, reserved together in every budget it charges.
+
+    Made by :func:`reserve_transaction`.  Each stage's release enters
+    :func:`reserve_release` with the stage's id as its ``fit_id`` and *claims* the rows
+    reserved for it (its charge must be the one reserved) instead of reserving again.
+
+    Attributes
+    ----------
+    transaction_id : str
+    budgets : tuple of PrivacyBudget
+        The budgets charged, one per ledger.
+    """
+
+    def __init__(
+        self,
+        transaction_id: str,
+        budgets: tuple[PrivacyBudget, ...],
+        charges: dict[str, GaussianCharge | PartsCharge],
+        rows: dict[str, list[Reservation]],
+    ) -> None:
+        self.transaction_id = transaction_id
+        self.budgets = budgets
+        self._charges = charges
+        self._rows = rows
+        self._claimed: set[str] = set()
+        self._lock = threading.Lock()
+
+    def stage_id(self, stage: str) -> str:
+        """The release id (``fit_id`` of its rows) of ``stage``."""
+        return f"{self.transaction_id}.{stage}"
+
+    def holds(self, fit_id: str) -> bool:
+        """Whether ``fit_id`` is a stage of this transaction."""
+        return fit_id in self._charges
+
+    def claim(self, fit_id: str, mechanism: Any) -> tuple[Reservation, ...]:
+        """The rows reserved for stage ``fit_id``; once, with the charge reserved.
+
+        Raises
+        ------
+        LedgerError
+            If the stage was claimed already, or ``mechanism`` charges other than what
+            was reserved (nothing may draw then: the stage is refused).
+        """
+        with self._lock:
+            if fit_id in self._claimed:
+                raise LedgerError(f"stage {fit_id} of the analysis was already released")
+            reserved, asked = self._charges[fit_id], charge_of(mechanism)
+            if _charge_key(reserved) != _charge_key(asked):
+                raise LedgerError(
+                    f"stage {fit_id}: it charges {asked!r} but the analysis reserved "
+                    f"{reserved!r}; refused before anything was drawn"
+                )
+            self._claimed.add(fit_id)
+            return tuple(self._rows[fit_id])
+
+    def unclaimed(self) -> list[str]:
+        """The stages never started (their rows are given back when the analysis ends)."""
+        with self._lock:
+            return [fit_id for fit_id in self._charges if fit_id not in self._claimed]
+
+    def _close(self) -> None:
+        """Give back the rows of every stage never started: they never drew."""
+        with self._lock:
+            left = [fit_id for fit_id in self._charges if fit_id not in self._claimed]
+            self._claimed.update(left)
+        for fit_id in left:
+            _settle(self._rows[fit_id], "cancel")
+
+
+def _charge_key(charge: GaussianCharge | PartsCharge) -> tuple[Any, ...]:
+    """What a charge costs, free of its order of parts and of its record-only fields."""
+    if isinstance(charge, PartsCharge):
+        return ("parts", tuple(sorted(map(repr, charge.parts))))
+    return ("gaussian", charge.sensitivity, charge.sigma, charge.excess)
+
+
+def transaction_stage_id(stage: str) -> str | None:
+    """The release id of ``stage`` in the analysis this thread runs, if it has that stage."""
+    transaction = _TRANSACTION.get()
+    if transaction is None:
+        return None
+    fit_id = transaction.stage_id(stage)
+    return fit_id if fit_id in transaction.unclaimed() else None
+
+
+@contextmanager
+def reserve_transaction(
+    stages: Sequence[tuple[str, Any]],
+    *,
+    transaction_id: str,
+    label: str,
+    dataset: str = "",
+    budgets: Sequence[PrivacyBudget],
+) -> Iterator[Transaction]:
+    """Reserve every stage of an analysis in every budget, atomically, before anything
+    is read; each stage then claims its rows (:func:`reserve_release`).
+
+    Each budget records all the stages' rows in one ledger transaction
+    (:meth:`~.budget.PrivacyBudget.reserve_together`), so that concurrent analyses
+    are admitted whole or refused whole: with room for k of them, k run.  When one
+    budget refuses, the rows already reserved in the others are cancelled (nothing was
+    drawn).  When the block ends, however it ends, the rows of every stage never
+    started are given back: those stages drew nothing.
+
+    Parameters
+    ----------
+    stages : sequence of (stage, charge)
+        Each stage's name and its charge (a mechanism or charge, as for
+        :meth:`~.budget.PrivacyBudget.reserve`).
+    transaction_id : str
+        The analysis's id; stage ``s`` is released as ``f"{transaction_id}.{s}"``.
+    label, dataset : str
+        For the rows (each row's label is ``f"{label} {stage}"``).
+    budgets : sequence of PrivacyBudget
+        What :func:`resolve_budgets` returned (may be empty: nothing is charged).
+
+    Yields
+    ------
+    Transaction
+    """
+    charges = {f"{transaction_id}.{stage}": charge_of(charge) for stage, charge in stages}
+    if len(charges) != len(stages):
+        raise ValueError("stages: each stage must be named once")
+    asked = [
+        (fit_id, charge, f"{label} {fit_id.rsplit('.', 1)[1]}")
+        for fit_id, charge in charges.items()
+    ]
+    rows: dict[str, list[Reservation]] = {fit_id: [] for fit_id in charges}
+    done: list[Reservation] = []
+    try:
+        for budget in budgets:
+            for (fit_id, _, _), reservation in zip(
+                asked, budget.reserve_together(asked, dataset=dataset)
+            ):
+                rows[fit_id].append(reservation)
+                done.append(reservation)
+    except BaseException:
+        _settle(done, "cancel")
+        _cancel_strays(budgets, done, list(charges))
+        raise
+    transaction = Transaction(transaction_id, tuple(budgets), charges, rows)
+    token = _TRANSACTION.set(transaction)
+    try:
+        yield transaction
+    finally:
+        _TRANSACTION.reset(token)
+        transaction._close()
 
 
 def _named(named: Iterable[tuple[str, str]]) -> list[PrivacyBudget]:
@@ -270,13 +479,14 @@ def release_dispatched(fit_id: str) -> None:
 
 
 def _cancel_strays(
-    budgets: Sequence[PrivacyBudget], reservations: Sequence[Reservation], fit_id: str
+    budgets: Sequence[PrivacyBudget], reservations: Sequence[Reservation], fit_ids: Sequence[str]
 ) -> None:
-    """Cancel rows of ``fit_id`` that this process reserved but never got back: an
+    """Cancel rows of ``fit_ids`` that this process reserved but never got back: an
     interrupt (SIGINT, SIGTERM) after a row was written and before ``reserve`` returned.
     Nothing was dispatched yet, so nothing was drawn.
     """
-    if not fit_id:
+    wanted = {fit_id for fit_id in fit_ids if fit_id}
+    if not wanted:
         return
     known = {(r.budget._key, r.release.id) for r in reservations}
     for budget in budgets:
@@ -284,7 +494,7 @@ def _cancel_strays(
             strays = [
                 row
                 for row in budget._ledger.rows()
-                if row.fit_id == fit_id
+                if row.fit_id in wanted
                 and row.pid == os.getpid()
                 and row.state == "reserved"
                 and (budget._key, row.id) not in known

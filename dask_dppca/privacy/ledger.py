@@ -295,6 +295,10 @@ class Ledger(Protocol):
         """Run ``admit`` on the counted rows and add ``release``, atomically."""
         ...
 
+    def record_many(self, releases: Sequence[Release], admit: Admit) -> list[Release]:
+        """Run ``admit`` on the counted rows and add every one of ``releases``, atomically."""
+        ...
+
     def dispatch(self, release_id: int, *, fit_id: str | None = None, ledger_id: str = "") -> None:
         """Mark a reserved row dispatched (its release may draw from now on)."""
         ...
@@ -360,14 +364,25 @@ class MemoryLedger:
 
     def record(self, release: Release, admit: Admit) -> Release:
         """Run ``admit`` on the counted rows and append ``release``, atomically."""
+        return self.record_many([release], admit)[0]
+
+    def record_many(self, releases: Sequence[Release], admit: Admit) -> list[Release]:
+        """Run ``admit`` on the counted rows and append every one of ``releases``, atomically."""
         self._guard()
         with self._lock:
             admit([row for row in self._rows if row.counted])
-            row = replace(
-                release, id=len(self._rows) + 1, pid=self._pid, host=_HOST, ledger_id=self._id
-            )
-            self._rows.append(row)
-            return row
+            added = [
+                replace(
+                    release,
+                    id=len(self._rows) + 1 + i,
+                    pid=self._pid,
+                    host=_HOST,
+                    ledger_id=self._id,
+                )
+                for i, release in enumerate(releases)
+            ]
+            self._rows.extend(added)
+            return added
 
     def _row(self, release_id: int, fit_id: str | None, ledger_id: str) -> Release:
         if ledger_id and ledger_id != self._id:
@@ -428,7 +443,7 @@ class UnreachableLedger:
     def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
         raise LedgerError(self.reason)
 
-    record = dispatch = settle = rows = _refuse
+    record = record_many = dispatch = settle = rows = _refuse
 
 
 class SQLiteLedger:
@@ -595,31 +610,38 @@ class SQLiteLedger:
 
     def record(self, release: Release, admit: Admit) -> Release:
         """Run ``admit`` on the counted rows and insert ``release``, in one transaction."""
+        return self.record_many([release], admit)[0]
+
+    def record_many(self, releases: Sequence[Release], admit: Admit) -> list[Release]:
+        """Run ``admit`` on the counted rows and insert every one of ``releases``, in one
+        transaction: all of them are recorded, or none.
+        """
         with self._transaction(write=True) as db:
             admit(_rows(db, self.location, counted_only=True))
-            ledger_id, head = _identity(db)
-            assert ledger_id and head  # a write migrated the file (_add_missing_columns)
-            row = replace(release, pid=os.getpid(), host=_HOST, ledger_id=ledger_id)
-            names = list(_COLUMNS[1:])
-            values: list[object] = [getattr(row, name) for name in names]
-            if row.parts:
-                _add_parts_column(db)
-                names.append("parts")
-                values.append(json.dumps([part_to_dict(part) for part in row.parts]))
-            cursor = db.execute(
-                f"INSERT INTO releases ({', '.join(names)}) "
-                f"VALUES ({', '.join('?' * len(values))})",
-                values,
-            )
-            row_id = cursor.lastrowid
-            assert row_id is not None  # set by the INSERT just run
-            stored = {"id": row_id, **dict(zip(names, values))}
-            chain, seal = _seal(head, stored)
-            db.execute(
-                "UPDATE releases SET chain = ?, seal = ? WHERE id = ?", (chain, seal, row_id)
-            )
-            db.execute("UPDATE budget SET head = ?", (chain,))
-            return replace(row, id=row_id)
+            return [self._insert(db, release) for release in releases]
+
+    def _insert(self, db: sqlite3.Connection, release: Release) -> Release:
+        """Insert one row at the head of the chain, in the caller's transaction."""
+        ledger_id, head = _identity(db)
+        assert ledger_id and head  # a write migrated the file (_add_missing_columns)
+        row = replace(release, pid=os.getpid(), host=_HOST, ledger_id=ledger_id)
+        names = list(_COLUMNS[1:])
+        values: list[object] = [getattr(row, name) for name in names]
+        if row.parts:
+            _add_parts_column(db)
+            names.append("parts")
+            values.append(json.dumps([part_to_dict(part) for part in row.parts]))
+        cursor = db.execute(
+            f"INSERT INTO releases ({', '.join(names)}) VALUES ({', '.join('?' * len(values))})",
+            values,
+        )
+        row_id = cursor.lastrowid
+        assert row_id is not None  # set by the INSERT just run
+        stored = {"id": row_id, **dict(zip(names, values))}
+        chain, seal = _seal(head, stored)
+        db.execute("UPDATE releases SET chain = ?, seal = ? WHERE id = ?", (chain, seal, row_id))
+        db.execute("UPDATE budget SET head = ?", (chain,))
+        return replace(row, id=row_id)
 
     def _update(self, db: sqlite3.Connection, release_id: int, changes: dict[str, object]) -> None:
         """Change a row's settlement columns and its seal, in the caller's transaction."""
