@@ -34,6 +34,7 @@ from .estimator import DPPCA
 from .graph import pass_block_sizes
 from .graph.scree import scree_histogram_graph, scree_sums_graph
 from .io import open_records
+from .io.output import write_bytes, write_json
 from .kernel.scree_stats import scree_design, sub_block_pairs_per_record, summation_slack
 from .privacy.accounting import BudgetSplit, PlannedPart, compose, split_budget
 from .privacy.budget import PartsCharge
@@ -269,15 +270,40 @@ class PrivateAnalysis:
             meta=dict(record["meta"]),
         )
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the analysis to a JSON file."""
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(self.to_json(indent=1))
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = True,
+        storage_options: dict | None = None,
+    ) -> str:
+        """Write the analysis to a JSON file (a local path or an fsspec URL), whole.
+
+        A local file is written beside its target and moved into place (a full disk
+        leaves the old file, never half a new one); a new one gets mode 0600, like a
+        fit's result (:func:`~dask_dppca.io.output.write_json`).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            A local path (``file://`` and ``~`` too) or an fsspec URL.
+        overwrite : bool, default True
+            Whether an existing file may be replaced (False: the result is kept beside
+            it and the error names both).
+        storage_options : dict, optional
+            fsspec options for a URL.
+
+        Returns
+        -------
+        str
+            Where it went, as it may be shown (secrets masked).
+        """
+        return write_json(path, self.to_dict(), storage_options, name="path", overwrite=overwrite)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PrivateAnalysis:
         """Read an analysis written by :meth:`save` (nothing is recomputed)."""
-        with open(path, encoding="utf-8") as handle:
+        with open(os.path.expanduser(path), encoding="utf-8") as handle:
             return cls.from_dict(json.load(handle))
 
     def to_html(self, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> str:
@@ -299,9 +325,8 @@ class PrivateAnalysis:
         from .report_html import render_report
 
         text = render_report(self, **kwargs)
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
+        if path is not None:  # whole, mode 0600 when new: as save()
+            write_bytes(path, text.encode("utf-8"), name="path", overwrite=True)
         return text
 
     def privacy_table(self) -> str:
@@ -527,145 +552,193 @@ def analyze(
     map_stage = None if score_map is None else score_map.planned_parts(k)[0].stage
 
     records = open_records(X, component, storage_options=storage_options)  # metadata only
-    # One compute target for every stage, the directions' fit included: the same client
-    # (one connection to a scheduler address), and rows in memory sent to it once.
-    with compute_target(scheduler) as target:
-        records = records.counted(target)
-        n, d = records.shape
-        estimator = DPPCA(
-            n_components=k,
-            epsilon=eps_dir,
-            delta=dlt_dir,
-            design=design,
-            scheduler=target.client if isinstance(target, ClusterTarget) else scheduler,
-            trusted_worker=trusted_worker,
-            require_trusted=require_trusted,
-            random_state=random_state,
-            progress=progress,
-        )
-        _, plan, directions_release = estimator.planned_release(
-            n, d, records.row_chunks, target.n_threads
-        )
-        stages: list[tuple[str, Any]] = [
-            ("directions", directions_release),
-            ("scree", scree_charge),
-        ]
-        if map_stage is not None:
-            stages.append((map_stage, PartsCharge(divided.stage_parts(map_stage))))
-        # Every stage reserved together, before anything is read: concurrent analyses
-        # are admitted whole or refused whole; a stage never started is given back.
-        transaction = reserve_transaction(
-            stages,
-            transaction_id=analysis_id,
-            label=f"analysis {analysis_id}",
-            dataset=records.dataset,
-            budgets=budgets,
-        )
-        with transaction as reserved:
-            if records.in_memory:
-                # Kept on the workers for the whole analysis: the fit and every later pass
-                # read these blocks (a lazy input is read by each pass, never held).
-                records = records.with_resident(target.persist(records.blocks(plan.block_sizes)))
-            blocks = records.blocks(plan.block_sizes)
-            estimator.fit(records)  # the directions stage: it claims its reservation
-            report = estimator.privacy_
-            rows: list[dict[str, Any]] = [
-                {
-                    "stage": "directions",
-                    "release": "directions (noisy Kendall matrix)",
-                    "mechanism": "Gaussian (vecd)",
-                    "guarantee": "mu-GDP",
-                    "mu": report["sensitivity"] / report["sigma"],
-                    "epsilon": report["epsilon"],
-                    "delta": report["delta"],
-                    "sensitivity": report["sensitivity"],
-                    "noise": report["sigma"],
-                    "released_on": report["released_on"],
-                    "count": 1,
-                }
+    # What each stage released, as it is released: whatever stops the analysis later,
+    # what was drawn (and paid for) goes out with the error (``partial_analysis``).
+    released: dict[str, Any] = {"rows": []}
+
+    def result(complete: bool) -> PrivateAnalysis:
+        meta = {
+            "analysis_id": analysis_id,
+            "epsilon": eps,
+            "delta": dlt,
+            "shares": divided.shares,
+            "scale": divided.scale,
+            "composed_epsilon": compose(divided.all_parts).epsilon(dlt),
+            "n_components": k,
+            "methods": list(chosen),
+            "private": random_state is None,
+            "parts": [part_to_dict(p) for p in divided.all_parts],
+            **released.get("meta", {}),
+        }
+        if not complete:
+            meta["released_stages"] = [
+                s for s in ("directions", "scree", "score map") if s in released
             ]
-            directions = np.asarray(estimator.components_, dtype=np.float64)
-            with reserve_release(
-                scree_charge,
-                fit_id=reserved.stage_id("scree"),
+        return _assembled(released, k, meta)
+
+    try:
+        # One compute target for every stage, the directions' fit included: the same
+        # client (one connection to a scheduler address), and rows in memory sent once.
+        with compute_target(scheduler) as target:
+            records = records.counted(target)
+            n, d = records.shape
+            released["meta"] = {
+                "n_samples": n,
+                "n_features": d,
+                "dataset": records.dataset,
+                "row_chunks": None if records.row_chunks is None else list(records.row_chunks),
+            }
+            estimator = DPPCA(
+                n_components=k,
+                epsilon=eps_dir,
+                delta=dlt_dir,
+                design=design,
+                scheduler=target.client if isinstance(target, ClusterTarget) else scheduler,
+                trusted_worker=trusted_worker,
+                require_trusted=require_trusted,
+                random_state=random_state,
+                progress=progress,
+            )
+            _, plan, directions_release = estimator.planned_release(
+                n, d, records.row_chunks, target.n_threads
+            )
+            stages: list[tuple[str, Any]] = [
+                ("directions", directions_release),
+                ("scree", scree_charge),
+            ]
+            if map_stage is not None:
+                stages.append((map_stage, PartsCharge(divided.stage_parts(map_stage))))
+            # Every stage reserved together, before anything is read: concurrent analyses
+            # are admitted whole or refused whole; a stage never started is given back.
+            transaction = reserve_transaction(
+                stages,
+                transaction_id=analysis_id,
+                label=f"analysis {analysis_id}",
                 dataset=records.dataset,
-            ):
-                scree, scree_rows = _scree_stage(
-                    blocks,
-                    plan.block_sizes,
-                    plan.block_pairs,
-                    directions,
-                    divided,
-                    chosen,
-                    sampler,
-                    selector,
-                    target,
-                    trusted_worker,
-                    require_trusted,
-                    progress,
-                    reserved.stage_id("scree"),
-                )
+                budgets=budgets,
+            )
+            with transaction as reserved:
+                if records.in_memory:
+                    # Kept on the workers for the whole analysis: the fit and every later
+                    # pass read these blocks (a lazy input is read by each pass, never held).
+                    records = records.with_resident(
+                        target.persist(records.blocks(plan.block_sizes))
+                    )
+                blocks = records.blocks(plan.block_sizes)
+                estimator.fit(records)  # the directions stage: it claims its reservation
+                released["directions"] = estimator
+                released["rows"].append(_directions_row(estimator.privacy_))
+                directions = np.asarray(estimator.components_, dtype=np.float64)
+                with reserve_release(
+                    scree_charge, fit_id=reserved.stage_id("scree"), dataset=records.dataset
+                ):
+                    scree, scree_rows = _scree_stage(
+                        blocks,
+                        plan.block_sizes,
+                        plan.block_pairs,
+                        directions,
+                        divided,
+                        chosen,
+                        sampler,
+                        selector,
+                        target,
+                        trusted_worker,
+                        require_trusted,
+                        progress,
+                        reserved.stage_id("scree"),
+                    )
                 if mono:
                     scree["values"] = {m: monotone(v).tolist() for m, v in scree["values"].items()}
-            rows += scree_rows
-            result_map = None
-            if score_map is not None:
-                assert map_stage is not None  # the score map's parts name its stage
-                # A pass over the records in a few tasks a thread, not one per block (rows in
-                # memory stay in the blocks resident on the workers).
-                rows_in = (
-                    blocks
-                    if records.in_memory
-                    else records.blocks(pass_block_sizes(plan.block_sizes, d, target.n_threads))
-                )
-                result_map, map_rows = score_map.run(
-                    {
-                        "blocks": rows_in,
-                        "directions": directions,
-                        "target": target,
-                        "trusted_worker": trusted_worker,
-                        "require_trusted": require_trusted,
-                        "analysis_id": analysis_id,
-                        "fit_id": reserved.stage_id(map_stage),
-                        "dataset": records.dataset,
-                        "progress": progress,
-                    },
-                    divided,
-                )
-                rows += map_rows
-                del rows_in
-        dataset, row_chunks = records.dataset, records.row_chunks
-        del blocks, records  # the resident blocks leave the workers (before a client closes)
+                released["scree"] = scree
+                released["rows"] += scree_rows
+                if score_map is not None:
+                    assert map_stage is not None  # the score map's parts name its stage
+                    # A pass over the records in a few tasks a thread, not one per block
+                    # (rows in memory stay in the blocks resident on the workers).
+                    rows_in = (
+                        blocks
+                        if records.in_memory
+                        else records.blocks(pass_block_sizes(plan.block_sizes, d, target.n_threads))
+                    )
+                    result_map, map_rows = score_map.run(
+                        {
+                            "blocks": rows_in,
+                            "directions": directions,
+                            "target": target,
+                            "trusted_worker": trusted_worker,
+                            "require_trusted": require_trusted,
+                            "analysis_id": analysis_id,
+                            "fit_id": reserved.stage_id(map_stage),
+                            "dataset": records.dataset,
+                            "progress": progress,
+                        },
+                        divided,
+                    )
+                    released["score map"] = result_map
+                    released["rows"] += map_rows
+                    del rows_in
+            del blocks, records  # the resident blocks leave the workers (before a client closes)
+    except BaseException as error:
+        if "directions" in released:
+            _attach_partial(error, result(complete=False), score_map is not None)
+        raise
+    return result(complete=True)
+
+
+def _directions_row(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The privacy table's row of the directions' release."""
+    return {
+        "stage": "directions",
+        "release": "directions (noisy Kendall matrix)",
+        "mechanism": "Gaussian (vecd)",
+        "guarantee": "mu-GDP",
+        "mu": report["sensitivity"] / report["sigma"],
+        "epsilon": report["epsilon"],
+        "delta": report["delta"],
+        "sensitivity": report["sensitivity"],
+        "noise": report["sigma"],
+        "released_on": report["released_on"],
+        "count": 1,
+    }
+
+
+def _assembled(released: dict[str, Any], k: int, meta: dict[str, Any]) -> PrivateAnalysis:
+    """The analysis of what ``released`` holds (every stage, or those released so far)."""
+    estimator = released["directions"]
+    scree = released.get("scree") or {"values": {}, "design": None}
     scree["pve_topk"] = {
         m: (
             np.maximum(v, 0) / s if (s := float(np.maximum(v, 0).sum())) > 0 else np.zeros(k)
         ).tolist()
         for m, v in ((m, np.asarray(v)) for m, v in scree["values"].items())
     }
-    meta = {
-        "analysis_id": analysis_id,
-        "epsilon": eps,
-        "delta": dlt,
-        "shares": divided.shares,
-        "scale": divided.scale,
-        "composed_epsilon": compose(divided.all_parts).epsilon(dlt),
-        "n_samples": n,
-        "n_features": d,
-        "dataset": dataset,
-        "row_chunks": None if row_chunks is None else list(row_chunks),
-        "directions_fit_id": report.get("fit_id"),
-        "n_components": k,
-        "methods": list(chosen),
-        "private": random_state is None,
-        "parts": [part_to_dict(p) for p in divided.all_parts],
-    }
+    meta["directions_fit_id"] = estimator.privacy_.get("fit_id")
     return PrivateAnalysis(
-        directions=directions,
+        directions=np.asarray(estimator.components_, dtype=np.float64),
         kendall_eigenvalues=np.asarray(estimator.eigenvalues_, dtype=np.float64),
         scree=scree,
-        privacy=rows,
-        score_map=result_map,
+        privacy=list(released["rows"]),
+        score_map=released.get("score map"),
         meta=meta,
+    )
+
+
+def _attach_partial(error: BaseException, partial: PrivateAnalysis, with_map: bool) -> None:
+    """Give ``error`` the stages released before it (``error.partial_analysis``) and a
+    note naming what was released and what was not.
+    """
+    done = partial.meta.get("released_stages", [])
+    stages = ["directions", "scree"] + (["score map"] if with_map else [])
+    missing = [s for s in stages if s not in done]
+    if not missing:
+        partial.meta.pop("released_stages", None)  # all drawn: only the return was cut short
+    try:
+        error.partial_analysis = partial  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type without a __dict__: the note says it
+        pass
+    error.add_note(
+        f"the analysis released {', '.join(done)}"
+        + (f"; not released: {', '.join(missing)}" if missing else "")
     )
 
 

@@ -195,9 +195,11 @@ def _stopped(error: KeyboardInterrupt, args: argparse.Namespace) -> str:
         default = None
     if default is not None and default.ledger not in {b.ledger for b in budgets}:
         budgets.append(default)
-    return stopped_line(error, budgets, args.started)
+    notes = "; ".join(getattr(error, "__notes__", ()))  # what an analysis released and kept
+    return stopped_line(error, budgets, args.started) + (f"; {notes}" if notes else "")
 
 
 def _one_line(error: BaseException) -> str:
     """An error's message on one line, in the command line's spelling."""
-    return cli_spelling(" ".join(str(error).split()))
+    text = "; ".join([str(error), *getattr(error, "__notes__", ())])  # notes: what was kept
+    return cli_spelling(" ".join(text.split()))

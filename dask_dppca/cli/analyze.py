@@ -150,9 +150,12 @@ def run(args: argparse.Namespace) -> int:
 
     from ..analysis import analyze
     from ..io import check_writable
+    from ..io.output import write_bytes
     from ..score_map_stage import resolve_groups
     from .budget import open_ledger
     from .fit import FORCE_HINT
+    from .kept import keep, kept_if_released
+    from .signals import signals_deferred
 
     check_writable(
         args.output, None, name="--output", overwrite=args.force, overwrite_hint=FORCE_HINT
@@ -188,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
         "score_methods": tuple(m.strip() for m in args.score_methods.split(",") if m.strip()),
     }
     budget = open_ledger(args.budget) if args.budget else None
-    with nullcontext() if budget is None else budget:
+    args.charged_budgets = [] if budget is None else [budget]  # for a stopped run's line
+    with nullcontext() if budget is None else budget, kept_if_released(args):
         result = analyze(
             store,
             n_components=args.n_components,
@@ -204,10 +208,11 @@ def run(args: argparse.Namespace) -> int:
             show_split=print,
             **score_options,
         )
-    result.save(args.output)
+    with signals_deferred():  # a paid-for result is written whole before any stop
+        where = keep(result, args.output, args.force)
     print(result.privacy_table())
     print(
-        f"wrote {os.path.abspath(args.output)}: {args.n_components} private directions, "
+        f"wrote {where}: {args.n_components} private directions, "
         f"scree values ({', '.join(result.scree['values'])})"
         f"{' and a score map' if result.score_map is not None else ''} of "
         f"{result.meta['n_features']} "
@@ -235,8 +240,9 @@ def run(args: argparse.Namespace) -> int:
             plt.close(figure)
             print(f"wrote {os.path.abspath(path)}")
     if args.report is not None:
-        result.to_html(args.report, budget=budget)
-        print(f"wrote {os.path.abspath(args.report)}")
+        html = result.to_html(budget=budget)
+        shown = write_bytes(args.report, html.encode(), name="--report", overwrite=args.force)
+        print(f"wrote {shown}")
     if budget is not None:
         print(
             f"budget {args.budget}: epsilon {budget.remaining():.6g} left for one more "

@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..privacy.budget import PrivacyBudget
 
-__all__ = ["STOP_SIGNALS", "Stopped", "exit_code", "stop_signals_as_interrupts", "stopped_line"]
+__all__ = [
+    "STOP_SIGNALS",
+    "Stopped",
+    "exit_code",
+    "signals_deferred",
+    "stop_signals_as_interrupts",
+    "stopped_line",
+]
 
 #: The signals handled like SIGINT (those this platform has).
 STOP_SIGNALS = tuple(
@@ -64,6 +71,35 @@ def stop_signals_as_interrupts() -> Iterator[None]:
     finally:
         for number, action in previous.items():
             signal.signal(number, action)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """While the block runs, SIGINT, SIGTERM and SIGHUP wait: the first one raises
+    :class:`Stopped` (or ``KeyboardInterrupt``) when the block ends.
+
+    For a short write that must finish once begun (a paid-for result).  Outside the main
+    thread it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        pending.append(signum)
+
+    numbers = (signal.SIGINT, *STOP_SIGNALS)
+    previous = {number: signal.signal(number, handler) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, action in previous.items():
+            signal.signal(number, action)
+    if pending:
+        if pending[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Stopped(pending[0])
 
 
 def exit_code(error: KeyboardInterrupt) -> int:

@@ -44,7 +44,7 @@ from .storage import (
     remote_error,
 )
 
-__all__ = ["check_writable", "local_path", "write_json", "writes_in_place"]
+__all__ = ["check_writable", "local_path", "write_bytes", "write_json", "writes_in_place"]
 
 #: Folders whose entries are devices or descriptors, never files to replace.
 _SPECIAL_FOLDERS = ("/dev/", "/proc/")
@@ -135,8 +135,32 @@ def write_json(
         If the location cannot be written, or (without ``overwrite``) a file appeared
         there since :func:`check_writable`; the result is then kept beside it.
     """
-    options = check_storage_options(storage_options, location, name)
     data = (json.dumps(payload, indent=2, default=_json_default) + "\n").encode()
+    return write_bytes(location, data, storage_options, name, overwrite=overwrite)
+
+
+def write_bytes(
+    location: str | os.PathLike,
+    data: bytes,
+    storage_options: dict | None = None,
+    name: str = "output",
+    *,
+    overwrite: bool = False,
+) -> str:
+    """Write ``data`` to a local path or fsspec URL, atomically where possible (as
+    :func:`write_json`; a new local file gets mode 0600).
+
+    Returns
+    -------
+    str
+        Where it went, as it may be shown.
+
+    Raises
+    ------
+    ValueError
+        As for :func:`write_json`.
+    """
+    options = check_storage_options(storage_options, location, name)
     local = local_path(location)
     if local is not None:
         if writes_in_place(local):

@@ -412,7 +412,7 @@ def reserve_transaction(
     transaction_id : str
         The analysis's id; stage ``s`` is released as ``f"{transaction_id}.{s}"``.
     label, dataset : str
-        For the rows (each row's label is ``f"{label} {stage}"``).
+        For the rows (each row's label is ``f"{label} {stage}"``, ``_`` read as a space).
     budgets : sequence of PrivacyBudget
         What :func:`resolve_budgets` returned (may be empty: nothing is charged).
 
@@ -424,7 +424,7 @@ def reserve_transaction(
     if len(charges) != len(stages):
         raise ValueError("stages: each stage must be named once")
     asked = [
-        (fit_id, charge, f"{label} {fit_id.rsplit('.', 1)[1]}")
+        (fit_id, charge, f"{label} {fit_id.rsplit('.', 1)[1].replace('_', ' ')}")
         for fit_id, charge in charges.items()
     ]
     rows: dict[str, list[Reservation]] = {fit_id: [] for fit_id in charges}
