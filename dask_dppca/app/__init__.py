@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["build_app", "serve"]
+__all__ = ["build_app", "process_budget", "serve"]
 
 
 def build_app(ledger: str | None = None, store: str | None = None, **options: Any) -> Any:
@@ -50,7 +50,40 @@ def build_app(ledger: str | None = None, store: str | None = None, **options: An
     """
     from .page import AppPage
 
+    if ledger is None and "budget" not in options:
+        options["budget"] = process_budget(options.pop("epsilon", 3.0), options.pop("delta", 1e-5))
     return AppPage(ledger=ledger, store=store, **options).view()
+
+
+_PROCESS_BUDGET: list[Any] = []  # the in-memory budget of every ledger-less app here
+
+
+def process_budget(epsilon: float, delta: float) -> Any:
+    """The one in-memory budget of this process's ledger-less apps.
+
+    Re-running a notebook cell that builds the app shows the same budget, spent as it
+    is, never a fresh one.
+
+    Raises
+    ------
+    ValueError
+        If it exists with other totals (naming both: restart the process, or use a
+        ledger, to start over).
+    """
+    from ..privacy.budget import PrivacyBudget
+    from ..privacy.calibration import validate_privacy_parameters
+
+    epsilon, delta = validate_privacy_parameters(epsilon, delta)
+    if not _PROCESS_BUDGET:
+        _PROCESS_BUDGET.append(PrivacyBudget(epsilon, delta))
+    budget = _PROCESS_BUDGET[0]
+    if (budget.epsilon, budget.delta) != (epsilon, delta):
+        raise ValueError(
+            f"epsilon, delta: this process's app budget is (epsilon={budget.epsilon:g}, "
+            f"delta={budget.delta:g}), not ({epsilon:g}, {delta:g}); one budget a process "
+            "(restart it, or pass ledger=PATH for a budget of its own)"
+        )
+    return budget
 
 
 def serve(
@@ -67,12 +100,11 @@ def serve(
     """
     import panel as pn
 
-    from ..privacy.budget import PrivacyBudget
     from .page import AppPage
     from .releases import ReleaseStore
 
     if ledger is None:  # one budget for every visitor and every reload of this server
-        options["budget"] = PrivacyBudget(options.pop("epsilon", 3.0), options.pop("delta", 1e-5))
+        options["budget"] = process_budget(options.pop("epsilon", 3.0), options.pop("delta", 1e-5))
         options["releases"] = ReleaseStore(None)
 
     def page() -> Any:

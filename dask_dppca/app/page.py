@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import panel as pn
 
+from ..io.storage import display_location
 from ..privacy.budget import BudgetExceededError, PartsCharge, PrivacyBudget
 from ..privacy.parts import ApproxDPPart
 from ..report_html import (
@@ -420,7 +421,6 @@ class AppPage:
 
         assert self.records_meta is not None
         shares = {s: v for s, v in self._shares().items() if v > 0}
-        before = {r["id"] for r in self.budget.as_dict()["releases"]}
         with self.budget:
             result = analyze(
                 os.path.expanduser(_text(self.store)),
@@ -433,9 +433,11 @@ class AppPage:
                 component=_text(self.component) or None,
                 storage_options=self._storage_options(),
             )
-        rows = [r["id"] for r in self.budget.as_dict()["releases"] if r["id"] not in before]
+        # This analysis's rows (its stages' ids start with its id), not another page's.
+        mine = f"{result.meta['analysis_id']}."
+        rows = [r["id"] for r in self.budget.as_dict()["releases"] if r["fit_id"].startswith(mine)]
         result.meta["app"] = {
-            "store": _text(self.store),
+            "store": display_location(_text(self.store)),  # never a secret in a saved file
             "ledger": self.budget.ledger,
             "ledger_rows": rows,
             "released_at": time.time(),

@@ -88,6 +88,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NoReturn, Protocol
 
+from .calibration import validate_privacy_parameters
 from .parts import PrivacyPart, part_from_dict, part_to_dict
 
 __all__ = [
@@ -489,6 +490,7 @@ class SQLiteLedger:
             If ``path`` exists and holds no ledger (an empty file, another database),
             or, without ``create``, if there is no file at ``path``.
         """
+        validate_privacy_parameters(epsilon, delta)  # never a ledger no budget could open
         if not os.path.lexists(path):
             if not create:
                 raise LedgerError(
@@ -537,6 +539,13 @@ class SQLiteLedger:
                 _rows(db, path, counted_only=False)
             finally:
                 db.execute("ROLLBACK")
+        try:  # a file made by an older version, or by hand, is held to today's rule
+            validate_privacy_parameters(*totals)
+        except ValueError as error:
+            raise LedgerError(
+                f"ledger {path}: its totals (epsilon={totals[0]!r}, delta={totals[1]!r}) are "
+                f"outside what a budget may hold ({error}); refused"
+            ) from None
         return cls(path, *totals, ledger_id=ledger_id or "")
 
     # -- operations ---------------------------------------------------------------------
