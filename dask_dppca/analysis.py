@@ -29,6 +29,7 @@ import numpy as np
 
 from .compute import ClusterTarget, compute_target
 from .compute.budget_config import budgets_to_charge
+from .compute.failures import lost_scheduler
 from .compute.statistic import release_statistic
 from .estimator import DPPCA
 from .graph import pass_block_sizes
@@ -617,66 +618,76 @@ def analyze(
                 dataset=records.dataset,
                 budgets=budgets,
             )
-            with transaction as reserved:
-                if records.in_memory:
-                    # Kept on the workers for the whole analysis: the fit and every later
-                    # pass read these blocks (a lazy input is read by each pass, never held).
-                    records = records.with_resident(
-                        target.persist(records.blocks(plan.block_sizes))
-                    )
-                blocks = records.blocks(plan.block_sizes)
-                estimator.fit(records)  # the directions stage: it claims its reservation
-                released["directions"] = estimator
-                released["rows"].append(_directions_row(estimator.privacy_))
-                directions = np.asarray(estimator.components_, dtype=np.float64)
-                with reserve_release(
-                    scree_charge, fit_id=reserved.stage_id("scree"), dataset=records.dataset
-                ):
-                    scree, scree_rows = _scree_stage(
-                        blocks,
-                        plan.block_sizes,
-                        plan.block_pairs,
-                        directions,
-                        divided,
-                        chosen,
-                        sampler,
-                        selector,
-                        target,
-                        trusted_worker,
-                        require_trusted,
-                        progress,
-                        reserved.stage_id("scree"),
-                    )
-                if mono:
-                    scree["values"] = {m: monotone(v).tolist() for m, v in scree["values"].items()}
-                released["scree"] = scree
-                released["rows"] += scree_rows
-                if score_map is not None:
-                    assert map_stage is not None  # the score map's parts name its stage
-                    # A pass over the records in a few tasks a thread, not one per block
-                    # (rows in memory stay in the blocks resident on the workers).
-                    rows_in = (
-                        blocks
-                        if records.in_memory
-                        else records.blocks(pass_block_sizes(plan.block_sizes, d, target.n_threads))
-                    )
-                    result_map, map_rows = score_map.run(
-                        {
-                            "blocks": rows_in,
-                            "directions": directions,
-                            "target": target,
-                            "trusted_worker": trusted_worker,
-                            "require_trusted": require_trusted,
-                            "analysis_id": analysis_id,
-                            "fit_id": reserved.stage_id(map_stage),
-                            "dataset": records.dataset,
-                            "progress": progress,
-                        },
-                        divided,
-                    )
-                    released["score map"] = result_map
-                    released["rows"] += map_rows
-                    del rows_in
+            try:
+                with transaction as reserved:
+                    if records.in_memory:
+                        # Kept on the workers for the whole analysis: the fit and every later
+                        # pass read these blocks (a lazy input is read by each pass, never held).
+                        records = records.with_resident(
+                            target.persist(records.blocks(plan.block_sizes))
+                        )
+                    blocks = records.blocks(plan.block_sizes)
+                    estimator.fit(records)  # the directions stage: it claims its reservation
+                    released["directions"] = estimator
+                    released["rows"].append(_directions_row(estimator.privacy_))
+                    directions = np.asarray(estimator.components_, dtype=np.float64)
+                    with reserve_release(
+                        scree_charge, fit_id=reserved.stage_id("scree"), dataset=records.dataset
+                    ):
+                        scree, scree_rows = _scree_stage(
+                            blocks,
+                            plan.block_sizes,
+                            plan.block_pairs,
+                            directions,
+                            divided,
+                            chosen,
+                            sampler,
+                            selector,
+                            target,
+                            trusted_worker,
+                            require_trusted,
+                            progress,
+                            reserved.stage_id("scree"),
+                        )
+                    if mono:
+                        scree["values"] = {
+                            m: monotone(v).tolist() for m, v in scree["values"].items()
+                        }
+                    released["scree"] = scree
+                    released["rows"] += scree_rows
+                    if score_map is not None:
+                        assert map_stage is not None  # the score map's parts name its stage
+                        # A pass over the records in a few tasks a thread, not one per block
+                        # (rows in memory stay in the blocks resident on the workers).
+                        rows_in = (
+                            blocks
+                            if records.in_memory
+                            else records.blocks(
+                                pass_block_sizes(plan.block_sizes, d, target.n_threads)
+                            )
+                        )
+                        result_map, map_rows = score_map.run(
+                            {
+                                "blocks": rows_in,
+                                "directions": directions,
+                                "target": target,
+                                "trusted_worker": trusted_worker,
+                                "require_trusted": require_trusted,
+                                "analysis_id": analysis_id,
+                                "fit_id": reserved.stage_id(map_stage),
+                                "dataset": records.dataset,
+                                "progress": progress,
+                            },
+                            divided,
+                        )
+                        released["score map"] = result_map
+                        released["rows"] += map_rows
+                        del rows_in
+            except Exception as error:  # any stage, whatever the surface error
+                lost = lost_scheduler(error, target, f"analysis {analysis_id}")
+                if lost is None:
+                    raise
+                raise lost from None
             del blocks, records  # the resident blocks leave the workers (before a client closes)
     except BaseException as error:
         if "directions" in released:

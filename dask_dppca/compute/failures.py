@@ -25,6 +25,7 @@ __all__ = [
     "is_scheduler_loss",
     "killed_worker_error",
     "largest_rss_mib",
+    "lost_scheduler",
     "memory_restarts",
     "scheduler_address",
     "task_role",
@@ -69,6 +70,23 @@ def is_scheduler_loss(error: BaseException, client: Any) -> bool:
     if isinstance(error, OSError):
         return not _scheduler_answers(client)
     return False
+
+
+def lost_scheduler(error: BaseException, target: Any, what: str) -> SchedulerLostError | None:
+    """``error`` as the one clear :class:`SchedulerLostError` when the scheduler of
+    ``target`` (a cluster target) no longer answers; None otherwise.
+
+    For a step that may fail anywhere when the scheduler goes away (a stage of an
+    analysis: placing its release, registering the worker setup, persisting its
+    input), whatever the surface error was (a ``KeyError`` from an empty
+    ``scheduler_info``, a closed comm).
+    """
+    client = getattr(target, "client", None)
+    if client is None or isinstance(error, SchedulerLostError) or _scheduler_answers(client):
+        return None
+    return SchedulerLostError(
+        f"{what}: the scheduler at {scheduler_address(client)} went away ({type(error).__name__})"
+    )
 
 
 def _scheduler_answers(client: Any) -> bool:

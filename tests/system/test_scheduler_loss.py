@@ -166,3 +166,50 @@ def test_a_restarted_scheduler_proves_nothing_about_a_submitted_release(cluster_
     assert abandon_release("fit-a", client) is False
     mark_release_dispatched("fit-b", scheduler_id=client.scheduler_info()["id"])
     assert abandon_release("fit-b", client) is True  # the same scheduler: provable
+
+
+@pytest.mark.parametrize("after", ["directions", "scree"])
+def test_the_scheduler_lost_between_the_stages_of_an_analysis(
+    cluster, tmp_path, monkeypatch, after
+):
+    """Killed after the directions' (or the scree's) release: one SchedulerLostError naming
+    what was released, the released stages kept with it, the rest given back."""
+    from dask_dppca import analysis
+
+    store = _store(tmp_path, 2000)
+    ledger = tmp_path / "ledger.sqlite"
+    PrivacyBudget(10.0, 1e-5, ledger=ledger, create=True)
+    stage = "_scree_stage" if after == "directions" else "PrivateScoreMapStage"
+    if after == "directions":
+        real = analysis._scree_stage
+
+        def scree_after_a_kill(*args, **kwargs):
+            _kill_scheduler(cluster)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(analysis, stage, scree_after_a_kill)
+    else:
+        real_run = analysis.PrivateScoreMapStage.run
+
+        def map_after_a_kill(self, context, split):
+            _kill_scheduler(cluster)
+            return real_run(self, context, split)
+
+        monkeypatch.setattr(analysis.PrivateScoreMapStage, "run", map_after_a_kill)
+    with (
+        dask.config.set({"distributed.comm.timeouts.connect": "3s"}),
+        PrivacyBudget.open(ledger),
+        pytest.raises(BaseException) as lost,
+    ):
+        dd.analyze(store, 2, epsilon=2.0, scheduler=cluster.address)
+    error = lost.value
+    text = _one_line(error)
+    released = ["directions"] if after == "directions" else ["directions", "scree"]
+    assert error.partial_analysis.meta["released_stages"] == released
+    assert f"the analysis released {', '.join(released)}" in error.__notes__[0]
+    states = {
+        row.fit_id.rsplit(".", 1)[1]: row.state
+        for row in PrivacyBudget.open(ledger)._ledger.rows()
+    }
+    assert [s for s, state in states.items() if state == "committed"] == released, (states, text)
+    assert all(state == "cancelled" for s, state in states.items() if s not in released)
