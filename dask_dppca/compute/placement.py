@@ -19,6 +19,7 @@ __all__ = [
     "choose_placement",
     "describe_placement",
     "placement_available",
+    "placement_unavailable",
     "release_placement",
 ]
 
@@ -38,6 +39,35 @@ def placement_available(placement: dict, workers: dict) -> bool:
     if "resources" in placement:
         return any(TRUSTED_RESOURCE in (info.get("resources") or {}) for info in workers.values())
     return bool(workers)
+
+
+def placement_unavailable(
+    placement: dict, workers: dict, described: str, paused: bool = True
+) -> str | None:
+    """Why no worker can run a task placed by ``placement`` now, or None.
+
+    Gone (left the cluster), or (with ``paused``: while the release itself waits)
+    present but paused over its memory pause threshold: a release placed there waits
+    for it, bounded by the stall timeout of :mod:`.waits`.
+    """
+    if not placement_available(placement, workers):
+        return f"the trusted worker ({described}) left the cluster"
+    if not paused:
+        return None
+    if "workers" in placement:
+        workers = {a: workers[a] for a in placement["workers"] if a in workers}
+    if "resources" in placement:
+        workers = {
+            a: info
+            for a, info in workers.items()
+            if TRUSTED_RESOURCE in (info.get("resources") or {})
+        }
+    if workers and all(info.get("status") == "paused" for info in workers.values()):
+        return (
+            f"the trusted worker ({described}) is paused (over its memory pause threshold; "
+            "raise --memory-limit)"
+        )
+    return None
 
 
 def release_placement(client: Any, trusted_worker: str | None) -> dict:

@@ -30,7 +30,7 @@ from .failures import (
     killed_worker_error,
     scheduler_address,
 )
-from .placement import choose_placement, describe_placement, placement_available
+from .placement import choose_placement, describe_placement, placement_unavailable
 from .progress import cluster_progress, local_progress
 from .site_ledger import charged_where_drawn
 from .tickets import (
@@ -105,9 +105,10 @@ def release_on_cluster(
     prepare_workers(client)
 
     def trusted_worker_present(workers: dict) -> str | None:
-        if placement_available(placement, workers):
-            return None
-        return f"the trusted worker ({described}) left the cluster and did not come back"
+        return placement_unavailable(placement, workers, described)
+
+    def trusted_worker_stayed(workers: dict) -> str | None:  # while the inputs compute
+        return placement_unavailable(placement, workers, described, paused=False)
 
     started = time.time()
     # BLAS limited before the first task can start (in-process workers).
@@ -119,7 +120,7 @@ def release_on_cluster(
                 # The lanes first, then the release: until it is submitted no noise can be
                 # drawn, so a fit that fails before (a lost scheduler, a dead worker, a
                 # stall) provably released nothing and its budgets are given back.
-                await_done(client, lane_futures, f"release {fit_id}", needed=trusted_worker_present)
+                await_done(client, lane_futures, f"release {fit_id}", needed=trusted_worker_stayed)
             mark_release_dispatched(fit_id, _scheduler_id(client))  # before it can draw
             release_future = client.submit(
                 release_task,

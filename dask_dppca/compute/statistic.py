@@ -31,7 +31,7 @@ from .failures import (
     killed_worker_error,
     scheduler_address,
 )
-from .placement import choose_placement, describe_placement, placement_available
+from .placement import choose_placement, describe_placement, placement_unavailable
 from .progress import cluster_progress, local_progress
 from .release import _outcome, _scheduler_id
 from .site_ledger import charged_where_drawn
@@ -150,9 +150,10 @@ def release_statistic(
     prepare_workers(client)
 
     def trusted_worker_present(workers: dict) -> str | None:
-        if placement_available(placement, workers):
-            return None
-        return f"the trusted worker ({described}) left the cluster"
+        return placement_unavailable(placement, workers, described)
+
+    def trusted_worker_stayed(workers: dict) -> str | None:  # while the inputs compute
+        return placement_unavailable(placement, workers, described, paused=False)
 
     started = time.time()
     with single_threaded_blas(target.in_process):
@@ -160,7 +161,7 @@ def release_statistic(
         release_future = None
         try:
             with cluster_progress(client, futures, progress):
-                await_done(client, futures, label, needed=trusted_worker_present)
+                await_done(client, futures, label, needed=trusted_worker_stayed)
             release_dispatched(stage_id)  # before it can draw
             mark_release_dispatched(release_id, _scheduler_id(client))
             release_future = client.submit(

@@ -141,7 +141,11 @@ def _wait(client, finished, futures, label, needed, limit) -> None:
             raise SchedulerLostError(
                 f"{label}: the scheduler at {scheduler_address(client)} went away ({error})"
             ) from None
-        reason = _stall_reason(workers) or (needed(workers) if needed else None)
+        reason = (
+            _stall_reason(workers)
+            or _held_by_paused(workers)
+            or (needed(workers) if needed else None)
+        )
         if reason is None:
             stalled_since = None
             continue
@@ -185,6 +189,23 @@ def _stall_reason(workers: dict) -> str | None:
         f"no worker can run tasks (worker status: {', '.join(states)}; a paused worker "
         "is over its memory pause threshold)"
     )
+
+
+def _held_by_paused(workers: dict) -> str | None:
+    """A paused worker holding tasks it cannot start (they wait for it, however many other
+    workers run), or None.
+    """
+    for address, info in sorted(workers.items()):
+        if info.get("status") != "paused" or _executing(info):
+            continue
+        counts = (info.get("metrics") or {}).get("task_counts", {})
+        queued = sum(int(counts.get(state, 0)) for state in ("ready", "constrained"))
+        if queued:
+            return (
+                f"worker {address} is paused (over its memory pause threshold) with "
+                f"{queued} task(s) waiting on it"
+            )
+    return None
 
 
 def _executing(info: dict) -> int:

@@ -208,8 +208,7 @@ def test_the_scheduler_lost_between_the_stages_of_an_analysis(
     assert error.partial_analysis.meta["released_stages"] == released
     assert f"the analysis released {', '.join(released)}" in error.__notes__[0]
     states = {
-        row.fit_id.rsplit(".", 1)[1]: row.state
-        for row in PrivacyBudget.open(ledger)._ledger.rows()
+        row.fit_id.rsplit(".", 1)[1]: row.state for row in PrivacyBudget.open(ledger)._ledger.rows()
     }
     assert [s for s, state in states.items() if state == "committed"] == released, (states, text)
     assert all(state == "cancelled" for s, state in states.items() if s not in released)
