@@ -228,10 +228,14 @@ def test_analyze_writes_the_report_with_the_ledger(tmp_path, capsys):
             str(tmp_path / "r.json"),
             "--report",
             str(tmp_path / "report.html"),
+            "--feature-names",
+            "height, weight,age,score",
         ]
     )
     assert code == 0, capsys.readouterr().err
     text = (tmp_path / "report.html").read_text(encoding="utf-8")
+    for name in ("height", "weight", "age", "score"):  # the loadings' rows, as named
+        assert f'<tr><th>{name}</th><td class="num" data-value=' in text
     remaining = dd.PrivacyBudget.open(tmp_path / "study.ledger").remaining()
     assert f"{remaining:.6g}" in text and "x.zarr" in text
     assert "row chunks of" in text  # the store's own chunking
