@@ -9,14 +9,15 @@ released frame must spread the bulk's central 98 % over at least 40 % of the fra
 width on each axis, while the outliers stay in the out-of-frame cell, whose released
 count matches the exact one within the noise.
 
-False-alarm rate.  On this table the exact 0.97 quantiles of ``|y - c|`` are 33.1 and 22.7
-(PC1, PC2), the released radii are their grid points rounded up (45.3 and 22.6 or 32),
-and the bulk's central 98 % spans 70.4 and 47.5: a failure needs a released radius above
-the next grid point, i.e. the quantile release overshooting its target by more than 1 %
-of n (400 ranks) against a noise scale of about 32 ranks; AboveThreshold's overshoot has
-an exponential tail, so below 1e-5 per release.  The out-of-frame check allows 6 noise
-sigmas (about 2e-9).  The former rule (the 0.995 quantile) spreads the bulk over 13 %
-(checked when this test was written).
+False-alarm rate.  On this table the exact 0.97 quantiles of ``|y - c|`` are 31.6 and 23.2
+(PC1, PC2), so the released radii are 32 or 45.3 and 32 (the grid's points at or just
+above them), half-widths up to 68 and 48, while the bulk's central 98 % spans 67.6 and
+48.1 (spread >= 0.50; measured 0.50 / 0.50).  A failure needs a radius one more grid step
+up, i.e. the quantile release overshooting its target by more than 1 % of n (400 ranks)
+against a noise scale of about 32 ranks; AboveThreshold's overshoot has an exponential
+tail, so below 1e-5 per release.  The out-of-frame check allows 6 noise sigmas (about
+2e-9).  The former rule (the 0.995 quantile) spreads the bulk over 9 % of the frame and
+leaves 10 % of the outliers out (checked when this test was written).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 import pytest
 
 import dask_dppca as dd
+from dask_dppca.datasets import make_contaminated
 
 pytestmark = pytest.mark.statistical
 
@@ -40,12 +42,8 @@ def contaminated_table(n: int = N, seed: int = 38) -> tuple[np.ndarray, np.ndarr
     60/30/10 %: TEST DATA (fixed seed).  Returns ``(x, outlier mask, labels)``."""
     rng = np.random.default_rng(seed)
     basis, _ = np.linalg.qr(rng.standard_normal((D, D)))
-    scale = np.sqrt(np.r_[25.0, 12.0, 6.0, np.ones(D - 3)])
-    z = rng.standard_normal((n, D)) * scale
-    w = np.sqrt(rng.chisquare(2, (n, 1)) / 2.0)
-    x = 100.0 + (z / w) @ basis.T
-    bad = rng.random(n) < 0.01
-    x[bad] = 100.0 + (150.0 * rng.standard_normal((int(bad.sum()), D))) @ basis.T
+    spectrum = np.r_[25.0, 12.0, 6.0, np.ones(D - 3)]
+    x, bad = make_contaminated(n, spectrum, basis, seed=seed)
     labels = rng.choice(np.array(["a", "b", "c"], dtype=object), n, p=[0.6, 0.3, 0.1])
     return x, bad, labels
 
