@@ -17,7 +17,7 @@ up, i.e. the quantile release overshooting its target by more than 1 % of n (400
 against a noise scale of about 32 ranks; AboveThreshold's overshoot has an exponential
 tail, so below 1e-5 per release.  The out-of-frame check allows 6 noise sigmas (about
 2e-9).  The former rule (the 0.995 quantile) spreads the bulk over 9 % of the frame and
-leaves 10 % of the outliers out (checked when this test was written).
+keeps 90 % of the outliers inside (checked when this test was written).
 """
 
 from __future__ import annotations
