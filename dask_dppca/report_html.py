@@ -240,18 +240,17 @@ def loadings_html(result: Any, feature_names: Sequence[str] | None = None) -> st
     )
 
 
-#: Cells under this many noise sigmas are drawn empty in the report's heat maps.
-REPORT_FLOOR_SIGMAS = 2.0
-
-
 def _map_caption(score_map: Any) -> str:
+    from .score_plots import noise_floor_sigmas
+
     hist = score_map.histogram()
-    sigma = hist.sigma
+    sigma, floor = hist.sigma, noise_floor_sigmas(score_map)
     noise = (
         f"Gaussian noise of sigma {sigma:.3g} is added to every cell's count, so a cell "
-        f"holding no record shows a count of about +-{sigma:.2g} (up to "
-        f"{2 * sigma:.2g} in 2 of 100 such cells); cells under {REPORT_FLOOR_SIGMAS:g} "
-        "sigma are drawn empty (post-processing)."
+        f"holding no record shows a count of about +-{sigma:.2g}; cells under {floor:.2g} "
+        f"sigma ({floor * sigma:.3g}) are drawn empty, a level that noise alone passes in "
+        "about one cell per two maps (post-processing). Shades follow the square root of "
+        "the count, so that the bulk's shoulders show."
         if sigma
         else "Cells are thresholded noisy counts (empty ones are not released)."
     )
@@ -275,6 +274,7 @@ def score_map_figures(
     from .privacy.score_map import OTHER_GROUP
     from .score_plots import (
         group_size_sigma,
+        noise_floor_sigmas,
         plot_group_panels,
         plot_score_map,
         plot_synthetic,
@@ -283,9 +283,10 @@ def score_map_figures(
 
     _matplotlib()
     rng = np.random.default_rng(seed)  # synthetic points: post-processing of the release
+    floor = noise_floor_sigmas(score_map)
     out = [
         (
-            figure_png(plot_score_map(score_map, floor_sigmas=REPORT_FLOOR_SIGMAS)),
+            figure_png(plot_score_map(score_map, floor_sigmas=floor)),
             _map_caption(score_map),
             "score map",
         )
@@ -303,7 +304,7 @@ def score_map_figures(
         )
         out.append(
             (
-                figure_png(plot_group_panels(score_map, floor_sigmas=REPORT_FLOOR_SIGMAS)),
+                figure_png(plot_group_panels(score_map, floor_sigmas=floor)),
                 "The score map per group on the common frame and colour scale; each title "
                 f"gives the group's noisy size. {other}.",
                 "score map per group",
@@ -314,7 +315,8 @@ def score_map_figures(
             figure_png(plot_synthetic(score_map, rng=rng, by_group=grouped, colours=colours)),
             "Synthetic points drawn from the released histograms (post-processing, they "
             "re-sample the released counts: no record is shown): each point lies uniformly "
-            "in a cell drawn with its noisy count, cells under 2 noise sigmas left out"
+            f"in a cell drawn with its noisy count, cells under {floor:.2g} noise sigmas "
+            "left out"
             + (
                 "; colours by group in the order of the public domain, all groups drawn "
                 "in one shuffled layer."

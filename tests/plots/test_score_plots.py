@@ -18,6 +18,7 @@ from dask_dppca.score_plots import (
     OTHER_COLOUR,
     group_colours,
     group_size_sigma,
+    noise_floor_sigmas,
     plot_group_panels,
     plot_score_map,
     plot_synthetic,
@@ -164,3 +165,31 @@ def test_the_default_grid_grows_with_n_epsilon_from_public_parameters():
     assert 60 <= auto_bins(300_000, 6.5)[0] <= 90  # far more than 10 x 10
     assert auto_bins(300_000, 0.65)[0] > auto_bins(300_000, 6.5)[0]  # more epsilon, more
     assert auto_bins(100, float("inf")) == (10, 10)
+
+
+def test_cells_of_pure_noise_draw_no_synthetic_points():
+    """Exact counts 0 everywhere but one cell per group, plus Gaussian noise of sigma 5
+    (simulated here, seeded: test data) on 27 x 27 cells and 4 groups: the default floor
+    (the level noise passes once in two maps) leaves at most a couple of noise-only cells
+    (0.5 expected), where a fixed 2 sigmas keeps about 2.3 % of them (some 65 clumps)."""
+    rng = np.random.default_rng(6)  # test data: the simulated noise of a release
+    cells = 27 * 27
+    counts = rng.normal(0.0, 5.0, size=(4, cells + 1))
+    counts[:, 13 * 27 + 13] += 500.0  # the bulk: one cell
+    smap = ScoreMap(
+        Frame((0.0, 0.0), (1.0, 1.0)),
+        {"additive": NoisyHistogram(counts, (27, 27), "additive", 5.0)},
+        ("a", "b", "c", "other"),
+        axes=(0, 1),
+    )
+    assert 3.4 < noise_floor_sigmas(smap) < 3.8
+    width = 2.0 / 27
+
+    def noise_cells(figure) -> int:
+        xy = np.asarray(figure.axes[0].collections[0].get_offsets())
+        out = xy[(np.abs(xy) > width / 2 + 1e-12).any(axis=1)]
+        return len({tuple(c) for c in np.floor((out + 1.0) / width).astype(int)})
+
+    assert noise_cells(plot_synthetic(smap, rng=np.random.default_rng(7))) <= 2
+    fixed = plot_synthetic(smap, rng=np.random.default_rng(7), floor_sigmas=2.0)
+    assert noise_cells(fixed) > 30
