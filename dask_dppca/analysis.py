@@ -58,6 +58,7 @@ from .privacy.scree import (
     robust_from_quantile,
     winsorizing_level,
 )
+from .report_html import input_feature_names
 from .score_map_stage import PrivateScoreMapStage, plot_scores, resample_synthetic, resolve_groups
 from .validation import integer_at_least
 
@@ -460,7 +461,7 @@ def analyze(
     groups: Any = None,
     group_domain: Sequence[Any] | None = None,
     score_axes: tuple[int, int] = (0, 1),
-    bins: tuple[int, int] = (10, 10),
+    bins: tuple[int, int] | None = None,
     score_methods: Sequence[str] = ("additive",),
     mono: bool = False,
     design: Any = "auto",
@@ -500,8 +501,9 @@ def analyze(
         The PUBLIC labels of ``groups`` (required with it); others count as "other".
     score_axes : (int, int), default (0, 1)
         The components of the score map (0-based).
-    bins : (int, int), default (10, 10)
-        The score map's grid.
+    bins : (int, int), optional
+        The score map's grid; by default one that grows with n epsilon, from public
+        parameters only (:func:`~dask_dppca.score_map_stage.auto_bins`).
     score_methods : sequence of str, default ("additive",)
         The score map's histograms: ``"additive"`` and/or ``"sparse"``.
     mono : bool, default False
@@ -629,6 +631,7 @@ def analyze(
                     blocks = records.blocks(plan.block_sizes)
                     estimator.fit(records)  # the directions stage: it claims its reservation
                     released["directions"] = estimator
+                    released["meta"]["feature_names"] = input_feature_names(X, estimator)
                     released["rows"].append(_directions_row(estimator.privacy_))
                     directions = np.asarray(estimator.components_, dtype=np.float64)
                     with reserve_release(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "make_contaminated",
     "make_elliptical",
     "make_skewed",
     "random_directions",
@@ -62,6 +63,34 @@ def make_elliptical(
         rows = rng.choice(n, size=n_out, replace=False)
         x[rows] = outlier_distance * directions[:, -1] + rng.standard_normal((n_out, d))
     return x
+
+
+def make_contaminated(
+    n: int,
+    spectrum: np.ndarray,
+    directions: np.ndarray,
+    *,
+    df: float = 2.0,
+    centre: float = 100.0,
+    outlier_fraction: float = 0.01,
+    outlier_scale: float = 150.0,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Multivariate t rows (as :func:`make_elliptical`, about ``centre`` in every
+    coordinate) with gross outliers spread in every direction; ``(x, outlier mask)``.
+
+    Each row is an outlier with probability ``outlier_fraction``, then drawn as ``centre``
+    plus ``outlier_scale`` times a standard normal vector: far from the bulk along every
+    direction, so they own the top quantiles of any projection (the score map's frame).
+    """
+    rng = np.random.default_rng(seed)
+    d = len(spectrum)
+    z = rng.standard_normal((n, d)) * np.sqrt(spectrum)
+    w = np.sqrt(rng.chisquare(df, (n, 1)) / df)
+    x = centre + (z / w) @ directions.T
+    bad = rng.random(n) < outlier_fraction
+    x[bad] = centre + (outlier_scale * rng.standard_normal((int(bad.sum()), d))) @ directions.T
+    return x, bad
 
 
 def make_skewed(

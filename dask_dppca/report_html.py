@@ -30,7 +30,15 @@ import numpy as np
 
 from . import __version__
 
-__all__ = ["NOT_PRIVATE", "figure_png", "render_report", "write_report"]
+__all__ = [
+    "NOT_PRIVATE",
+    "feature_names_for",
+    "figure_png",
+    "input_feature_names",
+    "loadings_html",
+    "render_report",
+    "write_report",
+]
 
 NOT_PRIVATE = "NOT PRIVATE"
 
@@ -44,7 +52,7 @@ th,td{border:1px solid #bbb;padding:.2rem .45rem;text-align:left;vertical-align:
 th{background:#f0f0f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.total td{font-weight:bold;background:#f7f7fa}.figs{display:flex;flex-wrap:wrap;gap:1rem}
 .figs figure{margin:0}.figs img{max-width:100%;height:auto;border:1px solid #ddd}
-figcaption{font-size:.8rem;color:#444}.note{font-size:.85rem;color:#333}
+figcaption{font-size:.8rem;color:#444;max-width:34rem}.note{font-size:.85rem;color:#333}
 .warn{border:2px solid #b00;color:#b00;padding:.4rem .6rem;font-weight:bold}
 .ok{color:#1a6b1a}.bad{color:#b00}code{font-size:.85rem}
 @media print{body{max-width:none;margin:0}h2{break-after:avoid}figure,table,tr{break-inside:avoid}
@@ -123,37 +131,229 @@ def score_map_of(result: Any) -> Any:
     return None
 
 
+def input_feature_names(X: Any, estimator: Any = None) -> list[str] | None:
+    """The input's column names (public metadata), or None when it has none.
+
+    The directions estimator's ``feature_names_in_`` when it has them, else the column
+    names of a (dask) DataFrame ``X`` (after the group column was dropped).
+    """
+    names = getattr(estimator, "feature_names_in_", None)
+    if names is None:
+        names = getattr(X, "columns", None)
+    if names is None:
+        return None
+    return [str(v) for v in list(names)]
+
+
+def feature_names_for(result: Any, feature_names: Sequence[str] | None = None) -> list[str]:
+    """The names of the loadings' rows: ``feature_names``, else the input's column names
+    recorded in the analysis, else ``x0 .. x{d-1}``.
+    """
+    d = int(result.directions.shape[1])
+    names = feature_names if feature_names is not None else result.meta.get("feature_names")
+    if names is None:
+        return [f"x{j}" for j in range(d)]
+    names = [str(v) for v in names]
+    if len(names) != d:
+        raise ValueError(f"feature_names: expected {d} names (one per feature), got {len(names)}")
+    return names
+
+
+#: At most this many features in the loadings table and plot (the largest first beyond).
+MAX_LOADINGS_ROWS = 60
+
+
+def _loading_rows(directions: np.ndarray) -> tuple[list[int], bool]:
+    d = directions.shape[1]
+    if d <= MAX_LOADINGS_ROWS:
+        return list(range(d)), False
+    strongest = np.argsort(-np.abs(directions).max(axis=0), kind="stable")[:MAX_LOADINGS_ROWS]
+    return sorted(int(j) for j in strongest), True
+
+
+def loadings_figure(result: Any, names: Sequence[str]) -> tuple[str, str, str]:
+    """The loadings as a heat map (features x components) with their values written."""
+    plt = _matplotlib()
+    v = np.asarray(result.directions, dtype=np.float64)
+    rows, cut = _loading_rows(v)
+    k = v.shape[0]
+    image = v[:, rows].T
+    figure, ax = plt.subplots(figsize=(1.2 + 0.75 * k, 0.9 + 0.26 * len(rows)))
+    mesh = ax.imshow(image, cmap="RdBu_r", vmin=-1.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(k), [f"PC{i + 1}" for i in range(k)])
+    ax.set_yticks(range(len(rows)), [names[j] for j in rows], fontsize=8)
+    if len(rows) * k <= 400:
+        for (i, j), value in np.ndenumerate(image):
+            colour = "white" if abs(value) > 0.6 else "black"
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7, color=colour)
+    figure.colorbar(mesh, ax=ax, label="loading")
+    ax.set_title("private loadings (released directions)")
+    caption = (
+        "Each column is a released direction (unit length; its sign is arbitrary): the "
+        "weight of each feature in it. Red: positive, blue: negative; the noise of the "
+        "release is in every value (the privacy table gives its scale)."
+        + (f" Only the {len(rows)} features with the largest loadings are drawn." if cut else "")
+    )
+    return figure_png(figure), caption, "loadings plot"
+
+
+def loadings_html(result: Any, feature_names: Sequence[str] | None = None) -> str:
+    """The loadings section: a table (features x components) and its plot."""
+    names = feature_names_for(result, feature_names)
+    v = np.asarray(result.directions, dtype=np.float64)
+    rows, cut = _loading_rows(v)
+    head = "<th>feature</th>" + "".join(f"<th>PC{i + 1}</th>" for i in range(v.shape[0]))
+    body = "".join(
+        f"<tr><th>{_e(names[j])}</th>"
+        + "".join(
+            f'<td class="num" data-value="{float(v[i, j])!r}">{v[i, j]:.4f}</td>'
+            for i in range(v.shape[0])
+        )
+        + "</tr>"
+        for j in rows
+    )
+    where = (
+        "the input's column names"
+        if feature_names is None and result.meta.get("feature_names") is not None
+        else "as given"
+        if feature_names is not None
+        else "x0 .. x{d-1}: the input had no column names (--feature-names names them)"
+    )
+    note = (
+        f"<p class='note'>The released directions (loadings), one column per component, "
+        f"one row per feature (names: {_e(where)}). A direction's sign is arbitrary: "
+        "flipping a whole column describes the same component."
+        + (
+            f" Only the {len(rows)} features with the largest loadings are listed; "
+            "analysis.json holds them all."
+            if cut
+            else ""
+        )
+        + "</p>"
+    )
+    return (
+        note
+        + '<div class="figs">'
+        + _figure(*loadings_figure(result, names))
+        + "</div>"
+        + f"<table id='loadings'><tr>{head}</tr>{body}</table>"
+    )
+
+
+def _map_caption(score_map: Any) -> str:
+    from .score_plots import noise_floor_sigmas
+
+    hist = score_map.histogram()
+    sigma, floor = hist.sigma, noise_floor_sigmas(score_map)
+    noise = (
+        f"Gaussian noise of sigma {sigma:.3g} is added to every cell's count, so a cell "
+        f"holding no record shows a count of about +-{sigma:.2g}; cells under {floor:.2g} "
+        f"sigma ({floor * sigma:.3g}) are drawn empty, a level that noise alone passes in "
+        "about one cell per two maps (post-processing). Shades follow the square root of "
+        "the count, so that the bulk's shoulders show."
+        if sigma
+        else "Cells are thresholded noisy counts (empty ones are not released)."
+    )
+    return (
+        "Private score map: the noisy histogram of all records' scores on the private "
+        f"frame ({score_map.bins[0]} x {score_map.bins[1]} cells). {noise} The records "
+        "outside the frame (far tails, gross outliers) are one noisy count, written in "
+        "the corner."
+    )
+
+
 def score_map_figures(
-    score_map: Any, *, seed: int | None = None, groups: bool = True
+    score_map: Any, *, seed: int | None = None, groups: bool = True, colours: Any = None
 ) -> list[tuple[str, str, str]]:
-    """The score-map figures (heat map with synthetic points, group panels, synthetic)."""
-    from .score_plots import plot_group_panels, plot_score_map, plot_synthetic
+    """The score-map figures: the pooled heat map, the group panels and the synthetic
+    points, each in its own panel (post-processing of the release).
+
+    ``groups=False`` draws the synthetic points in one colour and no group panels;
+    ``colours`` (a palette) recolours the synthetic points.
+    """
+    from .privacy.score_map import OTHER_GROUP
+    from .score_plots import (
+        group_size_sigma,
+        noise_floor_sigmas,
+        plot_group_panels,
+        plot_score_map,
+        plot_synthetic,
+        shown_groups,
+    )
 
     _matplotlib()
     rng = np.random.default_rng(seed)  # synthetic points: post-processing of the release
+    floor = noise_floor_sigmas(score_map)
     out = [
         (
-            figure_png(plot_score_map(score_map, synthetic=True, rng=rng)),
-            "private score map (noisy histogram on the private frame), synthetic points on top",
+            figure_png(plot_score_map(score_map, floor_sigmas=floor)),
+            _map_caption(score_map),
             "score map",
         )
     ]
-    if groups and len(score_map.groups) > 1:
+    grouped = groups and len(score_map.groups) > 1
+    shown = shown_groups(score_map) if grouped else []
+    if grouped:
+        other = (
+            f'The group "{OTHER_GROUP}" (labels outside the public domain) is drawn because '
+            "its noisy size is above twice its noise"
+            if OTHER_GROUP in shown
+            else f'The group "{OTHER_GROUP}" (labels outside the public domain) is not drawn: '
+            f"its noisy size is within twice its noise (sigma "
+            f"{group_size_sigma(score_map):.3g}), so it may hold no record at all"
+        )
         out.append(
             (
-                figure_png(plot_group_panels(score_map)),
-                "the score map per group (common frame and colour scale)",
+                figure_png(plot_group_panels(score_map, floor_sigmas=floor)),
+                "The score map per group on the common frame and colour scale; each title "
+                f"gives the group's noisy size. {other}.",
                 "score map per group",
             )
         )
     out.append(
         (
-            figure_png(plot_synthetic(score_map, rng=rng)),
-            "synthetic points drawn from the released histograms (post-processing)",
+            figure_png(plot_synthetic(score_map, rng=rng, by_group=grouped, colours=colours)),
+            "Synthetic points drawn from the released histograms (post-processing, they "
+            "re-sample the released counts: no record is shown): each point lies uniformly "
+            f"in a cell drawn with its noisy count, cells under {floor:.2g} noise sigmas "
+            "left out"
+            + (
+                "; colours by group in the order of the public domain, all groups drawn "
+                "in one shuffled layer."
+                if grouped
+                else "."
+            ),
             "synthetic points",
         )
     )
     return out
+
+
+def _score_map_parameters(score_map: Any) -> list[tuple[str, Any]]:
+    if score_map is None:
+        return [("score map", "none")]
+    from .privacy.score_map import OTHER_GROUP
+
+    a, b = score_map.axes
+    frame = (score_map.privacy or {}).get("frame") or {}
+    quantile = (frame.get("radius") or {}).get("target_quantile", frame.get("radius_quantile"))
+    domain = [g for g in score_map.groups if g != OTHER_GROUP]
+    return [
+        ("score map axes", f"PC{a + 1} x PC{b + 1}"),
+        ("score map bins", f"{score_map.bins[0]} x {score_map.bins[1]}"),
+        (
+            "score map frame rule",
+            "centre: private median per axis; half-width: "
+            f"{_num(frame.get('inflation', 1.5))} x the private "
+            f"{_num(quantile, 4)} quantile of |score - centre|",
+        ),
+        (
+            "group domain (public)",
+            ", ".join(domain) + f' (other labels: "{OTHER_GROUP}")'
+            if len(score_map.groups) > 1
+            else "no groups",
+        ),
+    ]
 
 
 def _derivation(row: dict[str, Any]) -> tuple[str, str]:
@@ -359,6 +559,7 @@ def render_report(
     reference: Sequence[float] | None = None,
     title: str | None = None,
     seed: int | None = None,
+    feature_names: Sequence[str] | None = None,
 ) -> str:
     """The report of ``result`` as one self-contained HTML document.
 
@@ -374,6 +575,9 @@ def render_report(
     title : str, optional
     seed : int, optional
         Seed of the synthetic points (post-processing of the released score map).
+    feature_names : sequence of str, optional
+        The d features' names for the loadings (default: the input's column names
+        recorded in the analysis, else ``x0 .. x{d-1}``).
 
     Returns
     -------
@@ -434,6 +638,7 @@ def render_report(
                 ),
                 ("scale of the split", _num(meta.get("scale"))),
                 ("scree methods", ", ".join(meta.get("methods", result.scree["values"]))),
+                *_score_map_parameters(score_map),
                 ("software", f"dask-dppca {__version__}"),
             ],
             "parameters",
@@ -441,6 +646,8 @@ def render_report(
         "<h2>Private scree</h2>",
         '<div class="figs">' + "".join(_figure(*f) for f in figs) + "</div>",
         f"<table id='scree'><tr><th>method</th>{scree_head}</tr>{scree_rows}</table>",
+        "<h2>Private directions (loadings)</h2>",
+        loadings_html(result, feature_names),
     ]
     if score_map is not None:
         sections += [

@@ -188,6 +188,16 @@ class AppPage:
         self.component = w.TextInput(
             label="Array in a Zarr group (optional)", value="", css_classes=["dp-component"]
         )
+        self.group_labels = w.TextInput(
+            label="Groups (optional): a label array of the store's Zarr group, or its path",
+            value="",
+            css_classes=["dp-group-labels"],
+        )
+        self.group_domain = w.TextInput(
+            label="Group domain: the PUBLIC labels, comma-separated (others count as 'other')",
+            value="",
+            css_classes=["dp-group-domain"],
+        )
         self.open_button = w.Button(label="Open store", color="primary", css_classes=["dp-open"])
         self.store_info = pn.pane.HTML("<i>No store open.</i>", css_classes=["dp-store-info"])
         self.k = w.IntInput(label="k (components)", value=2, start=1, css_classes=["dp-k"])
@@ -416,28 +426,52 @@ class AppPage:
             self._refresh_budget()
             self._show_cost()
 
+    def _groups(self, store: str, component: str | None, mapped: bool) -> dict[str, Any]:
+        """The ``groups`` and ``group_domain`` of :func:`~dask_dppca.analysis.analyze`, as
+        the CLI's ``--groups`` / ``--group-domain`` take them (empty: no groups).
+        """
+        from ..cli.analyze import _domain
+        from ..score_map_stage import resolve_groups
+
+        name, domain = _text(self.group_labels), _text(self.group_domain)
+        if not name and not domain:
+            return {}
+        if not name:
+            raise ValueError("groups: a group domain was given without group labels")
+        if not domain:
+            raise ValueError("group domain: groups need their PUBLIC labels, e.g. a,b,c")
+        if not mapped:
+            raise ValueError("groups: need the score map (give it a share > 0)")
+        _, labels = resolve_groups(store, os.path.expanduser(name), component)
+        return {"groups": labels, "group_domain": _domain(domain, labels)}
+
     def _run_release(self) -> Any:
         from ..analysis import analyze
 
         assert self.records_meta is not None
         shares = {s: v for s, v in self._shares().items() if v > 0}
+        store = os.path.expanduser(_text(self.store))
+        component = _text(self.component) or None
+        groups = self._groups(store, component, "score_map" in shares)
         with self.budget:
             result = analyze(
-                os.path.expanduser(_text(self.store)),
+                store,
                 n_components=int(_number(self.k, "k")),
                 epsilon=_number(self.epsilon, "epsilon"),
                 delta=_number(self.delta, "delta"),
                 split=shares,
                 score_map="score_map" in shares,  # a share of 0: no score map
                 scheduler=self.scheduler,
-                component=_text(self.component) or None,
+                component=component,
                 storage_options=self._storage_options(),
+                **groups,
             )
         # This analysis's rows (its stages' ids start with its id), not another page's.
         mine = f"{result.meta['analysis_id']}."
         rows = [r["id"] for r in self.budget.as_dict()["releases"] if r["fit_id"].startswith(mine)]
         result.meta["app"] = {
             "store": display_location(_text(self.store)),  # never a secret in a saved file
+            "groups": display_location(_text(self.group_labels)) or None,
             "ledger": self.budget.ledger,
             "ledger_rows": rows,
             "released_at": time.time(),
@@ -464,7 +498,8 @@ class AppPage:
         self.show_k.end = k
         self.show_k.value = k
         mapped = score_map_of(result) is not None
-        self.resample.visible = self.groups.visible = self.merge.visible = mapped
+        self.resample.visible = self.merge.visible = mapped
+        self.groups.visible = mapped and len(score_map_of(result).groups) > 1
         self.merge.options = merge_choices(score_map_of(result))
         self.merge.value = 1
         self._render()
@@ -485,7 +520,9 @@ class AppPage:
             figs = [f for f in scree_figures(shown) if f[2] == f"{kind} plot"]
             score_map = merge_bins(score_map_of(result), self.merge.value or 1)
             if score_map is not None:
-                figs += score_map_figures(score_map, seed=self.seed, groups=self.groups.value)
+                figs += score_map_figures(
+                    score_map, seed=self.seed, groups=bool(self.groups.value), colours=colours
+                )
         meta = result.meta
         images = "".join(
             f"<figure style='margin:0'><img src='{src}' alt='{html.escape(alt)}' "
@@ -523,6 +560,8 @@ class AppPage:
         release = pn.Column(
             "### 2. Next release (spends privacy budget)",
             self.k,
+            self.group_labels,
+            self.group_domain,
             self.epsilon,
             self.delta,
             pn.Row(self.share_directions, self.share_scree, self.share_map),

@@ -68,7 +68,16 @@ def add_parser(commands) -> None:
         help="the components of the score map, 1-based (default 1,2)",
     )
     analyze.add_argument(
-        "--bins", default="10,10", metavar="MX,MY", help="score map grid (default 10,10)"
+        "--bins",
+        default=None,
+        metavar="MX,MY",
+        help="score map grid (default: grows with n epsilon, from public parameters only)",
+    )
+    analyze.add_argument(
+        "--feature-names",
+        metavar="A,B,...",
+        help="names of the d features for the report's loadings (default: the input's "
+        "column names, else x0, x1, ...)",
     )
     analyze.add_argument(
         "--score-methods",
@@ -187,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         "groups": labels,
         "group_domain": _domain(args.group_domain, labels),
         "score_axes": _pair(args.score_axes, "--score-axes", offset=1),
-        "bins": _pair(args.bins, "--bins"),
+        "bins": None if args.bins is None else _pair(args.bins, "--bins"),
         "score_methods": tuple(m.strip() for m in args.score_methods.split(",") if m.strip()),
     }
     budget = open_ledger(args.budget) if args.budget else None
@@ -210,6 +219,10 @@ def run(args: argparse.Namespace) -> int:
         )
     with signals_deferred():  # a paid-for result is written whole before any stop
         where = keep(result, args.output, args.force)
+        if args.budget:  # listed by the app on the same ledger (LEDGER.releases/)
+            from ..app.releases import ReleaseStore, releases_folder
+
+            ReleaseStore(releases_folder(os.path.expanduser(args.budget))).add(result)
     print(result.privacy_table())
     print(
         f"wrote {where}: {args.n_components} private directions, "
@@ -240,7 +253,8 @@ def run(args: argparse.Namespace) -> int:
             plt.close(figure)
             print(f"wrote {os.path.abspath(path)}")
     if args.report is not None:
-        html = result.to_html(budget=budget)
+        names = args.feature_names and [v.strip() for v in args.feature_names.split(",")]
+        html = result.to_html(budget=budget, feature_names=names or None)
         shown = write_bytes(args.report, html.encode(), name="--report", overwrite=args.force)
         print(f"wrote {shown}")
     if budget is not None:

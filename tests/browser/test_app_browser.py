@@ -10,6 +10,7 @@ Data: a 2000 x 6 Zarr store (seeded: test data only).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -44,12 +45,10 @@ def _store(path) -> str:
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("app")
-    store = _store(folder / "x.zarr")
-    ledger = str(folder / "study.ledger")
-    PrivacyBudget(4.0, 1e-5, ledger=ledger, create=True)
+@contextlib.contextmanager
+def serving(ledger: str, store: str, folder):
+    """A real ``dask-dppca app`` process on a free loopback port; its URL.  The whole
+    process group (the app and the cluster it starts) is ended on exit."""
     port = _free_port()
     proc = subprocess.Popen(
         [str(CONSOLE_SCRIPT), "app", "--ledger", ledger, store, "--port", str(port)],
@@ -64,7 +63,7 @@ def app(tmp_path_factory):
         assert ready, "the app printed nothing in 120 s"
         line = proc.stdout.readline()  # the app prints its URL once it listens
         assert f"http://127.0.0.1:{port}/" in line, line + (proc.stdout.read() or "")
-        yield f"http://127.0.0.1:{port}/", ledger, store, folder
+        yield f"http://127.0.0.1:{port}/"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -81,6 +80,16 @@ def app(tmp_path_factory):
             time.sleep(0.2)
         else:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("app")
+    store = _store(folder / "x.zarr")
+    ledger = str(folder / "study.ledger")
+    PrivacyBudget(4.0, 1e-5, ledger=ledger, create=True)
+    with serving(ledger, store, folder) as url:
+        yield url, ledger, store, folder
 
 
 def _ledger(path: str) -> dict:

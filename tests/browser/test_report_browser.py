@@ -90,11 +90,79 @@ def test_the_score_map_is_drawn_per_group_with_synthetic_points(report, tmp_path
     images = browser.execute_script(
         "return Array.from(document.images).map(i => [i.complete, i.naturalWidth]);"
     )
-    assert len(images) == 6 and all(done and width > 100 for done, width in images)
+    # 3 scree plots, the loadings, the map, its group panels, the synthetic points
+    assert len(images) == 7 and all(done and width > 100 for done, width in images)
     # saved and loaded, the map is still drawn (the JSON holds it)
     mapped.save(tmp_path / "map.json")
     again = PrivateAnalysis.load(tmp_path / "map.json").to_html()
     assert 'alt="score map per group"' in again
+
+
+def _table_in_browser(browser, table_id):
+    return browser.execute_script(
+        f"return Array.from(document.querySelectorAll('#{table_id} tr')).map("
+        "r => Array.from(r.cells).map(c => [c.textContent, c.dataset.value || null]));"
+    )
+
+
+def test_the_loadings_and_the_map_parameters_in_chromium(tmp_path, browser):
+    """A grouped analysis of a DataFrame with column names: the report's loadings table,
+    as the browser shows it, holds exactly the released components under the input's
+    column names, and its parameters list the group domain and the map's bins."""
+    import pandas as pd
+
+    rng = np.random.default_rng(8)  # test data only
+    X = rng.standard_normal((3000, 5)) * np.sqrt([9.0, 4.0, 1.0, 1.0, 1.0])
+    frame = pd.DataFrame(X, columns=["age", "income", "hours", "rooms", "visits"])
+    frame["site"] = np.where(np.arange(3000) % 3 == 0, "north", "south")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = dd.analyze(
+            frame,
+            n_components=3,
+            epsilon=3.0,
+            delta=1e-5,
+            groups="site",
+            group_domain=("north", "south"),
+            scheduler="synchronous",
+        )
+    path = tmp_path / "loadings.html"
+    result.to_html(path)
+    browser.get(path.as_uri())
+    assert console_errors(browser) == []
+    rows = _table_in_browser(browser, "loadings")
+    assert [c[0] for c in rows[0]] == ["feature", "PC1", "PC2", "PC3"]
+    assert [r[0][0] for r in rows[1:]] == ["age", "income", "hours", "rooms", "visits"]
+    shown = np.array([[float(v) for _, v in r[1:]] for r in rows[1:]])
+    np.testing.assert_array_equal(shown, result.directions.T)  # exactly the release
+    printed = np.array([[float(t) for t, _ in r[1:]] for r in rows[1:]])
+    np.testing.assert_allclose(printed, result.directions.T, atol=5e-5)
+    params = {r[0][0]: r[1][0] for r in _table_in_browser(browser, "parameters")}
+    mx, my = result.score_map.bins
+    assert params["score map bins"] == f"{mx} x {my}"
+    assert params["group domain (public)"].startswith("north, south")
+    assert browser.find_element("css selector", "img[alt='loadings plot']").get_attribute(
+        "naturalWidth"
+    ) not in (None, "0")
+    if (where := screenshot_dir()) is not None:
+        browser.set_window_size(1280, 5200)
+        (where / "report-loadings-full.png").write_bytes(browser.get_screenshot_as_png())
+        browser.set_window_size(1280, 1000)
+    # without column names: x0 .. x4, or the names given to the report
+    named = render_report(dataclasses_replace_meta(result), feature_names=list("vwxyz"))
+    assert "<th>v</th>" in named and "<th>z</th>" in named
+    plain = render_report(dataclasses_replace_meta(result))
+    assert "<th>x0</th>" in plain and "<th>x4</th>" in plain
+    with pytest.raises(ValueError, match="feature_names"):
+        render_report(result, feature_names=["a", "b"])
+
+
+def dataclasses_replace_meta(result):
+    """The result as if its input had had no column names."""
+    import dataclasses
+
+    meta = {k: v for k, v in result.meta.items() if k != "feature_names"}
+    return dataclasses.replace(result, meta=meta)
 
 
 def test_the_report_in_chromium(report, browser):
@@ -160,10 +228,14 @@ def test_analyze_writes_the_report_with_the_ledger(tmp_path, capsys):
             str(tmp_path / "r.json"),
             "--report",
             str(tmp_path / "report.html"),
+            "--feature-names",
+            "height, weight,age,score",
         ]
     )
     assert code == 0, capsys.readouterr().err
     text = (tmp_path / "report.html").read_text(encoding="utf-8")
+    for name in ("height", "weight", "age", "score"):  # the loadings' rows, as named
+        assert f'<tr><th>{name}</th><td class="num" data-value=' in text
     remaining = dd.PrivacyBudget.open(tmp_path / "study.ledger").remaining()
     assert f"{remaining:.6g}" in text and "x.zarr" in text
     assert "row chunks of" in text  # the store's own chunking
