@@ -54,6 +54,9 @@ from .privacy.scree import (
     monotone,
     opendp_selector,
     robust_from_quantile,
+    robust_from_quantiles,
+    scree_floor,
+    scree_scales,
     winsorizing_level,
 )
 from .score_map_stage import PrivateScoreMapStage, plot_scores, resample_synthetic, resolve_groups
@@ -84,8 +87,15 @@ class ScoreMapStage(Protocol):
         ...
 
 
+def _upper_quantile(methods: Sequence[str]) -> bool:
+    """Whether the scree releases the ``1 - WINSOR_LEVEL`` pair quantile (the winsorizing
+    level's, and the robust value's).
+    """
+    return "winsorized" in methods or "robust" in methods
+
+
 def _scree_plan(k: int, methods: Sequence[str]) -> list[PlannedPart]:
-    levels = 2 * k + 1 if "winsorized" in methods else k + 1
+    levels = 2 * k + 1 if _upper_quantile(methods) else k + 1
     plan = [PlannedPart("scree", "quantiles", "pure", count=levels)]
     if "clipped" in methods:
         plan.append(PlannedPart("scree", "clipped", "gaussian", weight=SCREE_WEIGHTS["clipped"]))
@@ -679,7 +689,8 @@ def _scree_stage(
         "progress": progress,
     }
     winsorized = "winsorized" in methods
-    levels = tuple(((0.5, 1.0 - WINSOR_LEVEL) if winsorized else (0.5,)) for _ in range(k)) + (
+    upper_level = _upper_quantile(methods)
+    levels = tuple(((0.5, 1.0 - WINSOR_LEVEL) if upper_level else (0.5,)) for _ in range(k)) + (
         (0.5,),
     )
     quantile = split.part("scree", "quantiles")
@@ -694,15 +705,22 @@ def _scree_stage(
         charge=q_mech,
         **place,
     )
-    what = "pair quantiles (median; winsorizing level)" if winsorized else "pair quantiles (median)"
+    what = "pair quantiles (median; upper level)" if upper_level else "pair quantiles (median)"
     rows = [_row("scree", what, q_mech.describe(), where)]
-    robust = np.array([robust_from_quantile(r[0]) for r in released[:k]])
+    # The scale the clip and the Huber threshold are set from (post-processing).
+    robust = scree_scales(released, directions.shape[1])
     robust_trace = robust_from_quantile(released[k][0])
     values: dict[str, list[float]] = {}
     if "robust" in methods:
-        values["robust"] = robust.tolist()
+        values["robust"] = [robust_from_quantiles(r[0], r[1]) for r in released[:k]]
     clip = np.concatenate([CLIP_MULTIPLE * robust, [CLIP_MULTIPLE * robust_trace]])
-    upper = np.array([winsorizing_level(r[1]) for r in released[:k]]) if winsorized else None
+    # The winsorizing level, not below the clip's floor (the clip's reason, scree_scales).
+    floor = CLIP_MULTIPLE * scree_floor(released[k][0], directions.shape[1])
+    upper = (
+        np.array([max(winsorizing_level(r[1]), floor) for r in released[:k]])
+        if winsorized
+        else None
+    )
     huber = "huber" in methods
     tau = HUBER_MULTIPLE * robust
     centre = robust.copy()
