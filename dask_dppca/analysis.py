@@ -34,12 +34,14 @@ from .estimator import DPPCA
 from .graph import pass_block_sizes
 from .graph.scree import scree_histogram_graph, scree_sums_graph
 from .io import open_records
+from .kernel import resolve_spatial_sign
 from .kernel.scree_stats import scree_design, sub_block_pairs_per_record, summation_slack
 from .privacy.accounting import BudgetSplit, PlannedPart, compose, split_budget
 from .privacy.budget import PartsCharge
 from .privacy.calibration import gaussian_dp_epsilon, gaussian_dp_mu, validate_privacy_parameters
 from .privacy.charging import active_budgets, reserve_release
 from .privacy.noise import NoiseSampler, OpenDPSampler, SeededSampler
+from .privacy.notices import directions_note, release_notices, scree_default
 from .privacy.parts import part_to_dict
 from .privacy.score_map import ScoreMap
 from .privacy.scree import (
@@ -126,6 +128,14 @@ def _check_methods(methods: Any) -> tuple[str, ...]:
     return chosen
 
 
+def _check_spatial_sign(spatial_sign: Any, radius: Any) -> Any:
+    """The directions' spatial sign, checked before anything is read (as the fit does)."""
+    sign = resolve_spatial_sign(spatial_sign, radius)
+    if not sign.is_bounded:
+        raise ValueError(f"spatial_sign: {sign.name!r} is unbounded and has no finite sensitivity")
+    return sign
+
+
 def _directions_target(mu: float, delta: float) -> tuple[float, float]:
     """(epsilon, delta) for the directions' fit such that its mu stays <= ``mu``."""
     eps = gaussian_dp_epsilon(mu, delta)
@@ -151,7 +161,10 @@ class PrivateAnalysis:
         ``scree["values"][method]``: the k released scree values per method;
         ``scree["pve_total"]``: clipped values over the private trace (PVE over all d);
         ``scree["pve_topk"][method]``: each method's values over their own sum (PVE over
-        the top k only); ``scree["trace"]``: the private trace.
+        the top k only); ``scree["trace"]``: the private trace; ``scree["default"]``: the
+        method to read (:data:`~dask_dppca.privacy.notices.SCREE_DEFAULT_ORDER`, why:
+        :func:`~dask_dppca.privacy.notices.scree_default_note`); ``scree["quantiles"]``:
+        the released pair quantiles (per component, then the trace's).
     privacy : list of dict
         The split table: one row per release (stage, release, mechanism, guarantee,
         epsilon/delta or mu, sensitivity, sigma or scale, where drawn).
@@ -159,7 +172,11 @@ class PrivateAnalysis:
         The private score map (:class:`~dask_dppca.privacy.score_map.ScoreMap`), when
         one was released.
     meta : dict
-        Totals, shares, n, d, the composed epsilon, the analysis id.
+        Totals, shares, n, d, the composed epsilon, the analysis id, the spatial sign
+        (and radius) and ``directions_estimate``: what the directions estimate.
+    notices : list of str
+        Plain sentences on what in the release is pure noise
+        (:func:`~dask_dppca.privacy.notices.release_notices`, from released values only).
     """
 
     directions: np.ndarray
@@ -168,6 +185,7 @@ class PrivateAnalysis:
     privacy: list[dict[str, Any]]
     score_map: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
 
     # -- plots -------------------------------------------------------------------------
 
@@ -205,14 +223,15 @@ class PrivateAnalysis:
         chosen = list(self.scree["values"]) if methods is None else list(methods)
         k = self.directions.shape[0]
         x = np.arange(1, k + 1)
+        default = self.scree.get("default")
         if kind == "pve_total":
-            series = {"clipped / private trace": self.scree.get("pve_total")}
+            series = {"clipped": self.scree.get("pve_total")}
         else:
             source = self.scree["values"] if kind == "scree" else self.scree["pve_topk"]
             series = {m: source[m] for m in chosen}
         for name, values in series.items():
             if values is not None:
-                ax.plot(x, values, marker="o", label=f"{name} (private)")
+                ax.plot(x, values, **_scree_style(name, name == default))
         if reference is not None:
             ax.plot(
                 x[: len(reference)],
@@ -258,6 +277,7 @@ class PrivateAnalysis:
             "privacy": _jsonable(self.privacy),
             "score_map": _jsonable(getattr(self.score_map, "to_dict", lambda: self.score_map)()),
             "meta": _jsonable(self.meta),
+            "notices": list(self.notices),
         }
 
     def to_json(self, **kwargs: Any) -> str:
@@ -270,7 +290,7 @@ class PrivateAnalysis:
         if record.get("format") != _FORMAT:
             raise ValueError(f"record: not a {_FORMAT!r} record")
         scree = dict(record["scree"])
-        return cls(
+        result = cls(
             directions=np.asarray(record["directions"], dtype=np.float64),
             kendall_eigenvalues=np.asarray(record["kendall_eigenvalues"], dtype=np.float64),
             scree=scree,
@@ -278,6 +298,10 @@ class PrivateAnalysis:
             score_map=_score_map_of(record.get("score_map")),
             meta=dict(record["meta"]),
         )
+        notices = record.get("notices")
+        # A record from before the notices: derived from its released values (free).
+        result.notices = list(notices) if notices is not None else release_notices(result)
+        return result
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the analysis to a JSON file."""
@@ -352,6 +376,32 @@ class PrivateAnalysis:
             f"PrivateAnalysis(k={k}, d={d}, methods={list(self.scree['values'])}, "
             f"epsilon={self.meta.get('epsilon')}, delta={self.meta.get('delta')})"
         )
+
+
+#: Each scree method's line and marker: distinct, so no line hides another (the clipped
+#: and Huber values often coincide).
+_SCREE_STYLES = {
+    "clipped": ("-", "o", "C0"),
+    "huber": ("--", "s", "C1"),
+    "winsorized": (":", "^", "C2"),
+    "robust": ("-.", "D", "C3"),
+}
+
+
+def _scree_style(method: str, default: bool) -> dict[str, Any]:
+    """The plot style of a method's line: the default drawn thick and on top."""
+    line, marker, colour = _SCREE_STYLES.get(method, ("-", "o", None))
+    label = f"{method} (private)" + (", default: read this" if default else "")
+    return {
+        "linestyle": line,
+        "marker": marker,
+        "color": colour,
+        "linewidth": 2.8 if default else 1.3,
+        "markersize": 7 if default else 5,
+        "markerfacecolor": colour if default else "none",
+        "zorder": 3 if default else 2,
+        "label": label,
+    }
 
 
 def _score_map_of(record: Any) -> Any:
@@ -448,6 +498,8 @@ def analyze(
     score_methods: Sequence[str] = ("additive",),
     mono: bool = False,
     design: Any = "auto",
+    spatial_sign: str = "sphere",
+    radius: float | None = None,
     scheduler: Any = None,
     trusted_worker: str | None = None,
     require_trusted: bool = False,
@@ -490,6 +542,14 @@ def analyze(
         The score map's histograms: ``"additive"`` and/or ``"sparse"``.
     mono : bool, default False
         Monotone (non-increasing) post-processing of each method's values.
+    spatial_sign : {"sphere", "winsor"}, default "sphere"
+        The directions' spatial sign (:class:`~dask_dppca.estimator.DPPCA`): "sphere"
+        estimates the spatial Kendall matrix's eigenvectors (the covariance's for
+        elliptical data); "winsor" with a PUBLIC ``radius`` in the data's units (of
+        ``(x_i - x_j) / sqrt 2``) counts pairs closer than it with their full
+        difference: covariance-like directions on bounded data (docs/method.md).
+    radius : float, optional
+        The winsorizing radius (``spatial_sign="winsor"``).  Never tune it on the data.
     design, scheduler, trusted_worker, require_trusted, progress, component, storage_options
         As for :class:`~dask_dppca.estimator.DPPCA` and its ``fit``.
     random_state : int, optional
@@ -504,6 +564,7 @@ def analyze(
     k = integer_at_least("n_components", n_components, 1)
     eps, dlt = validate_privacy_parameters(epsilon, delta)
     chosen = _check_methods(methods)
+    sign = _check_spatial_sign(spatial_sign, radius)
     if score_map is True:
         X, labels = resolve_groups(X, groups, component)
         score_map = PrivateScoreMapStage(
@@ -551,6 +612,8 @@ def analyze(
             n_components=k,
             epsilon=eps_dir,
             delta=dlt_dir,
+            spatial_sign=spatial_sign,
+            radius=radius,
             design=design,
             scheduler=target.client if isinstance(target, ClusterTarget) else scheduler,
             trusted_worker=trusted_worker,
@@ -647,8 +710,11 @@ def analyze(
         "methods": list(chosen),
         "private": random_state is None,
         "parts": [part_to_dict(p) for p in divided.all_parts],
+        "spatial_sign": sign.name,
+        "radius": sign.radius,
+        "directions_estimate": directions_note(sign.name, sign.radius),
     }
-    return PrivateAnalysis(
+    result = PrivateAnalysis(
         directions=directions,
         kendall_eigenvalues=np.asarray(estimator.eigenvalues_, dtype=np.float64),
         scree=scree,
@@ -656,6 +722,8 @@ def analyze(
         score_map=result_map,
         meta=meta,
     )
+    result.notices = release_notices(result)  # post-processing of the released values
+    return result
 
 
 def _split_rows(split: BudgetSplit) -> list[dict[str, Any]]:
@@ -817,7 +885,12 @@ def _scree_stage(
             rows.append(_row("scree", mech.name, mech.describe(), where))
             centre = centre + noisy
         values["huber"] = centre.tolist()
-    scree: dict[str, Any] = {"values": values, "design": {"n_pairs": n_pairs, "max_degree": degree}}
+    scree: dict[str, Any] = {
+        "values": values,
+        "default": scree_default(methods),
+        "quantiles": [list(r) for r in released],
+        "design": {"n_pairs": n_pairs, "max_degree": degree},
+    }
     if clipped_mu is not None:
         scree["trace"] = trace
         scree["pve_total"] = (np.asarray(values["clipped"]) / trace).tolist() if trace > 0 else None
