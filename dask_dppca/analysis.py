@@ -762,7 +762,9 @@ def _scree_stage(
         (0.5,),
     )
     quantile = split.part("scree", "quantiles")
-    q_mech = PairQuantiles(levels, quantile.epsilon, n_pairs, degree, selector)
+    q_mech = PairQuantiles(
+        levels, quantile.epsilon, n_pairs, degree, selector, n_features=directions.shape[1]
+    )
     released, where = release_statistic(
         target,
         q_mech.release,

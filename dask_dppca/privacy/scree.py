@@ -245,6 +245,9 @@ class PairQuantiles:
         The design's ``|P|`` and ``D`` (public).
     selector : callable
         The noisy arg-max (OpenDP by default; tests inject others).
+    n_features : int, optional
+        d (public): the last row is the trace's, released first, and it widens the later
+        levels' windows (:meth:`release`).
     """
 
     levels: tuple[tuple[float, ...], ...]
@@ -252,6 +255,7 @@ class PairQuantiles:
     n_pairs: int
     max_degree: int
     selector: Selector = field(default=opendp_selector, compare=False)
+    n_features: int | None = None
 
     def __post_init__(self) -> None:
         for row in self.levels:
@@ -316,19 +320,32 @@ class PairQuantiles:
         A row's first level searches the whole grid; each later level searches the
         ``WINDOW`` grid points from the previous level's released point up (a
         window set by a released value: post-processing, and far fewer candidates, so
-        a tail quantile is not lost among thousands of equally bad far points).
+        a tail quantile is not lost among thousands of equally bad far points).  With
+        ``n_features``, the last row (the trace's) is released first, and a window
+        reaches at least ``WINDOW`` points above ``Q_tr / sqrt(d)`` (the released median
+        of ``||dx||`` spread over the features): along a zero-inflated column the median
+        of ``|dy|`` is the other columns' tiny leak, and the 0.9 level lies octaves above.
         """
         grid = grid_values()
-        out = []
-        for row, levels in zip(np.asarray(histograms), self.levels):
+        rows = list(np.asarray(histograms))
+        out: list[list[float]] = [[] for _ in rows]
+        reach = 0  # the window's least top: the trace's spread per feature, when given
+        order = list(range(len(rows)))
+        if self.n_features is not None:  # the trace (the last row) first
+            order = order[-1:] + order[:-1]
+        for number in order:
+            row, levels = rows[number], self.levels[number]
             released: list[float] = []
             lo, hi = 0, grid.size
             for q in levels:
                 utility = self.utilities(row, q)[lo:hi]
                 index = lo + self.selector(utility, self.scale)
                 released.append(float(grid[index]))
-                lo, hi = index, min(grid.size, index + WINDOW + 1)
-            out.append(released)
+                lo, hi = index, min(grid.size, max(index, reach) + WINDOW + 1)
+            if self.n_features is not None and number == len(rows) - 1:
+                typical = released[0] / math.sqrt(self.n_features)
+                reach = int(np.searchsorted(grid, typical))
+            out[number] = released
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -236,3 +236,37 @@ def test_analyze_takes_the_winsor_spatial_sign_and_checks_it():
         dd.analyze(x, 2, radius=3.0)
     with pytest.raises(ValueError, match="spatial_sign"):
         dd.analyze(x, 2, spatial_sign="identity")
+
+
+@pytest.mark.timeout(180)
+def test_the_cli_takes_the_spatial_sign_and_prints_the_default_and_the_notices(tmp_path, capsys):
+    import zarr
+
+    from dask_dppca.cli import main
+
+    x = np.full((1200, 3), np.nan)  # all NaN: every release is noise, rc 0, said so
+    zarr.save_array(str(tmp_path / "x.zarr"), x)
+    rc = main(
+        [
+            "analyze",
+            str(tmp_path / "x.zarr"),
+            "-k",
+            "2",
+            "--spatial-sign",
+            "winsor",
+            "--radius",
+            "2.5",
+            "--output",
+            str(tmp_path / "r.json"),
+            "--no-progress",
+            "--scheduler",
+            "synchronous",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "scree to read: clipped (the default)" in out
+    assert "notice: The pair quantiles along PC1 are at the top of the public grid" in out
+    result = PrivateAnalysis.load(tmp_path / "r.json")
+    assert result.meta["spatial_sign"] == "winsor" and result.meta["radius"] == 2.5
+    assert result.notices and all(f"notice: {n}" in out for n in result.notices)

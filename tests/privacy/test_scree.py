@@ -458,3 +458,24 @@ def test_the_float_slack_covers_row_by_row_sums_in_every_sub_block_pair_of_a_rec
     assert slack >= 2 * per_record * (p - 1) * p * u + 2 * n_pairs * u
     with pytest.raises(ValueError, match="sub_block_pairs_per_record"):
         summation_slack(n_pairs, 0)
+
+
+def test_the_upper_level_reaches_past_a_tiny_median_with_the_trace():
+    """Along a zero-inflated column (92 % zeros, the rest near 12) the median of ``|dy|``
+    is the other columns' leak (about 0.04) and the 0.9 level lies 8 octaves above it:
+    a window of 4 octaves above the median stops far below; with ``n_features`` the
+    window also reaches 4 octaves above the trace's released median over sqrt(d)."""
+    n = 4096
+    x = RNG.standard_normal((n, 4))
+    x[:, 0] = np.where(RNG.random(n) < 0.92, 0.0, 12.0 + RNG.standard_normal(n))
+    v = np.array([[1.0, 0.026, 0.026, 0.026]])
+    v /= np.linalg.norm(v)
+    counts = sum(block_histograms(x[a : a + 1024], v) for a in range(0, n, 1024))
+    n_pairs, degree = scree_design((1024,) * 4)
+    levels = ((0.5, 0.9), (0.5,))
+    exact = np.quantile(np.abs(np.subtract.outer(x[:1024] @ v[0], x[:1024] @ v[0])), 0.9)
+    near = PairQuantiles(levels, 50.0, n_pairs, degree, n_features=4).release(counts)
+    stuck = PairQuantiles(levels, 50.0, n_pairs, degree).release(counts)
+    assert near[0][1] == pytest.approx(exact, rel=0.1)
+    assert stuck[0][1] < exact / 4
+    assert near[0][0] == pytest.approx(stuck[0][0], rel=0.05)  # the median: unchanged
