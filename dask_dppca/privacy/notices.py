@@ -31,8 +31,9 @@ __all__ = [
 #: mean first: of the four it has the smallest noise (the largest weight of the scree's
 #: budget), its bias at the Gaussian is below 0.1 %, it is the only one with a PVE over
 #: all d (the clipped trace), and with its clip set from the released quantiles and the
-#: trace (``scree_scales``) it follows the variance on discrete and zero-inflated
-#: columns, where the quantile-based robust value estimates a spread, not a variance.
+#: trace (``scree_scales``) it follows the variance on discrete columns and duplicated
+#: rows (along a zero-inflated column about 20 % low, docs/method.md 6.6); the
+#: quantile-based robust value estimates a spread there, not a variance.
 SCREE_DEFAULT_ORDER = ("clipped", "huber", "winsorized", "robust")
 #: The grid's top value (``2^64``): a released quantile there says the pairs' values are
 #: beyond the grid or not finite.
@@ -63,7 +64,8 @@ def scree_default_note(method: str) -> str:
         return (
             "Read the clipped scree values (the default): the least noisy of the released "
             "estimators, nearly unbiased at the Gaussian, the only one with a PVE over all d, "
-            "and right on discrete or zero-inflated columns. The others are robustness "
+            "and it follows the variance on discrete columns and duplicated rows (along a "
+            "zero-inflated column it can be some 20 % low). The others are robustness "
             "checks: Huber and winsorized estimate the same variance with more noise; the "
             "robust value (pair quantiles) estimates a Gaussian-consistent spread, whose "
             "ratios hold even without a variance (Cauchy, t_1)."
