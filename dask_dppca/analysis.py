@@ -290,6 +290,8 @@ class PrivateAnalysis:
         if record.get("format") != _FORMAT:
             raise ValueError(f"record: not a {_FORMAT!r} record")
         scree = dict(record["scree"])
+        if "default" not in scree and scree.get("values"):  # a record from before issue 38
+            scree["default"] = scree_default(list(scree["values"]))
         result = cls(
             directions=np.asarray(record["directions"], dtype=np.float64),
             kendall_eigenvalues=np.asarray(record["kendall_eigenvalues"], dtype=np.float64),

@@ -151,6 +151,10 @@ def test_the_default_is_in_the_result_the_plots_and_the_report(small_result, tmp
     assert "spatial Kendall matrix" in html
     loaded = PrivateAnalysis.load(_saved(result, tmp_path))
     assert loaded.scree["default"] == "clipped" and loaded.notices == result.notices
+    old = result.to_dict()  # a record saved before the default and the notices
+    del old["scree"]["default"], old["notices"]
+    again = PrivateAnalysis.from_dict(old)
+    assert again.scree["default"] == "clipped" and again.notices == release_notices(old)
 
 
 def _saved(result, tmp_path):
