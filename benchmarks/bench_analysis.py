@@ -18,6 +18,7 @@ Three figures, each measured in this run:
     python benchmarks/bench_analysis.py              # 20 runs; n = 10^6, d = 32
     python benchmarks/bench_analysis.py --quick      # 3 runs; n = 2 10^4, d = 8
     python benchmarks/bench_analysis.py --smoke      # 1 run each, tiny wall-time check
+    python benchmarks/bench_analysis.py --tables 32000   # spatial signs on a zero-inflated table
 """
 
 from __future__ import annotations
@@ -122,6 +123,48 @@ def accuracy_t1(runs: int, scheduler: str, n: int = 20000) -> None:
     )
 
 
+def zero_inflated_table(n: int, rng: np.random.Generator) -> np.ndarray:
+    """A standardised census-like n x 6 table: two zero-inflated columns (92 % and 95 %
+    zeros, non-zero when a latent normal exceeds 1.405, their sizes growing with it: the
+    covariance's first direction), two normal columns, a 0..4 and a binary column; every
+    row drawn from n / 3 distinct rows (two thirds of the rows duplicates)."""
+    distinct = n // 3
+    z = rng.standard_normal((distinct, 4))
+    base = np.empty((distinct, 6))
+    base[:, :2] = z[:, :2]
+    on = z[:, 2] > 1.405
+    base[:, 2] = np.where(on, np.round(1000 * z[:, 2]), 0.0)
+    kept = on & (rng.random(distinct) < 0.6)
+    base[:, 3] = np.where(kept, np.round(800 * z[:, 2] + 300 * z[:, 3]), 0.0)
+    base[:, 4] = rng.integers(0, 5, distinct)
+    base[:, 5] = rng.binomial(1, 0.3, distinct)
+    x = base[rng.integers(0, distinct, n)]
+    return (x - x.mean(0)) / x.std(0)
+
+
+def spatial_signs(n: int) -> None:
+    """sin theta of the first released direction to the covariance's, and the clipped
+    scree along it, for the sphere and winsor radii (docs/method.md, 6.6)."""
+    x = zero_inflated_table(n, np.random.default_rng(11))  # benchmark data
+    w, vectors = np.linalg.eigh(np.cov(x.T))
+    first = vectors[:, -1]
+    print(f"zero-inflated table {n} x 6; covariance eigenvalues {np.round(w[::-1], 2)}")
+    for sign, radius in (("sphere", None), ("winsor", 1.0), ("winsor", 3.0), ("winsor", 10.0)):
+        exact_k = dd.kendall_matrix(x[:8000], sign, radius)  # NOT PRIVATE: the reference
+        k_first = np.linalg.eigh(exact_k)[1][:, -1]
+        result = dd.analyze(
+            x, 2, epsilon=2.0, delta=1e-5, score_map=False, spatial_sign=sign, radius=radius
+        )
+        v = result.directions[0]
+        along = float(np.var(x @ v, ddof=1))
+        print(
+            f"  {sign:<6} r={radius}: sin theta (PC1) private {np.sqrt(1 - (v @ first) ** 2):.3f}"
+            f" (exact K of 8000 rows {np.sqrt(1 - (k_first @ first) ** 2):.3f}); clipped scree "
+            f"along PC1 / exact variance along it - 1: "
+            f"{result.scree['values']['clipped'][0] / along - 1:+.3f}"
+        )
+
+
 def wall_time(n: int, d: int, repeats: int) -> None:
     rng = np.random.default_rng(0)  # benchmark data
     x = rng.standard_t(3, size=(n, d)) * np.linspace(3, 1, d)
@@ -187,6 +230,12 @@ def main() -> None:
     parser.add_argument("--t1-n", type=int, default=20000)
     parser.add_argument("--wall-time-only", action="store_true")
     parser.add_argument(
+        "--tables",
+        type=int,
+        metavar="N",
+        help="only the zero-inflated table's spatial signs, n = N (docs/method.md, 6.6)",
+    )
+    parser.add_argument(
         "--methods",
         default="clipped,winsorized,huber,robust",
         help="scree methods of the gau runs (they share the scree's budget)",
@@ -197,6 +246,9 @@ def main() -> None:
     if args.smoke:
         args.runs, args.n, args.d, args.t1_n = 1, 4000, 6, 4000
     warnings.simplefilter("ignore")
+    if args.tables:
+        spatial_signs(args.tables)
+        return
     if not args.wall_time_only:
         accuracy_gau(args.runs, "threads", tuple(args.methods.split(",")))
         accuracy_t1(1 if args.smoke else max(3, args.runs // 4), "threads", args.t1_n)

@@ -36,12 +36,14 @@ from .graph import pass_block_sizes
 from .graph.scree import scree_histogram_graph, scree_sums_graph
 from .io import open_records
 from .io.output import write_bytes, write_json
+from .kernel import resolve_spatial_sign
 from .kernel.scree_stats import scree_design, sub_block_pairs_per_record, summation_slack
 from .privacy.accounting import BudgetSplit, PlannedPart, compose, split_budget
 from .privacy.budget import PartsCharge
 from .privacy.calibration import gaussian_dp_epsilon, gaussian_dp_mu, validate_privacy_parameters
 from .privacy.charging import reserve_release, reserve_transaction
 from .privacy.noise import NoiseSampler, OpenDPSampler, SeededSampler
+from .privacy.notices import directions_note, release_notices, scree_default
 from .privacy.parts import part_to_dict
 from .privacy.score_map import ScoreMap
 from .privacy.scree import (
@@ -56,6 +58,9 @@ from .privacy.scree import (
     monotone,
     opendp_selector,
     robust_from_quantile,
+    robust_from_quantiles,
+    scree_floor,
+    scree_scales,
     winsorizing_level,
 )
 from .report_html import input_feature_names
@@ -87,8 +92,15 @@ class ScoreMapStage(Protocol):
         ...
 
 
+def _upper_quantile(methods: Sequence[str]) -> bool:
+    """Whether the scree releases the ``1 - WINSOR_LEVEL`` pair quantile (the winsorizing
+    level's, and the robust value's).
+    """
+    return "winsorized" in methods or "robust" in methods
+
+
 def _scree_plan(k: int, methods: Sequence[str]) -> list[PlannedPart]:
-    levels = 2 * k + 1 if "winsorized" in methods else k + 1
+    levels = 2 * k + 1 if _upper_quantile(methods) else k + 1
     plan = [PlannedPart("scree", "quantiles", "pure", count=levels)]
     if "clipped" in methods:
         plan.append(PlannedPart("scree", "clipped", "gaussian", weight=SCREE_WEIGHTS["clipped"]))
@@ -119,6 +131,14 @@ def _check_methods(methods: Any) -> tuple[str, ...]:
     return chosen
 
 
+def _check_spatial_sign(spatial_sign: Any, radius: Any) -> Any:
+    """The directions' spatial sign, checked before anything is read (as the fit does)."""
+    sign = resolve_spatial_sign(spatial_sign, radius)
+    if not sign.is_bounded:
+        raise ValueError(f"spatial_sign: {sign.name!r} is unbounded and has no finite sensitivity")
+    return sign
+
+
 def _directions_target(mu: float, delta: float) -> tuple[float, float]:
     """(epsilon, delta) for the directions' fit such that its mu stays <= ``mu``."""
     eps = gaussian_dp_epsilon(mu, delta)
@@ -144,7 +164,10 @@ class PrivateAnalysis:
         ``scree["values"][method]``: the k released scree values per method;
         ``scree["pve_total"]``: clipped values over the private trace (PVE over all d);
         ``scree["pve_topk"][method]``: each method's values over their own sum (PVE over
-        the top k only); ``scree["trace"]``: the private trace.
+        the top k only); ``scree["trace"]``: the private trace; ``scree["default"]``: the
+        method to read (:data:`~dask_dppca.privacy.notices.SCREE_DEFAULT_ORDER`, why:
+        :func:`~dask_dppca.privacy.notices.scree_default_note`); ``scree["quantiles"]``:
+        the released pair quantiles (per component, then the trace's).
     privacy : list of dict
         The split table: one row per release (stage, release, mechanism, guarantee,
         epsilon/delta or mu, sensitivity, sigma or scale, where drawn).
@@ -152,7 +175,11 @@ class PrivateAnalysis:
         The private score map (:class:`~dask_dppca.privacy.score_map.ScoreMap`), when
         one was released.
     meta : dict
-        Totals, shares, n, d, the composed epsilon, the analysis id.
+        Totals, shares, n, d, the composed epsilon, the analysis id, the spatial sign
+        (and radius) and ``directions_estimate``: what the directions estimate.
+    notices : list of str
+        Plain sentences on what in the release is pure noise
+        (:func:`~dask_dppca.privacy.notices.release_notices`, from released values only).
     """
 
     directions: np.ndarray
@@ -161,6 +188,7 @@ class PrivateAnalysis:
     privacy: list[dict[str, Any]]
     score_map: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
 
     # -- plots -------------------------------------------------------------------------
 
@@ -198,14 +226,15 @@ class PrivateAnalysis:
         chosen = list(self.scree["values"]) if methods is None else list(methods)
         k = self.directions.shape[0]
         x = np.arange(1, k + 1)
+        default = self.scree.get("default")
         if kind == "pve_total":
-            series = {"clipped / private trace": self.scree.get("pve_total")}
+            series = {"clipped": self.scree.get("pve_total")}
         else:
             source = self.scree["values"] if kind == "scree" else self.scree["pve_topk"]
             series = {m: source[m] for m in chosen}
         for name, values in series.items():
             if values is not None:
-                ax.plot(x, values, marker="o", label=f"{name} (private)")
+                ax.plot(x, values, **_scree_style(name, name == default))
         if reference is not None:
             ax.plot(
                 x[: len(reference)],
@@ -251,6 +280,7 @@ class PrivateAnalysis:
             "privacy": _jsonable(self.privacy),
             "score_map": _jsonable(getattr(self.score_map, "to_dict", lambda: self.score_map)()),
             "meta": _jsonable(self.meta),
+            "notices": list(self.notices),
         }
 
     def to_json(self, **kwargs: Any) -> str:
@@ -263,7 +293,9 @@ class PrivateAnalysis:
         if record.get("format") != _FORMAT:
             raise ValueError(f"record: not a {_FORMAT!r} record")
         scree = dict(record["scree"])
-        return cls(
+        if "default" not in scree and scree.get("values"):  # a record from before issue 38
+            scree["default"] = scree_default(list(scree["values"]))
+        result = cls(
             directions=np.asarray(record["directions"], dtype=np.float64),
             kendall_eigenvalues=np.asarray(record["kendall_eigenvalues"], dtype=np.float64),
             scree=scree,
@@ -271,6 +303,10 @@ class PrivateAnalysis:
             score_map=_score_map_of(record.get("score_map")),
             meta=dict(record["meta"]),
         )
+        notices = record.get("notices")
+        # A record from before the notices: derived from its released values (free).
+        result.notices = list(notices) if notices is not None else release_notices(result)
+        return result
 
     def save(
         self,
@@ -371,6 +407,32 @@ class PrivateAnalysis:
         )
 
 
+#: Each scree method's line and marker: distinct, so no line hides another (the clipped
+#: and Huber values often coincide).
+_SCREE_STYLES = {
+    "clipped": ("-", "o", "C0"),
+    "huber": ("--", "s", "C1"),
+    "winsorized": (":", "^", "C2"),
+    "robust": ("-.", "D", "C3"),
+}
+
+
+def _scree_style(method: str, default: bool) -> dict[str, Any]:
+    """The plot style of a method's line: the default drawn thick and on top."""
+    line, marker, colour = _SCREE_STYLES.get(method, ("-", "o", None))
+    label = f"{method} (private)" + (", default: read this" if default else "")
+    return {
+        "linestyle": line,
+        "marker": marker,
+        "color": colour,
+        "linewidth": 2.8 if default else 1.3,
+        "markersize": 7 if default else 5,
+        "markerfacecolor": colour if default else "none",
+        "zorder": 3 if default else 2,
+        "label": label,
+    }
+
+
 def _score_map_of(record: Any) -> Any:
     if isinstance(record, Mapping) and "frame" in record and "histograms" in record:
         return ScoreMap.from_dict(dict(record))
@@ -465,6 +527,8 @@ def analyze(
     score_methods: Sequence[str] = ("additive",),
     mono: bool = False,
     design: Any = "auto",
+    spatial_sign: str = "sphere",
+    radius: float | None = None,
     scheduler: Any = None,
     trusted_worker: str | None = None,
     require_trusted: bool = False,
@@ -508,6 +572,14 @@ def analyze(
         The score map's histograms: ``"additive"`` and/or ``"sparse"``.
     mono : bool, default False
         Monotone (non-increasing) post-processing of each method's values.
+    spatial_sign : {"sphere", "winsor"}, default "sphere"
+        The directions' spatial sign (:class:`~dask_dppca.estimator.DPPCA`): "sphere"
+        estimates the spatial Kendall matrix's eigenvectors (the covariance's for
+        elliptical data); "winsor" with a PUBLIC ``radius`` in the data's units (of
+        ``(x_i - x_j) / sqrt 2``) counts pairs closer than it with their full
+        difference: covariance-like directions on bounded data (docs/method.md).
+    radius : float, optional
+        The winsorizing radius (``spatial_sign="winsor"``).  Never tune it on the data.
     design, scheduler, trusted_worker, require_trusted, progress, component, storage_options
         As for :class:`~dask_dppca.estimator.DPPCA` and its ``fit``.
     random_state : int, optional
@@ -522,6 +594,7 @@ def analyze(
     k = integer_at_least("n_components", n_components, 1)
     eps, dlt = validate_privacy_parameters(epsilon, delta)
     chosen = _check_methods(methods)
+    sign = _check_spatial_sign(spatial_sign, radius)
     if score_map is True:
         X, labels = resolve_groups(X, groups, component)
         score_map = PrivateScoreMapStage(
@@ -571,6 +644,9 @@ def analyze(
             "methods": list(chosen),
             "private": random_state is None,
             "parts": [part_to_dict(p) for p in divided.all_parts],
+            "spatial_sign": sign.name,
+            "radius": sign.radius,
+            "directions_estimate": directions_note(sign.name, sign.radius),
             **released.get("meta", {}),
         }
         if not complete:
@@ -595,6 +671,8 @@ def analyze(
                 n_components=k,
                 epsilon=eps_dir,
                 delta=dlt_dir,
+                spatial_sign=spatial_sign,
+                radius=radius,
                 design=design,
                 scheduler=target.client if isinstance(target, ClusterTarget) else scheduler,
                 trusted_worker=trusted_worker,
@@ -727,7 +805,7 @@ def _assembled(released: dict[str, Any], k: int, meta: dict[str, Any]) -> Privat
         for m, v in ((m, np.asarray(v)) for m, v in scree["values"].items())
     }
     meta["directions_fit_id"] = estimator.privacy_.get("fit_id")
-    return PrivateAnalysis(
+    result = PrivateAnalysis(
         directions=np.asarray(estimator.components_, dtype=np.float64),
         kendall_eigenvalues=np.asarray(estimator.eigenvalues_, dtype=np.float64),
         scree=scree,
@@ -735,6 +813,8 @@ def _assembled(released: dict[str, Any], k: int, meta: dict[str, Any]) -> Privat
         score_map=released.get("score map"),
         meta=meta,
     )
+    result.notices = release_notices(result)  # post-processing of the released values
+    return result
 
 
 def _attach_partial(error: BaseException, partial: PrivateAnalysis, with_map: bool) -> None:
@@ -788,11 +868,14 @@ def _scree_stage(
         "stage_id": stage_id,
     }
     winsorized = "winsorized" in methods
-    levels = tuple(((0.5, 1.0 - WINSOR_LEVEL) if winsorized else (0.5,)) for _ in range(k)) + (
+    upper_level = _upper_quantile(methods)
+    levels = tuple(((0.5, 1.0 - WINSOR_LEVEL) if upper_level else (0.5,)) for _ in range(k)) + (
         (0.5,),
     )
     quantile = split.part("scree", "quantiles")
-    q_mech = PairQuantiles(levels, quantile.epsilon, n_pairs, degree, selector)
+    q_mech = PairQuantiles(
+        levels, quantile.epsilon, n_pairs, degree, selector, n_features=directions.shape[1]
+    )
     released, where = release_statistic(
         target,
         q_mech.release,
@@ -803,15 +886,22 @@ def _scree_stage(
         charge=q_mech,
         **place,
     )
-    what = "pair quantiles (median; winsorizing level)" if winsorized else "pair quantiles (median)"
+    what = "pair quantiles (median; upper level)" if upper_level else "pair quantiles (median)"
     rows = [_row("scree", what, q_mech.describe(), where)]
-    robust = np.array([robust_from_quantile(r[0]) for r in released[:k]])
+    # The scale the clip and the Huber threshold are set from (post-processing).
+    robust = scree_scales(released, directions.shape[1])
     robust_trace = robust_from_quantile(released[k][0])
     values: dict[str, list[float]] = {}
     if "robust" in methods:
-        values["robust"] = robust.tolist()
+        values["robust"] = [robust_from_quantiles(r[0], r[1]) for r in released[:k]]
     clip = np.concatenate([CLIP_MULTIPLE * robust, [CLIP_MULTIPLE * robust_trace]])
-    upper = np.array([winsorizing_level(r[1]) for r in released[:k]]) if winsorized else None
+    # The winsorizing level, not below the clip's floor (the clip's reason, scree_scales).
+    floor = CLIP_MULTIPLE * scree_floor(released[k][0], directions.shape[1])
+    upper = (
+        np.array([max(winsorizing_level(r[1]), floor) for r in released[:k]])
+        if winsorized
+        else None
+    )
     huber = "huber" in methods
     tau = HUBER_MULTIPLE * robust
     centre = robust.copy()
@@ -908,7 +998,12 @@ def _scree_stage(
             rows.append(_row("scree", mech.name, mech.describe(), where))
             centre = centre + noisy
         values["huber"] = centre.tolist()
-    scree: dict[str, Any] = {"values": values, "design": {"n_pairs": n_pairs, "max_degree": degree}}
+    scree: dict[str, Any] = {
+        "values": values,
+        "default": scree_default(methods),
+        "quantiles": [list(r) for r in released],
+        "design": {"n_pairs": n_pairs, "max_degree": degree},
+    }
     if clipped_mu is not None:
         scree["trace"] = trace
         scree["pve_total"] = (np.asarray(values["clipped"]) / trace).tolist() if trace > 0 else None

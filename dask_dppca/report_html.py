@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
+from .privacy.notices import notes_html
 
 __all__ = [
     "NOT_PRIVATE",
@@ -646,6 +647,7 @@ def render_report(
         "<h2>Private scree</h2>",
         '<div class="figs">' + "".join(_figure(*f) for f in figs) + "</div>",
         f"<table id='scree'><tr><th>method</th>{scree_head}</tr>{scree_rows}</table>",
+        notes_html(result),
         "<h2>Private directions (loadings)</h2>",
         loadings_html(result, feature_names),
     ]

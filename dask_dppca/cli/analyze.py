@@ -51,6 +51,20 @@ def add_parser(commands) -> None:
         help="comma-separated scree estimators (default clipped,winsorized,huber,robust)",
     )
     analyze.add_argument(
+        "--spatial-sign",
+        choices=("sphere", "winsor"),
+        default="sphere",
+        help="the directions' spatial sign: sphere (the spatial Kendall matrix's "
+        "eigenvectors, the covariance's for elliptical data) or winsor (with --radius: "
+        "covariance-like directions on bounded data)",
+    )
+    analyze.add_argument(
+        "--radius",
+        type=float,
+        help="PUBLIC winsorizing radius of --spatial-sign winsor, in the data's units of "
+        "(x_i - x_j) / sqrt(2); never tuned on the data",
+    )
+    analyze.add_argument(
         "--groups",
         metavar="LABELS",
         help="one label per record: a Zarr array's path, or the name of an array in the "
@@ -209,6 +223,8 @@ def run(args: argparse.Namespace) -> int:
             delta=args.delta,
             split=_shares(args.split),
             methods=methods,
+            spatial_sign=args.spatial_sign,
+            radius=args.radius,
             scheduler=args.scheduler,
             trusted_worker=args.trusted_worker,
             require_trusted=args.require_trusted,
@@ -232,6 +248,9 @@ def run(args: argparse.Namespace) -> int:
         f"features from {result.meta['n_samples']} records; total epsilon={args.epsilon:g}, "
         f"delta={args.delta:g} (composed: {result.meta['composed_epsilon']:.6g})"
     )
+    print(f"scree to read: {result.scree['default']} (the default)")
+    for notice in result.notices:
+        print(f"notice: {notice}")
     if args.plots is not None:
         import matplotlib
 

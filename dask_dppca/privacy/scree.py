@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,9 @@ __all__ = [
     "monotone",
     "opendp_selector",
     "robust_from_quantile",
+    "robust_from_quantiles",
+    "scree_floor",
+    "scree_scales",
     "winsorizing_level",
 ]
 
@@ -84,6 +88,7 @@ WINSOR_LEVEL = 0.1
 #: lambda``; set from the upper quantile, not the median, it moves up with a heavier tail.
 WINSOR_FACTOR = math.sqrt(CLIP_MULTIPLE) / float(norm.ppf(1.0 - WINSOR_LEVEL / 2.0))
 _Z75 = float(norm.ppf(0.75))
+_Z95 = float(norm.ppf(1.0 - WINSOR_LEVEL / 2.0))
 #: Grid points a row's later quantile searches above the previous one (4 octaves).
 WINDOW = 4 * 64
 
@@ -104,6 +109,11 @@ def opendp_selector(scores: NDArray[np.int64], scale: float) -> int:
         vector_domain(atom_domain(T="i64")), linf_distance(T="i64"), max_divergence(), scale
     )
     return int(measurement([int(s) for s in scores]))
+
+
+def _fraction(q: float) -> Fraction:
+    """A level as the fraction of small denominator it stands for (0.9: 9/10)."""
+    return Fraction(q).limit_denominator(1000)
 
 
 def opendp_epsilon(sensitivity: int, scale: float) -> float:
@@ -128,6 +138,66 @@ def robust_from_quantile(q: float) -> float:
     ``sqrt(2 lambda) z_0.75``.
     """
     return (q / _Z75) ** 2 / 2.0
+
+
+def robust_from_quantiles(median: float, upper: float) -> float:
+    """The robust scree value of the released median and ``1 - WINSOR_LEVEL`` quantile of
+    ``|dy|``: ``((Q_0.5 + Q_0.9) / (z_0.75 + z_0.95))^2 / 2``.
+
+    At the Gaussian ``|dy| ~ |N(0, 2 lambda)|`` has the quantiles ``sqrt(2 lambda)
+    z_0.75`` and ``sqrt(2 lambda) z_0.95``, so the constant ``z_0.75 + z_0.95 = 2.3194``
+    (analytic, like the MAD's 1.4826) makes it consistent there; its ratios are
+    consistent for every elliptical law (each ``|v^T dx|`` is one law scaled).  Why not
+    the median alone (:func:`robust_from_quantile`, which IS consistent at the normal): a
+    scale mixture of normals (clusters of unequal spread; the t laws) puts more of its
+    mass near 0 and in the tails than the normal of the same variance, so a median-based
+    value is low (for a Laplace ``dy`` of variance 1 it is ``(ln 2 / (sqrt 2
+    z_0.75))^2 = 0.53``) while the two laws' quantiles cross near the 0.9 level (Laplace:
+    ``exp(-sqrt 2 t) = 2 (1 - Phi(t))`` at ``t = 1.68``, level 0.907).  The sum weighs
+    the 0.9 level by its size (71 %) and averages two releases' noise.  Its breakdown is
+    10 % of the pairs (about 5 % of the records), not the median's 50 %.
+    """
+    return ((median + upper) / (_Z75 + _Z95)) ** 2 / 2.0
+
+
+def scree_floor(trace_median: float, n_features: int) -> float:
+    """``Q_trace^2 / (2 d)``: the released median of ``||dx||`` spread over the ``d``
+    features (about the mean eigenvalue; post-processing).
+    """
+    return float(trace_median) ** 2 / (2.0 * n_features)
+
+
+def scree_scales(released: Sequence[Sequence[float]], n_features: int) -> NDArray[np.float64]:
+    """The scale of each component's pair terms that the clip (``CLIP_MULTIPLE`` times it)
+    and the Huber threshold are set from: post-processing of the released quantiles.
+
+    The largest of the median's Gaussian-consistent value (:func:`robust_from_quantile`),
+    the upper level's (``(Q_0.9 / z_0.95)^2 / 2``, when released) and the floor
+    ``Q_trace^2 / (2 d)``, ``Q_trace`` the released median of ``||dx||`` (about the mean
+    eigenvalue).  At the Gaussian the first two agree and the floor is at most the mean
+    eigenvalue, so the clip stays about ``CLIP_MULTIPLE`` times the component's value.
+    On a discrete or zero-inflated column most pairs differ by nearly nothing along a
+    direction that loads on it, and the median's value is nearly 0 where the variance is
+    carried by the few pairs that differ: the upper level (10 % of the pairs) and the
+    floor (the table's typical spread per feature) keep the clip above those pairs' terms.
+
+    Parameters
+    ----------
+    released : sequence of sequences of float
+        :meth:`PairQuantiles.release`'s rows: per component ``[Q_0.5]`` or ``[Q_0.5,
+        Q_0.9]``, then the trace's ``[Q_0.5]``.
+    n_features : int
+        d (public).
+    """
+    rows = [list(r) for r in released]
+    floor = scree_floor(rows[-1][0], n_features)
+    scales = []
+    for row in rows[:-1]:
+        candidates = [robust_from_quantile(row[0]), floor]
+        if len(row) > 1:
+            candidates.append((row[1] / _Z95) ** 2 / 2.0)
+        scales.append(max(candidates))
+    return np.asarray(scales, dtype=np.float64)
 
 
 def winsorizing_level(q: float) -> float:
@@ -155,10 +225,15 @@ class PairQuantiles:
     """Private quantiles of pair statistics on the public grid: one exponential
     mechanism per (row, level).
 
-    The utility of grid point ``t_j`` is ``-|N(<= t_j) - round(q |P|)|``, ``N`` the
-    count of pairs whose value is at most ``t_j``: one record changes at most ``D``
-    pairs, so every utility moves by at most ``D``; OpenDP's noisy max at scale
-    ``2 D / epsilon`` is epsilon-DP (its own privacy map is checked at construction).
+    The utility of grid point ``t_j`` for level ``q = a / b`` is minus the distance from
+    the rank ``q N'`` to the ranks of bin ``j`` among the ``N'`` pairs that differ
+    (``|dy| > 0``: outside the grid's bin 0), in ``1 / b`` pair (:meth:`utilities`): a
+    quantile of the differing pairs.  One record changes at most
+    ``D`` pairs, each moving a utility by at most ``b``, so every utility moves by at most
+    ``b D``; OpenDP's noisy max at scale ``2 b D / epsilon`` is epsilon-DP (its own
+    privacy map: :func:`opendp_epsilon`).  On continuous data no pair ties, ``N' = |P|``,
+    and this is the quantile of all pairs (its utilities ``b`` times ``-|N(<= t_j) -
+    q |P||`` below the target, the previous point's above it).
 
     Attributes
     ----------
@@ -170,6 +245,9 @@ class PairQuantiles:
         The design's ``|P|`` and ``D`` (public).
     selector : callable
         The noisy arg-max (OpenDP by default; tests inject others).
+    n_features : int, optional
+        d (public): the last row is the trace's, released first, and it widens the later
+        levels' windows (:meth:`release`).
     """
 
     levels: tuple[tuple[float, ...], ...]
@@ -177,30 +255,64 @@ class PairQuantiles:
     n_pairs: int
     max_degree: int
     selector: Selector = field(default=opendp_selector, compare=False)
+    n_features: int | None = None
 
     def __post_init__(self) -> None:
         for row in self.levels:
             for q in row:
                 if not 0.0 < q < 1.0:
                     raise ValueError(f"levels: must be in (0, 1), got {q!r}")
+                if float(_fraction(q)) != q:
+                    raise ValueError(f"levels: expected a fraction a/b with b <= 1000, got {q!r}")
         if not (math.isfinite(self.epsilon) and self.epsilon > 0):
             raise ValueError(f"epsilon: must be > 0, got {self.epsilon!r}")
 
     @property
+    def sensitivity(self) -> int:
+        """One record's largest change of a utility: ``b D`` (``b`` the denominator)."""
+        return self.denominator * self.max_degree
+
+    @property
     def scale(self) -> float:
-        """The noise scale ``2 D / epsilon`` of each noisy max."""
-        return 2.0 * self.max_degree / self.epsilon
+        """The noise scale ``2 b D / epsilon`` of each noisy max."""
+        return 2.0 * self.sensitivity / self.epsilon
 
     @property
     def parts(self) -> tuple[PrivacyPart, ...]:
         """One pure part per (row, level)."""
         return tuple(PureDPPart(self.epsilon) for row in self.levels for _ in row)
 
+    @property
+    def denominator(self) -> int:
+        """The levels' common denominator ``b`` (each level ``q = a / b``): the utilities
+        are integers in units of ``1 / b`` pair.
+        """
+        return math.lcm(*(_fraction(q).denominator for row in self.levels for q in row))
+
     def utilities(self, counts: NDArray[np.int64], q: float) -> NDArray[np.int64]:
-        """Integer utilities of the grid points for level ``q`` (public function of counts)."""
-        cumulative = np.cumsum(np.asarray(counts, dtype=np.int64))
-        target = int(round(q * self.n_pairs))
-        return -np.abs(cumulative - target)
+        """Integer utilities of the grid points for level ``q`` (public function of counts).
+
+        With ``q = a / b``, ``N'`` the count of the pairs that differ (outside bin 0,
+        which holds the ties, ``|dy| = 0``) and ``L_j``, ``R_j`` the counts of those at
+        most the grid point before ``t_j`` and at most ``t_j``: ``-max(0, a N' - b R_j,
+        b L_j - a N')``, minus the distance (in ``1 / b`` pair) from the target rank
+        ``q N'`` to bin ``j``'s ranks ``[L_j, R_j]``.  So the level is a quantile of the
+        differing pairs (on discrete or zero-inflated columns most pairs tie and a
+        quantile of all pairs is 0), and a bin holding the target rank has utility 0
+        even when the values are an atom (a discrete column).  A pair contributes ``0``
+        (tie), ``b - a`` or ``-a`` to ``b R_j - a N'`` (and to ``b L_j - a N'``): one
+        pair's change moves a utility by at most ``b``, one record's by at most ``b D``.
+        """
+        counts = np.asarray(counts, dtype=np.int64)
+        fraction = _fraction(q)
+        b = self.denominator
+        a = fraction.numerator * (b // fraction.denominator)
+        differing = np.cumsum(counts[1:])
+        target = a * int(differing[-1])
+        at_most = b * np.concatenate([[0], differing])
+        below = b * np.concatenate([[0, 0], differing[:-1]])
+        distance = np.maximum(0, np.maximum(target - at_most, below - target))
+        return np.asarray(-distance, dtype=np.int64)
 
     def release(self, histograms: NDArray[np.int64]) -> list[list[float]]:
         """The released grid values, ``[row][level]``.
@@ -208,19 +320,32 @@ class PairQuantiles:
         A row's first level searches the whole grid; each later level searches the
         ``WINDOW`` grid points from the previous level's released point up (a
         window set by a released value: post-processing, and far fewer candidates, so
-        a tail quantile is not lost among thousands of equally bad far points).
+        a tail quantile is not lost among thousands of equally bad far points).  With
+        ``n_features``, the last row (the trace's) is released first, and a window
+        reaches at least ``WINDOW`` points above ``Q_tr / sqrt(d)`` (the released median
+        of ``||dx||`` spread over the features): along a zero-inflated column the median
+        of ``|dy|`` is the other columns' tiny leak, and the 0.9 level lies octaves above.
         """
         grid = grid_values()
-        out = []
-        for row, levels in zip(np.asarray(histograms), self.levels):
+        rows = list(np.asarray(histograms))
+        out: list[list[float]] = [[] for _ in rows]
+        reach = 0  # the window's least top: the trace's spread per feature, when given
+        order = list(range(len(rows)))
+        if self.n_features is not None:  # the trace (the last row) first
+            order = order[-1:] + order[:-1]
+        for number in order:
+            row, levels = rows[number], self.levels[number]
             released: list[float] = []
             lo, hi = 0, grid.size
             for q in levels:
                 utility = self.utilities(row, q)[lo:hi]
                 index = lo + self.selector(utility, self.scale)
                 released.append(float(grid[index]))
-                lo, hi = index, min(grid.size, index + WINDOW + 1)
-            out.append(released)
+                lo, hi = index, min(grid.size, max(index, reach) + WINDOW + 1)
+            if self.n_features is not None and number == len(rows) - 1:
+                typical = released[0] / math.sqrt(self.n_features)
+                reach = int(np.searchsorted(grid, typical))
+            out[number] = released
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -230,8 +355,10 @@ class PairQuantiles:
             "guarantee": "epsilon-DP",
             "epsilon": self.epsilon,
             "count": sum(len(row) for row in self.levels),
-            "sensitivity": self.max_degree,
-            "sensitivity_units": "pair counts (the design's max degree)",
+            "sensitivity": self.sensitivity,
+            "sensitivity_units": (
+                f"1/{self.denominator} pair counts (the design's max degree x {self.denominator})"
+            ),
             "scale": self.scale,
         }
 
