@@ -35,6 +35,7 @@ from .estimator import DPPCA
 from .graph import pass_block_sizes
 from .graph.scree import scree_histogram_graph, scree_sums_graph
 from .io import open_records
+from .io.fingerprint import check_unchanged, store_fingerprint
 from .io.output import write_bytes, write_json
 from .kernel import resolve_spatial_sign
 from .kernel.scree_stats import scree_design, sub_block_pairs_per_record, summation_slack
@@ -628,6 +629,11 @@ def analyze(
     map_stage = None if score_map is None else score_map.planned_parts(k)[0].stage
 
     records = open_records(X, component, storage_options=storage_options)  # metadata only
+    pinned = store_fingerprint(X, storage_options)  # each later stage reads the same data
+
+    def unchanged(before: str) -> None:
+        check_unchanged(X, storage_options, pinned, before)
+
     # What each stage released, as it is released: whatever stops the analysis later,
     # what was drawn (and paid for) goes out with the error (``partial_analysis``).
     released: dict[str, Any] = {"rows": []}
@@ -712,6 +718,7 @@ def analyze(
                     released["meta"]["feature_names"] = input_feature_names(X, estimator)
                     released["rows"].append(_directions_row(estimator.privacy_))
                     directions = np.asarray(estimator.components_, dtype=np.float64)
+                    unchanged("the scree")
                     with reserve_release(
                         scree_charge, fit_id=reserved.stage_id("scree"), dataset=records.dataset
                     ):
@@ -738,6 +745,7 @@ def analyze(
                     released["rows"] += scree_rows
                     if score_map is not None:
                         assert map_stage is not None  # the score map's parts name its stage
+                        unchanged("the score map")
                         # A pass over the records in a few tasks a thread, not one per block
                         # (rows in memory stay in the blocks resident on the workers).
                         rows_in = (
@@ -764,6 +772,7 @@ def analyze(
                         released["score map"] = result_map
                         released["rows"] += map_rows
                         del rows_in
+                    unchanged("handing back the result (a stage may have read the new version)")
             except Exception as error:  # any stage, whatever the surface error
                 lost = lost_scheduler(error, target, f"analysis {analysis_id}")
                 if lost is None:
