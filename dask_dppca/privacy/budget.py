@@ -835,12 +835,15 @@ class PrivacyBudget:
             (
                 "releases",
                 f"{len(counted)} counted ({states['committed']} committed, "
-                f"{states['reserved']} reserved), {states['cancelled']} cancelled",
+                f"{states['reserved']} reserved), {states['cancelled']} cancelled"
+                + _analyses_text(counted),
             ),
             (
                 "spent",
                 f"epsilon={self._spent_epsilon(counted):.6g} at delta={self.delta:g} "
-                f"(mu={self._composed(counted)[0] if counted else 0.0:.6g})",
+                f"(mu={self._composed(counted)[0] if counted else 0.0:.6g}; stated at the "
+                "ledger's delta: a release made at a larger delta shows a smaller epsilon "
+                "here than its own total)",
             ),
             (
                 "remaining",
@@ -946,12 +949,47 @@ class PrivacyBudget:
             )
         return self._ledger.resolve(release_id)
 
+    @classmethod
+    def _table_cells(cls, rows: Sequence[Release]) -> list[tuple[str, ...]]:
+        """One line per release, the stages of one analysis on one line (its parts)."""
+        lines: list[tuple[str, ...]] = []
+        for group in _by_analysis(rows):
+            if len(group) == 1:
+                lines.append(cls._cells(group[0]))
+                continue
+            first = cls._cells(group[0])
+            states = sorted({row.state for row in group})
+            stages = ", ".join(
+                f"{row.fit_id.rsplit('.', 1)[1].replace('_', ' ')} ({row.state})"
+                if len(states) > 1
+                else row.fit_id.rsplit(".", 1)[1].replace("_", " ")
+                for row in group
+            )
+            parts = [p for row in group if row.counted for p in (row.parts or ())]
+            lines.append(
+                (
+                    f"{group[0].id}-{group[-1].id}",
+                    "/".join(states),
+                    first[2],
+                    "-",
+                    "-",
+                    "parts",
+                    f"{len(parts)} parts"
+                    + (" + a Gaussian" if any(not r.parts for r in group) else ""),
+                    group[0].dataset,
+                    f"analysis {group[0].fit_id.rsplit('.', 1)[0]}: {stages}",
+                )
+            )
+        return lines
+
     def describe(self) -> str:
-        """A plain-text report: totals, spent, remaining, and a table of every release."""
+        """A plain-text report: totals, spent, remaining, and a table of every release
+        (an analysis's stages on one line).
+        """
         rows, facts = self._summary()
         lines = [f"{name + ':':<11}{value}" for name, value in facts]
         if rows:
-            table = [self._COLUMNS] + [self._cells(r) for r in rows]
+            table = [self._COLUMNS] + self._table_cells(rows)
             widths = [max(len(line[i]) for line in table) for i in range(len(self._COLUMNS))]
             lines.append("")
             lines += [
@@ -972,8 +1010,8 @@ class PrivacyBudget:
             header = "".join(f"<th>{html.escape(c)}</th>" for c in self._COLUMNS)
             out.append(f"<table><tr>{header}</tr>")
             out += [
-                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>"
-                for r in rows
+                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+                for cells in self._table_cells(rows)
             ]
             out.append("</table>")
         return "".join(out) + "</div>"
@@ -1071,6 +1109,33 @@ class Reservation:
 
     def __repr__(self) -> str:
         return f"Reservation(release {self.release.id} in {self.budget!r})"
+
+
+def _analysis_of(row: Release) -> str | None:
+    """The analysis a row is a stage of (its id is ``ANALYSIS.STAGE``), or None."""
+    head, dot, _ = row.fit_id.rpartition(".")
+    return head if dot and head else None
+
+
+def _by_analysis(rows: Sequence[Release]) -> list[list[Release]]:
+    """``rows`` in order, the consecutive stages of one analysis together."""
+    groups: list[list[Release]] = []
+    for row in rows:
+        key = _analysis_of(row)
+        if groups and key is not None and _analysis_of(groups[-1][0]) == key:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
+
+
+def _analyses_text(counted: Sequence[Release]) -> str:
+    """``"; 6 analyses (18 of them)"``: how many analyses the counted rows are stages of."""
+    analyses = {key for row in counted if (key := _analysis_of(row)) is not None}
+    if not analyses:
+        return ""
+    stages = sum(_analysis_of(row) is not None for row in counted)
+    return f"; {len(analyses)} analys{'is' if len(analyses) == 1 else 'es'} ({stages} of them)"
 
 
 def open_budgets() -> list[PrivacyBudget]:

@@ -249,3 +249,16 @@ def test_reserve_together_is_all_or_nothing(tmp_path):
     assert budget._ledger.rows() == []
     done = budget.reserve_together([("b.x", PartsCharge((small,)), "x")])
     assert [r.release.stage for r in done] == ["reserved"]
+
+
+def test_the_ledger_shows_an_analysis_as_one_line_with_its_stages(data, tmp_path):
+    path = _ledger(tmp_path)
+    with dd.PrivacyBudget.open(path):
+        first, second = _analyze(data), _analyze(data)
+    text = dd.PrivacyBudget.open(path).describe()
+    assert "6 counted (6 committed, 0 reserved), 0 cancelled; 2 analyses (6 of them)" in text
+    table = text.split("\n\n", 1)[1].splitlines()
+    assert len(table) == 3  # the header and one line per analysis
+    for line, result in zip(table[1:], (first, second)):
+        assert f"analysis {result.meta['analysis_id']}: directions, scree, score map" in line
+    assert "stated at the ledger's delta" in text
