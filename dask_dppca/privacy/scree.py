@@ -395,9 +395,16 @@ class GaussianStatistic:
 
     @property
     def sensitivities(self) -> NDArray[np.float64]:
-        """Per-entry sensitivity of the sums (with the float slack and the division's)."""
+        """Per-entry sensitivity of the sums (with the float slack and the division's).
+
+        ``release`` divides each sum ``a`` (at most ``|P| r`` in size) by this ``s``; each
+        quotient is rounded by at most ``u |a| / s <= u |P| r / s`` (``u = 2^-53``), so two
+        neighbours' quotients differ by at most ``(r (D + slack) + 2 u |P| r) / s``: the
+        ``2 u |P|`` term keeps that at most 1 (docs/privacy.md, "Scree values").
+        """
         r = np.asarray(self.ranges, dtype=np.float64)
-        return r * (self.max_degree + self.slack) * (1.0 + 4.0 * 2.0**-53)
+        division = 2.0 * 2.0**-53 * float(self.n_pairs) * (1.0 + 1e-6)
+        return r * (self.max_degree + self.slack + division) * (1.0 + 4.0 * 2.0**-53)
 
     @property
     def sigma(self) -> float:
