@@ -614,6 +614,7 @@ def analyze(
             rows += map_rows
             del rows_in
         dataset, row_chunks = records.dataset, records.row_chunks
+        feature_names = records.feature_names  # a table's columns (public), else None
         del blocks, records  # the resident blocks leave the workers (before a client closes)
     scree["pve_topk"] = {
         m: (
@@ -630,6 +631,7 @@ def analyze(
         "composed_epsilon": compose(divided.all_parts).epsilon(dlt),
         "n_samples": n,
         "n_features": d,
+        "feature_names": None if feature_names is None else list(feature_names),
         "dataset": dataset,
         "row_chunks": None if row_chunks is None else list(row_chunks),
         "directions_fit_id": report.get("fit_id"),
