@@ -145,3 +145,34 @@ def test_table_flags_are_checked_in_one_line(tmp_path, capsys, args, needle):
     out, err = capsys.readouterr()
     assert code == EXIT_USAGE and not out and err.count("\n") == 1, err
     assert needle in err
+
+
+# -- object storage ------------------------------------------------------------------
+# The suite's loopback S3 server (moto's server mode on 127.0.0.1, IAM authentication on):
+# the fixture tests/system/test_object_storage.py starts, shared rather than copied.
+from tests.system.test_object_storage import BUCKET, s3  # noqa: E402, F401
+
+
+@pytest.mark.slow
+def test_tables_on_s3_give_the_release_of_the_local_zarr_store(tmp_path, seeded, s3):  # noqa: F811
+    inputs = write_inputs(tmp_path)
+    for kind in ("parquet", "csv"):
+        s3["fs"].put(inputs[kind], f"{BUCKET}/tables/x.{kind}")
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps(s3["options"]))
+    store = run_both(inputs["zarr"], tmp_path / "zarr", labels=["--groups", inputs["labels"]])
+    for kind in ("parquet", "csv"):
+        url = f"s3://{BUCKET}/tables/x.{kind}"
+        table = run_both(
+            url,
+            tmp_path / kind,
+            "--columns",
+            ",".join(FEATURES),
+            "--storage-options-json",
+            str(options),
+            labels=["--groups", "group"],
+        )
+        assert_same_release(table, store)
+        assert table[1]["input"]["location"] == url
+        for record in table:  # the secret travels in the graph, never into a result
+            assert s3["secret"] not in json.dumps(record)
