@@ -219,7 +219,8 @@ class PrivateAnalysis:
         )
         eps, dlt = self.meta.get("epsilon"), self.meta.get("delta")
         ax.set_title(f"private scree, total epsilon={eps:g}, delta={dlt:g}")
-        ax.legend(frameon=False)
+        # An explicit place: "best" searches the data, and matplotlib warns when slow.
+        ax.legend(frameon=False, loc="upper right")  # decreasing values leave it free
         return ax
 
     def plot_scores(self, **kwargs: Any) -> Any:
@@ -535,7 +536,7 @@ def analyze(
         if records.in_memory:
             # Kept on the workers for the whole analysis: the fit and every later pass
             # read these blocks (a lazy input is read by each pass, never held).
-            records = records.with_resident(target.persist(records.blocks(plan.block_sizes)))
+            records = records.kept_on(target, plan.block_sizes)  # scattered, not in a graph
         blocks = records.blocks(plan.block_sizes)
         estimator = DPPCA(
             n_components=k,

@@ -22,7 +22,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .compute import check_scheduler, compute_target
+from .compute import ClusterTarget, check_scheduler, compute_target
 from .compute.budget_config import budget_required, configured_ledgers
 from .design import Design, check_design, plan_blocks
 from .graph import kernel_sum_graph
@@ -299,6 +299,8 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                     required=budget_required(),
                     abandon=lambda: target.abandon(fit_id),
                 ):
+                    if isinstance(target, ClusterTarget):  # rows in memory: scattered
+                        records = records.kept_on(target, plan.block_sizes)
                     lane_sums = kernel_sum_graph(
                         records.blocks(plan.block_sizes),
                         plan,

@@ -201,6 +201,8 @@ def plot_synthetic(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if len(score_map.groups) > 1:
-        ax.legend(fontsize=8, markerscale=3)
+        # Beside the axes, never over the points: loc="best" would search thousands of
+        # them (matplotlib's "Creating legend with loc='best' can be slow" warning).
+        ax.legend(fontsize=8, markerscale=3, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("synthetic points from the private score map")
     return figure
