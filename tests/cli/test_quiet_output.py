@@ -16,6 +16,7 @@ from pathlib import Path
 import dask
 import matplotlib.axes
 import numpy as np
+import pandas as pd
 import pytest
 import zarr
 
@@ -102,10 +103,16 @@ def _readme_lines() -> list[list[str]]:
     lines = [
         line
         for line in text.splitlines()
-        if line.startswith(("dask-dppca fit data.zarr", "dask-dppca analyze data.zarr -k 5"))
+        if line.startswith(
+            (
+                "dask-dppca fit data.zarr",
+                "dask-dppca analyze data.zarr -k 5",
+                "dask-dppca analyze survey.parquet",
+            )
+        )
         and "--budget" not in line
     ]
-    assert len(lines) == 2, lines
+    assert len(lines) == 3, lines
     return [shlex.split(line)[1:] for line in lines]
 
 
@@ -115,6 +122,9 @@ def test_the_readme_lines_print_no_third_party_warning(tmp_path):
     zarr.open_array(str(tmp_path / "data.zarr"), mode="w", shape=x.shape, chunks=(1000, 6))[:] = x
     labels = np.array(["a", "b", "c", "d"])[np.arange(3000) % 4]
     zarr.open_array(str(tmp_path / "labels.zarr"), mode="w", shape=(3000,), dtype=str)[:] = labels
+    survey = pd.DataFrame(x[:, :3], columns=["age", "income", "hours"])
+    survey["region"] = np.array(["north", "south", "east"])[np.arange(3000) % 3]
+    survey.to_parquet(tmp_path / "survey.parquet")
     for argv in _readme_lines():
         done = subprocess.run(
             [sys.executable, "-m", "dask_dppca", *argv],
