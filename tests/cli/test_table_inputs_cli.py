@@ -98,6 +98,7 @@ def assert_same_release(table: tuple[dict, dict], store: tuple[dict, dict]) -> N
     assert analysed["score_map"]["groups"] == ["0", "1", "other"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["parquet", "csv"])
 def test_a_table_gives_the_release_of_the_same_records_in_zarr(tmp_path, seeded, kind):
     inputs = write_inputs(tmp_path)
