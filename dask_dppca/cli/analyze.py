@@ -206,9 +206,6 @@ def run(args: argparse.Namespace) -> int:
         records, _ = open_input(args, options or None)
         groups = args.groups and os.path.expanduser(args.groups)
         _, labels = resolve_groups(store, groups, args.component)
-    d = records.shape[1]
-    if 1 <= args.n_components and args.n_components > d:  # before the split table prints
-        raise ValueError(f"n_components: must be in 1..{d} (d = {d}), got {args.n_components}")
     score_options = {
         "score_map": not args.no_score_map,
         "groups": labels,

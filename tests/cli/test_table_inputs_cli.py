@@ -136,7 +136,6 @@ def test_a_text_column_is_refused_by_name_before_anything_runs(tmp_path, capsys,
         (["CSV", "--columns", "a,group", "--groups", "group"], "cannot also be a feature"),
         (["CSV", "--groups", "nolabels", "--group-domain", "0"], "['nolabels'] not in"),
         (["CSV", "--storage-option", "anon=true"], "--storage-option"),
-        (["CSV", "--columns", "a,b", "-k", "3"], "n_components: must be in 1..2 (d = 2)"),
     ],
 )
 def test_table_flags_are_checked_in_one_line(tmp_path, capsys, args, needle):
