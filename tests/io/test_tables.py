@@ -147,3 +147,12 @@ def test_a_fit_on_a_table_records_its_feature_names_and_equals_the_zarr_fit(tmp_
     with pytest.warns(NonPrivateRandomStateWarning):
         from_table.fit(str(tmp_path / "x.zarr"))
     assert not hasattr(from_table, "feature_names_in_")
+
+
+def test_an_analysis_of_a_table_path_records_its_feature_names(tmp_path, frame):
+    """A table's path where a store's goes (the app, ``dd.analyze``): all its columns."""
+    path = _write(frame.drop(columns=["city", "g"]), tmp_path, "parquet")
+    with pytest.warns(NonPrivateRandomStateWarning):
+        result = dd.analyze(str(path), 2, score_map=False, scheduler="synchronous", random_state=0)
+    assert result.meta["feature_names"] == ["a", "b", "c"]
+    assert result.meta["dataset"] == str(path) and result.meta["n_samples"] == N
