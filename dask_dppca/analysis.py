@@ -252,7 +252,8 @@ class PrivateAnalysis:
         )
         eps, dlt = self.meta.get("epsilon"), self.meta.get("delta")
         ax.set_title(f"private scree, total epsilon={eps:g}, delta={dlt:g}")
-        ax.legend(frameon=False)
+        # An explicit place: "best" searches the data, and matplotlib warns when slow.
+        ax.legend(frameon=False, loc="upper right")  # decreasing values leave it free
         return ax
 
     def plot_scores(self, **kwargs: Any) -> Any:
@@ -709,13 +710,14 @@ def analyze(
                     if records.in_memory:
                         # Kept on the workers for the whole analysis: the fit and every later
                         # pass read these blocks (a lazy input is read by each pass, never held).
-                        records = records.with_resident(
-                            target.persist(records.blocks(plan.block_sizes))
-                        )
+                        records = records.kept_on(target, plan.block_sizes)  # scattered
                     blocks = records.blocks(plan.block_sizes)
                     estimator.fit(records)  # the directions stage: it claims its reservation
                     released["directions"] = estimator
-                    released["meta"]["feature_names"] = input_feature_names(X, estimator)
+                    named = records.feature_names  # a table's columns (public), else None
+                    released["meta"]["feature_names"] = (
+                        list(named) if named is not None else input_feature_names(X, estimator)
+                    )
                     released["rows"].append(_directions_row(estimator.privacy_))
                     directions = np.asarray(estimator.components_, dtype=np.float64)
                     unchanged("the scree")

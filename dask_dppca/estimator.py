@@ -22,11 +22,11 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .compute import check_scheduler, compute_target
+from .compute import ClusterTarget, check_scheduler, compute_target
 from .compute.budget_config import budgets_to_charge
 from .design import Design, check_design, plan_blocks
 from .graph import kernel_sum_graph
-from .io import is_lazy_input, open_records
+from .io import Records, is_lazy_input, open_records
 from .io.records import check_unmasked
 from .io.storage import display_location, is_url
 from .kernel import SpatialSign, resolve_spatial_sign
@@ -242,6 +242,10 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         )
         if hasattr(X, "shape") or not is_lazy_input(X):  # metadata only: names and width
             validate_data(self, X, reset=True, skip_check_array=True)
+        if records.feature_names is not None:  # a table's or dask DataFrame's columns
+            self.feature_names_in_ = np.asarray(records.feature_names, dtype=object)
+        elif not hasattr(X, "shape"):  # a store: no names (none kept from an earlier fit)
+            self.__dict__.pop("feature_names_in_", None)
         n_components = _check_n_components(params.n_components, records.shape[1])
         with compute_target(params.scheduler) as target:
             records = records.counted(target)
@@ -287,6 +291,8 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                     budgets=budgets_to_charge(self.carried_budgets),
                     abandon=lambda: target.abandon(fit_id),
                 ):
+                    if isinstance(target, ClusterTarget):  # rows in memory: scattered
+                        records = records.kept_on(target, plan.block_sizes)
                     lane_sums = kernel_sum_graph(
                         records.blocks(plan.block_sizes),
                         plan,
@@ -598,7 +604,7 @@ def _input_description(X: Any, component: str | None, input_type: str, shape) ->
     """The input as a result file records it: a store's location (absolute for a local
     path, secrets masked) or the input's type, and its shape.  Never a value.
     """
-    location = None
+    location = X.location if isinstance(X, Records) else None  # opened by the caller
     if isinstance(X, (str, os.PathLike)):
         text = os.fspath(X)
         location = display_location(

@@ -120,6 +120,14 @@ def load_result(path: str | os.PathLike, *, storage_options: dict | None = None)
     """
     shown = display_location(path)
     payload = _read_json(path, storage_options, shown)
+    if isinstance(payload, dict) and str(payload.get("format", "")).startswith(
+        "dask-dppca private analysis"
+    ):  # the other kind of file: point to its reader
+        raise ValueError(
+            f"path: {shown!r} is an analysis file (dask-dppca analyze); read it with "
+            f"dask_dppca.PrivateAnalysis.load({os.fspath(path)!r}); load_result reads the "
+            "result of a fit (dask-dppca fit, DPPCA.save)"
+        )
     if not isinstance(payload, dict) or payload.get("format") != RESULT_FORMAT:
         raise ValueError(f"path: {shown!r} is not a dask-dppca result file (no format entry)")
     version = payload.get("format_version")

@@ -344,6 +344,8 @@ def plot_synthetic(
             )
             for name in shown
         ]
-        ax.legend(handles=handles, fontsize=8)
+        # Beside the axes, never over the points: loc="best" would search thousands of
+        # them (matplotlib's "Creating legend with loc='best' can be slow" warning).
+        ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("synthetic points from the private score map")
     return figure

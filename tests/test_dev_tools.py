@@ -66,6 +66,7 @@ def test_ruff_passes_on_the_tree_and_fails_on_a_planted_violation(tmp_path):
     assert _run([*ruff, "format", "--check", "."], root).returncode != 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_mypy_fails_on_an_unannotated_privacy_function(tmp_path):
     """The strict flags hold on privacy/: an unannotated function there fails mypy."""
@@ -81,6 +82,7 @@ def test_mypy_fails_on_an_unannotated_privacy_function(tmp_path):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_docs_build_fails_on_a_broken_cross_reference(tmp_path):
     """Warnings are errors and every cross-reference is checked: a docstring that names a

@@ -57,7 +57,7 @@ def test_the_readme_says_what_the_suite_needs_and_how_long_it_takes():
     assert ci in block  # CI runs exactly the README's command
     intro = README.split("Install and run the whole test suite", 1)[1].split("```", 1)[0]
     assert re.search(r"about \d+ minutes", intro), intro
-    assert 'python3 -m pytest -m "not cluster and not statistical"' in README
+    assert 'python3 -m pytest -m "not cluster and not statistical and not slow"' in README
 
 
 #: Third-party modules the package may import without a core dependency providing them,

@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -14,6 +16,7 @@ def test_the_suite_has_a_default_timeout(pytestconfig):
     assert float(pytestconfig.getini("timeout")) >= 60
 
 
+@pytest.mark.slow
 def test_a_hanging_test_fails_instead_of_waiting(tmp_path):
     (tmp_path / "test_hang.py").write_text(
         "import threading\n\ndef test_hang():\n    threading.Event().wait()\n"

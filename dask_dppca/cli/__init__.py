@@ -74,6 +74,7 @@ CLI_SPELLINGS = (
     ("no trusted_worker was named", "no --trusted-worker was named"),
     ("pass allow_fill_values=True (--allow-fill-values)", "pass --allow-fill-values"),
     ("privacy_['released_on']", "the result's privacy.released_on"),
+    ("with columns=[...] (--columns a,b,c)", "with --columns a,b,c"),
 )
 
 

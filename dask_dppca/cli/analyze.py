@@ -9,6 +9,8 @@ import os
 import sys
 from typing import Any
 
+from .inputs import STORE_HELP, add_columns_argument, input_location, open_input
+
 #: The scree plots ``--plots`` writes (``plot_scree(kind=...)``).
 SCREE_PLOTS = ("scree", "pve_topk", "pve_total")
 
@@ -17,19 +19,31 @@ def add_parser(commands) -> None:
     """Register ``analyze`` on the ``dask-dppca`` sub-command parser."""
     analyze = commands.add_parser(
         "analyze",
-        help="private directions, scree values and score map of a Zarr store under ONE "
-        "(epsilon, delta)",
+        help="private directions, scree values and score map of a Zarr store or a Parquet/CSV "
+        "table under ONE (epsilon, delta)",
         description=(
-            "Release a private PCA analysis of the records (rows) of a Zarr array: the private "
+            "Release a private PCA analysis of the records (rows) of a Zarr array or a Parquet "
+            "or CSV table: the private "
             "directions and, along them, private scree values (clipped, winsorized, Huber, "
             "robust), the PVE and a private score map (per group with --groups), all under one "
             "total (epsilon, delta) split by a public rule (printed before anything is read)."
         ),
     )
-    analyze.add_argument(
-        "store", help="Zarr store (local path or fsspec URL), n x d, one record per row"
-    )
+    analyze.add_argument("store", help=STORE_HELP)
     analyze.add_argument("--component", help="array inside a Zarr group")
+    add_columns_argument(analyze)
+    analyze.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option for a STORE URL, repeatable (as for 'fit'); nested keys with dots",
+    )
+    analyze.add_argument(
+        "--storage-options-json",
+        metavar="FILE",
+        help="JSON object of fsspec options (--storage-option entries override it)",
+    )
     analyze.add_argument("-k", "--n-components", type=int, default=5, help="components (default 5)")
     analyze.add_argument(
         "--epsilon", type=float, default=3.0, help="TOTAL privacy epsilon > 0 (default 3)"
@@ -67,8 +81,9 @@ def add_parser(commands) -> None:
     analyze.add_argument(
         "--groups",
         metavar="LABELS",
-        help="one label per record: a Zarr array's path, or the name of an array in the "
-        "store's Zarr group (with --component); needs --group-domain",
+        help="one label per record: the name of a column of a Parquet or CSV table, a Zarr "
+        "array's path, or the name of an array in the store's Zarr group (with "
+        "--component); needs --group-domain",
     )
     analyze.add_argument(
         "--group-domain",
@@ -174,9 +189,11 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis import analyze
     from ..io import check_writable
     from ..io.output import write_bytes
+    from ..io.storage import is_url
+    from ..io.tables import table_format
     from ..score_map_stage import resolve_groups
     from .budget import open_ledger
-    from .fit import FORCE_HINT
+    from .fit import FORCE_HINT, storage_options
     from .kept import keep, kept_if_released
     from .signals import signals_deferred
 
@@ -196,15 +213,25 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--plots: the folder {parent!r} that would hold it does not exist")
         args.plots = plots
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    store = os.path.expanduser(args.store)
+    store = input_location(args.store)
+    options = storage_options(args.storage_options_json, args.storage_option)
+    if options and not is_url(store):
+        raise ValueError(
+            "--storage-option: fsspec options apply to a STORE URL (s3://, gs://, ...)"
+        )
     if args.groups is not None and args.no_score_map:
         raise ValueError("--groups: needs the score map (drop --no-score-map)")
     if args.groups is not None and args.group_domain is None:
         raise ValueError("--group-domain: --groups needs its PUBLIC labels, e.g. a,b,c")
     if args.group_domain is not None and args.groups is None:
         raise ValueError("--group-domain: given without --groups")
-    groups = args.groups and os.path.expanduser(args.groups)
-    _, labels = resolve_groups(store, groups, args.component)
+    # Metadata only, before the split table prints and before any cluster starts.
+    if table_format(store) is not None:  # --groups names one of its columns
+        records, labels = open_input(args, options or None, label_column=args.groups)
+    else:
+        records, _ = open_input(args, options or None)
+        groups = args.groups and os.path.expanduser(args.groups)
+        _, labels = resolve_groups(store, groups, args.component)
     score_options = {
         "score_map": not args.no_score_map,
         "groups": labels,
@@ -217,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     args.charged_budgets = [] if budget is None else [budget]  # for a stopped run's line
     with nullcontext() if budget is None else budget, kept_if_released(args):
         result = analyze(
-            store,
+            records,
             n_components=args.n_components,
             epsilon=args.epsilon,
             delta=args.delta,
@@ -229,7 +256,6 @@ def run(args: argparse.Namespace) -> int:
             trusted_worker=args.trusted_worker,
             require_trusted=args.require_trusted,
             progress=not args.no_progress and sys.stdout.isatty(),
-            component=args.component,
             show_split=print,
             **score_options,
         )

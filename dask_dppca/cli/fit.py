@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
+
+from .inputs import STORE_HELP, add_columns_argument, input_location, open_input
 
 
 def add_parser(commands) -> None:
     """Register ``fit`` on the ``dask-dppca`` sub-command parser."""
     fit = commands.add_parser(
         "fit",
-        help="fit g-DPPCA on a Zarr store and write the private result",
-        description="Fit g-DPPCA on the records (rows) of a Zarr array and release the result.",
+        help="fit g-DPPCA on a Zarr store or a Parquet/CSV table and write the private result",
+        description="Fit g-DPPCA on the records (rows) of a Zarr array or a Parquet or CSV "
+        "table and release the result.",
     )
-    fit.add_argument(
-        "store",
-        help="Zarr store (local path or fsspec URL such as "
-        "s3://bucket/data.zarr) holding an n x d array, one record per row",
-    )
+    fit.add_argument("store", help=STORE_HELP)
     fit.add_argument("--component", help="array inside a Zarr group (nested paths: sub/X)")
+    add_columns_argument(fit)
     fit.add_argument(
         "--storage-option",
         action="append",
@@ -197,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
             "--storage-option: fsspec options apply to URLs (s3://, gs://, ...); "
             "neither STORE nor --output is one"
         )
-    input_options = options if is_url(args.store) else None
+    input_options = options if is_url(input_location(args.store)) else None
     output_options = options if is_url(args.output) else None
     check_writable(  # before any data is read or any cluster starts
         args.output,
@@ -214,18 +213,23 @@ def run(args: argparse.Namespace) -> int:
         require_trusted=args.require_trusted,
         progress=not args.no_progress and sys.stdout.isatty(),
     )
+    # Metadata only, before any cluster starts: a missing path fails at once.
+    records, _ = open_input(args, input_options)
     budget = open_ledger(args.budget) if args.budget else None
     args.charged_budgets = [] if budget is None else [budget]  # for a stopped fit's line
     with (
         nullcontext() if budget is None else budget,
         tls_config(args.tls_ca_file, args.tls_cert, args.tls_key),
     ):
-        est.fit(
-            os.path.expanduser(args.store) if not is_url(args.store) else args.store,
-            component=args.component,
-            storage_options=input_options,
-            allow_fill_values=args.allow_fill_values,
-        )
+        if records.frame is not None:  # a table: its features, opened with --columns
+            est.fit(records)
+        else:  # a Zarr store: opened again by the fit, as it always was (metadata only)
+            est.fit(
+                input_location(args.store),
+                component=args.component,
+                storage_options=input_options,
+                allow_fill_values=args.allow_fill_values,
+            )
     where = save_result(
         est,
         args.output,

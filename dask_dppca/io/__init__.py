@@ -6,6 +6,8 @@
   chunks (:class:`.MissingChunkError`) instead of inventing fill values; their reader
   (:func:`.chunk_reader`) for blocks read inside the graph's tasks.
 * :mod:`.labelled`: xarray and dask DataFrame inputs, kept lazy.
+* :mod:`.tables`: Parquet and CSV tables (a path or URL), read lazily by dask.dataframe,
+  their feature columns chosen and checked by name.
 * :mod:`.storage`: fsspec URLs, storage options, secret-free one-line errors.
 * :mod:`.output`: result files on a local path or any fsspec URL (:func:`.write_json`).
 """

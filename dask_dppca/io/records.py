@@ -23,9 +23,17 @@ import numpy as np
 from ..validation import is_real_numeric_dtype
 from .labelled import frame_rows, from_xarray, is_dask_frame, is_xarray
 from .storage import check_storage_options, display_location
+from .tables import Table, open_table, table_format
 from .zarr_input import is_zarr_input, open_zarr_input, read_in_blocks
 
-__all__ = ["Records", "RowCounter", "check_unmasked", "is_lazy_input", "open_records"]
+__all__ = [
+    "Records",
+    "RowCounter",
+    "check_unmasked",
+    "is_lazy_input",
+    "open_records",
+    "records_of_table",
+]
 
 
 def is_lazy_input(data: Any) -> bool:
@@ -65,6 +73,8 @@ class Records:
     resident : dask.array.Array, optional
         The rows already cut into a plan's blocks and kept on the compute target
         (:meth:`with_resident`); :meth:`blocks` gives them for those block sizes.
+    feature_names : tuple of str, optional
+        The columns' names of a table or DataFrame input (public, like its dtypes).
     """
 
     source: Any
@@ -73,6 +83,7 @@ class Records:
     frame: Any = None
     own_chunks: bool = True
     resident: Any = None
+    feature_names: tuple[str, ...] | None = None
 
     @property
     def dataset(self) -> str:
@@ -135,6 +146,25 @@ class Records:
             )
         return replace(self, resident=blocks)
 
+    def kept_on(self, target: Any, block_sizes: tuple[int, ...]) -> Records:
+        """Rows in memory kept where ``target`` computes, cut into ``block_sizes``.
+
+        A cluster's client (``target.client``) receives them once by ``scatter``, one
+        piece a block: embedded in a task graph, they would travel inside it (Dask's
+        "Sending large graph" warning, and the scheduler holding a copy).  A local
+        scheduler persists them in this process.  Lazy records, and records already kept
+        in these blocks, are returned as they are.
+        """
+        sizes = tuple(int(size) for size in block_sizes)
+        if not self.in_memory or (
+            self.resident is not None and tuple(self.resident.chunks[0]) == sizes
+        ):
+            return self
+        client = getattr(target, "client", None)
+        if client is None:
+            return self.with_resident(target.persist(self.blocks(sizes)))
+        return self.with_resident(_scattered(self.source, sizes, client))
+
     def blocks(self, block_sizes: tuple[int, ...]) -> da.Array:
         """The rows with one chunk per block of ``block_sizes`` and all columns in one."""
         if self.resident is not None and tuple(self.resident.chunks[0]) == tuple(block_sizes):
@@ -163,7 +193,9 @@ def open_records(
     data : ndarray, dask.array.Array, zarr.Array, zarr.Group, str, os.PathLike, \
 xarray.DataArray, xarray.Dataset, dask DataFrame or Series
         The records, one per row.  A string or path names a Zarr store: a local path or
-        an fsspec URL (``s3://``, ``gs://``, ``az://``, chained ``simplecache::s3://``).
+        an fsspec URL (``s3://``, ``gs://``, ``az://``, chained ``simplecache::s3://``);
+        one ending in ``.parquet``, ``.pq`` or ``.csv`` names a table, all of whose
+        columns are the features (:func:`~.tables.open_table` chooses some).
         A Zarr store object or an fsspec mapper is opened like a path.
     component : str, optional
         The array inside a Zarr group (a nested path such as ``"sub/X"`` too), or the
@@ -195,6 +227,13 @@ xarray.DataArray, xarray.Dataset, dask DataFrame or Series
             raise ValueError("component, storage_options: records are opened already")
         return data
     storage_options = check_storage_options(storage_options, data)
+    if table_format(data) is not None:  # a Parquet or CSV path: all its columns
+        if component is not None:
+            raise ValueError(
+                f"component: {component!r} names an array in a Zarr group; X is a table "
+                "(choose its features with columns, --columns)"
+            )
+        return records_of_table(open_table(data, storage_options=storage_options))
     array = _rows(data, component, storage_options, allow_fill_values)
     if array.ndim != 2:
         raise ValueError(
@@ -228,7 +267,26 @@ xarray.DataArray, xarray.Dataset, dask DataFrame or Series
         type(data).__name__,
         frame=data if is_dask_frame(data) else None,
         own_chunks=own_chunks,
+        feature_names=_column_names(data),
     )
+
+
+def records_of_table(table: Table) -> Records:
+    """The records of a table opened by :func:`~.tables.open_table` (its features)."""
+    return Records(
+        _frame_placeholder(table.frame),
+        table.location,
+        f"{'Parquet' if table.kind == 'parquet' else 'CSV'} table",
+        frame=table.frame,
+        feature_names=table.feature_names,
+    )
+
+
+def _column_names(data: Any) -> tuple[str, ...] | None:
+    """A dask DataFrame's column names (a Series has none the fit could use)."""
+    if is_dask_frame(data) and hasattr(data, "columns"):
+        return tuple(str(name) for name in data.columns)
+    return None
 
 
 def _in_memory(rows: np.ndarray, chunks: Any) -> da.Array:
@@ -238,6 +296,20 @@ def _in_memory(rows: np.ndarray, chunks: Any) -> da.Array:
     the records into every key the dashboard, the logs and the scheduler's events show.
     """
     return da.from_array(rows, chunks=chunks, name=False)
+
+
+def _scattered(rows: np.ndarray, block_sizes: tuple[int, ...], client: Any) -> da.Array:
+    """``rows`` on a cluster's workers, one scattered piece a block, as a dask array."""
+    bounds = np.cumsum((0, *block_sizes))
+    pieces = [np.ascontiguousarray(rows[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    # hash=False: keys not derived from the rows (no digest of the records in any key).
+    futures = client.scatter(pieces, hash=False)
+    return da.concatenate(
+        [
+            da.from_delayed(future, shape=piece.shape, dtype=rows.dtype)
+            for future, piece in zip(futures, pieces)
+        ]
+    )
 
 
 def _unchunked_xarray(data: Any, component: str | None) -> bool:

@@ -43,6 +43,7 @@ from zarr.storage import FsspecStore, LocalStore, StorePath, WrapperStore
 
 from .sessions import close_at_worker_shutdown
 from .storage import describe_error, display_location, filesystem, is_url, remote_error
+from .tables import FORMATS_READ
 
 __all__ = [
     "ChunkCheckingStore",
@@ -249,7 +250,7 @@ def _open_node(data: Any, storage_options: dict | None):
     except Exception as error:
         raise ValueError(
             f"X: cannot open {_location_label(data)} as a Zarr store "
-            f"({describe_error(error, storage_options)})"
+            f"({describe_error(error, storage_options)}); read: {FORMATS_READ}"
         ) from None
 
 
@@ -270,8 +271,15 @@ def _open_store(data: Any, storage_options: dict | None):
             raise ValueError(
                 f"X: cannot use the path {_shortened(location)!r} as a Zarr store ({reason})"
             ) from None
+        if exists and path.is_file():  # a local store is a folder
+            raise ValueError(
+                f"X: {_shortened(location)!r} is a file, not a Zarr store nor a table by its "
+                f"name; read: {FORMATS_READ}"
+            )
         if not exists:
-            raise ValueError(f"X: Zarr store {_shortened(location)!r} does not exist")
+            raise ValueError(
+                f"X: Zarr store {_shortened(location)!r} does not exist (read: {FORMATS_READ})"
+            )
         return LocalStore(path, read_only=True)
     fs, path = _reachable_filesystem(location, storage_options)
     if "::" in location:

@@ -33,6 +33,7 @@ def test_every_script_has_a_smallest_run():
     assert scripts == covered, f"scripts without a smallest run: {sorted(scripts - covered)}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", smoke_commands())
 def test_smallest_run_exits_cleanly(command, tmp_path):
     # "python" is the interpreter running the tests (the same environment), even where the

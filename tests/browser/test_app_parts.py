@@ -53,6 +53,7 @@ def test_the_release_folder_round_trips_newest_first(result, tmp_path):
         store.load("../escape")
 
 
+@pytest.mark.slow
 def test_the_page_builds_for_a_notebook_and_shows_a_release_for_free(result, tmp_path):
     page = AppPage(epsilon=1.0, delta=1e-5)  # an in-memory budget
     assert "Remaining" in page.remaining.object and "in memory" in page.remaining.object

@@ -77,6 +77,7 @@ def _with_score_map(result, X):
     return dataclasses.replace(result, score_map=score_map)
 
 
+@pytest.mark.slow
 def test_the_score_map_is_drawn_per_group_with_synthetic_points(report, tmp_path, browser):
     result, _, _, _ = report
     X = np.random.default_rng(5).standard_normal((2000, 6))  # test data only
@@ -208,6 +209,7 @@ def test_the_report_in_chromium(report, browser):
         assert cell.endswith("(matches)") if has_noise else "no noise scale" in cell, cell
 
 
+@pytest.mark.slow
 def test_analyze_writes_the_report_with_the_ledger(tmp_path, capsys):
     from dask_dppca.cli import main
     from tests.cli import write_store

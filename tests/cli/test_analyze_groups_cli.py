@@ -63,6 +63,7 @@ def test_labels_beside_the_records_in_a_zarr_group(tmp_path, capsys):
         (["--score-methods", "kde"], "score_methods"),
     ],
 )
+@pytest.mark.slow
 def test_score_map_errors_are_one_line_naming_the_flag(tmp_path, capsys, extra, needle):
     store = write_store(tmp_path / "x.zarr")
     write_labels(tmp_path / "labels.zarr", n=300)

@@ -24,6 +24,7 @@ def _clean_env() -> dict:
     return {name: value for name, value in os.environ.items() if name != BUDGET_ENV}
 
 
+@pytest.mark.slow
 def test_create_show_and_fit_until_the_budget_refuses(tmp_path, capsys):
     ledger, store = str(tmp_path / "study.ledger"), write_store(tmp_path / "x.zarr")
     assert main(["budget", "create", ledger, "--epsilon", "2", "--delta", "1e-5"]) == 0
@@ -67,6 +68,7 @@ def test_create_show_and_fit_until_the_budget_refuses(tmp_path, capsys):
         ),
     ],
 )
+@pytest.mark.slow
 def test_budget_errors_are_one_line_with_exit_2(tmp_path, args, needle):
     ledger = tmp_path / "l.ledger"
     PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)

@@ -60,6 +60,7 @@ def test_fit_writes_the_result_file(tmp_path):
         (["fit", "STORE", "--scheduler", "tcp://127.0.0.1:1"], "scheduler"),
     ],
 )
+@pytest.mark.slow
 def test_user_errors_are_one_line_with_a_nonzero_exit(tmp_path, args, needle):
     store = write_store(tmp_path / "x.zarr")
     args = [store if a == "STORE" else a for a in args]

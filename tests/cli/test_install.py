@@ -13,9 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_package_imports_from_outside_the_checkout(tmp_path):
     code = (
         "import json, dask_dppca as dd; from dask_dppca import DPPCA, PrivacyBudget; "

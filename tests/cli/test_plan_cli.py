@@ -41,6 +41,7 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
 
 
+@pytest.mark.slow
 def test_the_readme_plan_lines_run_as_typed(tmp_path, monkeypatch, capsys):
     write_store(tmp_path)
     first, cluster = readme_plan_lines()
@@ -56,6 +57,7 @@ def test_the_readme_plan_lines_run_as_typed(tmp_path, monkeypatch, capsys):
     assert "cluster: 100 worker(s) x 16 thread(s), memory limit 64 GiB (given)" in out
 
 
+@pytest.mark.slow
 def test_a_plan_that_does_not_fit_exits_2_with_the_number_it_needs(tmp_path, capsys):
     write_store(tmp_path)
     argv = ["plan", str(tmp_path / "data.zarr"), "--workers", "1", "--threads", "2"]
@@ -85,6 +87,7 @@ def test_bench_save_writes_the_model_plan_reads(tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["time"]["machine_model"] == "stand-in"
 
 
+@pytest.mark.slow
 def test_bench_reads_at_a_local_folder_measures_it_and_leaves_it_empty(
     tmp_path, monkeypatch, capsys
 ):
@@ -115,6 +118,7 @@ def test_bench_reads_at_a_local_folder_measures_it_and_leaves_it_empty(
         (["--workers", "2", "--threads", "2", "--memory-limit", "much"], "memory_limit:"),
     ],
 )
+@pytest.mark.slow
 def test_bad_plan_flags_are_one_line_errors(tmp_path, capsys, argv, message):
     write_store(tmp_path, n=500, d=3)
     assert main(["plan", str(tmp_path / "data.zarr"), *argv]) == 2

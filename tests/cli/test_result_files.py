@@ -49,6 +49,7 @@ def test_a_missing_folder_is_refused_and_never_created(tmp_path, capsys):
     assert not (tmp_path / "no").exists()
 
 
+@pytest.mark.slow
 def test_an_existing_result_is_never_overwritten_without_force(tmp_path, capsys):
     store = write_store(tmp_path / "x.zarr")
     target = tmp_path / "r.json"
@@ -118,6 +119,7 @@ def test_a_named_pipe_is_written_in_place(tmp_path, capsys):
     assert out == "" and err.startswith(f"wrote {pipe}: ")  # the summary leaves stdout alone
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
 def test_dev_stdout_is_written_in_place_in_a_private_mount_namespace(tmp_path):
     """As root, --output /dev/stdout replaced the /dev/stdout symlink with a file.  Run in
@@ -159,6 +161,7 @@ def test_dev_stdout_is_written_in_place_in_a_private_mount_namespace(tmp_path):
     assert stderr.startswith("wrote /dev/stdout: ")
 
 
+@pytest.mark.slow
 def test_home_folders_are_expanded_for_the_store_and_the_output(tmp_path):
     """`~/x.zarr` was "does not exist" (nothing expands ~ inside one argument)."""
     write_store(tmp_path / "x.zarr")
@@ -240,6 +243,7 @@ def test_a_flat_options_file_for_a_chained_url_says_to_nest_them(tmp_path, capsy
         (["--radius", "-1e3", "--spatial-sign", "winsor"], "radius"),
     ],
 )
+@pytest.mark.slow
 def test_negative_numbers_are_values_not_options(tmp_path, capsys, args, needle):
     """argparse read `--epsilon -inf` as two options: "expected one argument"."""
     store = write_store(tmp_path / "x.zarr", n=30)

@@ -37,6 +37,7 @@ def _env() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != BUDGET_ENV}
 
 
+@pytest.mark.slow
 def test_sigterm_and_sighup_leave_a_reservation_spent_only_when_noise_was_drawn(tmp_path):
     store = write_store(tmp_path / "x.zarr")
     rng = random.Random(20)  # the moments of the signals (test only)
@@ -104,6 +105,7 @@ os._exit(0)  # dies without settling either
 """
 
 
+@pytest.mark.slow
 def test_budget_resolve_gives_back_only_what_provably_drew_nothing(tmp_path, capsys):
     ledger = str(tmp_path / "l.ledger")
     budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)

@@ -63,6 +63,7 @@ def _in_a_fresh_process(env: dict[str, str], set_threshold: bool) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_a_frozen_threshold_maps_each_array_and_the_raised_one_uses_the_heap():
     frozen = _in_a_fresh_process({"MALLOC_TRIM_THRESHOLD_": "65536"}, set_threshold=False)
     assert frozen["mapped"] == 1  # the cost this module removes
@@ -70,6 +71,7 @@ def test_a_frozen_threshold_maps_each_array_and_the_raised_one_uses_the_heap():
     assert raised == {"set": True, "mapped": 0}
 
 
+@pytest.mark.slow
 def test_the_threshold_is_left_alone_where_glibc_or_the_user_sets_it():
     assert _in_a_fresh_process({}, set_threshold=True)["set"] is False  # dynamic: grows
     user = {"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": "131072"}

@@ -205,6 +205,7 @@ def test_bad_parameters_raise_errors_that_name_them(params, fit_input, match, el
         dd.DPPCA(**{"scheduler": "threads", **params}).fit(x)
 
 
+@pytest.mark.slow
 def test_unanswered_scheduler_address_fails_fast():
     with pytest.raises(ValueError, match="scheduler"):
         dd.DPPCA(scheduler="tcp://127.0.0.1:1").fit(np.eye(3))

@@ -271,7 +271,11 @@ def _params(which, only_cli=False):
     marks = _marks(which)
     return [
         pytest.param(
-            row["case"], id=row["case"], marks=[marks[row["case"]]] if row["case"] in marks else []
+            row["case"],
+            id=row["case"],
+            marks=([marks[row["case"]]] if row["case"] in marks else [])
+            # A case that may hang runs in its own interpreter: out of the fast lane.
+            + ([pytest.mark.slow] if row["case"] in MAY_HANG else []),
         )
         for row in ROWS
         if not only_cli or row["CLI"] != "-"
@@ -330,6 +334,7 @@ def test_error_table_api(case, root):
     assert "\n" not in message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _params("cli", only_cli=True))
 def test_error_table_cli(case, root, capsys):
     row = BY_CASE[case]

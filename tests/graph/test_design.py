@@ -262,6 +262,7 @@ def _most_blocks_live(block_pairs):
     return max(sum(first[b] <= step <= last[b] for b in first) for step in range(len(block_pairs)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 8])
 def test_regular_plan_keeps_a_bounded_number_of_blocks_live(k):
     """Each block's tasks are close together in the plan's order, whatever the number of

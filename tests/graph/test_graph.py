@@ -80,6 +80,7 @@ def test_matches_pair_by_pair_reference_across_blocks():
     assert relative_error(got, want) <= 1e-10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["synchronous", "threads", "processes"])
 def test_local_schedulers_agree(scheduler):
     x = da.from_array(_data(), chunks=(60, 4))

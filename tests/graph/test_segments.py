@@ -52,6 +52,7 @@ def _graph_tasks(lane_sums) -> dict:
     return dict(total.__dask_optimize__(total.__dask_graph__(), total.__dask_keys__()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [10**4, 10**5, 10**6, 10**7, 10**8, 10**9])
 def test_the_task_count_is_the_public_rule_s_whatever_n(tmp_path, n):
     """A 16-thread cluster (4 x 4), d = 32, design 'auto', a stand-in store with no chunk
@@ -75,6 +76,7 @@ def test_the_task_count_is_the_public_rule_s_whatever_n(tmp_path, n):
         assert segments in {2 * threads * s for s in range(1, 5)}
 
 
+@pytest.mark.slow
 def test_sixteen_thousand_threads_get_a_lane_each(tmp_path):
     """1000 workers x 16 threads: one lane a thread (the scheduler's dispatch, not the
     balance, bounds the wall there), so the segments are a multiple of the threads."""

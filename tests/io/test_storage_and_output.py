@@ -82,6 +82,7 @@ def test_messages_mask_secrets_and_url_passwords():
 @pytest.mark.parametrize(
     "url, extra", [("s3://bucket/x.zarr", "s3"), ("simplecache::s3://bucket/x.zarr", "s3")]
 )
+@pytest.mark.slow
 def test_a_missing_backend_names_the_extra(url, extra, tmp_path):
     """s3fs hidden from a fresh interpreter: the API and the CLI name dask-dppca[s3]."""
     script = textwrap.dedent(f"""

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import dask_dppca
 
 PACKAGE = Path(dask_dppca.__file__).parent
@@ -44,6 +46,7 @@ def _numba_files_beside_the_package(since):
     ]
 
 
+@pytest.mark.slow
 def test_the_cache_lives_in_the_user_cache_and_a_second_process_loads_it(tmp_path):
     started = time.time() - 1
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -57,6 +60,7 @@ def test_the_cache_lives_in_the_user_cache_and_a_second_process_loads_it(tmp_pat
     assert not _numba_files_beside_the_package(started)
 
 
+@pytest.mark.slow
 def test_numba_cache_dir_of_the_user_is_honoured(tmp_path):
     chosen = tmp_path / "numba-cache"
     result = _run_kernel(

@@ -766,6 +766,7 @@ def _peak_scratch(x, spatial_sign, budget):
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_peak_scratch_memory_of_a_large_block_stays_within_budget():
     """20000 x 8 within-block sum, memory_budget = 8 MiB: a full n x n weight matrix would
     take 3.2 GB; the traced peak (numpy allocations included) stays under the budget."""
@@ -785,6 +786,7 @@ def test_peak_scratch_memory_of_a_large_block_stays_within_budget():
         "exact_path_heavy",  # exact-path pairs gathered as (pairs x d) arrays before chunking
     ],
 )
+@pytest.mark.slow
 def test_peak_scratch_memory_within_budget_adversarial(case):
     """Known bug (reported): the budget is exceeded by a custom spatial_sign (12.7 MiB for an
     8 MiB budget) and by blocks whose pairs mostly take the exact path (rows at 1e300:

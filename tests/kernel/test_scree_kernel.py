@@ -216,6 +216,7 @@ print(json.dumps({"sums": sums.to_float().tolist(), "counts": int(counts.sum()),
 """
 
 
+@pytest.mark.slow
 def test_a_second_process_loads_the_compiled_scree_kernel_from_the_cache(tmp_path):
     """The kernel is cached by numba and a fresh process loads it and computes the same."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}

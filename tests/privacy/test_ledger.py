@@ -143,6 +143,7 @@ def test_an_empty_ledger_file_is_refused_never_taken_for_a_fresh_budget(tmp_path
     assert BUDGET_ENV not in os.environ
 
 
+@pytest.mark.slow
 def test_two_processes_creating_one_ledger_both_get_it_and_neither_sees_it_half_made(tmp_path):
     """A new ledger appears complete (written aside, then linked): racing creators agree."""
     path = tmp_path / "new.ledger"
@@ -258,6 +259,7 @@ def test_a_ledger_replaced_under_a_budget_is_refused(ledger):
         budget.check(GaussianCharge(1.0, 5.0))
 
 
+@pytest.mark.slow
 def test_a_new_process_sees_the_same_spent_and_remaining_and_the_env_default_charges_it(ledger):
     """Restart: spend here, read in a fresh process; a fit there under DASK_DPPCA_BUDGET is
     charged to the same file and seen here."""
@@ -313,6 +315,7 @@ def test_a_reservation_counts_until_cancelled(storage, ledger):
     assert [r.state for r in budget._ledger.rows()] == ["cancelled", "committed"]
 
 
+@pytest.mark.slow
 def test_sigkill_between_reservation_and_commit_still_counts(ledger):
     PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     process = _python(
@@ -338,6 +341,7 @@ def test_sigkill_between_reservation_and_commit_still_counts(ledger):
     assert _drain(PrivacyBudget(2.0, 1e-5)) - 1 == _drain(budget)  # one fewer release fits
 
 
+@pytest.mark.slow
 def test_a_fit_killed_while_it_computes_stays_charged(ledger):
     """End to end: a DPPCA fit under DASK_DPPCA_BUDGET is SIGKILLed while its graph runs
     (after the reservation, before the noise): the ledger keeps the reservation."""
@@ -435,6 +439,7 @@ def _race(ledger: str, tmp_path, mode: str, n_processes: int = 4) -> list[int]:
     return [int(_finish(racer)) for racer in racers]
 
 
+@pytest.mark.slow
 def test_four_processes_racing_never_get_more_than_one_alone(ledger, tmp_path):
     alone = _drain(PrivacyBudget(2.0, 1e-5))
     assert alone == 16
@@ -445,6 +450,7 @@ def test_four_processes_racing_never_get_more_than_one_alone(ledger, tmp_path):
     assert budget.spent_epsilon <= 2.0
 
 
+@pytest.mark.slow
 def test_the_race_test_catches_a_ledger_that_checks_outside_its_lock(tmp_path):
     """The same race against check-then-record: the processes overspend together."""
     won = _race(str(tmp_path / "naive.ledger"), tmp_path, "naive")
@@ -539,6 +545,7 @@ def test_a_ledger_budget_pickles_to_the_same_file(ledger):
     assert budget.releases == 1 and twin.ledger == ledger
 
 
+@pytest.mark.slow
 def test_an_in_memory_budget_pickles_to_itself_here_and_refuses_use_elsewhere():
     budget = PrivacyBudget(2.0, 1e-5)
     assert pickle.loads(pickle.dumps(budget)) is budget
@@ -603,6 +610,7 @@ def _regression_data():
     return x, x @ np.array([1.0, -2.0, 0.5, 0.0])
 
 
+@pytest.mark.slow
 def test_cross_val_score_in_worker_processes_charges_every_fold(loky_workers, default_ledger):
     x, y = _regression_data()
     scores = cross_val_score(_pipeline(), x, y, cv=5, n_jobs=2)
@@ -612,6 +620,7 @@ def test_cross_val_score_in_worker_processes_charges_every_fold(loky_workers, de
     assert os.getpid() not in {r.pid for r in rows}  # charged from the loky workers
 
 
+@pytest.mark.slow
 def test_workers_started_before_the_default_are_charged_through_the_pickled_estimator(
     loky_workers, ledger
 ):
@@ -630,6 +639,7 @@ def test_workers_started_before_the_default_are_charged_through_the_pickled_esti
     assert budget.releases == 5
 
 
+@pytest.mark.slow
 def test_cross_val_score_under_an_in_memory_block_is_refused_in_the_workers(loky_workers):
     x, y = _regression_data()
     with PrivacyBudget(2.0, 1e-5) as budget:

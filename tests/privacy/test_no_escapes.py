@@ -82,6 +82,7 @@ def loky_workers():
     get_reusable_executor().shutdown(wait=True, kill_workers=True)
 
 
+@pytest.mark.slow
 def test_loky_workers_started_by_an_earlier_joblib_call_are_charged(budget, loky_workers):
     """The issue's case: loky's workers exist before the budget; the function builds a
     fresh estimator in the worker (nothing carried), under the default and under ``with``.
@@ -111,6 +112,7 @@ def test_loky_workers_started_by_an_earlier_joblib_call_are_charged(budget, loky
     assert sorted(_charged(budget)) == sorted(fits) and os.getpid() not in dict(fits)
 
 
+@pytest.mark.slow
 def test_spawn_and_forkserver_pools_started_before_the_block_are_charged(budget):
     spawn = multiprocessing.get_context("spawn").Pool(1)
     forkserver = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver"))
@@ -174,6 +176,7 @@ def test_a_fit_inside_a_task_on_local_worker_processes_started_before_is_charged
     assert _charged(budget) == [(pid, fit_id)] and pid != os.getpid()
 
 
+@pytest.mark.slow
 def test_a_child_of_a_process_with_an_in_memory_budget_is_refused(clean_env):
     with PrivacyBudget(2.0, 1e-5) as in_memory:
         outcome, message = _child(', scheduler="synchronous"')
@@ -201,6 +204,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_the_dask_configuration_names_a_default_ledger_and_can_require_one(budget, tmp_path):
     import json
 

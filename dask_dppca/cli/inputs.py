@@ -1,0 +1,77 @@
+"""The input of ``fit`` and ``analyze``: a Zarr store or a table, opened before any cluster.
+
+Opening reads public metadata only (a store's shape and dtype, a table's columns and
+dtypes), so a missing path or a text column among ``--columns`` fails in one line before
+the split table prints and before a cluster starts; the opened records are then what the
+fit reads (no second opening).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+#: What STORE may be, for the commands' help.
+STORE_HELP = (
+    "the records, one per row: a Zarr store holding an n x d array, or a Parquet (.parquet, "
+    ".pq) or CSV (.csv) table; a local path or fsspec URL such as s3://bucket/data.zarr"
+)
+
+
+def add_columns_argument(parser: argparse.ArgumentParser) -> None:
+    """``--columns A,B,C``: the features of a table."""
+    parser.add_argument(
+        "--columns",
+        metavar="A,B,C",
+        help="the feature columns of a Parquet or CSV table, comma-separated (default: all "
+        "its columns but --groups); each must be numeric",
+    )
+
+
+def input_location(store: str) -> str:
+    """STORE as given, ``~`` expanded for a local path (never inside a URL)."""
+    from ..io.storage import is_url
+
+    return store if is_url(store) else os.path.expanduser(store)
+
+
+def open_input(
+    args: argparse.Namespace,
+    storage_options: dict | None = None,
+    label_column: str | None = None,
+) -> tuple[Any, Any]:
+    """``(records, labels)`` of STORE: labels from ``label_column`` of a table, else None.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``store``, ``component``, ``columns`` and (``fit``) ``allow_fill_values``.
+    storage_options : dict, optional
+        fsspec options for a URL.
+    label_column : str, optional
+        The column of a table holding the group labels (``analyze --groups COLUMN``).
+    """
+    from ..io import open_records
+    from ..io.records import records_of_table
+    from ..io.tables import open_table, parse_columns, table_format
+
+    location = input_location(args.store)
+    columns = parse_columns(getattr(args, "columns", None))
+    if table_format(location) is not None:
+        if args.component is not None:
+            raise ValueError("--component: names an array in a Zarr group; STORE is a table")
+        table = open_table(location, columns, label_column, storage_options)
+        return records_of_table(table), table.labels
+    if columns is not None:
+        raise ValueError(
+            "--columns: chooses the features of a Parquet or CSV table; STORE is read as a "
+            "Zarr store"
+        )
+    records = open_records(
+        location,
+        args.component,
+        storage_options=storage_options,
+        allow_fill_values=getattr(args, "allow_fill_values", False),
+    )
+    return records, None
