@@ -179,8 +179,8 @@ def test_a_refusal_after_mixed_releases_says_what_is_left():
     with pytest.raises(BudgetExceededError, match=said):
         budget.check(PartsCharge(analysis_parts(3.0)))
     stages = [
-        ("a", PartsCharge(analysis_parts(1.5)), "one"),
-        ("b", PartsCharge(analysis_parts(1.5)), "two"),
+        ("a", PartsCharge(analysis_parts(3.0)), "one"),
+        ("b", PartsCharge(analysis_parts(3.0)), "two"),
     ]
     with pytest.raises(BudgetExceededError, match=said + ".*nothing was reserved"):
         budget.reserve_together(stages)
