@@ -30,8 +30,31 @@ a finite sum of the Gaussian profile at shifted, possibly negative, epsilons
 ``e``; ``max(0, 1 - e^e)`` when there is no Gaussian part).  Equal discrete parts are
 merged by binomial counts: m parts ``RR_eps`` have m + 1 outcomes (``j`` favourable ones,
 loss ``(2 j - m) eps``), so the sum has ``prod_g (m_g + 1)`` terms over the groups of
-equal parts.  Beyond :data:`MAX_OUTCOMES` terms it refuses (``ValueError``) rather than
-approximate.
+equal parts, enumerated exactly up to :data:`MAX_OUTCOMES` terms.
+
+Beyond, a pessimistic lattice (a study ledger of many analyses with different totals:
+each distinct epsilon at least doubles the count).  Each group's ``m_g + 1`` merged
+losses are rounded *up* to multiples of one unit ``u`` and the groups are convolved
+exactly on that lattice (sums of non-negative products: each entry keeps its relative
+accuracy, and the weights are rounded up by a bound on it).  Raising a loss can only raise
+``delta(eps)`` (each term ``delta_G(eps - L; mu)`` grows with ``L``; the infinite-loss
+atom counts 1), so the result is never below the exact profile.  Each group raises the
+discrete loss by less than ``u``, so with ``G`` groups
+
+    delta_exact(eps) <= delta_lattice(eps) <= delta_exact(eps - slack) + 2 TAIL_MASS,
+
+``slack = G u`` (:attr:`Composition.slack`): the epsilon reported is at most ``slack``
+above the exact one (at ``delta - 2 TAIL_MASS``).  After each convolution at most
+``TAIL_MASS / (2 G)`` of mass is moved from each tail, the upper one to infinite loss, the
+lower one up to the lowest kept point (both raise delta), which keeps about
+:data:`LATTICE_POINTS` points: ``u`` is the Hoeffding width of the discrete loss at that
+tail mass, ``mean + 2 sqrt(2 log(2 G / TAIL_MASS) V)``, ``V = sum m_g eps_g^2``, over
+:data:`LATTICE_POINTS` (at most ``2 sum m_g eps_g`` over it).  Masses below ``e^-700``,
+and products below the smallest normal double, are bounded and added to the infinite
+atom.  Measured on a ledger of 200 analyses with totals in [0.3, 3] (about 600 distinct
+epsilons, 3000 discrete parts): about 0.1 s to compose, a slack of 0.8 on an epsilon of
+41 (2 %; the excess over finer lattices is about half the slack).  The discrete
+composition is cached: a budget composes the same rows with many candidate releases.
 
 Floating point.  Each term is non-negative and evaluated to about 1e-13 relative
 (``_log_gaussian_profile``, tested against 50-digit mpmath); the sum is inflated by
