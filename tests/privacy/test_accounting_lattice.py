@@ -37,11 +37,9 @@ DELTA = 1e-5
 
 def forced_lattice(parts, monkeypatch):
     """The composition of ``parts`` on the pessimistic lattice, whatever their count."""
-    accounting._discrete.cache_clear()
     with monkeypatch.context() as patch:
         patch.setattr(accounting, "MAX_OUTCOMES", 1)
         out = compose(parts)
-    accounting._discrete.cache_clear()
     assert out.slack > 0.0
     return out
 
@@ -185,3 +183,14 @@ def test_a_refusal_after_mixed_releases_says_what_is_left():
     with pytest.raises(BudgetExceededError, match=said + ".*nothing was reserved"):
         budget.reserve_together(stages)
     assert budget.releases == 1
+
+
+def test_parts_of_epsilon_zero_on_the_lattice_are_their_atoms(monkeypatch):
+    parts = [PureDPPart(0.01 * (i + 1)) for i in range(12)] + [ApproxDPPart(0.0, 1e-6)] * 3
+    exact = compose(parts)
+    lattice = forced_lattice(parts, monkeypatch)
+    assert_pessimistic_and_close(exact, lattice, [0.0, 0.2, 0.5, 1.0])
+    with monkeypatch.context() as patch:
+        patch.setattr(accounting, "MAX_OUTCOMES", 1)
+        atoms = compose([ApproxDPPart(0.0, 1e-6)] * 3)  # nothing left for the lattice
+    assert atoms.delta(0.0) == pytest.approx(1 - (1 - 1e-6) ** 3, rel=1e-8)
