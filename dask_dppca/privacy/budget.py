@@ -419,6 +419,7 @@ class PrivacyBudget:
                 f"release (sensitivity={sens:.6g}, sigma={sig:.6g}) would exceed the budget "
                 f"(epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}): with the "
                 f"{len(rows)} release(s) so far it needs epsilon={needed:.6g} at this delta"
+                f"{self._left(rows)}"
             )
 
     def _admit_parts(self, parts: Sequence[PrivacyPart], rows: Sequence[Release]) -> None:
@@ -435,7 +436,7 @@ class PrivacyBudget:
             )
 
     def _left(self, rows: Sequence[Release]) -> str:
-        """What a refusal after mixed ``rows`` says is left (the check's own remaining)."""
+        """What a refusal after ``rows`` says is left (:meth:`remaining`'s own number)."""
         return (
             f"; left: one more release of epsilon <= {self._remaining(rows, 1):.6g} at "
             f"delta={self.delta:g}"

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import dask_dppca.privacy.accounting as accounting
 from dask_dppca.analysis import _scree_plan
-from dask_dppca.privacy import BudgetExceededError, PrivacyBudget
+from dask_dppca.privacy import BudgetExceededError, GaussianCharge, PrivacyBudget
 from dask_dppca.privacy.accounting import (
     MAX_OUTCOMES,
     TAIL_MASS,
@@ -194,3 +194,16 @@ def test_parts_of_epsilon_zero_on_the_lattice_are_their_atoms(monkeypatch):
         patch.setattr(accounting, "MAX_OUTCOMES", 1)
         atoms = compose([ApproxDPPart(0.0, 1e-6)] * 3)  # nothing left for the lattice
     assert atoms.delta(0.0) == pytest.approx(1 - (1 - 1e-6) ** 3, rel=1e-8)
+
+
+def test_a_gaussian_refusal_says_what_is_left_too():
+    budget = PrivacyBudget(1.0, DELTA)
+    budget.reserve(GaussianCharge(1.0, 1 / 0.15))
+    left = budget.remaining()
+    said = f"left: one more release of epsilon <= {left:.6g}"
+    over = gaussian_dp_mu(1.01 * left, DELTA)
+    with pytest.raises(BudgetExceededError, match=said):
+        budget.check(GaussianCharge(1.0, 1 / over))
+    with pytest.raises(BudgetExceededError, match=said):
+        budget.check(PartsCharge((GaussianPart(over),)))
+    budget.check(GaussianCharge(1.0, 1 / gaussian_dp_mu(left, DELTA)))
