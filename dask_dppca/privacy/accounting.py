@@ -48,11 +48,12 @@ above the exact one (at ``delta - 2 TAIL_MASS``).  After each convolution at mos
 ``TAIL_MASS / (2 G)`` of mass is moved from each tail, the upper one to infinite loss, the
 lower one up to the lowest kept point (both raise delta), which keeps about
 :data:`LATTICE_POINTS` points: ``u`` is the Hoeffding width of the discrete loss at that
-tail mass, ``mean + 2 sqrt(2 log(2 G / TAIL_MASS) V)``, ``V = sum m_g eps_g^2``, over
-:data:`LATTICE_POINTS` (at most ``2 sum m_g eps_g`` over it).  Masses below ``e^-700``,
+tail mass around its mean, ``2 sqrt(2 log(2 G / TAIL_MASS) V)``, ``V = sum m_g eps_g^2``
+(at most ``2 sum m_g eps_g``), over :data:`LATTICE_POINTS`, and at least
+:data:`MIN_UNIT`.  Masses below ``e^-700``,
 and products below the smallest normal double, are bounded and added to the infinite
 atom.  Measured on a ledger of 200 analyses with totals in [0.3, 3] (about 600 distinct
-epsilons, 3000 discrete parts): about 0.1 s to compose, a slack of 0.57 on an epsilon of
+epsilons, 3000 discrete parts): about 0.1 s to compose, a slack of 0.55 on an epsilon of
 31 (under 2 %; against finer lattices the actual excess is about half the slack).  The
 lattice composition is cached: a budget composes the same rows with many candidate
 releases.
@@ -84,6 +85,7 @@ __all__ = [
     "DEFAULT_SHARES",
     "LATTICE_POINTS",
     "MAX_OUTCOMES",
+    "MIN_UNIT",
     "SPLIT_MARGIN",
     "SUM_RELATIVE_ERROR",
     "TAIL_MASS",
@@ -102,6 +104,10 @@ MAX_OUTCOMES = 1 << 20
 #: Lattice points the pessimistic composition aims for beyond :data:`MAX_OUTCOMES`
 #: (its spacing is the Hoeffding width of the discrete loss over this number).
 LATTICE_POINTS = 1 << 16
+
+#: The finest lattice unit: a slack of at most 1e-5 per group is already negligible, and
+#: a finer lattice only costs time.
+MIN_UNIT = 1e-5
 
 #: P-mass the pessimistic lattice may move, over all its steps, from the tails of the
 #: discrete loss: the upper tail to infinite loss, the lower one up to the lowest kept
@@ -351,12 +357,12 @@ def _lattice(
     if not groups:
         return _discrete(())
     variance = math.fsum(m * eps * eps for eps, m in groups)
-    mean = math.fsum(m * eps * math.tanh(eps / 2.0) for eps, m in groups)
     total = math.fsum(m * eps for eps, m in groups)
     tolerance = TAIL_MASS / (2.0 * len(groups))  # per step and side
-    reach = math.sqrt(2.0 * math.log(1.0 / tolerance) * variance)  # Hoeffding
-    width = min(2.0 * total, mean + 2.0 * reach)
-    unit = width / LATTICE_POINTS
+    # Hoeffding: after any step, all but ``tolerance`` of each tail lies within ``reach``
+    # of that step's mean, so the trimmed array spans about ``2 reach``.
+    reach = math.sqrt(2.0 * math.log(1.0 / tolerance) * variance)
+    unit = max(min(2.0 * total, 2.0 * reach) / LATTICE_POINTS, MIN_UNIT)
     dist = np.ones(1)
     offset = 0  # lattice index of dist[0]
     moved = 0.0
