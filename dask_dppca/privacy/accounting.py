@@ -354,8 +354,8 @@ def _lattice(
     Cached (its arrays read-only): a budget composes the same ledger rows with many
     candidate releases.
     """
-    if not groups:
-        return _discrete(())
+    if not groups:  # no loss but 0: one outcome
+        return np.zeros(1), np.zeros(1), 0.0, 0.0
     variance = math.fsum(m * eps * eps for eps, m in groups)
     total = math.fsum(m * eps for eps, m in groups)
     tolerance = TAIL_MASS / (2.0 * len(groups))  # per step and side
