@@ -30,8 +30,33 @@ a finite sum of the Gaussian profile at shifted, possibly negative, epsilons
 ``e``; ``max(0, 1 - e^e)`` when there is no Gaussian part).  Equal discrete parts are
 merged by binomial counts: m parts ``RR_eps`` have m + 1 outcomes (``j`` favourable ones,
 loss ``(2 j - m) eps``), so the sum has ``prod_g (m_g + 1)`` terms over the groups of
-equal parts.  Beyond :data:`MAX_OUTCOMES` terms it refuses (``ValueError``) rather than
-approximate.
+equal parts, enumerated exactly up to :data:`MAX_OUTCOMES` terms.
+
+Beyond, a pessimistic lattice (a study ledger of many analyses with different totals:
+each distinct epsilon at least doubles the count).  Each group's ``m_g + 1`` merged
+losses are rounded *up* to multiples of one unit ``u`` and the groups are convolved
+exactly on that lattice (sums of non-negative products: each entry keeps its relative
+accuracy, and the weights are rounded up by a bound on it).  Raising a loss can only raise
+``delta(eps)`` (each term ``delta_G(eps - L; mu)`` grows with ``L``; the infinite-loss
+atom counts 1), so the result is never below the exact profile.  Each group raises the
+discrete loss by less than ``u``, so with ``G`` groups
+
+    delta_exact(eps) <= delta_lattice(eps) <= delta_exact(eps - slack) + 2 TAIL_MASS,
+
+``slack = G u`` (:attr:`Composition.slack`): the epsilon reported is at most ``slack``
+above the exact one (at ``delta - 2 TAIL_MASS``).  After each convolution at most
+``TAIL_MASS / (2 G)`` of mass is moved from each tail, the upper one to infinite loss, the
+lower one up to the lowest kept point (both raise delta), which keeps about
+:data:`LATTICE_POINTS` points: ``u`` is the Hoeffding width of the discrete loss at that
+tail mass around its mean, ``2 sqrt(2 log(2 G / TAIL_MASS) V)``, ``V = sum m_g eps_g^2``
+(at most ``2 sum m_g eps_g``), over :data:`LATTICE_POINTS`, and at least
+:data:`MIN_UNIT`.  Masses below ``e^-700``,
+and products below the smallest normal double, are bounded and added to the infinite
+atom.  Measured on a ledger of 200 analyses with totals in [0.3, 3] (about 600 distinct
+epsilons, 3000 discrete parts): about 0.1 s to compose, a slack of 0.55 on an epsilon of
+31 (under 2 %; against finer lattices the actual excess is about half the slack).  The
+lattice composition is cached: a budget composes the same rows with many candidate
+releases.
 
 Floating point.  Each term is non-negative and evaluated to about 1e-13 relative
 (``_log_gaussian_profile``, tested against 50-digit mpmath); the sum is inflated by
@@ -43,6 +68,7 @@ per-part parameters by one documented public rule (see there); nothing in it rea
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -57,9 +83,12 @@ from .parts import ApproxDPPart, GaussianPart, PrivacyPart, PureDPPart
 
 __all__ = [
     "DEFAULT_SHARES",
+    "LATTICE_POINTS",
     "MAX_OUTCOMES",
+    "MIN_UNIT",
     "SPLIT_MARGIN",
     "SUM_RELATIVE_ERROR",
+    "TAIL_MASS",
     "BudgetSplit",
     "Composition",
     "PlannedPart",
@@ -71,6 +100,22 @@ __all__ = [
 
 #: The most discrete outcomes (after merging equal parts) a composition enumerates.
 MAX_OUTCOMES = 1 << 20
+
+#: Lattice points the pessimistic composition aims for beyond :data:`MAX_OUTCOMES`
+#: (its spacing is the Hoeffding width of the discrete loss over this number).
+LATTICE_POINTS = 1 << 16
+
+#: The finest lattice unit: a slack of at most 1e-5 per group is already negligible, and
+#: a finer lattice only costs time.
+MIN_UNIT = 1e-5
+
+#: P-mass the pessimistic lattice may move, over all its steps, from the tails of the
+#: discrete loss: the upper tail to infinite loss, the lower one up to the lowest kept
+#: point (both raise delta, by at most this much).
+TAIL_MASS = 1e-30
+
+#: Below this log-mass a weight is set to zero and its mass (bounded) moved to infinity.
+_LOG_TINY = -700.0
 
 #: Relative inflation of the summed delta: covers the terms' evaluation error (~1e-13
 #: each, tested) and the summation's rounding, with four orders of margin.
@@ -159,6 +204,10 @@ class Composition:
         delta atoms): ``1 - prod (1 - delta_i)``.
     n_parts : int
         How many parts were composed.
+    slack : float
+        0 for the exact composition; beyond :data:`MAX_OUTCOMES` outcomes, the most the
+        pessimistic lattice adds to the discrete loss, so that ``epsilon(delta)`` is at
+        most ``slack`` above the exact value at ``delta - 2 TAIL_MASS`` (never below it).
     """
 
     mu: float
@@ -166,6 +215,7 @@ class Composition:
     log_weights: NDArray[np.float64]
     infinite: float
     n_parts: int
+    slack: float = 0.0
 
     @property
     def is_gaussian(self) -> bool:
@@ -235,11 +285,14 @@ class Composition:
 def compose(parts: Iterable[PrivacyPart]) -> Composition:
     """The composition of ``parts`` (any mix of Gaussian, pure and approximate DP).
 
+    Exact while the merged discrete outcomes number at most :data:`MAX_OUTCOMES`;
+    beyond, the pessimistic lattice of the module docstring (never below the exact
+    profile, at most :attr:`Composition.slack` above it in epsilon).
+
     Raises
     ------
     ValueError
-        ``parts: ...`` when the merged discrete outcomes exceed :data:`MAX_OUTCOMES`, or
-        for an object that is not a part.
+        For an object that is not a part.
     """
     squares: list[float] = []
     pure: Counter[float] = Counter()
@@ -261,27 +314,118 @@ def compose(parts: Iterable[PrivacyPart]) -> Composition:
     for (eps, dlt), m in approx.items():
         groups[eps] += m
         log_keep += m * math.log1p(-dlt)
-    size = math.prod(m + 1 for m in groups.values())
-    if size > MAX_OUTCOMES:
-        raise ValueError(
-            f"parts: {sum(groups.values())} discrete parts in {len(groups)} groups of equal "
-            f"epsilon give {size} outcomes, more than MAX_OUTCOMES = {MAX_OUTCOMES}; "
-            "use fewer distinct epsilons"
-        )
-    losses = np.zeros(1)
-    log_w = np.zeros(1)
-    for eps, m in sorted(groups.items()):
-        g_loss, g_w = _binomial_outcomes(m, eps)
-        losses = (losses[:, None] + g_loss[None, :]).ravel()
-        log_w = (log_w[:, None] + g_w[None, :]).ravel()
+    losses, log_w, moved, slack = _discrete(tuple(sorted(groups.items())))
     mu = math.sqrt(math.fsum(squares)) * (1.0 + 8.0 * 2.0**-53) if squares else 0.0
+    # P(L = inf): a delta atom, or (no atom and) the mass the lattice moved to infinity.
+    infinite = -math.expm1(log_keep) + math.exp(log_keep) * moved
     return Composition(
         mu=mu,
         losses=losses,
         log_weights=log_w + log_keep,
-        infinite=-math.expm1(log_keep),
+        infinite=min(1.0, infinite),
         n_parts=count,
+        slack=slack,
     )
+
+
+def _discrete(
+    groups: tuple[tuple[float, int], ...],
+) -> tuple[NDArray[np.float64], NDArray[np.float64], float, float]:
+    """Losses, log P-masses, mass moved to infinite loss, and epsilon slack of ``groups``."""
+    size = math.prod(m + 1 for _, m in groups)
+    if size > MAX_OUTCOMES:
+        # Parts of epsilon 0 (an (0, delta) part after its atom) have loss 0 only.
+        return _lattice(tuple((eps, m) for eps, m in groups if eps > 0.0))
+    losses = np.zeros(1)
+    log_w = np.zeros(1)
+    for eps, m in groups:
+        g_loss, g_w = _binomial_outcomes(m, eps)
+        losses = (losses[:, None] + g_loss[None, :]).ravel()
+        log_w = (log_w[:, None] + g_w[None, :]).ravel()
+    return losses, log_w, 0.0, 0.0
+
+
+@functools.lru_cache(maxsize=4)
+def _lattice(
+    groups: tuple[tuple[float, int], ...],
+) -> tuple[NDArray[np.float64], NDArray[np.float64], float, float]:
+    """The pessimistic lattice composition of ``groups`` (module docstring).
+
+    Cached (its arrays read-only): a budget composes the same ledger rows with many
+    candidate releases.
+    """
+    if not groups:  # no loss but 0: one outcome
+        return np.zeros(1), np.zeros(1), 0.0, 0.0
+    variance = math.fsum(m * eps * eps for eps, m in groups)
+    total = math.fsum(m * eps for eps, m in groups)
+    tolerance = TAIL_MASS / (2.0 * len(groups))  # per step and side
+    # Hoeffding: after any step, all but ``tolerance`` of each tail lies within ``reach``
+    # of that step's mean, so the trimmed array spans about ``2 reach``.
+    reach = math.sqrt(2.0 * math.log(1.0 / tolerance) * variance)
+    unit = max(min(2.0 * total, 2.0 * reach) / LATTICE_POINTS, MIN_UNIT)
+    dist = np.ones(1)
+    offset = 0  # lattice index of dist[0]
+    moved = 0.0
+    operations = 0
+    for eps, m in groups:
+        g_loss, g_w = _binomial_outcomes(m, eps)
+        # Round each merged loss up to the lattice (the margin absorbs the quotient's
+        # floating-point error), so no loss is ever lowered.
+        index = np.ceil(g_loss / unit + 1e-7).astype(np.int64)
+        weights = np.exp(g_w)
+        moved += float(np.count_nonzero(g_w < _LOG_TINY)) * math.exp(_LOG_TINY)
+        weights[g_w < _LOG_TINY] = 0.0
+        low = int(index.min())
+        kernel = np.zeros(int(index.max()) - low + 1)
+        np.add.at(kernel, index - low, weights)
+        where = np.flatnonzero(kernel)
+        out = np.zeros(dist.size + kernel.size - 1)
+        for k in where:
+            out[k : k + dist.size] += kernel[k] * dist
+        # Products below the smallest normal double may lose their mass: bound it.
+        moved += out.size * where.size * np.finfo(np.float64).tiny
+        operations += where.size + 2
+        dist, shift, lost = _trim(out, tolerance)
+        offset += low + shift
+        moved += lost
+    dist *= 1.0 + operations * 2.0**-52  # each entry's accumulated rounding, rounded up
+    keep = np.flatnonzero(dist)
+    losses = (offset + keep).astype(np.float64) * unit
+    log_w = np.log(dist[keep])
+    losses.flags.writeable = False
+    log_w.flags.writeable = False
+    return losses, log_w, moved, len(groups) * unit * (1.0 + 1e-6)
+
+
+def _trim(dist: NDArray[np.float64], tolerance: float) -> tuple[NDArray[np.float64], int, float]:
+    """Trim both tails of at most ``tolerance`` mass each, pessimistically.
+
+    The upper tail goes to infinite loss (returned as the mass lost), the lower tail to
+    the lowest kept point (a higher loss).  Returns the kept array, how many points were
+    cut from below, and the mass moved to infinity (rounded up).
+    """
+    n_top, lost = _tail(dist[::-1], tolerance)
+    kept = dist[: dist.size - n_top]
+    n_low, low_mass = _tail(kept, tolerance)
+    if n_low:
+        kept = kept[n_low:].copy()
+        kept[0] += low_mass
+    return kept, n_low, lost
+
+
+def _tail(values: NDArray[np.float64], tolerance: float) -> tuple[int, float]:
+    """How many leading ``values`` sum to at most ``tolerance``, and their sum rounded up.
+
+    Sums a growing window only, so the cost follows the tail, not the whole array.
+    """
+    window = 256
+    while True:
+        total = np.cumsum(values[:window])
+        n = int(np.searchsorted(total, tolerance, side="right"))
+        if n < total.size or total.size == values.size:
+            n = min(n, values.size - 1)  # keep at least one point
+            return n, float(total[n - 1]) * (1.0 + 1e-12) if n else 0.0
+        window *= 4
 
 
 def composed_delta(parts: Iterable[PrivacyPart], epsilon: float) -> float:

@@ -410,7 +410,7 @@ class PrivacyBudget:
                     f"release (sensitivity={sens:.6g}, sigma={sig:.6g}) would exceed the "
                     f"budget (epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}): "
                     f"with the {len(rows)} release(s) so far it needs epsilon={needed:.6g} "
-                    "at this delta"
+                    f"at this delta{self._left(rows)}"
                 )
             return
         if not self._fits(mu, total_excess):
@@ -419,6 +419,7 @@ class PrivacyBudget:
                 f"release (sensitivity={sens:.6g}, sigma={sig:.6g}) would exceed the budget "
                 f"(epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}): with the "
                 f"{len(rows)} release(s) so far it needs epsilon={needed:.6g} at this delta"
+                f"{self._left(rows)}"
             )
 
     def _admit_parts(self, parts: Sequence[PrivacyPart], rows: Sequence[Release]) -> None:
@@ -431,7 +432,15 @@ class PrivacyBudget:
                 f"release ({', '.join(_part_text(p) for p in parts)}) would exceed the budget "
                 f"(epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}): with the "
                 f"{len(rows)} release(s) so far it needs epsilon={needed:.6g} at this delta"
+                f"{self._left(rows)}"
             )
+
+    def _left(self, rows: Sequence[Release]) -> str:
+        """What a refusal after ``rows`` says is left (:meth:`remaining`'s own number)."""
+        return (
+            f"; left: one more release of epsilon <= {self._remaining(rows, 1):.6g} at "
+            f"delta={self.delta:g}"
+        )
 
     def _where(self) -> str:
         return f", ledger {self.ledger}" if self.ledger else ""
@@ -575,7 +584,8 @@ class PrivacyBudget:
         raise BudgetExceededError(
             f"needs epsilon={needed:.6g} at delta={self.delta:g} with the {len(counted)} "
             f"release(s) so far, over the budget (epsilon={self.epsilon:g}, "
-            f"delta={self.delta:g}{self._where()}); nothing was reserved. The {len(parts)} "
+            f"delta={self.delta:g}{self._where()}){self._left(counted)}; nothing was "
+            f"reserved. The {len(parts)} "
             f"part(s) asked for: {', '.join(_part_text(p) for p in parts)}"
         )
 
