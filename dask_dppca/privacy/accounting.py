@@ -43,7 +43,7 @@ discrete loss by less than ``u``, so with ``G`` groups
 
     delta_exact(eps) <= delta_lattice(eps) <= delta_exact(eps - slack) + 2 TAIL_MASS,
 
-``slack = G u`` (:attr:`Composition.slack`): the epsilon reported is at most ``slack``
+``slack = G u`` (``Composition.slack``): the epsilon reported is at most ``slack``
 above the exact one (at ``delta - 2 TAIL_MASS``).  After each convolution at most
 ``TAIL_MASS / (2 G)`` of mass is moved from each tail, the upper one to infinite loss, the
 lower one up to the lowest kept point (both raise delta), which keeps about
@@ -287,7 +287,7 @@ def compose(parts: Iterable[PrivacyPart]) -> Composition:
 
     Exact while the merged discrete outcomes number at most :data:`MAX_OUTCOMES`;
     beyond, the pessimistic lattice of the module docstring (never below the exact
-    profile, at most :attr:`Composition.slack` above it in epsilon).
+    profile, at most ``Composition.slack`` above it in epsilon).
 
     Raises
     ------

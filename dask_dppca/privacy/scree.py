@@ -231,7 +231,7 @@ class PairQuantiles:
     quantile of the differing pairs.  One record changes at most
     ``D`` pairs, each moving a utility by at most ``b``, so every utility moves by at most
     ``b D``; OpenDP's noisy max at scale ``2 b D / epsilon`` is epsilon-DP (its own
-    privacy map: :func:`opendp_epsilon`).  On continuous data no pair ties, ``N' = |P|``,
+    privacy map: ``opendp_epsilon``).  On continuous data no pair ties, ``N' = |P|``,
     and this is the quantile of all pairs (its utilities ``b`` times ``-|N(<= t_j) -
     q |P||`` below the target, the previous point's above it).
 
