@@ -303,7 +303,13 @@ def _scattered(rows: np.ndarray, block_sizes: tuple[int, ...], client: Any) -> d
     bounds = np.cumsum((0, *block_sizes))
     pieces = [np.ascontiguousarray(rows[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
     # hash=False: keys not derived from the rows (no digest of the records in any key).
-    futures = client.scatter(pieces, hash=False)
+    try:
+        futures = client.scatter(pieces, hash=False)
+    except TimeoutError as error:  # distributed's own bounded wait for a worker
+        raise TimeoutError(
+            f"X: no worker could take the rows in memory ({error}: every worker paused over "
+            "its memory pause threshold, or none running); nothing was read or released"
+        ) from None
     return da.concatenate(
         [
             da.from_delayed(future, shape=piece.shape, dtype=rows.dtype)

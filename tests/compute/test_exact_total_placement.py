@@ -108,5 +108,10 @@ def _keys_beside_the_lanes(seen) -> set[str]:
     return {
         key
         for key, kind, _ in seen
-        if kind != "LaneState" and not (kind == "ndarray" and key.startswith("('array-"))
+        if kind != "LaneState" and not (kind == "ndarray" and key.startswith(_INPUT_KEYS))
     }
+
+
+#: The input's rows on the workers: dask's blocks, or rows in memory scattered a piece a
+#: block (``ndarray-`` keys) and their block views.
+_INPUT_KEYS = ("('array-", "ndarray-", "('from-value-", "('concatenate-")
