@@ -538,6 +538,7 @@ def analyze(
     progress: bool = False,
     component: str | None = None,
     storage_options: dict | None = None,
+    allow_fill_values: bool = False,
     show_split: Callable[[str], Any] | None = None,
 ) -> PrivateAnalysis:
     """Release a private PCA analysis of ``X`` under ONE total (epsilon, delta).
@@ -586,6 +587,9 @@ def analyze(
         As for :class:`~dask_dppca.estimator.DPPCA` and its ``fit``.
     random_state : int, optional
         NOT PRIVATE: seeds every noise draw, for tests and examples only.
+    allow_fill_values : bool, default False
+        As for :meth:`~dask_dppca.estimator.DPPCA.fit`: read chunks missing from a Zarr
+        store as its fill value (a store written sparsely on purpose).
     show_split : callable, optional
         Called with the split table (text) before anything is read (``print`` shows it).
 
@@ -629,7 +633,9 @@ def analyze(
     scree_charge = PartsCharge(divided.stage_parts("scree"))
     map_stage = None if score_map is None else score_map.planned_parts(k)[0].stage
 
-    records = open_records(X, component, storage_options=storage_options)  # metadata only
+    records = open_records(  # metadata only
+        X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
+    )
     pinned = store_fingerprint(X, storage_options)  # each later stage reads the same data
 
     def unchanged(before: str) -> None:

@@ -137,6 +137,12 @@ def add_parser(commands) -> None:
         "ledger's remaining budget)",
     )
     analyze.add_argument("--force", action="store_true", help="replace an existing --output file")
+    analyze.add_argument(
+        "--allow-fill-values",
+        action="store_true",
+        help="read chunks missing from the store as its fill value (a store "
+        "written sparsely on purpose); by default a missing chunk stops the analysis",
+    )
     analyze.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     analyze.set_defaults(run=run)
 
@@ -256,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
             trusted_worker=args.trusted_worker,
             require_trusted=args.require_trusted,
             progress=not args.no_progress and sys.stdout.isatty(),
+            allow_fill_values=args.allow_fill_values,
             show_split=print,
             **score_options,
         )

@@ -197,3 +197,18 @@ def test_each_chunk_is_read_as_the_layout_says(tmp_path, x, scheduler, design):
     assert sum(chunks.values()) * CHUNK == sum(layout.segment_rows)
     if design is IN_TASK_READS and layout.n_segments == 1:
         assert set(chunks.values()) == {1}
+
+
+def test_analyze_takes_the_fill_values_its_message_suggests(tmp_path, x, capsys):
+    from dask_dppca.cli import main
+
+    array = zarr.open_array(
+        str(tmp_path / "part.zarr"), mode="w", shape=x.shape, chunks=(CHUNK, D), dtype="f8"
+    )
+    array[:200] = x[:200]
+    line = f"analyze {tmp_path / 'part.zarr'} -k 2 --scheduler threads --output "
+    assert main((line + str(tmp_path / "a.json")).split()) != 0
+    err = capsys.readouterr().err
+    assert "pass --allow-fill-values" in err  # the suggestion, in the CLI's spelling
+    line += f"{tmp_path / 'b.json'} --allow-fill-values"
+    assert main(line.split()) == 0, capsys.readouterr().err
