@@ -22,6 +22,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,6 +31,7 @@ import numpy as np
 from .compute import ClusterTarget, compute_target
 from .compute.budget_config import budgets_to_charge
 from .compute.failures import lost_scheduler
+from .compute.placement import untrusted_warning_given
 from .compute.statistic import release_statistic
 from .estimator import DPPCA
 from .graph import pass_block_sizes
@@ -712,7 +714,7 @@ def analyze(
                 budgets=budgets,
             )
             try:
-                with transaction as reserved:
+                with transaction as reserved, ExitStack() as later_stages:
                     if records.in_memory:
                         # Kept on the workers for the whole analysis: the fit and every later
                         # pass read these blocks (a lazy input is read by each pass, never held).
@@ -726,6 +728,8 @@ def analyze(
                     )
                     released["rows"].append(_directions_row(estimator.privacy_))
                     directions = np.asarray(estimator.components_, dtype=np.float64)
+                    # The directions' release warned of an untrusted worker, if any: once.
+                    later_stages.enter_context(untrusted_warning_given())
                     unchanged("the scree")
                     with reserve_release(
                         scree_charge, fit_id=reserved.stage_id("scree"), dataset=records.dataset

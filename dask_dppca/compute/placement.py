@@ -9,6 +9,9 @@ refusal under ``require_trusted``.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from .cluster import TRUSTED_RESOURCE
@@ -21,6 +24,7 @@ __all__ = [
     "placement_available",
     "placement_unavailable",
     "release_placement",
+    "untrusted_warning_given",
 ]
 
 
@@ -86,6 +90,22 @@ def release_placement(client: Any, trusted_worker: str | None) -> dict:
     return {}
 
 
+#: Set while the later stages of an analysis run: its first release gave the warning.
+_SAID: ContextVar[bool] = ContextVar("dask_dppca_untrusted_said", default=False)
+
+
+@contextmanager
+def untrusted_warning_given() -> Iterator[None]:
+    """While the block runs, :class:`UntrustedReleaseWarning` is not given again (in this
+    thread or task): an analysis's later stages, after its first release warned.
+    """
+    token = _SAID.set(True)
+    try:
+        yield
+    finally:
+        _SAID.reset(token)
+
+
 def choose_placement(client: Any, trusted_worker: str | None, require_trusted: bool) -> dict:
     """:func:`release_placement`, refused or warned about when it names no trusted node."""
     placement = release_placement(client, trusted_worker)
@@ -96,6 +116,8 @@ def choose_placement(client: Any, trusted_worker: str | None, require_trusted: b
                 "trusted_worker was named; start one with "
                 f"`dask worker ... --resources {TRUSTED_RESOURCE}=1` (deploy/README.md)"
             )
+        if _SAID.get():  # said once already for this analysis (it releases several times)
+            return placement
         warnings.warn(
             f"no worker offers the {TRUSTED_RESOURCE!r} resource and no trusted_worker was "
             "named: the noise is added on whichever worker the scheduler picks (recorded in "

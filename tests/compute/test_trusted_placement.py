@@ -71,3 +71,11 @@ def test_local_scheduler_records_this_process():
     est = dd.DPPCA(2, scheduler="threads").fit(X)
     assert est.privacy_["released_on"] == "this process"
     assert est.privacy_["release_placement"] == "this process (local scheduler 'threads')"
+
+
+def test_an_analysis_without_a_trusted_worker_says_so_once(cluster_client):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dd.analyze(X, 2, epsilon=2.0, scheduler=cluster_client)
+    untrusted = [w for w in caught if issubclass(w.category, dd.UntrustedReleaseWarning)]
+    assert len(untrusted) == 1  # 5 releases (directions, 3 scree, score map), one warning
