@@ -270,7 +270,9 @@ class GroupCounts:
 class SparseHistogram:
     """Stability histogram: noise on non-empty counts only, small ones zeroed; (eps, delta)-DP.
 
-    A non-empty count ``c`` is released as ``(s c + Y) / s`` when ``s c + Y >= K``, else 0;
+    A non-empty count ``c`` is released as ``(s c + Y) / s`` when ``s c + Y >= K``, else 0
+    (``Y`` is drawn for every entry, empty ones too, so that the time taken says nothing
+    about how many are non-empty);
     ``Y`` discrete Laplace of scale ``t``, ``s / t <= epsilon / 2`` (each of the two changed
     entries costs half), ``K = s + ceil(t ln(2 / delta))`` so that an entry of count 1 passes
     with probability ``<= delta / 2``.  Empty entries stay 0.
@@ -336,7 +338,10 @@ class SparseHistogram:
         counts = _check_counts(exact_counts, self.shape).ravel()
         out = np.zeros(counts.size)
         live = np.flatnonzero(counts > 0)
-        noisy = counts[live] * np.int64(self.multiplier) + sampler.draw(self.noise_scale, live.size)
+        # Noise drawn for every entry (the shape is public), used on the non-empty ones:
+        # the release's time does not tell how many entries are non-empty.
+        noise = sampler.draw(self.noise_scale, counts.size)
+        noisy = counts[live] * np.int64(self.multiplier) + noise[live]
         kept = noisy >= self.threshold
         out[live[kept]] = noisy[kept] / self.multiplier
         return NoisyHistogram(out.reshape(self.shape), self.bins, "sparse")

@@ -388,3 +388,26 @@ def test_a_floor_drops_the_noise_in_empty_cells_as_post_processing():
     raw = m.synthetic(rng=np.random.default_rng(3), floor_sigmas=0.0)["all"]
     assert len(raw) == 71  # 73 noisy, 2 of them outside the frame
     assert ScoreMap.from_dict(m.to_dict()).histogram().sigma == h.sigma
+
+
+def test_the_sparse_release_draws_the_same_noise_whatever_the_counts():
+    """Its time cannot tell how many entries are non-empty: it draws for every entry."""
+    from dask_dppca.privacy.histogram import SparseHistogram
+    from dask_dppca.privacy.laplace import SeededDiscreteLaplace
+
+    class Counting(SeededDiscreteLaplace):
+        drawn = 0
+
+        def draw(self, scale, size):
+            type(self).drawn += int(size)
+            return super().draw(scale, size)
+
+    hist = SparseHistogram((30, 30), 1.0, 1e-6)
+    drawn = []
+    for live in (1, 900):
+        counts = np.zeros(hist.shape, dtype=np.int64)
+        counts.ravel()[:live] = 5
+        Counting.drawn = 0
+        hist.release(counts, Counting(0))  # NOT PRIVATE: a seeded test sampler
+        drawn.append(Counting.drawn)
+    assert drawn[0] == drawn[1] == 901
