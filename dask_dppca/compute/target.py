@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -171,8 +172,15 @@ class ClusterTarget(ComputeTarget):
         return workers_in_this_process(self.client)
 
     def persist(self, collection: Any) -> Any:
-        """``collection`` computed and kept on the workers (its futures held by it)."""
-        return self.client.persist(collection)
+        """``collection`` computed and kept on the workers (its futures held by it).
+
+        Rows in memory travel inside its graph once, on purpose (a lost worker's blocks
+        are computed again from it): Dask's "Sending large graph" warning, which says
+        that, is not shown for it.
+        """
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+            return self.client.persist(collection)
 
     def compute(self, collections: list, label: str, progress: bool = False) -> list:
         """Compute Dask collections and return their values; every wait bounded."""

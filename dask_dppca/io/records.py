@@ -149,21 +149,19 @@ class Records:
     def kept_on(self, target: Any, block_sizes: tuple[int, ...]) -> Records:
         """Rows in memory kept where ``target`` computes, cut into ``block_sizes``.
 
-        A cluster's client (``target.client``) receives them once by ``scatter``, one
-        piece a block: embedded in a task graph, they would travel inside it (Dask's
-        "Sending large graph" warning, and the scheduler holding a copy).  A local
-        scheduler persists them in this process.  Lazy records, and records already kept
-        in these blocks, are returned as they are.
+        Persisted from a graph that holds them (``target.persist``), not scattered: a
+        worker lost mid-fit takes scattered data with it for good, while persisted blocks
+        are computed again from their graph elsewhere (tests/system/test_drawn_once.py
+        kills workers mid-fit).  The graph is sent once; the compute target keeps Dask's
+        "Sending large graph" warning for it quiet.  Lazy records, and records already
+        kept in these blocks, are returned as they are.
         """
         sizes = tuple(int(size) for size in block_sizes)
         if not self.in_memory or (
             self.resident is not None and tuple(self.resident.chunks[0]) == sizes
         ):
             return self
-        client = getattr(target, "client", None)
-        if client is None:
-            return self.with_resident(target.persist(self.blocks(sizes)))
-        return self.with_resident(_scattered(self.source, sizes, client))
+        return self.with_resident(target.persist(self.blocks(sizes)))
 
     def blocks(self, block_sizes: tuple[int, ...]) -> da.Array:
         """The rows with one chunk per block of ``block_sizes`` and all columns in one."""
@@ -296,26 +294,6 @@ def _in_memory(rows: np.ndarray, chunks: Any) -> da.Array:
     the records into every key the dashboard, the logs and the scheduler's events show.
     """
     return da.from_array(rows, chunks=chunks, name=False)
-
-
-def _scattered(rows: np.ndarray, block_sizes: tuple[int, ...], client: Any) -> da.Array:
-    """``rows`` on a cluster's workers, one scattered piece a block, as a dask array."""
-    bounds = np.cumsum((0, *block_sizes))
-    pieces = [np.ascontiguousarray(rows[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
-    # hash=False: keys not derived from the rows (no digest of the records in any key).
-    try:
-        futures = client.scatter(pieces, hash=False)
-    except TimeoutError as error:  # distributed's own bounded wait for a worker
-        raise TimeoutError(
-            f"X: no worker could take the rows in memory ({error}: every worker paused over "
-            "its memory pause threshold, or none running); nothing was read or released"
-        ) from None
-    return da.concatenate(
-        [
-            da.from_delayed(future, shape=piece.shape, dtype=rows.dtype)
-            for future, piece in zip(futures, pieces)
-        ]
-    )
 
 
 def _unchunked_xarray(data: Any, component: str | None) -> bool:

@@ -85,9 +85,10 @@ def test_every_legend_of_the_plots_has_an_explicit_place(tmp_path, monkeypatch):
 
 
 @pytest.mark.cluster
-def test_rows_in_memory_travel_outside_the_graph(tmp_path):
-    """Scattered to the workers once, not embedded in the task graph (Dask warns above a
-    threshold, lowered here so that a small array would cross it)."""
+def test_rows_in_memory_sent_once_without_dask_s_large_graph_warning(tmp_path):
+    """Persisted once from a graph that holds them (a lost worker's blocks are computed
+    again from it), Dask's warning about that graph not shown (its threshold lowered here
+    so that a small array crosses it)."""
     x = np.random.default_rng(6).standard_normal((4000, 4))  # 128 kB, test data
     with dask.config.set({"distributed.admin.large-graph-warning-threshold": "16kB"}):
         with warnings.catch_warnings(record=True) as caught:

@@ -59,11 +59,9 @@ def test_a_paused_worker_ends_the_analysis_with_the_stall_error(cluster, who):
     with (
         dask.config.set({"dask-dppca.stall-timeout": "3s"}),
         warnings.catch_warnings(),
-        pytest.raises((ClusterStalledError, TimeoutError)) as stalled,
+        pytest.raises(ClusterStalledError) as stalled,
     ):
         warnings.simplefilter("ignore")
         dd.analyze(_data(), 2, epsilon=2.0, scheduler=client, trusted_worker=trusted)
     assert time.monotonic() - started < 60
     assert "paused" in str(stalled.value) and "\n" not in str(stalled.value)
-    # rows in memory go to the workers first: with every worker paused, that step says so
-    assert who == "trusted" or "no worker could take the rows" in str(stalled.value)
