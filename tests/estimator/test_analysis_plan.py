@@ -57,11 +57,19 @@ def counted_calibration(monkeypatch):
     return calls
 
 
+@pytest.mark.parametrize(
+    "design",
+    [None, dd.RegularDesign(k=4, block_size=250)],
+    ids=["analyze-default", "regular-12-blocks"],
+)
 def test_the_plan_of_an_analysis_agrees_with_the_analysis(
-    tmp_path, model_folder, counted_calibration, monkeypatch
+    tmp_path, model_folder, counted_calibration, monkeypatch, design
 ):
+    """With analyze's defaults (a complete design on one block here) and with a regular
+    design of 12 blocks (several segments a pass: their count depends on the threads).
+    """
     store = write_store(tmp_path)
-    plan = plan_analysis(store, scheduler="synchronous")
+    plan = plan_analysis(store, scheduler="synchronous", design=design)
     assert plan.fits and counted_calibration == [1]
     fit_segments: list[int] = []
     scree_segments: list[int] = []
@@ -84,7 +92,13 @@ def test_the_plan_of_an_analysis_agrees_with_the_analysis(
 
     monkeypatch.setattr(dd.DPPCA, "planned_release", spy_release)
     shown: list[str] = []
-    result = analyze(store, scheduler="synchronous", random_state=0, show_split=shown.append)
+    result = analyze(
+        store,
+        scheduler="synchronous",
+        random_state=0,
+        show_split=shown.append,
+        **({} if design is None else {"design": design}),
+    )
 
     # The defaults are analyze's: read from its signature, the same run.
     defaults = analyze_defaults()
