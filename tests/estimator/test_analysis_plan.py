@@ -212,3 +212,25 @@ def test_plan_analysis_runs_as_a_user_types_it(tmp_path):
     assert source.startswith("machine model: calibrated now: ")
     again = [line for line in plan_line().splitlines() if line.startswith("machine model: ")]
     assert again[0].startswith("machine model: calibrated on ")  # kept, reused
+
+
+def test_a_plain_plan_keeps_a_fit_s_defaults_and_refuses_the_analysis_flags(
+    tmp_path, model_folder, counted_calibration, capsys
+):
+    from dask_dppca.cli import main
+    from dask_dppca.cli.plan import FIT_DEFAULTS
+
+    store = write_store(tmp_path)
+    assert main(["plan", store, "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["privacy"]["epsilon"] == FIT_DEFAULTS["epsilon"]
+    assert planned["privacy"]["delta"] == FIT_DEFAULTS["delta"]
+    assert planned["time"]["machine_model"].startswith("calibrated now: ")
+    assert main(["plan", store, "--methods", "clipped"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "go with --analysis" in line
+    assert main(["plan", store, "--analysis", "--json"]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert described["parameters"]["epsilon"] == analyze_defaults()["epsilon"]
+    assert described["machine_model"].startswith("calibrated on ")
+    assert counted_calibration == [1]
