@@ -6,6 +6,7 @@ A script, not a test:
     python benchmarks/bench_plan.py --quick    # n = 10^4 ... 10^6, auto designs
     python benchmarks/bench_plan.py --extra    # the full run's other rows
     python benchmarks/bench_plan.py --smoke    # tiny sizes, seconds (the test suite runs it)
+    python benchmarks/bench_plan.py --quick --analysis   # and each size's whole analysis
 
 In one run: the machine model is measured on a LocalCluster of two single-threaded
 worker processes (``dask_dppca.machine.measure_machine_model`` with that cluster's
@@ -21,6 +22,10 @@ memory, the measured ones (wall on the client; peak: each worker's resident memo
 sampled every 5 ms inside it during the fit, the largest) and their ratios; and the
 workers' CPU seconds against the plan's pair and read work (thread-seconds): on a
 machine loaded by others the wall ratio moves with the load, the CPU one much less and their ratios (measured / predicted).
+
+With ``--analysis``, each size also runs ``analyze`` (its defaults, on the same warm
+cluster) against ``dd.plan_analysis`` of the same store: the plan's stages (directions,
+scree, score map), tasks and wall time against the measured wall.
 
 Sizes: the complete design ("auto" keeps every pair at these n on 2 threads up to
 n = 2.5 x 10^5 at d = 32), the regular design "auto" picks beyond, and regular designs
@@ -93,6 +98,37 @@ def _best_fit(client, store: str, options: dict | None, repeats: int = 3) -> flo
         est.fit(store, storage_options=options)
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def _analysis_row(client, location, options, given, design, model) -> tuple:
+    """The plan of ``analyze`` (its defaults) and the analysis timed, on warm workers."""
+    import dask_dppca as dd
+
+    chosen = {} if given is None else {"design": design}
+    plan = dd.plan_analysis(
+        location, scheduler=client, storage_options=options, machine=model, **chosen
+    )
+    start = time.perf_counter()
+    dd.analyze(location, scheduler=client, storage_options=options, random_state=0, **chosen)
+    wall = time.perf_counter() - start
+    n = plan.directions.input["shape"][0]
+    return n, plan, wall
+
+
+def _print_analyses(analyses: list[tuple]) -> None:
+    print(
+        f"\nanalyze (its defaults) against plan_analysis, same cluster\n{'n':>9} "
+        f"{'directions':>10} {'scree':>7} {'map':>7} {'tasks':>6} {'wall pred':>9} "
+        f"{'wall meas':>9} {'ratio':>6}"
+    )
+    for n, plan, wall in analyses:
+        seconds = [plan.stage(s).seconds for s in ("directions", "scree", "score map")]
+        print(
+            f"{n:>9} {seconds[0]:>9.2f}s {seconds[1]:>6.2f}s {seconds[2]:>6.2f}s "
+            f"{plan.n_tasks:>6} {plan.wall_seconds:>8.2f}s {wall:>8.2f}s "
+            f"{wall / plan.wall_seconds:>6.2f}",
+            flush=True,
+        )
 
 
 def _cpu_seconds() -> float:
@@ -184,6 +220,9 @@ def main(argv=None) -> None:
     mode.add_argument("--quick", action="store_true", help="n up to 10^6")
     mode.add_argument("--smoke", action="store_true", help="tiny sizes (seconds)")
     mode.add_argument("--extra", action="store_true", help="the full run's rows beyond --quick")
+    parser.add_argument(
+        "--analysis", action="store_true", help="each size's whole analysis too (plan_analysis)"
+    )
     args = parser.parse_args(argv)
     sizes = SIZES[
         "smoke" if args.smoke else "quick" if args.quick else "extra" if args.extra else "full"
@@ -246,6 +285,7 @@ def main(argv=None) -> None:
                 f"{'work pred':>9} {'cpu meas':>9} {'ratio':>6}"
             )
             rows = []
+            analyses = []
             for size, storage, given in sizes:
                 n = int(size)
                 design = (
@@ -279,6 +319,10 @@ def main(argv=None) -> None:
                     wall = time.perf_counter() - start
                     cpu = sum(client.run(_cpu_seconds).values()) - cpu
                     peak = max(client.run(_stop_sampler).values())
+                    if args.analysis:
+                        analyses.append(
+                            _analysis_row(client, location, store_options, given, design, model)
+                        )
                 finally:
                     client.close()
                     cluster.close()
@@ -311,6 +355,8 @@ def main(argv=None) -> None:
             if server is not None:
                 server.kill()
                 server.wait(timeout=30)
+    if analyses:
+        _print_analyses(analyses)
     walls = [r[6] / r[5] for r in rows]
     peaks = [r[8] / r[7] for r in rows]
     cpus = [r[10] / r[9] for r in rows]

@@ -27,6 +27,8 @@ _PUBLIC = {
     "DPPCA": "estimator",
     "analyze": "analysis",
     "PrivateAnalysis": "analysis",
+    "plan_analysis": "analysis_plan",
+    "AnalysisPlan": "analysis_plan",
     "kendall_matrix": "reference",
     "sin_theta": "metrics",
     "PrivacyBudget": "privacy.budget",
@@ -60,6 +62,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .analysis import PrivateAnalysis, analyze  # noqa: F401
+    from .analysis_plan import AnalysisPlan, plan_analysis  # noqa: F401
     from .compute.placement import UntrustedReleaseWarning  # noqa: F401
     from .compute.waits import ClusterStalledError  # noqa: F401
     from .design import CompleteDesign, RegularDesign  # noqa: F401

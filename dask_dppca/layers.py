@@ -56,6 +56,7 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
                 "metrics",
                 "planning",
                 "fit_plan",
+                "analysis_plan",
                 "machine",
                 "theory",
                 "results",

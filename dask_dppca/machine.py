@@ -18,7 +18,10 @@ user's configuration folder (:func:`model_path`: ``$XDG_CONFIG_HOME/dask-dppca/m
 or the platform's equivalent, or the file the Dask configuration key
 :data:`MODEL_PATH_KEY` names); :func:`load_machine_model` reads it back, or gives
 :data:`DEFAULT_MODEL` (figures measured on a 2-core development machine) when none is
-saved.  No figure is ever taken from data: the model is about the machine.
+saved.  A plan (:func:`planning_model`) does not trust those constants: with no saved
+model it calibrates them once per machine (a second's kernel run, kept next to the saved
+model in ``calibration.json``) and says which model its figures came from.  No figure is
+ever taken from data: the model is about the machine.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import math
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,10 +40,12 @@ __all__ = [
     "DEFAULT_MODEL",
     "MODEL_PATH_KEY",
     "MachineModel",
+    "calibration_path",
     "load_machine_model",
     "measure_machine_model",
     "measure_reads",
     "model_path",
+    "planning_model",
     "save_machine_model",
 ]
 
@@ -554,3 +559,106 @@ def _rss() -> int:
     import psutil
 
     return int(psutil.Process().memory_info().rss)
+
+
+# -- a plan's model: saved, else calibrated once per machine ---------------------------
+
+#: The width and rows of the calibration's kernel run (a within-block sum, best of 3,
+#: about a second with its compile-cache load).
+CALIBRATION_WIDTH = 32
+CALIBRATION_ROWS = 2048
+
+
+def calibration_path() -> Path:
+    """Where calibrations are kept: ``calibration.json`` beside :func:`model_path`,
+    one entry per machine (its host name).
+    """
+    return model_path().with_name("calibration.json")
+
+
+def planning_model(path: str | os.PathLike | None = None) -> MachineModel:
+    """The machine model a plan uses: the file ``path``, else the model ``dask-dppca
+    bench --save`` saved, else this machine's calibration (:data:`DEFAULT_MODEL` with its
+    kernel figures scaled to a short measurement, made once per machine and kept).
+
+    The model's ``source`` says which: "saved by bench --save (...)", "calibrated now:
+    N s (...)" or "calibrated on DATE (...)".  A calibration that cannot be kept (a
+    read-only folder) is used all the same.
+    """
+    if path is not None:
+        return load_machine_model(path)
+    if model_path().exists():
+        model = load_machine_model()
+        return replace(model, source=f"saved by bench --save ({model.source})")
+    return _calibrated_model()
+
+
+def _calibrated_model() -> MachineModel:
+    where = calibration_path()
+    host = platform.node() or "this machine"
+    entries = _read_calibrations(where)
+    entry = entries.get(host)
+    if isinstance(entry, dict) and _valid_ratio(entry.get("ratio")):
+        return _scaled(
+            DEFAULT_MODEL,
+            float(entry["ratio"]),
+            f"calibrated on {entry.get('at', '?')} ({where}; built-in figures scaled by the "
+            f"kernel's measured rate, x{float(entry['ratio']):.3g}; "
+            "'dask-dppca bench --save' measures them all)",
+        )
+    started = time.perf_counter()
+    rate = _calibration_rate()
+    seconds = time.perf_counter() - started
+    ratio = rate / DEFAULT_MODEL.pair_rate(CALIBRATION_WIDTH)
+    entries[host] = {
+        "ratio": ratio,
+        "pairs_per_second": {str(CALIBRATION_WIDTH): rate},
+        "seconds": seconds,
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    try:
+        save = where.with_name(f".{where.name}.{os.getpid()}.tmp")
+        where.parent.mkdir(parents=True, exist_ok=True)
+        save.write_text(json.dumps(entries, indent=2) + "\n")
+        os.replace(save, where)
+        kept = f"kept in {where}"
+    except OSError as error:  # a read-only configuration folder: used, not kept
+        kept = f"not kept: {type(error).__name__}"
+    return _scaled(
+        DEFAULT_MODEL,
+        ratio,
+        f"calibrated now: {seconds:.2g} s ({kept}; built-in figures scaled by the kernel's "
+        f"measured rate, x{ratio:.3g}; 'dask-dppca bench --save' measures them all)",
+    )
+
+
+def _read_calibrations(where: Path) -> dict[str, Any]:
+    """The kept calibrations by host; an unreadable file counts as none (it is redone)."""
+    try:
+        data = json.loads(where.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _valid_ratio(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def _calibration_rate() -> float:
+    """The kernel's pairs per second on one core at ``CALIBRATION_WIDTH`` (CPU time: the
+    machine's rate, not its load at the moment), as ``bench --save`` measures it.
+    """
+    rows = DEFAULT_MODEL.row_cost(CALIBRATION_WIDTH)
+    return _kernel_rate(CALIBRATION_WIDTH, CALIBRATION_ROWS, rows)
+
+
+def _scaled(model: MachineModel, ratio: float, source: str) -> MachineModel:
+    """``model`` with its kernel figures for a kernel ``ratio`` times as fast."""
+    return replace(
+        model,
+        kernel_pairs_per_second={d: r * ratio for d, r in model.kernel_pairs_per_second.items()},
+        kernel_row_seconds={d: c / ratio for d, c in model.kernel_row_seconds.items()},
+        kernel_call_seconds=model.kernel_call_seconds / ratio,
+        source=source,
+    )

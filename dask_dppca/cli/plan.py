@@ -1,5 +1,12 @@
 """``dask-dppca plan STORE``: what a fit would do, before a core turns or a budget is spent.
 
+``dask-dppca plan STORE --analysis`` plans what ``dask-dppca analyze STORE`` would run,
+with ``analyze``'s defaults (k, epsilon, delta, methods, score map): each stage's passes,
+tasks, time and peak memory, and the split table the analysis shows
+(:func:`dask_dppca.analysis_plan.plan_analysis`).  Without a model saved by ``dask-dppca
+bench --save`` the time figures come from a short calibration, kept per machine; the
+plan says which model it used.
+
 Reads the store's public metadata only (shape, chunks, dtype, codec; never a chunk, never
 a ledger) and prints the design, blocks and tasks, bytes read, peak memory per worker,
 predicted wall time and, for a stated spectrum or a public pilot, the expected accuracy
@@ -15,6 +22,9 @@ import sys
 
 from .fit import add_mechanism_arguments, estimator_parameters
 
+#: A plain plan's defaults: a fit's ('dask-dppca fit'); with --analysis, analyze's.
+FIT_DEFAULTS = {"n_components": 2, "epsilon": 1.0, "delta": 1e-6}
+
 
 def add_parser(commands) -> None:
     """Register ``plan`` on the ``dask-dppca`` sub-command parser."""
@@ -26,7 +36,10 @@ def add_parser(commands) -> None:
             "the design 'auto' picks, blocks and tasks, bytes read, peak memory per worker, "
             "the scheduler's task count, predicted wall time (machine model from "
             "'dask-dppca bench --save', else a built-in default) and, with --spectrum or "
-            "--pilot, the expected accuracy. Exit 2 when the plan does not fit."
+            "--pilot, the expected accuracy. With --analysis: the whole 'analyze' run "
+            "(directions, scree, score map) stage by stage with analyze's defaults, and its "
+            "privacy split. Without a saved model, a short calibration of this machine "
+            "(kept) gives the times. Exit 2 when the plan does not fit."
         ),
     )
     plan.add_argument("store", help="Zarr store (local path or fsspec URL) holding an n x d array")
@@ -42,10 +55,39 @@ def add_parser(commands) -> None:
         "--storage-options-json", metavar="FILE", help="JSON object of fsspec options"
     )
     plan.add_argument(
-        "-k", "--n-components", type=int, default=2, help="private directions (default 2)"
+        "--analysis",
+        action="store_true",
+        help="plan 'dask-dppca analyze STORE' (directions, scree, score map) with analyze's "
+        "defaults, stage by stage, and its privacy split",
     )
-    plan.add_argument("--epsilon", type=float, default=1.0, help="privacy epsilon (default 1)")
-    plan.add_argument("--delta", type=float, default=1e-6, help="privacy delta (default 1e-6)")
+    plan.add_argument(
+        "-k",
+        "--n-components",
+        type=int,
+        help=f"private directions (default {FIT_DEFAULTS['n_components']}; with --analysis, "
+        "analyze's)",
+    )
+    plan.add_argument(
+        "--epsilon",
+        type=float,
+        help=f"privacy epsilon (default {FIT_DEFAULTS['epsilon']:g}; with --analysis, the "
+        "total, analyze's default)",
+    )
+    plan.add_argument(
+        "--delta",
+        type=float,
+        help=f"privacy delta (default {FIT_DEFAULTS['delta']:g}; with --analysis, the total, "
+        "analyze's default)",
+    )
+    analysis = plan.add_argument_group("analysis", "with --analysis, as for 'analyze'")
+    analysis.add_argument(
+        "--split", metavar="STAGE=SHARE", action="append", default=[], help="a stage's share"
+    )
+    analysis.add_argument("--methods", help="comma-separated scree estimators")
+    analysis.add_argument("--no-score-map", action="store_true", help="plan no score map")
+    analysis.add_argument(
+        "--groups", metavar="NAME", help="a per-group score map (the labels are not read)"
+    )
     add_mechanism_arguments(plan)
     cluster = plan.add_argument_group(
         "cluster",
@@ -80,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the plan; exit 2 (after printing it) when it does not fit."""
     from .. import DPPCA
     from ..io.storage import is_url
+    from ..machine import planning_model
     from .fit import storage_options
 
     options = storage_options(args.storage_options_json, args.storage_option)
@@ -91,6 +134,13 @@ def run(args: argparse.Namespace) -> int:
             spectrum = [float(v) for v in args.spectrum.split(",") if v.strip()]
         except ValueError:
             raise ValueError("--spectrum: expected comma-separated numbers") from None
+    if args.analysis:
+        return _run_analysis(args, options, cluster_options(args))
+    for name, default in FIT_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    if args.split or args.methods or args.no_score_map or args.groups:
+        raise ValueError("--split, --methods, --no-score-map and --groups go with --analysis")
     pilot = None
     if args.pilot is not None:
         import zarr
@@ -98,26 +148,75 @@ def run(args: argparse.Namespace) -> int:
         pilot = zarr.open_array(os.path.expanduser(args.pilot), mode="r")[:]
     est = DPPCA(**estimator_parameters(args), scheduler=args.scheduler)
     store = args.store if is_url(args.store) else os.path.expanduser(args.store)
-    cluster = {}
-    if args.workers is not None or args.threads is not None or args.memory_limit is not None:
-        cluster = {
-            "workers": args.workers if args.workers is not None else 1,
-            "threads": args.threads if args.threads is not None else (os.cpu_count() or 1),
-            "memory_limit": args.memory_limit,
-        }
     plan = est.plan(
         store,
         component=args.component,
         storage_options=options if is_url(args.store) else None,
         spectrum=spectrum,
         pilot=pilot,
-        machine=args.machine,
+        machine=planning_model(args.machine),
         check=False,
-        **cluster,
+        **cluster_options(args),
     )
     print(plan.to_json() if args.json else plan)
     if not plan.fits:
         problems = "; ".join(plan.problems)
+        print(f"dask-dppca: error: the plan does not fit: {problems}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cluster_options(args: argparse.Namespace) -> dict:
+    """The cluster the flags give (workers, threads, memory limit); empty: the default."""
+    if args.workers is None and args.threads is None and args.memory_limit is None:
+        return {}
+    return {
+        "workers": args.workers if args.workers is not None else 1,
+        "threads": args.threads if args.threads is not None else (os.cpu_count() or 1),
+        "memory_limit": args.memory_limit,
+    }
+
+
+def _run_analysis(args: argparse.Namespace, options: dict, cluster: dict) -> int:
+    """``plan --analysis``: print the analysis's plan; exit 2 when it does not fit."""
+    from ..analysis_plan import plan_analysis
+    from ..io.storage import is_url
+    from .analyze import _shares
+    from .fit import design_of
+
+    if args.spectrum is not None or args.pilot is not None:
+        raise ValueError("--spectrum and --pilot: a fit's accuracy, not with --analysis")
+    if args.calibration != "analytic":
+        raise ValueError("--calibration: an analysis calibrates its own parts (drop it)")
+    if args.groups is not None and args.no_score_map:
+        raise ValueError("--groups: needs the score map (drop --no-score-map)")
+    methods = (
+        None
+        if args.methods is None
+        else tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    )
+    store = args.store if is_url(args.store) else os.path.expanduser(args.store)
+    plan = plan_analysis(
+        store,
+        args.n_components,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        split=_shares(args.split),
+        methods=methods,
+        score_map=False if args.no_score_map else None,
+        grouped=args.groups is not None,
+        design=design_of(args),
+        spatial_sign=args.spatial_sign,
+        radius=args.radius,
+        scheduler=args.scheduler,
+        machine=args.machine,
+        component=args.component,
+        storage_options=options if is_url(args.store) else None,
+        **cluster,
+    )
+    print(plan.to_json() if args.json else plan)
+    if not plan.fits:
+        problems = "; ".join(plan.directions.problems)
         print(f"dask-dppca: error: the plan does not fit: {problems}", file=sys.stderr)
         return 2
     return 0

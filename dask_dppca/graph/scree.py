@@ -29,7 +29,14 @@ from ..kernel.scree_stats import block_histograms, block_sums
 from .lane_task import Segment, segment_groups
 from .lanes import plan_segments, segment_bounds
 
-__all__ = ["MERGE_FAN_IN", "merge_partials", "scree_histogram_graph", "scree_sums_graph"]
+__all__ = [
+    "MERGE_FAN_IN",
+    "merge_partials",
+    "merge_task_count",
+    "scree_histogram_graph",
+    "scree_segments",
+    "scree_sums_graph",
+]
 
 #: Partial totals one merge task adds.
 MERGE_FAN_IN = 8
@@ -45,6 +52,36 @@ def merge_partials(*partials: Any) -> Any:
     return total
 
 
+def scree_segments(
+    rows: tuple[int, ...],
+    block_pairs: tuple[tuple[int, int], ...] | None,
+    n_features: int,
+    n_threads: int,
+    reads: bool,
+) -> list[Segment]:
+    """The segments a scree pass over blocks of ``rows`` runs in (public: the blocks,
+    their pairs, d, the thread count and whether the segments read their blocks); the
+    plan of an analysis counts the same ones (:mod:`dask_dppca.analysis_plan`).
+    """
+    pairs = tuple((i, i) for i in range(len(rows))) if block_pairs is None else block_pairs
+    # The fit's rule on these block pairs, one pair a group (the work: the block pairs'
+    # record pairs, an upper bound on the scree design's).
+    work = sum(rows[i] * (rows[i] - 1) // 2 if i == j else rows[i] * rows[j] for i, j in pairs)
+    plan = DesignPlan(
+        rows, pairs, n_pairs=max(work, 1), max_degree=1, n_features=n_features, tile_rows=1
+    )
+    return plan_segments(plan, segment_bounds(plan, n_threads, reads), reads)
+
+
+def merge_task_count(n_partials: int) -> int:
+    """The merge tasks :func:`_per_block` adds above ``n_partials`` segment totals."""
+    merges = 0
+    while n_partials > MERGE_FAN_IN:
+        n_partials = -(-n_partials // MERGE_FAN_IN)
+        merges += n_partials
+    return merges
+
+
 def _per_block(
     data: da.Array,
     block_pairs: tuple[tuple[int, int], ...] | None,
@@ -57,18 +94,11 @@ def _per_block(
     if len(data.chunks[1]) != 1:
         data = data.rechunk({1: -1})
     rows = tuple(int(r) for r in data.chunks[0])
-    pairs = tuple((i, i) for i in range(len(rows))) if block_pairs is None else block_pairs
     reader = chunk_reader(data)
     reads = reader is not None
-    # The fit's rule on these block pairs, one pair a group (the work: the block pairs'
-    # record pairs, an upper bound on the scree design's).
-    work = sum(rows[i] * (rows[i] - 1) // 2 if i == j else rows[i] * rows[j] for i, j in pairs)
-    plan = DesignPlan(
-        rows, pairs, n_pairs=max(work, 1), max_degree=1, n_features=int(data.shape[1]), tile_rows=1
-    )
     layer: dict[Any, tuple[Any, ...]] = {}
     layer_name = f"{name}-{token}"
-    segments = plan_segments(plan, segment_bounds(plan, n_threads, reads), reads)
+    segments = scree_segments(rows, block_pairs, int(data.shape[1]), n_threads, reads)
     for number, segment in enumerate(segments):
         given = [] if reads else [(data.name, b, 0) for b in segment.blocks.tolist()]
         layer[f"{layer_name}-{number}"] = (_statistics, function, segment, reader, args, *given)

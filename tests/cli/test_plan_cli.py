@@ -31,6 +31,21 @@ def readme_plan_lines() -> list[list[str]]:
     return [shlex.split(line.split("#", 1)[0]) for line in lines]
 
 
+@pytest.fixture(autouse=True)
+def own_model_folder(tmp_path, monkeypatch):
+    """The machine model and the plan's kept calibration in this test's folder, not the
+    user's (the console script reads the environment variable, this process the config).
+    """
+    import dask
+
+    from dask_dppca.machine import MODEL_PATH_KEY
+
+    path = str(tmp_path / "config" / "machine.json")
+    monkeypatch.setenv("DASK_DASK_DPPCA__MACHINE_MODEL", path)
+    with dask.config.set({MODEL_PATH_KEY: path}):
+        yield
+
+
 def write_store(folder: Path, n: int = 6000, d: int = 8) -> None:
     x = np.random.default_rng(4).standard_t(1, size=(n, d))  # TEST data
     z = zarr.create_array(str(folder / "data.zarr"), shape=x.shape, chunks=(1000, d), dtype="f8")

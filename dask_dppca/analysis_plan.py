@@ -1,0 +1,495 @@
+"""The plan of a whole analysis before a core turns: each stage's tasks, time and memory,
+and the privacy split.
+
+:func:`plan_analysis` answers what :func:`~dask_dppca.analysis.analyze` would do, with
+its defaults (read from ``analyze``'s own signature, so the two cannot drift apart):
+the directions' fit (a :class:`~dask_dppca.fit_plan.FitPlan` at the directions' share),
+the scree's passes over the pair sub-design (the same segments
+:mod:`dask_dppca.graph.scree` builds: :func:`~dask_dppca.graph.scree.scree_segments`),
+the score map's passes over the rows (runs of
+:func:`~dask_dppca.graph.lanes.pass_block_sizes`), and the split table the analysis
+shows (the same :func:`~dask_dppca.privacy.accounting.split_budget`).  Public metadata
+only: no chunk is read, no budget or ledger touched, no cluster started.
+
+The scree's and the score map's times are a model (the machine model's rates applied to
+their work, and the fit's fixed cost once a stage), not measured: a scree pair costs about
+what a kernel pair does (a difference and its norms in d), a score map pass about a row's
+projection.  On the synchronous scheduler at n = 4 x 10^4, d = 32 (a loaded 2-core
+machine, CPU seconds) the directions took 3.4 s against 3.7 modelled, the scree 0.57
+against 0.88 (0.58 with one fixed cost), the score map 0.06 against 1.0 (0.4 with one
+fixed cost: its light passes cost less than a fit's fixed cost).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from .fit_plan import FitPlan, _makespan, _seconds, _size
+from .machine import MachineModel, planning_model
+from .privacy.accounting import BudgetSplit, PlannedPart, split_budget
+from .privacy.calibration import validate_privacy_parameters
+from .validation import integer_at_least
+
+__all__ = ["AnalysisPlan", "StagePlan", "analyze_defaults", "plan_analysis"]
+
+#: Bins of a scree histogram (the public grid of :mod:`dask_dppca.kernel.scree_stats`).
+_SCREE_BINS = 8193
+#: The score map's passes over the scores (centre, radius, histograms), after the one
+#: that projects the rows (``compute/score_map.release_score_map``).
+SCORE_MAP_PASSES = 3
+
+
+def analyze_defaults() -> dict[str, Any]:
+    """``analyze``'s keyword defaults, read from its signature (k, epsilon, delta,
+    methods, score map, ...): a plan of an analysis plans what ``analyze`` would run.
+    """
+    from .analysis import analyze
+
+    return {
+        name: p.default
+        for name, p in inspect.signature(analyze).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One stage of an analysis: its passes over the data, tasks, time and memory.
+
+    Attributes
+    ----------
+    stage : str
+        ``"directions"``, ``"scree"`` or ``"score map"``.
+    passes : int
+        Passes over the data (graphs computed one after another).
+    tasks : int
+        Graph tasks of all its passes together (segments, merges, inputs, releases).
+    segment_tasks : int
+        The segment (or row-run) tasks of one pass.
+    seconds : float
+        Modelled wall seconds.
+    peak_bytes : int
+        Modelled peak resident bytes of one worker.
+    detail : str
+        What the figures count (public).
+    """
+
+    stage: str
+    passes: int
+    tasks: int
+    segment_tasks: int
+    seconds: float
+    peak_bytes: int
+    detail: str
+
+    def describe(self) -> dict[str, Any]:
+        """The stage as a JSON-ready dict."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class AnalysisPlan:
+    """What ``analyze`` would do, predicted from public metadata (:func:`plan_analysis`).
+
+    Attributes
+    ----------
+    parameters : dict
+        k, the total epsilon and delta, the methods, the score map's, and which of them
+        are ``analyze``'s defaults.
+    directions : FitPlan
+        The directions' fit at its share of the budget.
+    stages : tuple of StagePlan
+        Directions, scree and (when planned) score map, in the order they run.
+    split : BudgetSplit
+        The split of the total, as the analysis makes it.
+    split_text : str
+        The split table exactly as ``analyze`` shows it (``show_split``).
+    scree_design : dict
+        ``n_pairs`` and ``max_degree`` of the scree's pair sub-design.
+    machine_model : str
+        Where the time figures came from (saved, calibrated or built in).
+    """
+
+    parameters: dict[str, Any]
+    directions: FitPlan
+    stages: tuple[StagePlan, ...]
+    split: BudgetSplit
+    split_text: str
+    scree_design: dict[str, int]
+    machine_model: str
+
+    @property
+    def wall_seconds(self) -> float:
+        """Modelled wall seconds of the whole analysis (the stages run one after another)."""
+        return float(sum(s.seconds for s in self.stages))
+
+    @property
+    def n_tasks(self) -> int:
+        """Graph tasks of all stages together."""
+        return int(sum(s.tasks for s in self.stages))
+
+    @property
+    def peak_worker_bytes(self) -> int:
+        """The largest stage's peak resident bytes of one worker."""
+        return int(max(s.peak_bytes for s in self.stages))
+
+    @property
+    def fits(self) -> bool:
+        """Whether the directions' fit (the analysis's heaviest stage) fits the cluster."""
+        return self.directions.fits
+
+    def stage(self, name: str) -> StagePlan:
+        """The stage called ``name``."""
+        for s in self.stages:
+            if s.stage == name:
+                return s
+        raise KeyError(f"stage: no stage {name!r} in this plan")
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as a JSON-ready dict."""
+        return {
+            "parameters": self.parameters,
+            "stages": [s.describe() for s in self.stages],
+            "wall_seconds": self.wall_seconds,
+            "n_tasks": self.n_tasks,
+            "peak_worker_bytes": self.peak_worker_bytes,
+            "split": self.split.table(),
+            "scree_design": self.scree_design,
+            "machine_model": self.machine_model,
+            "directions": self.directions.describe(),
+            "fits": self.fits,
+        }
+
+    def to_json(self) -> str:
+        """:meth:`describe` as JSON text."""
+        return json.dumps(self.describe(), indent=2, default=str)
+
+    def __str__(self) -> str:
+        return _text(self)
+
+
+def plan_analysis(
+    X: Any,
+    n_components: int | None = None,
+    *,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    split: Mapping[str, float] | None = None,
+    methods: Sequence[str] | None = None,
+    score_map: bool | None = None,
+    grouped: bool = False,
+    score_axes: tuple[int, int] | None = None,
+    score_methods: Sequence[str] | None = None,
+    design: Any = None,
+    spatial_sign: str | None = None,
+    radius: float | None = None,
+    scheduler: Any = None,
+    workers: int | None = None,
+    threads: int | None = None,
+    memory_limit: int | str | None = None,
+    machine: MachineModel | str | None = None,
+    component: str | None = None,
+    storage_options: dict | None = None,
+    allow_fill_values: bool = False,
+) -> AnalysisPlan:
+    """The plan of ``analyze(X, ...)``: each stage's tasks, time and memory, and the split.
+
+    Reads public metadata only.  Every parameter left out takes ``analyze``'s default
+    (:func:`analyze_defaults`).
+
+    Parameters
+    ----------
+    X, n_components, epsilon, delta, split, methods, score_axes, score_methods, design,
+    spatial_sign, radius, scheduler, component, storage_options, allow_fill_values
+        As for :func:`~dask_dppca.analysis.analyze`.
+    score_map : bool, optional
+        Whether the default score map is planned (``analyze``'s default: yes).
+    grouped : bool, default False
+        Whether the score map is per group (``groups=`` with a ``group_domain``): the
+        split then holds the noisy group sizes.
+    workers, threads, memory_limit
+        The cluster to plan for, as for :meth:`~dask_dppca.estimator.DPPCA.plan`.
+    machine : MachineModel, str or os.PathLike, optional
+        The machine model or its file; default :func:`~dask_dppca.machine.planning_model`
+        (the saved one, else a calibration kept per machine).
+
+    Returns
+    -------
+    AnalysisPlan
+    """
+    from .analysis import (
+        _check_methods,
+        _check_spatial_sign,
+        _directions_target,
+        _scree_plan,
+        _split_rows,
+        _table,
+    )
+    from .estimator import DPPCA
+    from .score_map_stage import PrivateScoreMapStage
+
+    given = {
+        "n_components": n_components,
+        "epsilon": epsilon,
+        "delta": delta,
+        "methods": methods,
+        "score_map": score_map,
+        "score_axes": score_axes,
+        "score_methods": score_methods,
+        "design": design,
+        "spatial_sign": spatial_sign,
+    }
+    defaults = analyze_defaults()
+    chosen = {name: defaults[name] if v is None else v for name, v in given.items()}
+    k = integer_at_least("n_components", chosen["n_components"], 1)
+    eps, dlt = validate_privacy_parameters(chosen["epsilon"], chosen["delta"])
+    scree_methods = _check_methods(chosen["methods"])
+    _check_spatial_sign(chosen["spatial_sign"], radius)
+    planned = [PlannedPart("directions", "directions", "gaussian"), *_scree_plan(k, scree_methods)]
+    with_map = bool(chosen["score_map"])
+    if with_map:
+        # planned_parts reads whether there are labels, never the labels: a stand-in.
+        stage = PrivateScoreMapStage(
+            labels=True if grouped else None,
+            domain=("group",) if grouped else None,
+            axes=chosen["score_axes"],
+            methods=chosen["score_methods"],
+        )
+        planned += stage.planned_parts(k)
+    divided = split_budget(eps, dlt, planned, split)
+    shown = _table(_split_rows(divided), ("stage", "release", "guarantee", "parameter"))
+    split_text = f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}"
+    mu_dir = divided.part("directions", "directions")
+    assert hasattr(mu_dir, "mu")  # the directions' part is Gaussian (as analyze asserts)
+    eps_dir, dlt_dir = _directions_target(mu_dir.mu, dlt / 2.0)
+
+    model = machine if isinstance(machine, MachineModel) else planning_model(machine)
+    fit = DPPCA(
+        n_components=k,
+        epsilon=eps_dir,
+        delta=dlt_dir,
+        spatial_sign=chosen["spatial_sign"],
+        radius=radius,
+        design=chosen["design"],
+        scheduler=scheduler,
+    ).plan(
+        X,
+        workers=workers,
+        threads=threads,
+        memory_limit=memory_limit,
+        machine=model,
+        component=component,
+        storage_options=storage_options,
+        allow_fill_values=allow_fill_values,
+        check=False,
+    )
+    design_plan, in_memory, itemsize = _design_plan(
+        X, fit, chosen["design"], component, storage_options, allow_fill_values
+    )
+    scree, scree_design = _scree_stage(fit, design_plan, scree_methods, k, model, itemsize)
+    stages = [_directions_stage(fit), scree]
+    if with_map:
+        stages.append(_score_map_stage(fit, design_plan, in_memory, model, itemsize))
+    return AnalysisPlan(
+        parameters={
+            "n_components": k,
+            "epsilon": eps,
+            "delta": dlt,
+            "methods": list(scree_methods),
+            "score_map": with_map,
+            "grouped": grouped and with_map,
+            "analyze_defaults": sorted(n for n, v in given.items() if v is None),
+        },
+        directions=fit,
+        stages=tuple(stages),
+        split=divided,
+        split_text=split_text,
+        scree_design=scree_design,
+        machine_model=model.source,
+    )
+
+
+def _design_plan(X, fit, design, component, storage_options, allow_fill_values):
+    """The design plan the fit's plan was made from (the same :func:`plan_blocks` call),
+    whether the rows are in memory, and the input's item size.
+    """
+    from .design import plan_blocks
+    from .io.records import open_records
+
+    records = open_records(
+        X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
+    )
+    n, d = fit.input["shape"]
+    _, plan = plan_blocks(n, d, records.row_chunks, design, fit.cluster.n_threads)
+    return plan, records.in_memory, int(np.dtype(records.dtype).itemsize)
+
+
+def _directions_stage(fit: FitPlan) -> StagePlan:
+    g = fit.graph
+    return StagePlan(
+        "directions",
+        1,
+        fit.n_tasks,
+        int(g["segment_tasks"]),
+        fit.wall_seconds,
+        fit.peak_worker_bytes,
+        f"{fit.design['n_pairs']:.4g} record pairs over {fit.design['n_blocks']} blocks",
+    )
+
+
+@cache
+def _scree_pairs(a: int, b: int, same: bool) -> int:
+    """Record pairs of the scree sub-design of one block pair (blocks of ``a``, ``b`` rows)."""
+    from .kernel.scree_stats import scree_design
+
+    return scree_design((a,), ((0, 0),))[0] if same else scree_design((a, b), ((0, 1),))[0]
+
+
+def scree_passes(methods: Sequence[str]) -> int:
+    """The scree's passes over its pair sub-design: the quantiles' histograms, the
+    Gaussian means (clipped, winsorized, Huber step 1) together, and each later Huber step.
+    """
+    from .analysis import HUBER_STEPS
+
+    means = any(m in methods for m in ("clipped", "winsorized", "huber"))
+    return 1 + int(means) + (HUBER_STEPS - 1 if "huber" in methods else 0)
+
+
+def _scree_stage(fit, plan, methods, k, model, itemsize) -> tuple[StagePlan, dict[str, int]]:
+    """The scree's passes over the same segments :mod:`dask_dppca.graph.scree` builds."""
+    from .graph.scree import merge_task_count, scree_segments
+    from .kernel.scree_stats import scree_design
+
+    d = plan.n_features
+    sizes, threads = plan.block_sizes, fit.cluster.n_threads
+    reads = bool(fit.graph["reads_in_tasks"])
+    segments = scree_segments(sizes, plan.block_pairs, d, threads, reads)
+    n_pairs, degree = scree_design(tuple(sizes), tuple(plan.block_pairs))
+    rate, per_row, call = model.pair_rate(d), model.row_cost(d), model.kernel_call_seconds
+    storage, codec = fit.input["storage"], fit.input["codec"]
+    read_rate, key = model.read_rate(storage, codec)
+    seconds = []
+    for segment in segments:
+        work = 0.0
+        for i, j in segment.pairs.tolist():
+            pairs = _scree_pairs(sizes[i], sizes[j], i == j)
+            rows = sizes[i] if i == j else sizes[i] + sizes[j]
+            work += pairs / rate + call + per_row * rows
+        if reads:
+            rows = int(sum(sizes[b] for b in segment.blocks.tolist()))
+            work += rows * d * itemsize / read_rate + model.read_call(key) * len(segment.blocks)
+        seconds.append(work)
+    if not reads:  # the input's own tasks read every block once, spread like the work
+        whole = plan.n_samples * d * itemsize / read_rate
+        seconds = [s + whole / len(seconds) for s in seconds]
+    passes = scree_passes(methods)
+    per_pass = len(segments) + merge_task_count(len(segments)) + 1  # and its release
+    if not reads:
+        per_pass += int(fit.graph["input_tasks"])
+    pass_seconds = _makespan(seconds, threads) + per_pass * model.task_seconds
+    m = fit.memory
+    histograms = 2 * (k + 1) * _SCREE_BINS * 8  # a segment's and a merge's counts
+    per_task = (m["held_blocks"] + 2) * m["block_bytes"] + histograms
+    running = min(m["running_tasks"], len(segments))
+    peak = int(m["parts"]["baseline"] + m["parts"]["input_in_process"] + running * per_task)
+    stage = StagePlan(
+        "scree",
+        passes,
+        passes * per_pass,
+        len(segments),
+        passes * pass_seconds + model.fixed_seconds,  # a stage's fixed cost, once
+        peak,
+        f"{passes} passes over {n_pairs:.4g} sub-design pairs (64-row sub-blocks)",
+    )
+    return stage, {"n_pairs": int(n_pairs), "max_degree": int(degree)}
+
+
+def _score_map_stage(fit, plan, in_memory, model, itemsize) -> StagePlan:
+    """The projection of the rows (runs of :func:`pass_block_sizes`, or the fit's blocks
+    when the rows are in memory), then the light passes over the (n, 2) scores.
+    """
+    from .graph.lanes import pass_block_sizes
+    from .graph.scree import merge_task_count
+
+    d, n, threads = plan.n_features, plan.n_samples, fit.cluster.n_threads
+    runs = plan.block_sizes if in_memory else pass_block_sizes(plan.block_sizes, d, threads)
+    read_rate, key = model.read_rate(fit.input["storage"], fit.input["codec"])
+    project = [
+        rows * d * itemsize / read_rate + model.read_call(key) + rows * model.row_cost(d)
+        for rows in runs
+    ]
+    light = [rows * model.row_cost(2) for rows in runs]
+    per_pass = len(runs) + merge_task_count(len(runs)) + 1  # and its release
+    tasks = len(runs) + SCORE_MAP_PASSES * per_pass
+    seconds = (
+        _makespan(project, threads)
+        + SCORE_MAP_PASSES * _makespan(light, threads)
+        + tasks * model.task_seconds
+        + model.fixed_seconds  # a stage's fixed cost, once
+    )
+    m = fit.memory
+    scores = 16 * n // max(fit.cluster.workers, 1)  # the persisted (n, 2) scores
+    running = min(m["running_tasks"], len(runs))
+    peak = int(
+        m["parts"]["baseline"]
+        + m["parts"]["input_in_process"]
+        + scores
+        + running * 8 * max(runs) * d
+    )
+    return StagePlan(
+        "score map",
+        1 + SCORE_MAP_PASSES,
+        tasks,
+        len(runs),
+        seconds,
+        peak,
+        f"a projection of the rows in {len(runs)} runs, then {SCORE_MAP_PASSES} passes "
+        "(centre, radius, histograms)",
+    )
+
+
+def _text(plan: AnalysisPlan) -> str:
+    p, f = plan.parameters, plan.directions
+    n, d = f.input["shape"]
+    where = f.input["location"] or f.input["type"]
+    defaults = ", ".join(p["analyze_defaults"]) or "none"
+    header = [
+        f"analysis plan for {where}: {n} x {d}, k={p['n_components']}, total epsilon "
+        f"{p['epsilon']:g}, delta {p['delta']:g}, scree {'+'.join(p['methods'])}, score map "
+        f"{'yes' if p['score_map'] else 'no'} (analyze's defaults: {defaults})",
+        f"cluster: {f.cluster.workers} worker(s) x {f.cluster.threads_per_worker} thread(s)",
+    ]
+    rows = [("stage", "passes", "tasks", "time", "peak memory/worker", "what")]
+    rows += [
+        (s.stage, str(s.passes), str(s.tasks), _seconds(s.seconds), _size(s.peak_bytes), s.detail)
+        for s in plan.stages
+    ]
+    rows.append(
+        (
+            "total",
+            str(sum(s.passes for s in plan.stages)),
+            str(plan.n_tasks),
+            _seconds(plan.wall_seconds),
+            _size(plan.peak_worker_bytes),
+            "",
+        )
+    )
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    table = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    directions = ["directions' fit at its share:", *("  " + line for line in str(f).splitlines())]
+    return "\n".join(
+        [
+            *header,
+            *table,
+            plan.split_text,
+            f"machine model: {plan.machine_model}",
+            *directions,
+        ]
+    )
