@@ -74,7 +74,7 @@ def scree_segments(
 
 
 def merge_task_count(n_partials: int) -> int:
-    """The merge tasks :func:`_per_block` adds above ``n_partials`` segment totals."""
+    """The merge tasks ``_per_block`` adds above ``n_partials`` segment totals."""
     merges = 0
     while n_partials > MERGE_FAN_IN:
         n_partials = -(-n_partials // MERGE_FAN_IN)
