@@ -215,7 +215,7 @@ def plan_analysis(
         Whether the score map is per group (``groups=`` with a ``group_domain``): the
         split then holds the noisy group sizes.
     workers, threads, memory_limit
-        The cluster to plan for, as for :meth:`~dask_dppca.estimator.DPPCA.plan`.
+        The cluster to plan for, as for ``DPPCA.plan``.
     machine : MachineModel, str or os.PathLike, optional
         The machine model or its file; default :func:`~dask_dppca.machine.planning_model`
         (the saved one, else a calibration kept per machine).
