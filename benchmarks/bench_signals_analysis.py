@@ -59,8 +59,9 @@ def trial(folder: Path, store: str, threads: bool, signum: int, delay: float) ->
     process = subprocess.Popen(_argv(store, ledger, str(folder / "a.json"), threads),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True, env=env)  # fmt: skip
-    time.sleep(delay)
-    if process.poll() is None:
+    try:
+        process.wait(timeout=delay)  # finished before its moment: no signal
+    except subprocess.TimeoutExpired:
         process.send_signal(signum)
     _, stderr = process.communicate(timeout=300)
     rows = _rows(ledger)

@@ -8,6 +8,7 @@ timeout (Dask configuration key ``dask-dppca.stall-timeout``).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -85,7 +86,7 @@ def await_result(
     # dies with UnboundLocalError instead of returning or timing out.
     finished = threading.Event()
     future.add_done_callback(lambda _: finished.set())
-    _wait(client, finished, [future], label, needed, limit)
+    _wait(client, lambda: finished.wait(_POLL), [future], label, needed, limit)
     try:
         # Done: an error or cancellation raises at once; a result is fetched from its worker.
         return future.result(timeout=limit)
@@ -120,21 +121,33 @@ def await_done(
         return
     for future in futures:
         future.add_done_callback(one_done)
-    _wait(client, finished, futures, label, needed, limit)
-    for future in futures:
-        if future.status in ("error", "cancelled"):
-            future.result(timeout=limit)  # raises its error or cancellation
-        elif future.status != "finished":
-            # Done, then lost with its worker and being computed again: wait again.
-            # Never result(): it would fetch the value (a sealed lane sum) to the client.
-            await_done(client, [future], label, needed)
+    _wait(client, lambda: finished.wait(_POLL), futures, label, needed, limit)
+    while True:
+        for future in futures:
+            if future.status in ("error", "cancelled"):
+                future.result(timeout=limit)  # raises its error or cancellation
+        # Done, then lost with its worker and being computed again: wait again, by
+        # looking at their status (a lost future may count as done without being so).
+        # Never result(): it would fetch the value (a sealed lane sum) to the client.
+        again = [future for future in futures if future.status != "finished"]
+        if not again:
+            return
+        _wait(client, functools.partial(_settled, again), again, label, needed, limit)
 
 
-def _wait(client, finished, futures, label, needed, limit) -> None:
-    """Until ``finished`` is set; a stalled cluster cancels ``futures`` and raises."""
+def _settled(futures: list[distributed.Future]) -> bool:
+    """After a pause of one poll: whether none of ``futures`` is still to be computed."""
+    time.sleep(_POLL)
+    return all(future.status in ("finished", "error", "cancelled") for future in futures)
+
+
+def _wait(client, done, futures, label, needed, limit) -> None:
+    """Until ``done()`` (which takes about one poll) is true; a stalled cluster cancels
+    ``futures`` and raises.
+    """
     began = time.time()
     stalled_since = None
-    while not finished.wait(_POLL):
+    while not done():
         try:
             workers = client.scheduler_info(n_workers=-1)["workers"]
         except (OSError, TimeoutError) as error:

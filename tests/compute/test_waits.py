@@ -34,11 +34,47 @@ class ScriptedFuture:
         raise AssertionError("await_done fetched a result")
 
 
+class LostThenRecomputed:
+    """Counted done at once (its callback fires), then lost: ``pending`` for its next
+    ``pending_looks`` status looks, ``finished`` after (computed again)."""
+
+    def __init__(self, pending_looks: int) -> None:
+        self.pending_looks = pending_looks
+        self.looks = 0
+
+    def add_done_callback(self, callback) -> None:
+        callback(self)
+
+    @property
+    def status(self) -> str:
+        self.looks += 1
+        return "pending" if self.looks <= self.pending_looks else "finished"
+
+    def result(self, timeout=None):
+        raise AssertionError("await_done fetched a result")
+
+
+class RunningCluster:
+    """A client whose scheduler always answers with one running worker."""
+
+    def scheduler_info(self, n_workers=-1):
+        return {"workers": {"tcp://w": {"status": "running"}}}
+
+
 @pytest.mark.timeout(30)
-def test_a_future_lost_after_it_was_done_is_waited_for_again_not_fetched():
-    lost = ScriptedFuture("pending", "finished")
-    await_done(None, [ScriptedFuture("finished"), lost], "release test")
-    assert lost.callbacks == 2  # waited for a second time
+@pytest.mark.parametrize("pending_looks", [1, 5, 2000])
+def test_a_future_lost_after_it_was_done_is_waited_for_again_not_fetched(pending_looks):
+    """Waited for by its status, in a loop (a recursion went 1000 deep under kills)."""
+    lost = LostThenRecomputed(pending_looks)
+    await_done(RunningCluster(), [ScriptedFuture("finished"), lost], "release test")
+    assert lost.looks > pending_looks  # waited until it was finished again
+
+
+@pytest.fixture(autouse=True)
+def _fast_polls(monkeypatch):
+    from dask_dppca.compute import waits
+
+    monkeypatch.setattr(waits, "_POLL", 0.001)
 
 
 @pytest.mark.timeout(30)
