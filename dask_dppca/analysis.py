@@ -297,7 +297,7 @@ class PrivateAnalysis:
         if record.get("format") != _FORMAT:
             raise ValueError(f"record: not a {_FORMAT!r} record")
         scree = dict(record["scree"])
-        if "default" not in scree and scree.get("values"):  # a record from before issue 38
+        if "default" not in scree and scree.get("values"):  # saved before defaults existed
             scree["default"] = scree_default(list(scree["values"]))
         result = cls(
             directions=np.asarray(record["directions"], dtype=np.float64),

@@ -1,6 +1,6 @@
 """The score map's frame on contaminated heavy-tailed data: drawn for the bulk.
 
-Issue 38: on a table of multivariate t_2 records with strong directions and 1 % gross
+On a table of multivariate t_2 records with strong directions and 1 % gross
 outliers, a frame aimed at the top 1 % of ``|y - c|`` spans the outliers and the bulk
 falls into a few cells.  Here the analysis runs end to end (private directions, the
 default score-map stage and its frame rule, real noise from the OS) on such a table
