@@ -29,7 +29,7 @@ runs:
 * TV and coverage on heavy-tailed data of the same size (iid Cauchy entries; multivariate
   t_1), the same pipeline.
 
-With ``--contaminated N`` only the issue-38 table runs instead: N x 24 multivariate t_2
+With ``--contaminated N`` only the contaminated table runs instead: N x 24 multivariate t_2
 (scatter 25, 12, 6, 1, ... in a random basis) with 1 % gross outliers and groups a/b/c
 (60/30/10 %), analysed end to end by ``analyze`` at a total epsilon of 2 (default split,
 default grid); printed per run: the bulk's central 98 % over the frame's width per axis
@@ -191,14 +191,14 @@ def heavy_tailed(kind: str, seed: int = 5) -> np.ndarray:
 
 
 def contaminated(n: int, runs: int) -> None:
-    """The issue-38 table (module docstring): the frame drawn for the bulk."""
-    from dask_dppca.datasets import make_contaminated
+    """The contaminated table (module docstring): the frame drawn for the bulk."""
+    import sys
 
-    d = 24
-    rng = np.random.default_rng(38)  # benchmark data only
-    basis, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    x, bad = make_contaminated(n, np.r_[25.0, 12.0, 6.0, np.ones(d - 3)], basis, seed=38)
-    labels = rng.choice(np.array(["a", "b", "c"], dtype=object), n, p=[0.6, 0.3, 0.1])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests
+    from tests.statistical.test_score_map_frame import contaminated_table, frame_figures
+
+    x, bad, labels = contaminated_table(n)
+    d = x.shape[1]
     print(f"\ncontaminated t_2, {n} x {d}, 1 % gross outliers, groups a/b/c, total epsilon 2\n")
     print("| run | spread PC1 | spread PC2 | bulk inside | outliers inside | bins | seconds |")
     print("|---|---|---|---|---|---|---|")
@@ -214,11 +214,7 @@ def contaminated(n: int, runs: int) -> None:
             scheduler="threads",
         )
         seconds = time.perf_counter() - started
-        frame = result.score_map.frame
-        y = x @ result.directions.T
-        low, high = np.quantile(y[~bad], [0.01, 0.99], axis=0)
-        spread = (high - low) / (2.0 * np.asarray(frame.half_width))
-        inside = (np.abs(y - frame.centre) <= frame.half_width).all(axis=1)
+        spread, inside = frame_figures(x, bad, result)
         mx, my = result.score_map.bins
         print(
             f"| {run + 1} | {spread[0]:.3f} | {spread[1]:.3f} | {inside[~bad].mean():.4f} | "
@@ -232,7 +228,7 @@ def main() -> None:
     parser.add_argument("--csv", help="R's write.csv(gau) export instead of the generated data")
     parser.add_argument("--r-package", help="a checkout of the R package dppca, to compare")
     parser.add_argument("--sparse", action="store_true", help="also additive + sparse")
-    parser.add_argument("--contaminated", type=int, metavar="N", help="the issue-38 table only")
+    parser.add_argument("--contaminated", type=int, metavar="N", help="the contaminated table only")
     args = parser.parse_args()
     if args.contaminated:
         contaminated(args.contaminated, args.runs)

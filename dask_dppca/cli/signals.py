@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -49,14 +49,28 @@ class Stopped(KeyboardInterrupt):
 
 
 @contextmanager
+def _handled(numbers: Sequence[int], handler: Callable[[int, object], None]) -> Iterator[None]:
+    """``handler`` for the signals ``numbers`` while the block runs, the previous ones
+    back after it.  Outside the main thread (where Python cannot install handlers) it
+    does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, handler) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, action in previous.items():
+            signal.signal(number, action)
+
+
+@contextmanager
 def stop_signals_as_interrupts() -> Iterator[None]:
     """While the block runs, SIGTERM and SIGHUP raise :class:`Stopped` (once).
 
     Outside the main thread (where Python cannot install handlers) it does nothing.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     fired: list[int] = []
 
     def handler(signum: int, frame: object) -> None:
@@ -65,12 +79,8 @@ def stop_signals_as_interrupts() -> Iterator[None]:
         fired.append(signum)
         raise Stopped(signum)
 
-    previous = {number: signal.signal(number, handler) for number in STOP_SIGNALS}
-    try:
+    with _handled(STOP_SIGNALS, handler):
         yield
-    finally:
-        for number, action in previous.items():
-            signal.signal(number, action)
 
 
 @contextmanager
@@ -81,21 +91,9 @@ def signals_deferred() -> Iterator[None]:
     For a short write that must finish once begun (a paid-for result).  Outside the main
     thread it does nothing.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     pending: list[int] = []
-
-    def handler(signum: int, frame: object) -> None:
-        pending.append(signum)
-
-    numbers = (signal.SIGINT, *STOP_SIGNALS)
-    previous = {number: signal.signal(number, handler) for number in numbers}
-    try:
+    with _handled((signal.SIGINT, *STOP_SIGNALS), lambda signum, frame: pending.append(signum)):
         yield
-    finally:
-        for number, action in previous.items():
-            signal.signal(number, action)
     if pending:
         if pending[0] == signal.SIGINT:
             raise KeyboardInterrupt

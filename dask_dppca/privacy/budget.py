@@ -80,6 +80,7 @@ __all__ = [
     "Reservation",
     "charge_of",
     "open_budgets",
+    "stage_name",
 ]
 
 # sqrt(sum mu_i^2) is rounded up by this factor so that float rounding never
@@ -970,9 +971,7 @@ class PrivacyBudget:
             first = cls._cells(group[0])
             states = sorted({row.state for row in group})
             stages = ", ".join(
-                f"{row.fit_id.rsplit('.', 1)[1].replace('_', ' ')} ({row.state})"
-                if len(states) > 1
-                else row.fit_id.rsplit(".", 1)[1].replace("_", " ")
+                stage_name(row.fit_id) + (f" ({row.state})" if len(states) > 1 else "")
                 for row in group
             )
             parts = [p for row in group if row.counted for p in (row.parts or ())]
@@ -987,7 +986,7 @@ class PrivacyBudget:
                     f"{len(parts)} parts"
                     + (" + a Gaussian" if any(not r.parts for r in group) else ""),
                     group[0].dataset,
-                    f"analysis {group[0].fit_id.rsplit('.', 1)[0]}: {stages}",
+                    f"analysis {_analysis_of(group[0])}: {stages}",
                 )
             )
         return lines
@@ -1119,6 +1118,13 @@ class Reservation:
 
     def __repr__(self) -> str:
         return f"Reservation(release {self.release.id} in {self.budget!r})"
+
+
+def stage_name(fit_id: str) -> str:
+    """The stage a release id ``ANALYSIS.STAGE`` names, in words (``score_map``:
+    ``score map``); the id itself when it names none.
+    """
+    return fit_id.rpartition(".")[2].replace("_", " ")
 
 
 def _analysis_of(row: Release) -> str | None:

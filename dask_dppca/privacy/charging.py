@@ -33,6 +33,7 @@ from .budget import (
     charge_of,
     open_budgets,
     publish_budgets,
+    stage_name,
 )
 from .ledger import LedgerError, LedgerReplacedError, ledger_path
 from .lineage import ancestor_budgets
@@ -424,8 +425,7 @@ def reserve_transaction(
     if len(charges) != len(stages):
         raise ValueError("stages: each stage must be named once")
     asked = [
-        (fit_id, charge, f"{label} {fit_id.rsplit('.', 1)[1].replace('_', ' ')}")
-        for fit_id, charge in charges.items()
+        (fit_id, charge, f"{label} {stage_name(fit_id)}") for fit_id, charge in charges.items()
     ]
     rows: dict[str, list[Reservation]] = {fit_id: [] for fit_id in charges}
     done: list[Reservation] = []
