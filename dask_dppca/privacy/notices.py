@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..kernel.scree_stats import GRID_HALF_WIDTH, GRID_STEPS_PER_OCTAVE
+from .score_map import OTHER_GROUP
 
 __all__ = [
     "FRAME_BOUND",
@@ -164,10 +165,15 @@ def _score_map_notices(score_map: Any, privacy: Sequence[Mapping[str, Any]]) -> 
     if sizes is not None and sigma is not None:
         for name, size in zip(record.get("groups", []), sizes):
             if float(size) < NOISE_MULTIPLE * sigma:
+                why = (
+                    "every label may be in the domain (nothing to show)"
+                    if name == OTHER_GROUP
+                    else "it may hold no record (a label missing from the data, or a typo "
+                    "in the domain)"
+                )
                 notes.append(
                     f"Group {name!r}: its noisy size ({float(size):.3g}) is below "
-                    f"{NOISE_MULTIPLE:g} times its noise scale ({sigma:.3g}): it may hold no "
-                    "record (a label missing from the data, or a typo in the domain); its "
+                    f"{NOISE_MULTIPLE:g} times its noise scale ({sigma:.3g}): {why}; its "
                     "panels are noise."
                 )
     return notes

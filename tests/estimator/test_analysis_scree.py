@@ -191,6 +191,7 @@ def test_notices_are_computed_from_the_released_record_alone():
     assert len(notes) == 2
     assert "clipped scree value of PC2 (0.01) is below 3 times its noise scale (0.05)" in notes[0]
     assert "Group 'other': its noisy size (2.5) is below 3 times its noise scale (4)" in notes[1]
+    assert "every label may be in the domain" in notes[1]  # not "a typo" for "other"
     clean = _record()
     clean["scree"]["values"]["clipped"] = [5.0, 0.16]  # above 3 x 0.05
     clean["score_map"]["group_counts"] = [600.0, 300.0, 12.5]  # above 3 x 4
