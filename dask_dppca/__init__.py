@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 # The library's logger (fit start and end, the plan, where the noise was drawn): silent
@@ -55,12 +54,8 @@ _PUBLIC = {
 
 __all__ = list(_PUBLIC)
 
-try:
-    __version__ = version("dask-dppca")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0+unknown"
-
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    __version__: str
     from .analysis import PrivateAnalysis, analyze  # noqa: F401
     from .analysis_plan import AnalysisPlan, plan_analysis  # noqa: F401
     from .compute.placement import UntrustedReleaseWarning  # noqa: F401
@@ -83,7 +78,21 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .results import load_result  # noqa: F401
 
 
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dask-dppca")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    # __version__ too is read on first use: importlib.metadata is most of what the
+    # command line pays before it can put in its signal handlers (cli.console).
+    if name == "__version__":
+        value = globals()["__version__"] = _installed_version()
+        return value
     try:
         module = _PUBLIC[name]
     except KeyError:
@@ -94,4 +103,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+    return sorted(set(globals()) | set(_PUBLIC) | {"__version__"})

@@ -1,7 +1,5 @@
 """``python -m dask_dppca``: the ``dask-dppca`` command."""
 
-import sys
+from .cli import console
 
-from .cli import main
-
-sys.exit(main())
+console()

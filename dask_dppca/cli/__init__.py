@@ -20,9 +20,8 @@ import sys
 import time
 import warnings
 
-from .. import __version__
 from . import analyze, app, bench, budget, demo, fit, plan
-from .signals import exit_code, stop_signals_as_interrupts, stopped_line
+from .signals import exit_code, stop_signals_as_interrupts, stop_signals_for_good, stopped_line
 
 __all__ = [
     "CLI_SPELLINGS",
@@ -31,6 +30,7 @@ __all__ = [
     "EXIT_USAGE",
     "build_parser",
     "cli_spelling",
+    "console",
     "main",
 ]
 
@@ -51,6 +51,8 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used to document the CLI)."""
+    from .. import __version__
+
     parser = _OneLineParser(
         prog="dask-dppca",
         description=(
@@ -125,8 +127,34 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def console() -> None:
+    """Entry point of the ``dask-dppca`` console script and ``python -m dask_dppca``.
+
+    The stop signals are handled from the first line on, for the life of the process:
+    a SIGTERM while Python still imports the command's modules ends it as one during
+    the fit does (one line, ``128 + signal number``), and one while the interpreter
+    shuts down after the command's line keeps the command's exit code.
+    """
+    with stop_signals_for_good():
+        try:
+            code = main()
+        except KeyboardInterrupt as error:  # before main() put in its own handlers
+            print(f"dask-dppca: {_stopped_before(error)}", file=sys.stderr)
+            code = exit_code(error)
+    sys.exit(code)
+
+
+def _stopped_before(error: KeyboardInterrupt) -> str:
+    """The line of a command stopped before it began: nothing was reserved by it."""
+    return stopped_line(error, [], time.time()) + "; the command had not begun"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``dask-dppca`` console script."""
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code.
+
+    Called in-process by tests and notebooks: the signal handlers it puts in are the
+    previous ones again when it returns.
+    """
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(attach_negative_numbers(argv, _numeric_options(parser)))

@@ -1,7 +1,5 @@
 """``python -m dask_dppca.cli``: the ``dask-dppca`` command."""
 
-import sys
+from . import console
 
-from . import main
-
-sys.exit(main())
+console()

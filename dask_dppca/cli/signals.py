@@ -11,12 +11,19 @@ and one line saying what became of the reservation (:func:`stopped_line`).
 A second SIGTERM or SIGHUP while the first unwinds is ignored (the unwinding is
 bounded: at most the release ticket's wait), so that it cannot cut the cancellation
 short; SIGINT keeps Python's behaviour.
+
+The console script (:func:`dask_dppca.cli.console`) puts its handlers in before it
+imports anything heavy (:func:`stop_signals_for_good`): a signal while Python still
+imports the command's modules stops it with the same one line, and one after the
+command's block ended (its line written) ends the process at once, without a second
+line or a traceback from the interpreter's shutdown.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -31,6 +38,7 @@ __all__ = [
     "exit_code",
     "signals_deferred",
     "stop_signals_as_interrupts",
+    "stop_signals_for_good",
     "stopped_line",
 ]
 
@@ -79,8 +87,50 @@ def stop_signals_as_interrupts() -> Iterator[None]:
         fired.append(signum)
         raise Stopped(signum)
 
-    with _handled(STOP_SIGNALS, handler):
-        yield
+    _command_ended.clear()
+    try:
+        with _handled(STOP_SIGNALS, handler):
+            yield
+    finally:
+        # before the handlers go back: the process's own (stop_signals_for_good) then
+        # sees a command that has ended
+        _command_ended.set()
+
+
+#: Set when a command's handled block has ended (its line, if any, written).
+_command_ended = threading.Event()
+
+
+@contextmanager
+def stop_signals_for_good() -> Iterator[None]:
+    """For a process's entry point: SIGINT, SIGTERM and SIGHUP handled from here on.
+
+    Until a command's block (:func:`stop_signals_as_interrupts`) has ended, the first
+    signal raises :class:`Stopped` (``KeyboardInterrupt`` for SIGINT) where Python is,
+    in an import if need be; later ones are ignored while that one unwinds.  After the
+    command's block ended, a signal ends the process at once with ``128 + signal
+    number``, output flushed.  The handlers are not put back: the process is ending.
+    """
+    fired: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if _command_ended.is_set():
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(128 + signum)
+        if fired:
+            return
+        fired.append(signum)
+        raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
+
+    _command_ended.clear()
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGINT, *STOP_SIGNALS):
+            signal.signal(number, handler)
+    yield
 
 
 @contextmanager

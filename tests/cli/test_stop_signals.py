@@ -165,3 +165,62 @@ def test_budget_show_json_holds_the_totals_and_every_row_as_the_file_does(tmp_pa
         assert row["mu"] == stored["sensitivity"] / stored["sigma"]
         assert row["counted"] == (stored["state"] != "cancelled")
     assert [r["stage"] for r in shown["releases"]] == [None, "dispatched", "reserved"]
+
+
+#: A console process that signals itself at one moment of the command (``when``):
+#: while the command's modules are still being set up (the parser being built), or
+#: after the command's block ended (the logging switched back on).
+_SELF_SIGNAL = """
+import logging, os, signal, sys
+import dask_dppca.cli as cli
+
+when, signum = sys.argv[1], int(sys.argv[2])
+if when == "setup":
+    sys.argv = ["dask-dppca", "--version"]
+else:
+    sys.argv = ["dask-dppca", "budget", "show", sys.argv[3]]
+def kill_self(*args, **kwargs):
+    os.kill(os.getpid(), signum)
+if when == "setup":
+    real = cli.build_parser
+    cli.build_parser = lambda: (kill_self(), real())[1]
+else:
+    real_disable = logging.disable
+    def disable(level):
+        real_disable(level)
+        if level != logging.ERROR:  # main()'s finally: the command has ended
+            kill_self()
+    logging.disable = disable
+cli.console()
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_before_the_command_began_stops_it_in_one_line(signum, tmp_path):
+    """Handlers are in from the console's first line: a stop during set-up (imports,
+    the parser) is one line and 128 + signum, not a traceback or a killed process."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SELF_SIGNAL, "setup", str(int(signum))],
+        capture_output=True, text=True, timeout=60, env=_env(),
+    )  # fmt: skip
+    assert done.returncode == 128 + signum, (done.returncode, done.stderr)
+    assert done.stderr.splitlines() == [
+        f"dask-dppca: stopped by {signal.Signals(signum).name}; the command had not begun"
+    ]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_after_the_command_ended_adds_no_line(signum, tmp_path):
+    """A stop after the command's block (its output written) ends the process at once:
+    its output whole, no second line, no traceback from the shutdown."""
+    ledger = str(tmp_path / "l.ledger")
+    PrivacyBudget(5.0, 1e-5, ledger=ledger, create=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _SELF_SIGNAL, "ended", str(int(signum)), ledger],
+        capture_output=True, text=True, timeout=60, env=_env(),
+    )  # fmt: skip
+    assert done.returncode == 128 + signum, (done.returncode, done.stderr)
+    assert done.stderr == ""
+    assert "epsilon" in done.stdout  # budget show's output, flushed before the exit
