@@ -15,8 +15,8 @@ __all__ = ["FORBIDDEN_IMPORTS", "LAYERS"]
 LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
     (
         "base",
-        frozenset({"validation", "datasets", "layers"}),
-        "parameter checks, synthetic data sets",
+        frozenset({"validation", "datasets", "layers", "lazy"}),
+        "parameter checks, synthetic data sets, packages' names imported on first use",
     ),
     (
         "kernel",

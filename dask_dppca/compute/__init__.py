@@ -17,11 +17,35 @@
 * :mod:`.budget_config`: the Dask configuration's default ledger and "required" flag.
 """
 
-from .cluster import TRUSTED_RESOURCE, check_scheduler, close_embedded_cluster, tls_config
-from .failures import SchedulerLostError, WorkerDiedError
-from .placement import UntrustedReleaseWarning
-from .target import ClusterTarget, ComputeTarget, LocalScheduler, compute_target
-from .waits import STALL_TIMEOUT_KEY, ClusterStalledError
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+#: Public name -> the submodule defining it (imported on first use: :mod:`dask_dppca.lazy`).
+_EXPORTS = {
+    "TRUSTED_RESOURCE": ".cluster",
+    "check_scheduler": ".cluster",
+    "close_embedded_cluster": ".cluster",
+    "tls_config": ".cluster",
+    "SchedulerLostError": ".failures",
+    "WorkerDiedError": ".failures",
+    "UntrustedReleaseWarning": ".placement",
+    "ClusterTarget": ".target",
+    "ComputeTarget": ".target",
+    "LocalScheduler": ".target",
+    "compute_target": ".target",
+    "STALL_TIMEOUT_KEY": ".waits",
+    "ClusterStalledError": ".waits",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .cluster import TRUSTED_RESOURCE, check_scheduler, close_embedded_cluster, tls_config
+    from .failures import SchedulerLostError, WorkerDiedError
+    from .placement import UntrustedReleaseWarning
+    from .target import ClusterTarget, ComputeTarget, LocalScheduler, compute_target
+    from .waits import STALL_TIMEOUT_KEY, ClusterStalledError
 
 __all__ = [
     "STALL_TIMEOUT_KEY",

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import dask
 import distributed
 
-from ..graph.scree import merge_partials
+from ..graph.scree_task import merge_partials
 from ..privacy.charging import release_dispatched
 from .failures import (
     SchedulerLostError,

@@ -11,18 +11,40 @@
 * :mod:`.score_stats`: the score map's exact counts as one-pass reductions (sealed too).
 """
 
-from .lane_task import LaneState, lanes_total
-from .lanes import (
-    LANES_PER_SUM_TASK,
-    LANES_PER_THREAD,
-    GraphLayout,
-    graph_layout,
-    kernel_sum_graph,
-    lanes_for,
-    pass_block_sizes,
-    segment_bounds,
-)
-from .sealed import ExactSumLeakError
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+#: Public name -> the submodule defining it (imported on first use: :mod:`dask_dppca.lazy`).
+_EXPORTS = {
+    "LaneState": ".lane_task",
+    "lanes_total": ".lane_task",
+    "LANES_PER_SUM_TASK": ".lanes",
+    "LANES_PER_THREAD": ".lanes",
+    "GraphLayout": ".lanes",
+    "graph_layout": ".lanes",
+    "kernel_sum_graph": ".lanes",
+    "lanes_for": ".lanes",
+    "pass_block_sizes": ".lanes",
+    "segment_bounds": ".lanes",
+    "ExactSumLeakError": ".sealed",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .lane_task import LaneState, lanes_total
+    from .lanes import (
+        LANES_PER_SUM_TASK,
+        LANES_PER_THREAD,
+        GraphLayout,
+        graph_layout,
+        kernel_sum_graph,
+        lanes_for,
+        pass_block_sizes,
+        segment_bounds,
+    )
+    from .sealed import ExactSumLeakError
 
 __all__ = [
     "LANES_PER_SUM_TASK",

@@ -24,10 +24,10 @@ from dask.highlevelgraph import HighLevelGraph
 
 from ..design import DesignPlan
 from ..io import chunk_reader
-from ..kernel import ExactSum
-from ..kernel.scree_stats import block_histograms, block_sums
-from .lane_task import Segment, segment_groups
+from ..kernel.scree_stats import block_sums
+from .lane_task import Segment
 from .lanes import plan_segments, segment_bounds
+from .scree_task import merge_partials, segment_histograms, segment_statistics
 
 __all__ = [
     "MERGE_FAN_IN",
@@ -40,16 +40,6 @@ __all__ = [
 
 #: Partial totals one merge task adds.
 MERGE_FAN_IN = 8
-
-
-def merge_partials(*partials: Any) -> Any:
-    """Exact sum of partial totals (int64 arrays, or ExactSums)."""
-    if isinstance(partials[0], ExactSum):
-        return ExactSum.merge(*partials)
-    total = np.zeros_like(partials[0])
-    for part in partials:
-        total = total + part
-    return total
 
 
 def scree_segments(
@@ -101,7 +91,14 @@ def _per_block(
     segments = scree_segments(rows, block_pairs, int(data.shape[1]), n_threads, reads)
     for number, segment in enumerate(segments):
         given = [] if reads else [(data.name, b, 0) for b in segment.blocks.tolist()]
-        layer[f"{layer_name}-{number}"] = (_statistics, function, segment, reader, args, *given)
+        layer[f"{layer_name}-{number}"] = (
+            segment_statistics,
+            function,
+            segment,
+            reader,
+            args,
+            *given,
+        )
     dependencies = [] if reads else [data]
     graph = HighLevelGraph.from_collections(layer_name, layer, dependencies=dependencies)  # type: ignore[arg-type]
     partials = [Delayed(key, graph, layer=layer_name) for key in layer]
@@ -116,21 +113,6 @@ def _per_block(
         ]
         level += 1
     return partials
-
-
-def _statistics(
-    function: Callable[..., Any], segment: Segment, reader: Any, args: tuple, *given: Any
-) -> Any:
-    """One segment: each block pair's statistics (``function(block, *args, other=...,
-    indices=...)``), added exactly; its blocks read and checked by
-    :func:`~.lane_task.segment_groups`.
-    """
-    total = None
-    for group, blocks in segment_groups(segment, reader, given):
-        for i, j in group:
-            part = function(blocks[i], *args, other=None if i == j else blocks[j], indices=(i, j))
-            total = part if total is None else merge_partials(total, part)
-    return total
 
 
 def scree_histogram_graph(
@@ -155,16 +137,12 @@ def scree_histogram_graph(
     return _per_block(
         data,
         block_pairs,
-        _histograms,
+        segment_histograms,
         (np.asarray(directions, dtype=np.float64), bool(trace)),
         "dppca-scree-hist",
         token or uuid.uuid4().hex,
         n_threads,
     )
-
-
-def _histograms(block: np.ndarray, directions: np.ndarray, trace: bool, **pair: Any) -> np.ndarray:
-    return block_histograms(block, directions, trace=trace, **pair)
 
 
 def scree_sums_graph(

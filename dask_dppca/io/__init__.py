@@ -12,9 +12,29 @@
 * :mod:`.output`: result files on a local path or any fsspec URL (:func:`.write_json`).
 """
 
-from .output import check_writable, write_json
-from .records import Records, is_lazy_input, open_records
-from .zarr_input import CorruptChunkError, MissingChunkError, chunk_reader
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+#: Public name -> the submodule defining it (imported on first use: :mod:`dask_dppca.lazy`).
+_EXPORTS = {
+    "check_writable": ".output",
+    "write_json": ".output",
+    "Records": ".records",
+    "is_lazy_input": ".records",
+    "open_records": ".records",
+    "CorruptChunkError": ".zarr_blocks",
+    "MissingChunkError": ".zarr_blocks",
+    "chunk_reader": ".zarr_input",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .output import check_writable, write_json
+    from .records import Records, is_lazy_input, open_records
+    from .zarr_blocks import CorruptChunkError, MissingChunkError
+    from .zarr_input import chunk_reader
 
 __all__ = [
     "CorruptChunkError",

@@ -13,40 +13,83 @@ a mechanism on a cluster; tests/test_layering.py keeps dask and distributed out 
 package.
 """
 
-from .budget import (
-    BudgetExceededError,
-    GaussianCharge,
-    LedgerError,
-    LedgerReplacedError,
-    PrivacyBudget,
-    Release,
-    Reservation,
-)
-from .calibration import (
-    PrivacyTarget,
-    analytic_gaussian_sigma,
-    calibrate_sigma,
-    classical_gaussian_sigma,
-    gaussian_delta,
-    gaussian_dp_delta,
-    gaussian_dp_epsilon,
-    gaussian_dp_mu,
-    validate_privacy_parameters,
-)
-from .charging import active_budgets, current_budget, reserve_release, set_default_budget
-from .mechanism import PrivateRelease, ReleaseMechanism
-from .noise import (
-    LatticeSampler,
-    NoiseSampler,
-    NonPrivateRandomStateWarning,
-    OpenDPSampler,
-    SeededSampler,
-    add_symmetric_noise,
-    default_sampler,
-    lattice_step,
-    vecd,
-    vecd_inverse,
-)
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+#: Public name -> the submodule defining it (imported on first use: :mod:`dask_dppca.lazy`).
+_EXPORTS = {
+    "BudgetExceededError": ".budget",
+    "GaussianCharge": ".budget",
+    "LedgerError": ".budget",
+    "LedgerReplacedError": ".budget",
+    "PrivacyBudget": ".budget",
+    "Release": ".budget",
+    "Reservation": ".budget",
+    "PrivacyTarget": ".calibration",
+    "analytic_gaussian_sigma": ".calibration",
+    "calibrate_sigma": ".calibration",
+    "classical_gaussian_sigma": ".calibration",
+    "gaussian_delta": ".calibration",
+    "gaussian_dp_delta": ".calibration",
+    "gaussian_dp_epsilon": ".calibration",
+    "gaussian_dp_mu": ".calibration",
+    "validate_privacy_parameters": ".calibration",
+    "active_budgets": ".charging",
+    "current_budget": ".charging",
+    "reserve_release": ".charging",
+    "set_default_budget": ".charging",
+    "PrivateRelease": ".mechanism",
+    "ReleaseMechanism": ".mechanism",
+    "LatticeSampler": ".noise",
+    "NoiseSampler": ".noise",
+    "NonPrivateRandomStateWarning": ".noise",
+    "OpenDPSampler": ".noise",
+    "SeededSampler": ".noise",
+    "add_symmetric_noise": ".noise",
+    "default_sampler": ".noise",
+    "lattice_step": ".noise",
+    "vecd": ".noise",
+    "vecd_inverse": ".noise",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .budget import (
+        BudgetExceededError,
+        GaussianCharge,
+        LedgerError,
+        LedgerReplacedError,
+        PrivacyBudget,
+        Release,
+        Reservation,
+    )
+    from .calibration import (
+        PrivacyTarget,
+        analytic_gaussian_sigma,
+        calibrate_sigma,
+        classical_gaussian_sigma,
+        gaussian_delta,
+        gaussian_dp_delta,
+        gaussian_dp_epsilon,
+        gaussian_dp_mu,
+        validate_privacy_parameters,
+    )
+    from .charging import active_budgets, current_budget, reserve_release, set_default_budget
+    from .mechanism import PrivateRelease, ReleaseMechanism
+    from .noise import (
+        LatticeSampler,
+        NoiseSampler,
+        NonPrivateRandomStateWarning,
+        OpenDPSampler,
+        SeededSampler,
+        add_symmetric_noise,
+        default_sampler,
+        lattice_step,
+        vecd,
+        vecd_inverse,
+    )
 
 __all__ = [
     "BudgetExceededError",
