@@ -3,8 +3,9 @@
 Dask pauses a worker at 80 % of its memory limit: a worker whose imports alone sit above
 that point (400 MB at ``--memory-limit 500MB``) never runs the analysis's tasks.  This
 script starts a real LocalCluster of worker processes with a memory limit (one trusted),
-records each worker's RSS and loaded packages, runs ``dd.analyze`` on a Zarr store, and
-prints the RSS after it, the packages the tasks imported, and whether it finished.
+records each worker's RSS and loaded packages, runs a fit (the directions: segment and
+release tasks) and then ``dd.analyze`` on a Zarr store, and prints the RSS after each,
+the packages their tasks imported, and whether they finished.
 
     python benchmarks/bench_worker_footprint.py [--memory-limit 500MB] [--n 200000]
 """
@@ -17,8 +18,8 @@ import tempfile
 import time
 import warnings
 
-HEAVY = ("scipy", "pandas", "xarray", "pyarrow", "numba", "zarr", "sklearn", "matplotlib",
-         "opendp", "dp_accounting", "panel")  # fmt: skip
+HEAVY = ("dask.array", "scipy", "pandas", "xarray", "pyarrow", "numba", "zarr", "sklearn",
+         "matplotlib", "opendp", "dp_accounting", "panel")  # fmt: skip
 
 
 def footprint() -> dict:
@@ -64,24 +65,32 @@ def main() -> int:
         Client(cluster) as client,
     ):
         before = client.run(footprint)
-        started = time.monotonic()
-        outcome = "finished"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                dd.analyze(store, 3, epsilon=3.0, delta=1e-5, scheduler=client)
-            except Exception as error:  # what the user would see
-                outcome = f"failed: {type(error).__name__}: {error}"
-        seconds = time.monotonic() - started
-        after = client.run(footprint)
-    print(f"memory limit {args.memory_limit}, n={args.n}, d={args.d}: analysis {outcome} "
-          f"in {seconds:.1f} s")  # fmt: skip
+        steps = {}
+        for step, run in (
+            ("fit", lambda: dd.DPPCA(3, epsilon=3.0, delta=1e-5, scheduler=client).fit(store)),
+            ("analysis", lambda: dd.analyze(store, 3, epsilon=3.0, delta=1e-5, scheduler=client)),
+        ):
+            started = time.monotonic()
+            outcome = "finished"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    run()
+                except Exception as error:  # what the user would see
+                    outcome = f"failed: {type(error).__name__}: {error}"
+            steps[step] = (outcome, time.monotonic() - started, client.run(footprint))
+    print(f"memory limit {args.memory_limit}, n={args.n}, d={args.d}")
     for address in sorted(before):
-        b, a = before[address], after.get(address, {})
-        print(f"  {address}: RSS {b['rss_mib']} -> {a.get('rss_mib')} MiB, modules "
-              f"{b['modules']} -> {a.get('modules')}, imported by the tasks: "
-              f"{sorted(set(a.get('heavy', [])) - set(b['heavy']))}")  # fmt: skip
-    return 0 if outcome == "finished" else 1
+        b = before[address]
+        print(f"  {address}: at start RSS {b['rss_mib']} MiB, {b['modules']} modules, {b['heavy']}")
+        seen = set(b["heavy"])
+        for step, (outcome, seconds, after) in steps.items():
+            a = after.get(address, {})
+            print(f"    after the {step} ({outcome}, {seconds:.1f} s): RSS {a.get('rss_mib')} MiB, "
+                  f"{a.get('modules')} modules, its tasks imported "
+                  f"{sorted(set(a.get('heavy', [])) - seen)}")  # fmt: skip
+            seen |= set(a.get("heavy", []))
+    return 0 if all(outcome == "finished" for outcome, _, _ in steps.values()) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,50 @@
+"""A worker that runs a fit's segment tasks and its release imports only what they use.
+
+Dask pauses a worker at 80 % of its memory limit; ``import dask.array`` alone brings
+xarray, pandas and pyarrow where they are installed (about 100 MiB), which a segment task
+(numpy, numba, zarr) and a release (numpy, the sampler) never use.  Fresh worker
+processes, so nothing else loaded them first.  The data are test data (fixed seed).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+from distributed import Client, LocalCluster
+
+import dask_dppca as dd
+from tests.cli import write_store
+
+#: What the graph builders on the client use and a worker running a fit must not load.
+CLIENT_ONLY = ("dask.array", "xarray", "pandas", "pyarrow", "sklearn", "dask_dppca.graph.lanes")
+
+
+def _loaded(names: tuple[str, ...]) -> list[str]:
+    return sorted(name for name in names if name in sys.modules)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+def test_a_fit_loads_no_graph_builder_stack_on_its_workers(tmp_path):
+    store = write_store(tmp_path / "x.zarr", n=600, d=4)
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            resources={"dppca-trusted": 1},
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        assert list(client.run(_loaded, CLIENT_ONLY).values()) == [[]]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dd.NoisyReleaseWarning)
+            fitted = dd.DPPCA(2, epsilon=5.0, delta=1e-5, scheduler=client).fit(store)
+        assert fitted.privacy_["released_on"].startswith("tcp://")  # the worker drew it
+        (loaded,) = client.run(_loaded, CLIENT_ONLY).values()
+        ran = client.run(_loaded, ("dask_dppca.graph.lane_task", "dask_dppca.io.zarr_blocks"))
+    assert loaded == []
+    assert list(ran.values()) == [["dask_dppca.graph.lane_task", "dask_dppca.io.zarr_blocks"]]
