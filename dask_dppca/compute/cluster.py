@@ -27,6 +27,7 @@ __all__ = [
     "DASHBOARD_KEY",
     "LOCAL_SCHEDULERS",
     "TRUSTED_RESOURCE",
+    "active_client",
     "check_scheduler",
     "close_embedded_cluster",
     "connect",
@@ -165,6 +166,20 @@ def tls_config(
         return
     with dask.config.set({**values, "distributed.comm.require-encryption": True}):
         yield
+
+
+def active_client() -> distributed.Client | None:
+    """The client this process made current (``distributed.get_client()``), if it runs.
+
+    ``get_client`` also returns a client whose ``close`` began but did not finish (its
+    connections closed, its status ``closing``); a fit sent to it would fail with
+    "ConnectionPool is closed".  Such a client is no client: the embedded cluster serves.
+    """
+    try:
+        client = distributed.get_client()
+    except ValueError:
+        return None
+    return client if client.status == "running" else None
 
 
 def embedded_client() -> distributed.Client:

@@ -15,7 +15,13 @@ from typing import Any
 import distributed
 from distributed.system import MEMORY_LIMIT
 
-from .cluster import LOCAL_SCHEDULERS, check_scheduler, connect, workers_in_this_process
+from .cluster import (
+    LOCAL_SCHEDULERS,
+    active_client,
+    check_scheduler,
+    connect,
+    workers_in_this_process,
+)
 
 __all__ = ["ClusterShape", "cluster_shape"]
 
@@ -93,9 +99,8 @@ def cluster_shape(scheduler: Any = None) -> ClusterShape:
             1, threads, int(MEMORY_LIMIT), f"scheduler={scheduler!r}", in_process=True
         )
     if scheduler is None:
-        try:
-            scheduler = distributed.get_client()
-        except ValueError:
+        scheduler = active_client()
+        if scheduler is None:
             return ClusterShape(
                 1, cores, int(MEMORY_LIMIT), "the embedded cluster on this machine", in_process=True
             )

@@ -25,6 +25,7 @@ import distributed
 from ..privacy import PrivateRelease, ReleaseMechanism
 from .cluster import (
     LOCAL_SCHEDULERS,
+    active_client,
     check_scheduler,
     connect,
     embedded_client,
@@ -275,11 +276,7 @@ def compute_target(scheduler: Any = None) -> Iterator[ComputeTarget]:
     if scheduler is None:
         # Resolve first, then yield once: an error raised inside the caller's block must
         # leave as itself, not be caught here as "no active client".
-        try:
-            client = distributed.get_client()
-        except ValueError:
-            client = embedded_client()
-        yield ClusterTarget(client)
+        yield ClusterTarget(active_client() or embedded_client())
         return
     if scheduler in LOCAL_SCHEDULERS:
         yield LocalScheduler(scheduler)

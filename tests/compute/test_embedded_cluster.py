@@ -101,3 +101,29 @@ def test_a_dashboard_without_bokeh_is_refused_naming_the_key_and_the_extra(monke
     with dask.config.set({cluster_module.DASHBOARD_KEY: "maybe"}):
         with pytest.raises(ValueError, match=r"dask-dppca\.dashboard: expected true or false"):
             cluster_module.dashboard_requested()
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+def test_a_current_client_whose_close_began_is_passed_over():
+    """``distributed.get_client()`` still returns a client whose close began (its
+    connections closed: "ConnectionPool is closed" on any call); the default path and
+    the planner's cluster shape pass it over for the embedded cluster."""
+    import distributed
+
+    from dask_dppca.compute.shape import cluster_shape
+    from dask_dppca.compute.target import compute_target
+
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as lc:
+        client = distributed.Client(lc)
+        try:
+            client.status = "closing"  # a close that began and did not finish
+            assert distributed.get_client() is client
+            assert cluster_module.active_client() is None
+            with compute_target(None) as target:
+                assert target.client is not client
+                assert target.client is cluster_module.embedded_client()
+            assert cluster_shape(None).in_process
+        finally:
+            client.status = "running"
+            client.close()
