@@ -562,6 +562,15 @@ class SQLiteLedger:
 
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[sqlite3.Connection]:
+        if self._id and not os.path.exists(self.location):
+            # Not "create it first": a ledger created again there would start from
+            # nothing spent.  Raised as replaced, so that a reservation's dispatch and
+            # commit say whether the noise was drawn (budget.Reservation).
+            raise LedgerReplacedError(
+                f"ledger {self.location}: the file this budget opened (ledger id {self._id}) "
+                "was deleted, and its record of what was spent with it; restore it from a "
+                "backup (a ledger created again there would start from nothing spent)"
+            )
         with _connect(self.location) as db:
             db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:

@@ -71,6 +71,26 @@ def test_a_ledger_replaced_before_the_draw_stops_the_fit_before_it_draws(ledger)
     assert (other.fit_id, other.state, other.stage) == ("other", "reserved", "reserved")
 
 
+@pytest.mark.parametrize("drawn", [False, True])
+def test_a_ledger_deleted_mid_fit_says_so_and_whether_the_noise_was_drawn(ledger, drawn):
+    """Deleted, not replaced: the message must not say "create it first" (a ledger
+    created again would start from nothing spent) and says whether the release drew."""
+    budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
+    with pytest.raises(LedgerReplacedError) as error:
+        with reserve_release(GaussianCharge(1.0, 50.0), fit_id="f1", carried=[budget]):
+            if drawn:
+                release_dispatched("f1")
+            os.unlink(ledger)
+            if not drawn:
+                release_dispatched("f1")
+                pytest.fail("the release was allowed to draw")  # pragma: no cover
+    text = _one_line(error)
+    assert "was deleted" in text and "restore it from a backup" in text
+    assert "create it first" not in text
+    assert ("WAS drawn" in text) if drawn else ("nothing was released" in text)
+    assert not os.path.exists(ledger)  # nothing made an empty ledger there
+
+
 def test_a_ledger_replaced_after_the_draw_fails_the_commit_and_says_where_it_is_charged(ledger):
     budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     with pytest.raises(LedgerReplacedError) as error:
