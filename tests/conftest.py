@@ -34,6 +34,31 @@ def pytest_xdist_auto_num_workers(config):
     return min(_usable_cores(), MAX_AUTO_WORKERS)
 
 
+#: Tests that share nothing across their parameters and each take tens of seconds: each
+#: parameter is its own unit of work instead of their whole file going to one worker.
+APART = ("tests/benchmarks/test_benchmarks.py::test_smallest_run_exits_cleanly",)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (pyproject's addopts), except the tests in :data:`APART`.
+
+    Each file runs on one worker, so that its module fixtures (a cluster, a server) are
+    made once; the benchmarks' smallest runs (about 20 commands of 5 to 70 s) would make
+    theirs one worker's long tail, so they are spread one by one.
+    """
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesWithSlowParametersApart(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(APART):
+                return nodeid
+            return super()._split_scope(nodeid)
+
+    return FilesWithSlowParametersApart(config, log)
+
+
 @pytest.fixture(scope="session")
 def cluster_client():
     """A real distributed LocalCluster: two worker processes, one thread each."""
