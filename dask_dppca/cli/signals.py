@@ -21,13 +21,15 @@ line or a traceback from the interpreter's shutdown.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..privacy.budget import PrivacyBudget
@@ -73,23 +75,30 @@ def _handled(numbers: Sequence[int], handler: Callable[[int, object], None]) -> 
             signal.signal(number, action)
 
 
+class _RaiseOnce:
+    """A handler raising the first stop signal where Python is (:class:`Stopped`, or
+    ``KeyboardInterrupt`` for SIGINT) and ignoring the next ones while it unwinds.
+    """
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.fired:
+            return  # the first one is unwinding the command: let it finish
+        self.fired = True
+        raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
+
+
 @contextmanager
 def stop_signals_as_interrupts() -> Iterator[None]:
     """While the block runs, SIGTERM and SIGHUP raise :class:`Stopped` (once).
 
     Outside the main thread (where Python cannot install handlers) it does nothing.
     """
-    fired: list[int] = []
-
-    def handler(signum: int, frame: object) -> None:
-        if fired:
-            return  # the first one is unwinding the command: let it finish
-        fired.append(signum)
-        raise Stopped(signum)
-
     _command_ended.clear()
     try:
-        with _handled(STOP_SIGNALS, handler):
+        with _handled(STOP_SIGNALS, _RaiseOnce()):
             yield
     finally:
         # before the handlers go back: the process's own (stop_signals_for_good) then
@@ -101,35 +110,78 @@ def stop_signals_as_interrupts() -> Iterator[None]:
 _command_ended = threading.Event()
 
 
+class _ProcessStop(_RaiseOnce):
+    """The process's own handler (:func:`stop_signals_for_good`)."""
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if _command_ended.is_set():
+            _flush()
+            os._exit(128 + signum)
+        super().__call__(signum, frame)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _raise_lost_stops_again(unraisable: Any, hook: Callable[[Any], object]) -> None:
+    """``sys.unraisablehook``: a stop raised where Python cannot let an exception out (a
+    garbage collector callback, a ``__del__``) is dropped there, with a traceback on
+    stderr; it is raised again at the next line instead, and nothing is printed.
+    """
+    error = unraisable.exc_value
+    if not isinstance(error, KeyboardInterrupt):
+        hook(unraisable)
+        return
+    signum = int(getattr(error, "signum", signal.SIGINT))
+    handler = signal.getsignal(signum)
+    if isinstance(handler, _RaiseOnce):
+        handler.fired = False
+    # From another thread, a moment later: a signal raised here would be handled here,
+    # inside this hook, and dropped again.
+    again = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+    again.daemon = True
+    try:
+        again.start()
+    except RuntimeError:  # the interpreter is shutting down: no new thread
+        pass
+
+
+def _block_stop_signals() -> None:
+    _flush()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *STOP_SIGNALS})
+
+
 @contextmanager
 def stop_signals_for_good() -> Iterator[None]:
-    """For a process's entry point: SIGINT, SIGTERM and SIGHUP handled from here on.
+    """For a process's entry point: SIGINT, SIGTERM and SIGHUP handled from here to its
+    exit, before anything heavy is imported.
 
     Until a command's block (:func:`stop_signals_as_interrupts`) has ended, the first
-    signal raises :class:`Stopped` (``KeyboardInterrupt`` for SIGINT) where Python is,
-    in an import if need be; later ones are ignored while that one unwinds.  After the
-    command's block ended, a signal ends the process at once with ``128 + signal
-    number``, output flushed.  The handlers are not put back: the process is ending.
+    signal raises :class:`Stopped` (``KeyboardInterrupt`` for SIGINT) where Python is, in
+    an import if need be (and again at the next line if it was raised where Python drops
+    exceptions); later ones are ignored while that one unwinds.  After the command's
+    block ended, and while the ``atexit`` functions run (the embedded cluster's close), a
+    signal ends the process at once with ``128 + signal number``, output flushed.  After
+    them Python puts the default actions back while it tears its modules down, where a
+    signal would kill the process with no line: the stop signals are blocked then, and
+    the command's own exit code stands.  Nothing is put back: the process is ending.
     """
-    fired: list[int] = []
-
-    def handler(signum: int, frame: object) -> None:
-        if _command_ended.is_set():
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(128 + signum)
-        if fired:
-            return
-        fired.append(signum)
-        raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
-
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # Registered first, so it runs last of the atexit functions.
+    atexit.register(_block_stop_signals)
+    handler = _ProcessStop()
     _command_ended.clear()
-    if threading.current_thread() is threading.main_thread():
-        for number in (signal.SIGINT, *STOP_SIGNALS):
-            signal.signal(number, handler)
+    for number in (signal.SIGINT, *STOP_SIGNALS):
+        signal.signal(number, handler)
+    hook = sys.unraisablehook
+    sys.unraisablehook = functools.partial(_raise_lost_stops_again, hook=hook)
     yield
 
 

@@ -167,23 +167,41 @@ def test_budget_show_json_holds_the_totals_and_every_row_as_the_file_does(tmp_pa
     assert [r["stage"] for r in shown["releases"]] == [None, "dispatched", "reserved"]
 
 
-#: A console process that signals itself at one moment of the command (``when``):
-#: while the command's modules are still being set up (the parser being built), or
-#: after the command's block ended (the logging switched back on).
+#: A console process that signals itself at one moment (``when``): while the command's
+#: modules are still being set up (the parser being built); inside a garbage collector
+#: callback during set-up (where Python drops exceptions); after the command's block
+#: ended (the logging switched back on); in Python's last teardown of its modules.
 _SELF_SIGNAL = """
-import logging, os, signal, sys
+import gc, logging, os, signal, sys
 import dask_dppca.cli as cli
 
 when, signum = sys.argv[1], int(sys.argv[2])
-if when == "setup":
+if when in ("setup", "gc-callback", "teardown"):
     sys.argv = ["dask-dppca", "--version"]
 else:
     sys.argv = ["dask-dppca", "budget", "show", sys.argv[3]]
 def kill_self(*args, **kwargs):
     os.kill(os.getpid(), signum)
+real = cli.build_parser
 if when == "setup":
-    real = cli.build_parser
     cli.build_parser = lambda: (kill_self(), real())[1]
+elif when == "gc-callback":
+    def callback(phase, info):
+        if phase == "start" and not gc.callbacks[-1].__dict__.get("done"):
+            callback.done = True
+            kill_self()
+            sum(range(1000))  # the handler runs here, inside the callback
+    def collect_then_build():
+        gc.callbacks.append(callback)
+        gc.collect()
+        return real()
+    cli.build_parser = collect_then_build
+elif when == "teardown":
+    class Late:  # torn down with the modules, after the atexit functions
+        def __del__(self, kill=os.kill, pid=os.getpid(), sleep=__import__("time").sleep):
+            kill(pid, signum)
+            sleep(0.2)
+    sys.modules["zz_torn_down_last"] = Late()
 else:
     real_disable = logging.disable
     def disable(level):
@@ -197,11 +215,14 @@ cli.console()
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_before_the_command_began_stops_it_in_one_line(signum, tmp_path):
+@pytest.mark.parametrize("when", ["setup", "gc-callback"])
+def test_a_signal_before_the_command_began_stops_it_in_one_line(signum, when, tmp_path):
     """Handlers are in from the console's first line: a stop during set-up (imports,
-    the parser) is one line and 128 + signum, not a traceback or a killed process."""
+    the parser) is one line and 128 + signum, not a traceback or a killed process; one
+    raised inside a garbage collector callback, where Python would print it and drop it,
+    is raised again after the callback."""
     done = subprocess.run(
-        [sys.executable, "-c", _SELF_SIGNAL, "setup", str(int(signum))],
+        [sys.executable, "-c", _SELF_SIGNAL, when, str(int(signum))],
         capture_output=True, text=True, timeout=60, env=_env(),
     )  # fmt: skip
     assert done.returncode == 128 + signum, (done.returncode, done.stderr)
@@ -224,3 +245,16 @@ def test_a_signal_after_the_command_ended_adds_no_line(signum, tmp_path):
     assert done.returncode == 128 + signum, (done.returncode, done.stderr)
     assert done.stderr == ""
     assert "epsilon" in done.stdout  # budget show's output, flushed before the exit
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_in_the_interpreter_s_last_teardown_keeps_the_command_s_exit(signum):
+    """Python puts the default actions back while it tears its modules down: a stop
+    there would kill a command that had finished (exit -signum, no line)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SELF_SIGNAL, "teardown", str(int(signum))],
+        capture_output=True, text=True, timeout=60, env=_env(),
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith("dask-dppca ")  # --version's line
