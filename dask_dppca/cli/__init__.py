@@ -1,27 +1,20 @@
 """Command line: ``dask-dppca demo``, ``fit STORE``, ``analyze STORE``, ``plan STORE``,
-``bench``, ``budget create|show|resolve LEDGER``, ``app`` (one module per command).
+``bench``, ``budget create|show|resolve LEDGER``, ``app`` (one module per command;
+:mod:`.command` parses and runs them).
 
-Every user error ends with one line on stderr and a non-zero exit code, never a
-traceback: 2 for a bad parameter or input, 3 when the cluster cannot be reached or a
-release fails, 1 for anything unexpected (with the exception's one-line summary).
-SIGINT, SIGTERM and SIGHUP stop a command alike (:mod:`.signals`): exit code 128 +
-the signal's number, one line saying what became of the budget reservation.
-
-Imports are lazy: the parser needs only argparse, so ``--help`` answers at once;
-each command imports numpy, Dask and the library when it runs.
+Imports are lazy: :func:`console` puts in the stop signals' handlers (:mod:`.signals`)
+before it imports anything heavy, the parser needs only argparse, so ``--help`` answers
+at once, and each command imports numpy, Dask and the library when it runs.
 """
 
 from __future__ import annotations
 
-import argparse
-import gc
 import logging
 import sys
-import time
-import warnings
+from typing import TYPE_CHECKING
 
-from . import analyze, app, bench, budget, demo, fit, plan
-from .signals import exit_code, stop_signals_as_interrupts, stop_signals_for_good, stopped_line
+from ..lazy import lazy_exports
+from .signals import exit_code, stop_signals_for_good, stopped_line
 
 __all__ = [
     "CLI_SPELLINGS",
@@ -34,201 +27,42 @@ __all__ = [
     "main",
 ]
 
-EXIT_USAGE = 2
-EXIT_CLUSTER = 3
-EXIT_UNEXPECTED = 1
+#: Public name -> the submodule defining it (imported on first use: :mod:`dask_dppca.lazy`).
+_EXPORTS = {name: ".command" for name in __all__ if name != "console"}
 
-#: The sub-command modules, each with ``add_parser(commands)`` setting ``run``.
-COMMANDS = (demo, fit, analyze, plan, bench, budget, app)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse errors as one line (no usage block), exit code 2 like every user error."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (also used to document the CLI)."""
-    from .. import __version__
-
-    parser = _OneLineParser(
-        prog="dask-dppca",
-        description=(
-            "Robust, differentially private PCA (g-DPPCA). Releases the leading principal "
-            "directions of a data set under (epsilon, delta)-differential privacy, robust "
-            "to heavy tails and outliers."
-        ),
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .command import (
+        CLI_SPELLINGS,
+        EXIT_CLUSTER,
+        EXIT_UNEXPECTED,
+        EXIT_USAGE,
+        build_parser,
+        cli_spelling,
+        main,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
-    commands.required = True
-    for command in COMMANDS:
-        command.add_parser(commands)
-    return parser
-
-
-#: The library's messages name Python parameters; on the command line they name flags.
-CLI_SPELLINGS = (
-    ("pass require_trusted=True to refuse instead", "pass --require-trusted to refuse instead"),
-    ("(or require_trusted=False)", "(or leave out --require-trusted)"),
-    ("no trusted_worker was named", "no --trusted-worker was named"),
-    ("pass allow_fill_values=True (--allow-fill-values)", "pass --allow-fill-values"),
-    ("privacy_['released_on']", "the result's privacy.released_on"),
-    ("with columns=[...] (--columns a,b,c)", "with --columns a,b,c"),
-)
-
-
-def cli_spelling(text: str) -> str:
-    """``text`` with the library's Python spellings replaced by the command line's flags."""
-    for python, flag in CLI_SPELLINGS:
-        text = text.replace(python, flag)
-    return text
-
-
-def _one_line_warning(message, category, filename, lineno, line=None) -> str:
-    """Warnings on the command line: one line each, no source location, flags named."""
-    return f"dask-dppca: warning: {cli_spelling(str(message))}\n"
-
-
-def _numeric_options(parser: argparse.ArgumentParser) -> set[str]:
-    """Option strings (every sub-command's) that take a number: ``--epsilon``, ``-k``..."""
-    found: set[str] = set()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                found |= _numeric_options(sub)
-        elif action.type in (int, float):
-            found.update(action.option_strings)
-    return found
-
-
-def attach_negative_numbers(argv: list[str], numeric: set[str]) -> list[str]:
-    """``--epsilon -inf`` as ``--epsilon=-inf``: argparse reads a value that starts with
-    ``-`` and is not a plain negative number (``-inf``, ``-1e-6``) as an option, and then
-    refuses with "expected one argument" instead of naming the bad value.
-    """
-    out: list[str] = []
-    for token in argv:
-        if out and out[-1] in numeric and token.startswith("-") and _is_number(token):
-            option = out.pop()
-            out.append(f"{option}={token}" if option.startswith("--") else f"{option}{token}")
-        else:
-            out.append(token)
-    return out
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def console() -> None:
     """Entry point of the ``dask-dppca`` console script and ``python -m dask_dppca``.
 
-    The stop signals are handled from the first line on, for the life of the process:
-    a SIGTERM while Python still imports the command's modules ends it as one during
-    the fit does (one line, ``128 + signal number``), and one while the interpreter
-    shuts down after the command's line keeps the command's exit code.
+    The stop signals are handled from the first line on, for the life of the process,
+    before the command's modules are imported: a SIGTERM while Python still imports
+    them ends the command as one during the fit does (one line, ``128 + signal
+    number``), and one while the interpreter shuts down after the command's line keeps
+    the command's exit code.
     """
     with stop_signals_for_good():
         try:
+            from .command import main
+
             code = main()
         except KeyboardInterrupt as error:  # before main() put in its own handlers
-            print(f"dask-dppca: {_stopped_before(error)}", file=sys.stderr)
+            line = stopped_line(error, [], 0.0)  # no budget was opened yet
+            print(f"dask-dppca: {line}; the command had not begun", file=sys.stderr)
             code = exit_code(error)
+    # What the shutdown logs (a scheduler's comm closing under a stopped fit, with its
+    # traceback) is not the command's: its line is written.
+    logging.disable(logging.CRITICAL)
     sys.exit(code)
-
-
-def _stopped_before(error: KeyboardInterrupt) -> str:
-    """The line of a command stopped before it began: nothing was reserved by it."""
-    return stopped_line(error, [], time.time()) + "; the command had not begun"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code.
-
-    Called in-process by tests and notebooks: the signal handlers it puts in are the
-    previous ones again when it returns.
-    """
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(attach_negative_numbers(argv, _numeric_options(parser)))
-    shown_as, warnings.formatwarning = warnings.formatwarning, _one_line_warning
-    # distributed logs its own tracebacks (a client failing to reconnect to a scheduler
-    # that went away, 30 lines): the command's error is its one line.
-    disabled = logging.root.manager.disable
-    logging.disable(logging.ERROR)
-    args.started = time.time()
-    try:
-        with stop_signals_as_interrupts(), warnings.catch_warnings():
-            # A stopped command leaves the coroutines it was awaiting (fsspec, zarr)
-            # unfinished; Python's warning about each is not the command's line.
-            warnings.filterwarnings(
-                "ignore", message="coroutine .* was never awaited", category=RuntimeWarning
-            )
-            rc = _run(args)
-            gc.collect()  # while the filter holds
-            return rc
-    except KeyboardInterrupt as error:  # stopped just after the command itself returned
-        print(f"dask-dppca: {_stopped(error, args)}", file=sys.stderr)
-        return exit_code(error)
-    finally:  # main() may be called in a process that goes on (tests, notebooks)
-        warnings.formatwarning = shown_as
-        logging.disable(disabled)
-
-
-def _run(args: argparse.Namespace) -> int:
-    """Run the command; every error becomes one line and an exit code."""
-    try:
-        return args.run(args)
-    except ValueError as error:
-        print(f"dask-dppca: error: {_one_line(error)}", file=sys.stderr)
-        return EXIT_USAGE
-    except (OSError, TimeoutError, RuntimeError) as error:
-        print(f"dask-dppca: error: {type(error).__name__}: {_one_line(error)}", file=sys.stderr)
-        return EXIT_CLUSTER
-    except KeyboardInterrupt as error:  # SIGINT, and SIGTERM or SIGHUP (signals.Stopped)
-        print(f"dask-dppca: {_stopped(error, args)}", file=sys.stderr)
-        return exit_code(error)
-    except Exception as error:
-        print(
-            f"dask-dppca: unexpected error: {type(error).__name__}: {_one_line(error)}",
-            file=sys.stderr,
-        )
-        return EXIT_UNEXPECTED
-
-
-def _stopped(error: KeyboardInterrupt, args: argparse.Namespace) -> str:
-    """The line of a stopped command: the signal, and the budgets' reservations.
-
-    What the stop left half made (an event loop stopped while it started) is collected
-    now, its complaints ("Exception ignored in ...") silenced: the line is the output.
-    """
-    from ..privacy.charging import default_budget
-
-    hook, sys.unraisablehook = sys.unraisablehook, lambda unraisable: None
-    try:
-        gc.collect()
-    finally:
-        sys.unraisablehook = hook
-
-    budgets = list(getattr(args, "charged_budgets", []))
-    try:
-        default = default_budget()
-    except (OSError, RuntimeError):
-        default = None
-    if default is not None and default.ledger not in {b.ledger for b in budgets}:
-        budgets.append(default)
-    notes = "; ".join(getattr(error, "__notes__", ()))  # what an analysis released and kept
-    return stopped_line(error, budgets, args.started) + (f"; {notes}" if notes else "")
-
-
-def _one_line(error: BaseException) -> str:
-    """An error's message on one line, in the command line's spelling."""
-    text = "; ".join([str(error), *getattr(error, "__notes__", ())])  # notes: what was kept
-    return cli_spelling(" ".join(text.split()))

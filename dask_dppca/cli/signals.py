@@ -39,9 +39,12 @@ __all__ = [
     "Stopped",
     "exit_code",
     "signals_deferred",
+    "stop_error",
+    "stop_received",
     "stop_signals_as_interrupts",
     "stop_signals_for_good",
     "stopped_line",
+    "stops_so_far",
 ]
 
 #: The signals handled like SIGINT (those this platform has).
@@ -87,7 +90,32 @@ class _RaiseOnce:
         if self.fired:
             return  # the first one is unwinding the command: let it finish
         self.fired = True
-        raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
+        _received.append(signum)
+        raise stop_error(signum)
+
+
+#: The stop signals this process raised (:func:`stop_received`).
+_received: list[int] = []
+
+
+def stop_error(signum: int) -> KeyboardInterrupt:
+    """What a stop signal raises: :class:`Stopped`, or ``KeyboardInterrupt`` for SIGINT."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
+
+
+def stop_received(since: int = 0) -> KeyboardInterrupt | None:
+    """The first stop raised in this process after the first ``since`` ones, else None.
+
+    A stop raised inside an import comes out of it as another error (an extension
+    module's ``ImportError: initialization failed``, numpy's "cannot load module more
+    than once" on the next import): the command then ended because of the stop.
+    """
+    return stop_error(_received[since]) if len(_received) > since else None
+
+
+def stops_so_far() -> int:
+    """How many stops this process has raised (for :func:`stop_received`)."""
+    return len(_received)
 
 
 @contextmanager
@@ -151,9 +179,13 @@ def _raise_lost_stops_again(unraisable: Any, hook: Callable[[Any], object]) -> N
         pass
 
 
-def _block_stop_signals() -> None:
+def _ignore_stop_signals() -> None:
+    # Ignored, not blocked: a blocked signal still reaches the process through any other
+    # thread (BLAS's, distributed's), and Python leaves an ignored signal ignored when it
+    # puts the default actions back.
     _flush()
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *STOP_SIGNALS})
+    for number in (signal.SIGINT, *STOP_SIGNALS):
+        signal.signal(number, signal.SIG_IGN)
 
 
 @contextmanager
@@ -168,14 +200,14 @@ def stop_signals_for_good() -> Iterator[None]:
     block ended, and while the ``atexit`` functions run (the embedded cluster's close), a
     signal ends the process at once with ``128 + signal number``, output flushed.  After
     them Python puts the default actions back while it tears its modules down, where a
-    signal would kill the process with no line: the stop signals are blocked then, and
+    signal would kill the process with no line: the stop signals are ignored then, and
     the command's own exit code stands.  Nothing is put back: the process is ending.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     # Registered first, so it runs last of the atexit functions.
-    atexit.register(_block_stop_signals)
+    atexit.register(_ignore_stop_signals)
     handler = _ProcessStop()
     _command_ended.clear()
     for number in (signal.SIGINT, *STOP_SIGNALS):
@@ -197,9 +229,8 @@ def signals_deferred() -> Iterator[None]:
     with _handled((signal.SIGINT, *STOP_SIGNALS), lambda signum, frame: pending.append(signum)):
         yield
     if pending:
-        if pending[0] == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Stopped(pending[0])
+        _received.append(pending[0])
+        raise stop_error(pending[0])
 
 
 def exit_code(error: KeyboardInterrupt) -> int:

@@ -407,21 +407,11 @@ class PrivacyBudget:
                     if target is None
                     else composition.epsilon(target[1]) + 2.0 * (excess + exc)
                 )
-                raise BudgetExceededError(
-                    f"release (sensitivity={sens:.6g}, sigma={sig:.6g}) would exceed the "
-                    f"budget (epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}): "
-                    f"with the {len(rows)} release(s) so far it needs epsilon={needed:.6g} "
-                    f"at this delta{self._left(rows)}"
-                )
+                raise self._refusal(needed, rows, f"sensitivity={sens:.6g}, sigma={sig:.6g}")
             return
         if not self._fits(mu, total_excess):
             needed = gaussian_dp_epsilon(mu, self.delta) + 2.0 * total_excess
-            raise BudgetExceededError(
-                f"release (sensitivity={sens:.6g}, sigma={sig:.6g}) would exceed the budget "
-                f"(epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}): with the "
-                f"{len(rows)} release(s) so far it needs epsilon={needed:.6g} at this delta"
-                f"{self._left(rows)}"
-            )
+            raise self._refusal(needed, rows, f"sensitivity={sens:.6g}, sigma={sig:.6g}")
 
     def _admit_parts(self, parts: Sequence[PrivacyPart], rows: Sequence[Release]) -> None:
         """Raise BudgetExceededError unless a release of ``parts`` fits after ``rows``."""
@@ -429,12 +419,20 @@ class PrivacyBudget:
             composition, excess = self._composition(rows, parts)
             target = self._target(excess)
             needed = math.inf if target is None else composition.epsilon(target[1]) + 2.0 * excess
-            raise BudgetExceededError(
-                f"release ({', '.join(_part_text(p) for p in parts)}) would exceed the budget "
-                f"(epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}): with the "
-                f"{len(rows)} release(s) so far it needs epsilon={needed:.6g} at this delta"
-                f"{self._left(rows)}"
-            )
+            raise self._refusal(needed, rows, ", ".join(_part_text(p) for p in parts))
+
+    def _refusal(
+        self, needed: float, counted: Sequence[Release], asked: str
+    ) -> BudgetExceededError:
+        """The refusal of a release (``asked``: its parts) after ``counted``: the need
+        first, then what is left, then the parts.
+        """
+        return BudgetExceededError(
+            f"needs epsilon={needed:.6g} at delta={self.delta:g} with the {len(counted)} "
+            f"release(s) so far, which would exceed the budget (epsilon={self.epsilon:g}, "
+            f"delta={self.delta:g}{self._where()}){self._left(counted)}; nothing was "
+            f"reserved. Asked for: {asked}"
+        )
 
     def _left(self, rows: Sequence[Release]) -> str:
         """What a refusal after ``rows`` says is left (:meth:`remaining`'s own number)."""
@@ -582,12 +580,8 @@ class PrivacyBudget:
         target = self._target(excess)
         needed = math.inf if target is None else composition.epsilon(target[1]) + 2.0 * excess
         parts = [p for row in new for p in (row.parts or (GaussianPart(row.mu),))]
-        raise BudgetExceededError(
-            f"needs epsilon={needed:.6g} at delta={self.delta:g} with the {len(counted)} "
-            f"release(s) so far, over the budget (epsilon={self.epsilon:g}, "
-            f"delta={self.delta:g}{self._where()}){self._left(counted)}; nothing was "
-            f"reserved. The {len(parts)} "
-            f"part(s) asked for: {', '.join(_part_text(p) for p in parts)}"
+        raise self._refusal(
+            needed, counted, f"{len(parts)} part(s), {', '.join(_part_text(p) for p in parts)}"
         )
 
     def spend(self, charge: GaussianCharge | Any, label: str = "") -> None:

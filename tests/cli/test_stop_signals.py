@@ -173,7 +173,7 @@ def test_budget_show_json_holds_the_totals_and_every_row_as_the_file_does(tmp_pa
 #: ended (the logging switched back on); in Python's last teardown of its modules.
 _SELF_SIGNAL = """
 import gc, logging, os, signal, sys
-import dask_dppca.cli as cli
+import dask_dppca.cli.command as cli
 
 when, signum = sys.argv[1], int(sys.argv[2])
 if when in ("setup", "gc-callback", "teardown"):
@@ -196,6 +196,15 @@ elif when == "gc-callback":
         gc.collect()
         return real()
     cli.build_parser = collect_then_build
+elif when == "import-error":
+    import dask_dppca.cli.budget as budget_command
+    def show_interrupted(args):
+        try:
+            kill_self()
+            sum(range(1000))  # the handler raises here
+        except KeyboardInterrupt:  # what an extension module's init makes of it
+            raise ImportError("initialization failed") from None
+    budget_command.run_show = show_interrupted
 elif when == "teardown":
     class Late:  # torn down with the modules, after the atexit functions
         def __del__(self, kill=os.kill, pid=os.getpid(), sleep=__import__("time").sleep):
@@ -209,7 +218,8 @@ else:
         if level != logging.ERROR:  # main()'s finally: the command has ended
             kill_self()
     logging.disable = disable
-cli.console()
+import dask_dppca.cli
+dask_dppca.cli.console()
 """
 
 
@@ -258,3 +268,20 @@ def test_a_signal_in_the_interpreter_s_last_teardown_keeps_the_command_s_exit(si
     )  # fmt: skip
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.startswith("dask-dppca ")  # --version's line
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_that_comes_out_of_an_import_as_another_error_is_a_stop(signum, tmp_path):
+    """A stop raised inside a C extension's import leaves it as ``ImportError:
+    initialization failed``; the command stopped: one stop line and 128 + signum, not
+    "unexpected error" and 1."""
+    ledger = str(tmp_path / "l.ledger")
+    PrivacyBudget(5.0, 1e-5, ledger=ledger, create=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _SELF_SIGNAL, "import-error", str(int(signum)), ledger],
+        capture_output=True, text=True, timeout=60, env=_env(),
+    )  # fmt: skip
+    assert done.returncode == 128 + signum, (done.returncode, done.stderr)
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"dask-dppca: stopped by {signal.Signals(signum).name}")

@@ -169,23 +169,51 @@ def _room_for_two(data: np.ndarray, tmp_path: Path) -> Path:
     return _ledger(tmp_path, "two.ledger", epsilon=(two + three) / 2)
 
 
+@pytest.mark.cluster
 def test_concurrent_analyses_with_room_for_two_two_finish_and_the_rest_charge_nothing(
-    data, tmp_path
+    data, tmp_path, cluster_client
 ):
+    """Four at once, each way a user runs one: the CLI as typed (its embedded cluster),
+    the API on the embedded default, and two on a real cluster of worker processes."""
     path = _room_for_two(data, tmp_path)
+    store = tmp_path / "records.zarr"
+    zarr.save_array(str(store), data)
     outcomes: list[str] = []
     start = threading.Barrier(4)
 
-    def one() -> None:
+    def api(scheduler) -> None:
         start.wait(timeout=60)
         try:
             with dd.PrivacyBudget.open(path):
-                _analyze(data, scheduler="threads")
+                _analyze(data, scheduler=scheduler)
             outcomes.append("done")
         except BudgetExceededError:
             outcomes.append("refused")
 
-    threads = [threading.Thread(target=one) for _ in range(4)]
+    def cli() -> None:
+        start.wait(timeout=60)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_DASK_DPPCA")}
+        run = subprocess.run(
+            [
+                *(sys.executable, "-m", "dask_dppca"),
+                *("analyze", str(store), "--budget", str(path)),
+                *("--output", str(tmp_path / "cli.json")),
+                *("-k", "2", "--epsilon", str(TOTAL[0]), "--delta", str(TOTAL[1])),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+        )
+        refused = run.returncode != 0 and "nothing was reserved" in run.stderr
+        refused = refused and run.stderr.startswith("dask-dppca: error: BudgetExceededError: needs")
+        outcomes.append("done" if run.returncode == 0 else "refused" if refused else run.stderr)
+
+    threads = [
+        threading.Thread(target=cli),
+        threading.Thread(target=api, args=(None,)),
+        *(threading.Thread(target=api, args=(cluster_client,)) for _ in range(2)),
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -252,7 +252,7 @@ def test_an_older_ledger_gains_the_new_columns_and_keeps_its_rows(ledger):
 def test_a_ledger_replaced_under_a_budget_is_refused(ledger):
     budget = PrivacyBudget(2.0, 1e-5, ledger=ledger, create=True)
     os.remove(ledger)
-    with pytest.raises(LedgerError, match="cannot open"):
+    with pytest.raises(LedgerError, match="was deleted"):
         budget.spend(GaussianCharge(1.0, 5.0))  # never silently recreated empty
     PrivacyBudget(4.0, 1e-5, ledger=ledger, create=True)
     with pytest.raises(LedgerError, match="totals changed"):
