@@ -75,7 +75,7 @@ def trial(folder: Path, store: str, threads: bool, signum: int, delay: float) ->
     # handlers (its ~50 ms of imports are handled), so with no row and no output.
     killed_at_start = process.returncode == -signum and not rows and not stderr
     if process.returncode not in (0, 128 + signum) and not killed_at_start:
-        problems.append(f"exit code {process.returncode}")
+        problems.append(f"exit code {process.returncode} (rows {rows}, stderr {stderr[-200:]!r})")
     for row_id, state in rows:
         if state == "reserved" and f"release {row_id} in" not in stderr:
             problems.append(f"row {row_id} left reserved without being named")

@@ -1,6 +1,6 @@
 """What runs inside the scree's segment tasks: each block pair's statistics, added
 exactly.  No dask here: a worker running these tasks imports this module, the kernel and
-:mod:`.lane_task`, not the graph builders (:mod:`.scree`).
+:mod:`.lane_task`, not the graph builders (:mod:`dask_dppca.graph.scree`).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Zarr answers a read of a chunk that is not in the store with the array's fill va
 Where the workers cannot see the store the client opened (a path mounted only on the
 client, a notebook's own /tmp, chunks deleted or not yet written), that turns into a
 confident, wrong release.  So every Zarr input is read through
-:class:`ChunkCheckingStore`: in the task that reads it, on the worker, a chunk the store
-does not have raises :class:`MissingChunkError` (naming the store and the worker) instead.
+:class:`~.zarr_blocks.ChunkCheckingStore`: in the task that reads it, on the worker, a
+chunk the store does not have raises :class:`~.zarr_blocks.MissingChunkError` (naming the
+store and the worker) instead.
 Whether a chunk exists is store metadata (a listing shows it), never a data value;
 nothing is released and no budget is charged when a read fails, because the release
 depends on every read.
@@ -43,16 +44,10 @@ from .storage import describe_error, display_location, filesystem, is_url, remot
 from .tables import FORMATS_READ
 from .zarr_blocks import (
     ChunkCheckingStore,
-    CorruptChunkError,
-    MissingChunkError,
     ZarrBlocks,
 )
 
 __all__ = [
-    "ChunkCheckingStore",
-    "CorruptChunkError",
-    "MissingChunkError",
-    "ZarrBlocks",
     "chunk_reader",
     "is_zarr_input",
     "open_zarr_input",

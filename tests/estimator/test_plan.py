@@ -28,7 +28,7 @@ import dask_dppca as dd
 from dask_dppca import estimator
 from dask_dppca.design import RegularDesign, plan_blocks
 from dask_dppca.fit_plan import PlanDoesNotFitError
-from dask_dppca.io import open_records, zarr_input
+from dask_dppca.io import open_records, zarr_blocks
 from dask_dppca.machine import (
     DEFAULT_MODEL,
     MODEL_PATH_KEY,
@@ -54,13 +54,13 @@ def _store(folder: Path, n: int, d: int, chunk: int, name: str = "x.zarr") -> st
 def reads(monkeypatch):
     """Every read at the Zarr reader, counted (the fit's reads all go through it)."""
     count = {"reads": 0}
-    original = zarr_input.ZarrBlocks.__getitem__
+    original = zarr_blocks.ZarrBlocks.__getitem__
 
     def counted(self, selection):
         count["reads"] += 1
         return original(self, selection)
 
-    monkeypatch.setattr(zarr_input.ZarrBlocks, "__getitem__", counted)
+    monkeypatch.setattr(zarr_blocks.ZarrBlocks, "__getitem__", counted)
     return count
 
 
@@ -80,7 +80,7 @@ def test_the_plan_reads_no_chunk_and_plans_a_store_without_chunks(tmp_path, read
     again = est.plan(path)
     assert reads["reads"] == 0
     assert again.describe() == plan.describe()
-    with pytest.raises(zarr_input.MissingChunkError):
+    with pytest.raises(zarr_blocks.MissingChunkError):
         est.fit(path)
 
 

@@ -44,7 +44,7 @@ WORKER = dict(
 def _count_block_reads(dask_worker):
     """On a worker: count the rows each Zarr read starts at (read tasks and the reads a
     block-pair task makes itself both go through ZarrBlocks)."""
-    from dask_dppca.io.zarr_input import ZarrBlocks
+    from dask_dppca.io.zarr_blocks import ZarrBlocks
 
     counts = collections.Counter()
     read = ZarrBlocks.__getitem__
