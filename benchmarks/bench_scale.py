@@ -32,6 +32,7 @@ are shared Dask keys), so bytes read are 8 n d.
 from __future__ import annotations
 
 import argparse
+import logging
 import collections
 import math
 import os
@@ -53,6 +54,11 @@ from dask_dppca.datasets import make_elliptical, random_directions, spiked_spect
 from dask_dppca.design import CompleteDesign, RegularDesign, auto_design
 from dask_dppca.io import open_records
 from dask_dppca.kernel import block_pair_sum
+
+
+#: The clusters' own log level: a worker's heartbeat that races the cluster's close logs
+#: a traceback at ERROR on a busy machine; a fit's errors raise in this process anyway.
+QUIET = logging.CRITICAL
 
 
 def model(n: int, d: int, design, n_threads: int, pair_rate: float) -> dict:
@@ -106,6 +112,7 @@ def timed_fit(path: str, n_workers: int, memory_limit, design) -> dict:
             threads_per_worker=1,
             memory_limit=memory_limit,
             dashboard_address=None,
+            silence_logs=QUIET,
         ) as cluster,
         Client(cluster) as client,
     ):
@@ -275,7 +282,11 @@ class HeldKeys(WorkerPlugin):
 def held_on_one_worker(path, design) -> dict:
     with (
         LocalCluster(
-            n_workers=1, threads_per_worker=2, memory_limit="2GB", dashboard_address=None
+            n_workers=1,
+            threads_per_worker=2,
+            memory_limit="2GB",
+            dashboard_address=None,
+            silence_logs=QUIET,
         ) as cluster,
         Client(cluster) as client,
     ):
