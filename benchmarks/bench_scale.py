@@ -32,8 +32,8 @@ are shared Dask keys), so bytes read are 8 n d.
 from __future__ import annotations
 
 import argparse
-import logging
 import collections
+import logging
 import math
 import os
 import resource
@@ -54,7 +54,6 @@ from dask_dppca.datasets import make_elliptical, random_directions, spiked_spect
 from dask_dppca.design import CompleteDesign, RegularDesign, auto_design
 from dask_dppca.io import open_records
 from dask_dppca.kernel import block_pair_sum
-
 
 #: The clusters' own log level: a worker's heartbeat that races the cluster's close logs
 #: a traceback at ERROR on a busy machine; a fit's errors raise in this process anyway.
