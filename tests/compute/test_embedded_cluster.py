@@ -114,7 +114,7 @@ def test_a_current_client_whose_close_began_is_passed_over():
     from dask_dppca.compute.shape import cluster_shape
     from dask_dppca.compute.target import compute_target
 
-    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as lc:
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as lc:
         client = distributed.Client(lc)
         try:
             client.status = "closing"  # a close that began and did not finish
