@@ -18,6 +18,7 @@ Three figures, each measured in this run:
     python benchmarks/bench_analysis.py              # 20 runs; n = 10^6, d = 32
     python benchmarks/bench_analysis.py --quick      # 3 runs; n = 2 10^4, d = 8
     python benchmarks/bench_analysis.py --smoke      # 1 run each, tiny wall-time check
+    python benchmarks/bench_analysis.py --wall-time-only --n 300000 --d 24 --groups
     python benchmarks/bench_analysis.py --tables 32000   # spatial signs on a zero-inflated table
 """
 
@@ -165,9 +166,16 @@ def spatial_signs(n: int) -> None:
         )
 
 
-def wall_time(n: int, d: int, repeats: int) -> None:
+def wall_time(n: int, d: int, repeats: int, groups: bool = False) -> None:
     rng = np.random.default_rng(0)  # benchmark data
     x = rng.standard_t(3, size=(n, d)) * np.linspace(3, 1, d)
+    # groups a/b/c of 60/30/10 % (benchmark data): the score map by group
+    by_group = (
+        {"groups": rng.choice(np.array(["a", "b", "c"]), n, p=[0.6, 0.3, 0.1]),
+         "group_domain": ("a", "b", "c")}
+        if groups
+        else {}
+    )  # fmt: skip
     # warm up the embedded cluster and the kernel's compilation
     dd.analyze(x[:4000], 2, epsilon=3.0, delta=1e-5)
     alone, whole, cpu_alone, cpu_whole = [], [], [], []
@@ -178,7 +186,7 @@ def wall_time(n: int, d: int, repeats: int) -> None:
         alone.append(time.perf_counter() - started)
         cpu_alone.append(time.process_time() - cpu)
         started, cpu = time.perf_counter(), time.process_time()
-        result = dd.analyze(x, k, epsilon=3.0, delta=1e-5)
+        result = dd.analyze(x, k, epsilon=3.0, delta=1e-5, **by_group)
         whole.append(time.perf_counter() - started)
         cpu_whole.append(time.process_time() - cpu)
     a, w = min(alone), min(whole)
@@ -215,6 +223,8 @@ def what_was_computed(result: dd.PrivateAnalysis) -> str:
             f"; score map PC{a + 1} x PC{b + 1}, {'/'.join(score_map.histograms)} "
             f"{score_map.bins[0]} x {score_map.bins[1]}, 3 passes over the scores"
         )
+        if score_map.group_counts is not None:
+            text += f", groups {'/'.join(map(str, score_map.groups))}"
     return text
 
 
@@ -229,6 +239,7 @@ def main() -> None:
     parser.add_argument("--skip-wall-time", action="store_true")
     parser.add_argument("--t1-n", type=int, default=20000)
     parser.add_argument("--wall-time-only", action="store_true")
+    parser.add_argument("--groups", action="store_true", help="the analysis by groups a/b/c")
     parser.add_argument(
         "--tables",
         type=int,
@@ -253,7 +264,7 @@ def main() -> None:
         accuracy_gau(args.runs, "threads", tuple(args.methods.split(",")))
         accuracy_t1(1 if args.smoke else max(3, args.runs // 4), "threads", args.t1_n)
     if not args.skip_wall_time:
-        wall_time(args.n, args.d, args.repeats)
+        wall_time(args.n, args.d, args.repeats, args.groups)
 
 
 if __name__ == "__main__":
