@@ -223,6 +223,12 @@ dask_dppca.cli.console()
 """
 
 
+def _console_signalled(when: str, signum: int, *more: str) -> subprocess.CompletedProcess:
+    """Run the console that signals itself (:data:`_SELF_SIGNAL`) at ``when``."""
+    argv = [sys.executable, "-c", _SELF_SIGNAL, when, str(int(signum)), *more]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_env())
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.parametrize("when", ["setup", "gc-callback"])
@@ -231,10 +237,7 @@ def test_a_signal_before_the_command_began_stops_it_in_one_line(signum, when, tm
     the parser) is one line and 128 + signum, not a traceback or a killed process; one
     raised inside a garbage collector callback, where Python would print it and drop it,
     is raised again after the callback."""
-    done = subprocess.run(
-        [sys.executable, "-c", _SELF_SIGNAL, when, str(int(signum))],
-        capture_output=True, text=True, timeout=60, env=_env(),
-    )  # fmt: skip
+    done = _console_signalled(when, signum)
     assert done.returncode == 128 + signum, (done.returncode, done.stderr)
     assert done.stderr.splitlines() == [
         f"dask-dppca: stopped by {signal.Signals(signum).name}; the command had not begun"
@@ -248,10 +251,7 @@ def test_a_signal_after_the_command_ended_adds_no_line(signum, tmp_path):
     its output whole, no second line, no traceback from the shutdown."""
     ledger = str(tmp_path / "l.ledger")
     PrivacyBudget(5.0, 1e-5, ledger=ledger, create=True)
-    done = subprocess.run(
-        [sys.executable, "-c", _SELF_SIGNAL, "ended", str(int(signum)), ledger],
-        capture_output=True, text=True, timeout=60, env=_env(),
-    )  # fmt: skip
+    done = _console_signalled("ended", signum, ledger)
     assert done.returncode == 128 + signum, (done.returncode, done.stderr)
     assert done.stderr == ""
     assert "epsilon" in done.stdout  # budget show's output, flushed before the exit
@@ -262,10 +262,7 @@ def test_a_signal_after_the_command_ended_adds_no_line(signum, tmp_path):
 def test_a_signal_in_the_interpreter_s_last_teardown_keeps_the_command_s_exit(signum):
     """Python puts the default actions back while it tears its modules down: a stop
     there would kill a command that had finished (exit -signum, no line)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _SELF_SIGNAL, "teardown", str(int(signum))],
-        capture_output=True, text=True, timeout=60, env=_env(),
-    )  # fmt: skip
+    done = _console_signalled("teardown", signum)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.startswith("dask-dppca ")  # --version's line
 
@@ -278,10 +275,7 @@ def test_a_stop_that_comes_out_of_an_import_as_another_error_is_a_stop(signum, t
     "unexpected error" and 1."""
     ledger = str(tmp_path / "l.ledger")
     PrivacyBudget(5.0, 1e-5, ledger=ledger, create=True)
-    done = subprocess.run(
-        [sys.executable, "-c", _SELF_SIGNAL, "import-error", str(int(signum)), ledger],
-        capture_output=True, text=True, timeout=60, env=_env(),
-    )  # fmt: skip
+    done = _console_signalled("import-error", signum, ledger)
     assert done.returncode == 128 + signum, (done.returncode, done.stderr)
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"dask-dppca: stopped by {signal.Signals(signum).name}")
