@@ -53,15 +53,15 @@ def console() -> None:
     number``), and one while the interpreter shuts down after the command's line keeps
     the command's exit code.
     """
-    with stop_signals_for_good():
-        try:
-            from .command import main
+    stop_signals_for_good()
+    try:
+        from .command import main
 
-            code = main()
-        except KeyboardInterrupt as error:  # before main() put in its own handlers
-            line = stopped_line(error, [], 0.0)  # no budget was opened yet
-            print(f"dask-dppca: {line}; the command had not begun", file=sys.stderr)
-            code = exit_code(error)
+        code = main()
+    except KeyboardInterrupt as error:  # before main() put in its own handlers
+        line = stopped_line(error, [], 0.0)  # no budget was opened yet
+        print(f"dask-dppca: {line}; the command had not begun", file=sys.stderr)
+        code = exit_code(error)
     # What the shutdown logs (a scheduler's comm closing under a stopped fit, with its
     # traceback) is not the command's: its line is written.
     logging.disable(logging.CRITICAL)

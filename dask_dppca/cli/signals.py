@@ -188,10 +188,9 @@ def _ignore_stop_signals() -> None:
         signal.signal(number, signal.SIG_IGN)
 
 
-@contextmanager
-def stop_signals_for_good() -> Iterator[None]:
-    """For a process's entry point: SIGINT, SIGTERM and SIGHUP handled from here to its
-    exit, before anything heavy is imported.
+def stop_signals_for_good() -> None:
+    """For a process's entry point: SIGINT, SIGTERM and SIGHUP handled from now to its
+    exit (call it before anything heavy is imported).
 
     Until a command's block (:func:`stop_signals_as_interrupts`) has ended, the first
     signal raises :class:`Stopped` (``KeyboardInterrupt`` for SIGINT) where Python is, in
@@ -204,7 +203,6 @@ def stop_signals_for_good() -> Iterator[None]:
     the command's own exit code stands.  Nothing is put back: the process is ending.
     """
     if threading.current_thread() is not threading.main_thread():
-        yield
         return
     # Registered first, so it runs last of the atexit functions.
     atexit.register(_ignore_stop_signals)
@@ -214,7 +212,6 @@ def stop_signals_for_good() -> Iterator[None]:
         signal.signal(number, handler)
     hook = sys.unraisablehook
     sys.unraisablehook = functools.partial(_raise_lost_stops_again, hook=hook)
-    yield
 
 
 @contextmanager
