@@ -13,9 +13,10 @@ the command line's ``--help`` do not pay for Dask, numba and scikit-learn up fro
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import TYPE_CHECKING, Any
+
+from .lazy import lazy_exports
 
 # The library's logger (fit start and end, the plan, where the noise was drawn): silent
 # until the application configures logging, as a library's logger should be.
@@ -87,20 +88,19 @@ def _installed_version() -> str:
         return "0+unknown"
 
 
+_public_attribute, _public_names = lazy_exports(
+    __name__, {name: f".{module}" for name, module in _PUBLIC.items()}
+)
+
+
 def __getattr__(name: str) -> Any:
     # __version__ too is read on first use: importlib.metadata is most of what the
     # command line pays before it can put in its signal handlers (cli.console).
     if name == "__version__":
         value = globals()["__version__"] = _installed_version()
         return value
-    try:
-        module = _PUBLIC[name]
-    except KeyError:
-        raise AttributeError(f"module 'dask_dppca' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return _public_attribute(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC) | {"__version__"})
+    return sorted({*_public_names(), "__version__"})

@@ -12,11 +12,36 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 DASK = [sys.executable, "-m", "dask"]
 #: Seconds a scheduler or worker may take to start on a loaded 2-core machine.
 START_TIMEOUT = 90
+
+
+@contextmanager
+def one_trusted_worker(**options: Any) -> Iterator[Any]:
+    """A client of a LocalCluster of one worker process, one thread, offering the
+    ``dppca-trusted`` resource (``options``: more LocalCluster arguments, e.g.
+    ``memory_limit``).  A fresh process: nothing a test ran before is loaded in it.
+    """
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            resources={"dppca-trusted": 1},
+            **options,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        yield client
 
 
 def die_with_parent() -> None:

@@ -274,8 +274,6 @@ def compute_target(scheduler: Any = None) -> Iterator[ComputeTarget]:
         yield ClusterTarget(scheduler)
         return
     if scheduler is None:
-        # Resolve first, then yield once: an error raised inside the caller's block must
-        # leave as itself, not be caught here as "no active client".
         yield ClusterTarget(active_client() or embedded_client())
         return
     if scheduler in LOCAL_SCHEDULERS:

@@ -12,10 +12,10 @@ import sys
 import warnings
 
 import pytest
-from distributed import Client, LocalCluster
 
 import dask_dppca as dd
 from tests.cli import write_store
+from tests.live import one_trusted_worker
 
 #: What the graph builders on the client use and a worker running a fit must not load.
 CLIENT_ONLY = ("dask.array", "xarray", "pandas", "pyarrow", "sklearn", "dask_dppca.graph.lanes")
@@ -29,16 +29,7 @@ def _loaded(names: tuple[str, ...]) -> list[str]:
 @pytest.mark.timeout(180)
 def test_a_fit_loads_no_graph_builder_stack_on_its_workers(tmp_path):
     store = write_store(tmp_path / "x.zarr", n=600, d=4)
-    with (
-        LocalCluster(
-            n_workers=1,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            resources={"dppca-trusted": 1},
-        ) as cluster,
-        Client(cluster, set_as_default=False) as client,
-    ):
+    with one_trusted_worker() as client:
         assert list(client.run(_loaded, CLIENT_ONLY).values()) == [[]]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", dd.NoisyReleaseWarning)

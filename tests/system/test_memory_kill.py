@@ -7,39 +7,19 @@ that died, that its workers exceeded their memory limit, and what to change.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import dask
 import pytest
 import zarr
-from distributed import Client, LocalCluster
 
 import dask_dppca as dd
-from dask_dppca.compute import TRUSTED_RESOURCE, ClusterStalledError, WorkerDiedError
+from dask_dppca.compute import ClusterStalledError, WorkerDiedError
+from tests.live import one_trusted_worker
 
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.timeout(240),
     pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"),
 ]
-
-
-@contextmanager
-def _one_worker_client(memory_limit: str) -> Iterator[Client]:
-    """A client of a one-process, one-thread trusted worker under ``memory_limit``."""
-    with (
-        LocalCluster(
-            n_workers=1,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=memory_limit,
-            dashboard_address=None,
-            resources={TRUSTED_RESOURCE: 1},
-        ) as cluster,
-        Client(cluster, set_as_default=False) as client,
-    ):
-        yield client
 
 
 def test_a_read_over_the_memory_limit_names_the_read_and_the_limit(tmp_path):
@@ -57,7 +37,7 @@ def test_a_read_over_the_memory_limit_names_the_read_and_the_limit(tmp_path):
     # "init" past 30 s, and the stall, not the death, ended the fit.
     config = {"distributed.scheduler.allowed-failures": 0, "dask-dppca.stall-timeout": 150}
     with dask.config.set(config):
-        with _one_worker_client("450MiB") as client:
+        with one_trusted_worker(memory_limit="450MiB") as client:
             with pytest.raises(WorkerDiedError) as caught:
                 dd.DPPCA(1, scheduler=client, random_state=0).fit(path)
     text = str(caught.value)
@@ -79,7 +59,7 @@ def test_workers_killed_at_rest_end_the_fit_in_a_clear_error(tmp_path):
     path = str(tmp_path / "small.zarr")
     zarr.open_array(path, mode="w", shape=(1000, 4), chunks=(1000, 4), dtype="f8")
     with dask.config.set({"dask-dppca.stall-timeout": 10}):
-        with _one_worker_client("100MiB") as client:
+        with one_trusted_worker(memory_limit="100MiB") as client:
             with pytest.raises((WorkerDiedError, ClusterStalledError)) as caught:
                 dd.DPPCA(1, scheduler=client, random_state=0).fit(path)
     text = str(caught.value)

@@ -21,6 +21,7 @@ from dask_dppca.compute import STALL_TIMEOUT_KEY
 from dask_dppca.compute import waits as dppca_cluster
 from dask_dppca.compute.failures import MEMORY_EVENT
 from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
+from tests.live import one_trusted_worker
 
 pytestmark = pytest.mark.cluster
 STALL_SECONDS = 3.0
@@ -44,14 +45,7 @@ def test_fit_on_a_cluster_whose_only_worker_is_paused_fails_within_the_wait():
     # The memory monitor would resume a worker paused by hand: switch pausing off there.
     with (
         dask.config.set({"distributed.worker.memory.pause": False}),
-        LocalCluster(
-            n_workers=1,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            resources={"dppca-trusted": 1},
-        ) as cluster,
-        Client(cluster, set_as_default=False) as client,
+        one_trusted_worker() as client,
     ):
         client.run(lambda dask_worker: setattr(dask_worker, "status", Status.paused))
         _fit_fails_clearly(client)
@@ -71,14 +65,7 @@ def test_a_dataframe_whose_rows_cannot_be_counted_fails_within_the_wait():
     frame = ddf.from_pandas(pd.DataFrame(X, columns=list("abcde")), npartitions=4)
     with (
         dask.config.set({"distributed.worker.memory.pause": False}),
-        LocalCluster(
-            n_workers=1,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            resources={"dppca-trusted": 1},
-        ) as cluster,
-        Client(cluster, set_as_default=False) as client,
+        one_trusted_worker() as client,
     ):
         client.run(lambda dask_worker: setattr(dask_worker, "status", Status.paused))
         budget = dd.PrivacyBudget(epsilon=5.0, delta=1e-5)
@@ -100,15 +87,7 @@ def test_worker_whose_baseline_memory_is_over_the_pause_threshold_fails_the_fit(
     }
     with (
         dask.config.set(never_kill),
-        LocalCluster(
-            n_workers=1,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            memory_limit="64MiB",
-            resources={"dppca-trusted": 1},
-        ) as cluster,
-        Client(cluster, set_as_default=False) as client,
+        one_trusted_worker(memory_limit="64MiB") as client,
     ):
         deadline = time.monotonic() + 30
         while not _statuses(client) == {"paused"}:
