@@ -213,16 +213,18 @@ def _stopped(error: KeyboardInterrupt, args: argparse.Namespace) -> str:
         from ..privacy.charging import default_budget
 
         default = default_budget()
-    except (ImportError, AttributeError):
-        # stopped inside the first import of the budget's modules: no budget was opened
-        # (numpy, say, cannot be imported again after a stop cut its first import short)
-        default = None
-    except (OSError, RuntimeError):
+    except (ImportError, AttributeError, OSError, RuntimeError):
+        # ImportError, AttributeError: stopped inside the first import of the budget's
+        # modules, so no budget was opened (numpy cannot be imported again after a stop
+        # cut its first import short)
         default = None
     if default is not None and default.ledger not in {b.ledger for b in budgets}:
         budgets.append(default)
+    line = stopped_line(error, budgets, args.started)
+    if not budgets and getattr(args, "budget", None):
+        line += f"; nothing was reserved in the budget {args.budget} (not yet opened)"
     notes = "; ".join(getattr(error, "__notes__", ()))  # what an analysis released and kept
-    return stopped_line(error, budgets, args.started) + (f"; {notes}" if notes else "")
+    return line + (f"; {notes}" if notes else "")
 
 
 def _one_line(error: BaseException) -> str:

@@ -205,6 +205,13 @@ elif when == "import-error":
         except KeyboardInterrupt:  # what an extension module's init makes of it
             raise ImportError("initialization failed") from None
     budget_command.run_show = show_interrupted
+elif when == "before-budget":
+    import dask_dppca.cli.analyze as analyze_command
+    def run_stopped(args):
+        kill_self()
+        sum(range(1000))  # the handler raises here, before the budget is opened
+    analyze_command.run = run_stopped
+    sys.argv = ["dask-dppca", "analyze", "x.zarr", "--budget", sys.argv[3]]
 elif when == "teardown":
     class Late:  # torn down with the modules, after the atexit functions
         def __del__(self, kill=os.kill, pid=os.getpid(), sleep=__import__("time").sleep):
@@ -279,3 +286,14 @@ def test_a_stop_that_comes_out_of_an_import_as_another_error_is_a_stop(signum, t
     assert done.returncode == 128 + signum, (done.returncode, done.stderr)
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"dask-dppca: stopped by {signal.Signals(signum).name}")
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_before_the_named_budget_is_opened_says_nothing_was_reserved(tmp_path):
+    ledger = str(tmp_path / "l.ledger")
+    done = _console_signalled("before-budget", signal.SIGTERM, ledger)
+    assert done.returncode == 143, done.stderr
+    assert done.stderr.splitlines() == [
+        f"dask-dppca: stopped by SIGTERM; nothing was reserved in the budget {ledger} "
+        "(not yet opened)"
+    ]
