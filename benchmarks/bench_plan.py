@@ -9,10 +9,10 @@ A script, not a test:
     python benchmarks/bench_plan.py --quick --analysis   # and each size's whole analysis
 
 In one run: the machine model is measured on a LocalCluster of two single-threaded
-worker processes (``dask_dppca.machine.measure_machine_model`` with that cluster's
+worker processes (``dask_dppca.cli.measure.measure_machine_model`` with that cluster's
 client: the kernel at d, Zarr reads per codec, a no-op task, a small fit's fixed cost, an
 idle worker's memory; the S3 read rate and a read's fixed cost from moto's server on
-127.0.0.1, ``dask_dppca.machine.measure_reads``); then for each
+127.0.0.1, ``dask_dppca.cli.measure.measure_reads``); then for each
 size a store is written (local, or on the S3 server), ``DPPCA(...).plan(store)`` is taken
 on a fresh cluster of the same shape (reading no data) and the fit is timed there, on
 warm workers (a small fit first: imports, compilation, S3 sessions; the model's fixed
@@ -229,8 +229,8 @@ def main(argv=None) -> None:
     ]
 
     import dask_dppca as dd
+    from dask_dppca.cli.measure import measure_machine_model, measure_reads
     from dask_dppca.design import auto_design
-    from dask_dppca.machine import measure_machine_model, measure_reads
 
     warnings.simplefilter("ignore")  # seeded (non-private) noise, untrusted release: timing only
     load = os.getloadavg()[0]

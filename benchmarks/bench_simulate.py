@@ -85,9 +85,9 @@ def modelled(store: str, workers: int, threads: int, model) -> dict:
     """The plan of the fit of ``store`` and every segment's and group's modelled seconds."""
     import dask_dppca as dd
     from dask_dppca.design import plan_blocks
-    from dask_dppca.fit_plan import modelled_seconds
     from dask_dppca.graph import graph_layout
     from dask_dppca.io import open_records
+    from dask_dppca.planning.fit_plan import modelled_seconds
 
     started = time.perf_counter()
     fit_plan = dd.DPPCA(n_components=2).plan(
@@ -330,7 +330,7 @@ def main(argv=None) -> None:
     warnings.simplefilter("ignore")
     logging.getLogger("distributed").setLevel(logging.ERROR)
 
-    from dask_dppca.machine import load_machine_model
+    from dask_dppca.planning.machine import load_machine_model
 
     model = load_machine_model()
     print(

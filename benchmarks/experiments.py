@@ -13,7 +13,7 @@ Speed: for each data set the exact K_hat (every transform) and the covariance ar
 computed once (dask_dppca.kendall_matrix, complete design), then the release is
 repeated for every epsilon and calibration with the estimator's own release code
 (dask_dppca.privacy.ReleaseMechanism.release) at the estimator's sigma
-(dask_dppca.planning.release_sigma: bitwise a private fit's privacy_["sigma"], which
+(dask_dppca.planning.utility.release_sigma: bitwise a private fit's privacy_["sigma"], which
 tests/statistical/test_theory.py and tests/estimator/test_fit_matches_theory.py check).  The noise comes from a SeededSampler (same Gaussian law, seeded, NOT
 PRIVATE: an experiment, not a release).
 
@@ -45,14 +45,14 @@ import numpy as np
 
 import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, make_skewed, random_directions, spiked_spectrum
+from dask_dppca.decomposition.metrics import sin_theta
+from dask_dppca.decomposition.reference import breakdown_bound
 from dask_dppca.design import CompleteDesign
 from dask_dppca.kernel import sphere
-from dask_dppca.metrics import sin_theta
-from dask_dppca.planning import UtilityModel, release_sigma
+from dask_dppca.planning.utility import UtilityModel, release_sigma
 from dask_dppca.privacy import PrivacyTarget, ReleaseMechanism
 from dask_dppca.privacy.calibration import calibrate_sigma, gaussian_dp_mu
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning, SeededSampler
-from dask_dppca.theory import breakdown_bound
 
 warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
 DELTA = 1e-6

@@ -24,13 +24,13 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 #: Public name -> module that defines it.
 _PUBLIC = {
-    "DPPCA": "estimator",
-    "analyze": "analysis",
-    "PrivateAnalysis": "analysis",
-    "plan_analysis": "analysis_plan",
-    "AnalysisPlan": "analysis_plan",
-    "kendall_matrix": "reference",
-    "sin_theta": "metrics",
+    "DPPCA": "decomposition.estimator",
+    "analyze": "analysis.run",
+    "PrivateAnalysis": "analysis.run",
+    "plan_analysis": "analysis.plan",
+    "AnalysisPlan": "analysis.plan",
+    "kendall_matrix": "decomposition.reference",
+    "sin_theta": "decomposition.metrics",
     "PrivacyBudget": "privacy.budget",
     "GaussianCharge": "privacy.budget",
     "BudgetExceededError": "privacy.budget",
@@ -50,21 +50,23 @@ _PUBLIC = {
     "NoisyReleaseWarning": "privacy.advice",
     "LargeDeltaWarning": "privacy.advice",
     "PrivacyReport": "privacy.report",
-    "load_result": "results",
+    "load_result": "decomposition.results",
 }
 
 __all__ = list(_PUBLIC)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     __version__: str
-    from .analysis import PrivateAnalysis, analyze  # noqa: F401
-    from .analysis_plan import AnalysisPlan, plan_analysis  # noqa: F401
+    from .analysis.plan import AnalysisPlan, plan_analysis  # noqa: F401
+    from .analysis.run import PrivateAnalysis, analyze  # noqa: F401
     from .compute.placement import UntrustedReleaseWarning  # noqa: F401
     from .compute.waits import ClusterStalledError  # noqa: F401
+    from .decomposition.estimator import DPPCA  # noqa: F401
+    from .decomposition.metrics import sin_theta  # noqa: F401
+    from .decomposition.reference import kendall_matrix  # noqa: F401
+    from .decomposition.results import load_result  # noqa: F401
     from .design import CompleteDesign, RegularDesign  # noqa: F401
-    from .estimator import DPPCA  # noqa: F401
     from .kernel.spatial_sign import SpatialSign, custom, sphere, winsor  # noqa: F401
-    from .metrics import sin_theta  # noqa: F401
     from .privacy.advice import LargeDeltaWarning, NoisyReleaseWarning, PrivacyWarning  # noqa: F401
     from .privacy.budget import (  # noqa: F401
         BudgetExceededError,
@@ -75,8 +77,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     )
     from .privacy.charging import active_budgets, set_default_budget  # noqa: F401
     from .privacy.report import PrivacyReport  # noqa: F401
-    from .reference import kendall_matrix  # noqa: F401
-    from .results import load_result  # noqa: F401
 
 
 def _installed_version() -> str:

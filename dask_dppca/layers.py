@@ -47,31 +47,26 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
         "BLAS policy, the trusted release, tickets, placement",
     ),
     (
+        "planning",
+        frozenset({"planning"}),
+        "the utility model (release_sigma), a fit's plan before it runs, the machine model "
+        "its times come from, population eigenvalues",
+    ),
+    (
+        "decomposition",
+        frozenset({"decomposition"}),
+        "DPPCA and its result files, the non-private kendall_matrix and breakdown bound, sin theta",
+    ),
+    (
+        "analysis",
+        frozenset({"analysis"}),
+        "the private analysis: the stage contract and its registry, one module per stage, "
+        "analyze, its plan, plots and the HTML report",
+    ),
+    (
         "shells",
-        frozenset(
-            {
-                "estimator",
-                "analysis",
-                "reference",
-                "metrics",
-                "planning",
-                "fit_plan",
-                "analysis_plan",
-                "machine",
-                "theory",
-                "results",
-                "score_plots",
-                "score_map_stage",
-                "report_html",
-                "app",
-                "cli",
-                "__init__",
-                "__main__",
-            }
-        ),
-        "DPPCA, the private analysis, the non-private kendall_matrix, sin theta, the planner, "
-        "the fit plan and the machine model, theory, result files, the command line, "
-        "the HTML report, the app",
+        frozenset({"app", "cli", "__init__", "__main__"}),
+        "the app (Panel) and the command line (one module per command)",
     ),
 )
 

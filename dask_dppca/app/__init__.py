@@ -4,7 +4,7 @@ The page (``dask_dppca.app.page``, built with Panel) opens a store (path or URL 
 options) and shows its public metadata; the user sets k, the total (epsilon, delta) of
 the next release and its split, sees the cost and the ledger's remaining budget before
 pressing Release, and every release is charged to the ledger through the library's own
-checks (:func:`~dask_dppca.analysis.analyze` checks every active budget before reading
+checks (:func:`~dask_dppca.analysis.run.analyze` checks every active budget before reading
 anything: a release that does not fit is refused with the reason and nothing is
 charged).  Everything after a release (k shown, PVE or scree values, colours, synthetic
 points, groups) is post-processing of the stored release (:mod:`.releases`) and spends
@@ -41,7 +41,7 @@ def build_app(ledger: str | None = None, store: str | None = None, **options: An
     store : str, optional
         A store to open at once.
     **options
-        ``scheduler`` (as for :func:`~dask_dppca.analysis.analyze`), ``epsilon`` and
+        ``scheduler`` (as for :func:`~dask_dppca.analysis.run.analyze`), ``epsilon`` and
         ``delta`` (the totals of an in-memory budget).
 
     Returns

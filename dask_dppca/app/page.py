@@ -2,7 +2,7 @@
 
 One :class:`AppPage` per visitor; the ledger (a file, shared by every page and every
 process) is the one source of what was spent and what remains, read again after every
-release.  A release runs :func:`~dask_dppca.analysis.analyze` in a worker thread (the
+release.  A release runs :func:`~dask_dppca.analysis.run.analyze` in a worker thread (the
 page stays responsive, one release at a time per page) inside the ledger's budget, so
 the library's own checks refuse anything that does not fit before any data is read.
 """
@@ -20,16 +20,16 @@ from typing import Any
 import numpy as np
 import panel as pn
 
-from ..io.storage import display_location
-from ..privacy.budget import BudgetExceededError, PartsCharge, PrivacyBudget
-from ..privacy.parts import ApproxDPPart
-from ..report_html import (
+from ..analysis.report import (
     privacy_table_html,
     render_report,
     score_map_figures,
     score_map_of,
     scree_figures,
 )
+from ..io.storage import display_location
+from ..privacy.budget import BudgetExceededError, PartsCharge, PrivacyBudget
+from ..privacy.parts import ApproxDPPart
 from .releases import ReleaseStore, releases_folder
 
 __all__ = ["AppPage"]
@@ -144,7 +144,7 @@ class AppPage:
     store : str, optional
         A store to open at once.
     scheduler : optional
-        As for :func:`~dask_dppca.analysis.analyze` (default: the embedded cluster).
+        As for :func:`~dask_dppca.analysis.run.analyze` (default: the embedded cluster).
     epsilon, delta : float
         Totals of the in-memory budget used when no ledger is given.
     budget, releases : optional
@@ -427,11 +427,11 @@ class AppPage:
             self._show_cost()
 
     def _groups(self, store: str, component: str | None, mapped: bool) -> dict[str, Any]:
-        """The ``groups`` and ``group_domain`` of :func:`~dask_dppca.analysis.analyze`, as
+        """The ``groups`` and ``group_domain`` of :func:`~dask_dppca.analysis.run.analyze`, as
         the CLI's ``--groups`` / ``--group-domain`` take them (empty: no groups).
         """
+        from ..analysis.stages.score_map import resolve_groups
         from ..cli.analyze import _domain
-        from ..score_map_stage import resolve_groups
 
         name, domain = _text(self.group_labels), _text(self.group_domain)
         if not name and not domain:
@@ -446,7 +446,7 @@ class AppPage:
         return {"groups": labels, "group_domain": _domain(domain, labels)}
 
     def _run_release(self) -> Any:
-        from ..analysis import analyze
+        from ..analysis.run import analyze
 
         assert self.records_meta is not None
         shares = {s: v for s, v in self._shares().items() if v > 0}

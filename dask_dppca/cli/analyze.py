@@ -192,12 +192,12 @@ def run(args: argparse.Namespace) -> int:
     """Analyze a store, write the result, optionally the plots."""
     from contextlib import nullcontext
 
-    from ..analysis import analyze
+    from ..analysis.run import analyze
+    from ..analysis.stages.score_map import resolve_groups
     from ..io import check_writable
     from ..io.output import write_bytes
     from ..io.storage import is_url
     from ..io.tables import table_format
-    from ..score_map_stage import resolve_groups
     from .budget import open_ledger
     from .fit import FORCE_HINT, storage_options
     from .kept import keep, kept_if_released
@@ -290,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from ..score_plots import plot_synthetic
+        from ..analysis.plots import plot_synthetic
 
         os.makedirs(args.plots, exist_ok=True)
         figures = [(kind, result.plot_scree(kind=kind).figure) for kind in SCREE_PLOTS]

@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
 def _save_model(path: str | None, quick: bool, reads_at: list[str], options: dict | None) -> int:
     """Measure the machine model (and reads at ``reads_at``), save it, and print it."""
     from ..io.storage import check_storage_options, is_url, storage_kind
-    from ..machine import measure_machine_model, measure_reads, save_machine_model
+    from ..planning.machine import save_machine_model
+    from .measure import measure_machine_model, measure_reads
 
     # fsspec options go to URLs; a local folder takes none (checked before measuring).
     options_of = {

@@ -184,10 +184,10 @@ def run(args: argparse.Namespace) -> int:
 
     from .. import DPPCA
     from ..compute import tls_config
+    from ..decomposition.results import save_result
     from ..io import check_writable
     from ..io.output import local_path, writes_in_place
     from ..io.storage import is_url
-    from ..results import save_result
     from .budget import open_ledger
 
     options = storage_options(args.storage_options_json, args.storage_option)

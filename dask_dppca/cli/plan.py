@@ -3,14 +3,14 @@
 ``dask-dppca plan STORE --analysis`` plans what ``dask-dppca analyze STORE`` would run,
 with ``analyze``'s defaults (k, epsilon, delta, methods, score map): each stage's passes,
 tasks, time and peak memory, and the split table the analysis shows
-(:func:`dask_dppca.analysis_plan.plan_analysis`).  Without a model saved by ``dask-dppca
+(:func:`dask_dppca.analysis.plan.plan_analysis`).  Without a model saved by ``dask-dppca
 bench --save`` the time figures come from a short calibration, kept per machine; the
 plan says which model it used.
 
 Reads the store's public metadata only (shape, chunks, dtype, codec; never a chunk, never
 a ledger) and prints the design, blocks and tasks, bytes read, peak memory per worker,
 predicted wall time and, for a stated spectrum or a public pilot, the expected accuracy
-(:class:`dask_dppca.fit_plan.FitPlan`).  A plan that does not fit the cluster is printed,
+(:class:`dask_dppca.planning.fit_plan.FitPlan`).  A plan that does not fit the cluster is printed,
 then refused with one line naming what to change (exit 2).
 """
 
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the plan; exit 2 (after printing it) when it does not fit."""
     from .. import DPPCA
     from ..io.storage import is_url
-    from ..machine import planning_model
+    from ..planning.machine import planning_model
     from .fit import storage_options
 
     options = storage_options(args.storage_options_json, args.storage_option)
@@ -179,7 +179,7 @@ def cluster_options(args: argparse.Namespace) -> dict:
 
 def _run_analysis(args: argparse.Namespace, options: dict, cluster: dict) -> int:
     """``plan --analysis``: print the analysis's plan; exit 2 when it does not fit."""
-    from ..analysis_plan import plan_analysis
+    from ..analysis.plan import plan_analysis
     from ..io.storage import is_url
     from .analyze import _shares
     from .fit import design_of

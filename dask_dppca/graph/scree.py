@@ -51,7 +51,7 @@ def scree_segments(
 ) -> list[Segment]:
     """The segments a scree pass over blocks of ``rows`` runs in (public: the blocks,
     their pairs, d, the thread count and whether the segments read their blocks); the
-    plan of an analysis counts the same ones (:mod:`dask_dppca.analysis_plan`).
+    plan of an analysis counts the same ones (:mod:`dask_dppca.analysis.plan`).
     """
     pairs = tuple((i, i) for i in range(len(rows))) if block_pairs is None else block_pairs
     # The fit's rule on these block pairs, one pair a group (the work: the block pairs'

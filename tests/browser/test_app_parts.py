@@ -14,11 +14,11 @@ import pytest
 pn = pytest.importorskip("panel")
 
 import dask_dppca as dd  # noqa: E402
+from dask_dppca.analysis.report import score_map_of  # noqa: E402
 from dask_dppca.app import build_app  # noqa: E402
 from dask_dppca.app.page import AppPage, first_k, one_line  # noqa: E402
 from dask_dppca.app.releases import ReleaseStore, releases_folder  # noqa: E402
 from dask_dppca.privacy.budget import BudgetExceededError  # noqa: E402
-from dask_dppca.report_html import score_map_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -94,7 +94,7 @@ def test_five_pages_releasing_at_once_with_room_for_two_release_two(tmp_path, st
 
 
 def test_no_file_the_app_writes_holds_a_secret_of_the_store_url(tmp_path, store, monkeypatch):
-    from dask_dppca import analysis
+    from dask_dppca.analysis import run as analysis
 
     ledger = tmp_path / "study.ledger"
     dd.PrivacyBudget(10.0, 1e-4, ledger=ledger, create=True)

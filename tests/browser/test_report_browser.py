@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import dask_dppca as dd
-from dask_dppca.analysis import PrivateAnalysis
+from dask_dppca.analysis.report import render_report
+from dask_dppca.analysis.run import PrivateAnalysis
 from dask_dppca.privacy.accounting import compose
 from dask_dppca.privacy.parts import GaussianPart, PureDPPart
-from dask_dppca.report_html import render_report
 from tests.browser.conftest import console_errors, not_blank, screenshot_dir
 
 

@@ -271,8 +271,8 @@ def _serve() -> None:
     import dask_dppca.cli
     import dask_dppca.cli.fit
     import dask_dppca.compute
+    import dask_dppca.decomposition.results
     import dask_dppca.io
-    import dask_dppca.results
 
     _install_oracle()
     assert threading.active_count() == 1, "the zygote must run no thread before forking"

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import dask_dppca as dd
-from dask_dppca.analysis import PrivateAnalysis
+from dask_dppca.analysis.run import PrivateAnalysis
+from dask_dppca.analysis.stages.score_map import PrivateScoreMapStage
 from dask_dppca.cli import main
-from dask_dppca.score_map_stage import PrivateScoreMapStage
 from tests.cli import write_store
 
 pytestmark = pytest.mark.timeout(300)
@@ -118,7 +118,7 @@ def test_stages_released_before_a_failure_go_out_with_the_error():
 
 
 def test_the_cli_writes_the_released_stages_of_a_failed_analysis(tmp_path, monkeypatch, capsys):
-    from dask_dppca import analysis
+    from dask_dppca.analysis import run as analysis
 
     store = write_store(tmp_path / "x.zarr", n=500, d=4)
     original = analysis.analyze

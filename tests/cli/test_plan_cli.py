@@ -17,7 +17,7 @@ import zarr
 
 import dask_dppca as dd
 from dask_dppca.cli import main
-from dask_dppca.machine import MachineModel, load_machine_model
+from dask_dppca.planning.machine import MachineModel, load_machine_model
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -38,7 +38,7 @@ def own_model_folder(tmp_path, monkeypatch):
     """
     import dask
 
-    from dask_dppca.machine import MODEL_PATH_KEY
+    from dask_dppca.planning.machine import MODEL_PATH_KEY
 
     path = str(tmp_path / "config" / "machine.json")
     monkeypatch.setenv("DASK_DASK_DPPCA__MACHINE_MODEL", path)
@@ -89,10 +89,10 @@ def test_a_plan_that_does_not_fit_exits_2_with_the_number_it_needs(tmp_path, cap
 
 
 def test_bench_save_writes_the_model_plan_reads(tmp_path, monkeypatch, capsys):
-    from dask_dppca import machine
+    from dask_dppca.cli import measure
 
     measured = MachineModel({8: 2e8}, {"local/zstd": 3e8}, 2e-3, 0.5, 2**28, "stand-in")
-    monkeypatch.setattr(machine, "measure_machine_model", lambda quick=False: measured)
+    monkeypatch.setattr(measure, "measure_machine_model", lambda quick=False: measured)
     path = tmp_path / "machine.json"
     assert main(["bench", "--save", str(path), "--quick"]) == 0
     assert f"saved to {path}" in capsys.readouterr().out
@@ -108,10 +108,10 @@ def test_bench_reads_at_a_local_folder_measures_it_and_leaves_it_empty(
 ):
     """``--reads-at FOLDER`` measures Zarr reads there (the measured figures replace the
     model's ``local/zstd``) and removes its benchmark stores; without --save it is refused."""
-    from dask_dppca import machine
+    from dask_dppca.cli import measure
 
     stand_in = MachineModel({8: 2e8}, {"local/zstd": 1.0}, 2e-3, 0.5, 2**28, "stand-in")
-    monkeypatch.setattr(machine, "measure_machine_model", lambda quick=False: stand_in)
+    monkeypatch.setattr(measure, "measure_machine_model", lambda quick=False: stand_in)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     assert main(["bench", "--reads-at", str(scratch)]) == 2

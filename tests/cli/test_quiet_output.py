@@ -21,7 +21,7 @@ import pytest
 import zarr
 
 import dask_dppca as dd
-from dask_dppca import analysis
+from dask_dppca.analysis import run as analysis
 from dask_dppca.cli import EXIT_USAGE, main
 from tests.cli import write_store
 

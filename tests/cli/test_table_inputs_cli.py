@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 import zarr
 
-from dask_dppca import analysis, estimator
+from dask_dppca.analysis import estimator
+from dask_dppca.analysis import run as analysis
 from dask_dppca.cli import EXIT_USAGE, main
 from dask_dppca.privacy.noise import SeededSampler
 

@@ -15,7 +15,7 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld
 
 import dask_dppca as dd
-from dask_dppca.analysis import PrivateAnalysis
+from dask_dppca.analysis.run import PrivateAnalysis
 from dask_dppca.privacy.parts import GaussianPart, PureDPPart
 
 SPECTRUM = np.array([16.0, 4.0, 1.0, 1.0, 1.0])

@@ -20,10 +20,10 @@ import pytest
 import zarr
 
 import dask_dppca as dd
-from dask_dppca import machine
-from dask_dppca.analysis import analyze
-from dask_dppca.analysis_plan import analyze_defaults, plan_analysis, scree_passes
+from dask_dppca.analysis.plan import analyze_defaults, plan_analysis, scree_passes
+from dask_dppca.analysis.run import analyze
 from dask_dppca.graph import lanes, scree
+from dask_dppca.planning import machine
 from dask_dppca.privacy.parts import part_to_dict
 
 N, D = 3000, 6

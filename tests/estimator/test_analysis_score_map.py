@@ -20,7 +20,8 @@ from dp_accounting.pld import common
 from dp_accounting.pld import privacy_loss_distribution as pld
 
 import dask_dppca as dd
-from dask_dppca.analysis import PrivateAnalysis, _scree_plan
+from dask_dppca.analysis.run import PrivateAnalysis, _scree_plan
+from dask_dppca.analysis.stages.score_map import PrivateScoreMapStage, resolve_groups
 from dask_dppca.privacy.accounting import PlannedPart, split_budget
 from dask_dppca.privacy.parts import (
     ApproxDPPart,
@@ -30,7 +31,6 @@ from dask_dppca.privacy.parts import (
     part_to_dict,
 )
 from dask_dppca.privacy.score_map import ScoreMap
-from dask_dppca.score_map_stage import PrivateScoreMapStage, resolve_groups
 
 N, DOMAIN = 3000, ("a", "b", "c")
 TOTAL, BUDGET, DELTA = 3.0, 5.0, 1e-5

@@ -5,7 +5,7 @@ import pytest
 
 import dask_dppca as dd
 from dask_dppca.datasets import make_skewed, random_directions, spiked_spectrum
-from dask_dppca.metrics import sin_theta
+from dask_dppca.decomposition.metrics import sin_theta
 
 
 def _top(matrix, m):

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 import dask_dppca as dd
 from dask_dppca import design as design_module
-from dask_dppca import estimator
 from dask_dppca.compute import LocalScheduler
-from dask_dppca.planning import release_sigma
+from dask_dppca.decomposition import estimator
+from dask_dppca.planning.utility import release_sigma
 from dask_dppca.privacy import PrivateRelease
 
 

@@ -25,11 +25,11 @@ import pytest
 import zarr
 
 import dask_dppca as dd
-from dask_dppca import estimator
+from dask_dppca.decomposition import estimator
 from dask_dppca.design import RegularDesign, plan_blocks
-from dask_dppca.fit_plan import PlanDoesNotFitError
 from dask_dppca.io import open_records, zarr_blocks
-from dask_dppca.machine import (
+from dask_dppca.planning.fit_plan import PlanDoesNotFitError
+from dask_dppca.planning.machine import (
     DEFAULT_MODEL,
     MODEL_PATH_KEY,
     MachineModel,
@@ -166,7 +166,7 @@ def test_a_plan_over_the_memory_limit_is_refused_with_the_number_it_needs(tmp_pa
 
 
 def test_a_plan_over_the_scheduler_s_task_limit_says_which_blocks_fit(tmp_path, monkeypatch):
-    from dask_dppca import fit_plan
+    from dask_dppca.planning import fit_plan
 
     monkeypatch.setattr(fit_plan, "SCHEDULER_TASK_LIMIT", 20)
     est = dd.DPPCA(design=RegularDesign(k=1, block_size=500))

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import dask_dppca as dd
+from dask_dppca.decomposition.results import RESULT_FORMAT, RESULT_FORMAT_VERSION
 from dask_dppca.privacy.advice import release_warnings
 from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
-from dask_dppca.results import RESULT_FORMAT, RESULT_FORMAT_VERSION
 
 X = np.random.default_rng(11).standard_normal((400, 4))  # test data only
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import dask_dppca as dd
-from dask_dppca import estimator
 from dask_dppca.compute import target as target_module
+from dask_dppca.decomposition import estimator
 from tests.estimator.test_parameters import MAY_HANG, ROWS, _needles, evaluate_input
 
 #: ValueError rows of docs/robustness.md that can only be refused once the input is opened

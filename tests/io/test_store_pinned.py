@@ -10,7 +10,7 @@ import pytest
 import zarr
 
 import dask_dppca as dd
-from dask_dppca import analysis
+from dask_dppca.analysis import run as analysis
 from dask_dppca.io.fingerprint import StoreChangedError, store_fingerprint
 
 pytestmark = pytest.mark.timeout(300)

@@ -8,11 +8,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from dask_dppca.privacy.frame import Frame
-from dask_dppca.privacy.histogram import NoisyHistogram
-from dask_dppca.privacy.score_map import ScoreMap
-from dask_dppca.score_map_stage import auto_bins
-from dask_dppca.score_plots import (
+from dask_dppca.analysis.plots import (
     GROUP_COLOURS,
     NOT_PRIVATE,
     OTHER_COLOUR,
@@ -24,6 +20,10 @@ from dask_dppca.score_plots import (
     plot_synthetic,
     shown_groups,
 )
+from dask_dppca.analysis.stages.score_map import auto_bins
+from dask_dppca.privacy.frame import Frame
+from dask_dppca.privacy.histogram import NoisyHistogram
+from dask_dppca.privacy.score_map import ScoreMap
 
 matplotlib.use("Agg")
 

@@ -22,13 +22,13 @@ import pytest
 import zarr
 
 import dask_dppca as dd
+from dask_dppca.analysis.stages.score_map import PrivateScoreMapStage
 from dask_dppca.compute.budget_config import LEDGER_KEY, REQUIRED_KEY
 from dask_dppca.compute.site_ledger import RELEASE_LEDGER_KEY
 from dask_dppca.privacy.accounting import compose
 from dask_dppca.privacy.budget import BudgetExceededError
 from dask_dppca.privacy.charging import BudgetRequiredError
 from dask_dppca.privacy.parts import GaussianPart, part_from_dict
-from dask_dppca.score_map_stage import PrivateScoreMapStage
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -248,7 +248,7 @@ def test_a_stage_never_started_is_given_back_and_a_started_one_stays(data, tmp_p
 
 
 def test_a_stage_that_fails_before_its_dispatch_is_given_back(data, tmp_path, monkeypatch):
-    from dask_dppca import analysis
+    from dask_dppca.analysis import run as analysis
 
     def broken(*args, **kwargs):
         raise RuntimeError("the scree graph failed before any release")

@@ -370,7 +370,7 @@ def test_a_real_fit_whose_ledger_is_replaced_before_the_draw_fails_and_releases_
     import numpy as np
 
     import dask_dppca as dd
-    from dask_dppca import estimator
+    from dask_dppca.decomposition import estimator
 
     budget = PrivacyBudget(20.0, 1e-5, ledger=ledger, create=True)
     graph = estimator.kernel_sum_graph

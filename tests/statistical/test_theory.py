@@ -1,4 +1,4 @@
-"""dask_dppca.theory: population eigenvalues, the estimator's sigma, the utility model
+"""dask_dppca.planning.theory: population eigenvalues, the estimator's sigma, the utility model
 and planner against simulation, and the breakdown bound."""
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ import pytest
 
 import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, spiked_spectrum
-from dask_dppca.metrics import sin_theta
-from dask_dppca.planning import UtilityModel, plan, release_sigma
-from dask_dppca.privacy.noise import (
-    SeededSampler,
-    add_symmetric_noise,
-)
-from dask_dppca.theory import (
-    breakdown_bound,
+from dask_dppca.decomposition.metrics import sin_theta
+from dask_dppca.decomposition.reference import breakdown_bound
+from dask_dppca.planning.theory import (
     population_eigenvalues,
     sphere_eigenvalues,
     winsor_eigenvalues,
+)
+from dask_dppca.planning.utility import UtilityModel, plan, release_sigma
+from dask_dppca.privacy.noise import (
+    SeededSampler,
+    add_symmetric_noise,
 )
 
 

@@ -32,8 +32,8 @@ import zarr
 from distributed import Client
 
 import dask_dppca as dd
-from dask_dppca import estimator
 from dask_dppca.cli import EXIT_USAGE, main
+from dask_dppca.decomposition import estimator
 from dask_dppca.design import plan_blocks
 from dask_dppca.graph import graph_layout
 from dask_dppca.io import MissingChunkError, open_records
@@ -464,17 +464,18 @@ def test_bench_measures_reads_on_s3_and_the_plan_uses_them(
     cost measured on the real server, saved under ``s3/zstd`` and used by a plan of an S3
     store; the benchmark stores are removed and no secret is printed.  (The rest of the
     model is a stand-in: this test is about the reads.)"""
-    from dask_dppca import machine
+    from dask_dppca.cli import measure
+    from dask_dppca.planning.machine import MachineModel, load_machine_model
 
-    stand_in = machine.MachineModel({8: 2e8}, {"local/zstd": 3e8}, 2e-3, 0.5, 2**28, "stand-in")
-    monkeypatch.setattr(machine, "measure_machine_model", lambda quick=False: stand_in)
+    stand_in = MachineModel({8: 2e8}, {"local/zstd": 3e8}, 2e-3, 0.5, 2**28, "stand-in")
+    monkeypatch.setattr(measure, "measure_machine_model", lambda quick=False: stand_in)
     path = tmp_path / "machine.json"
     argv = ["bench", "--save", str(path), "--quick", "--reads-at", f"s3://{BUCKET}/scratch"]
     assert main([*argv, *_option_flags(s3["options"])]) == 0
     out = capsys.readouterr()
     _assert_no_secret(s3["secret"], out.out, out.err)
     assert re.search(r"reads, s3/zstd +[0-9.]+ MiB/s a thread, [0-9.]+ ms a read", out.out)
-    model = machine.load_machine_model(path)
+    model = load_machine_model(path)
     rate, call = model.read_bytes_per_second["s3/zstd"], model.read_call_seconds["s3/zstd"]
     assert rate > 0 and 0 < call < 1.0  # a request's round trip, on 127.0.0.1
     assert s3["fs"].find(f"{BUCKET}/scratch") == []

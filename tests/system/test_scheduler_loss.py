@@ -27,9 +27,9 @@ import pytest
 import zarr
 
 import dask_dppca as dd
-from dask_dppca import estimator
 from dask_dppca.compute import SchedulerLostError
 from dask_dppca.compute.tickets import abandon_release, mark_release_dispatched
+from dask_dppca.decomposition import estimator
 from dask_dppca.privacy import PrivacyBudget
 from tests.live import PlainCluster
 from tests.system.test_drawn_once import CountingSampler, noise_calls
@@ -174,7 +174,7 @@ def test_the_scheduler_lost_between_the_stages_of_an_analysis(
 ):
     """Killed after the directions' (or the scree's) release: one SchedulerLostError naming
     what was released, the released stages kept with it, the rest given back."""
-    from dask_dppca import analysis
+    from dask_dppca.analysis import run as analysis
 
     store = _store(tmp_path, 2000)
     ledger = tmp_path / "ledger.sqlite"

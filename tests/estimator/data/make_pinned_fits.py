@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, ".")
 import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, random_directions, spiked_spectrum
-from dask_dppca.planning import release_sigma
+from dask_dppca.planning.utility import release_sigma
 from tests.estimator.test_pinned_fits import ADDED_KEYS, PARAMS
 
 PATH = Path("tests/estimator/data/pinned_fits.json")

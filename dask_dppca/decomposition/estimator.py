@@ -22,20 +22,20 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .compute import ClusterTarget, check_scheduler, compute_target
-from .compute.budget_config import budgets_to_charge
-from .design import Design, check_design, plan_blocks
-from .graph import kernel_sum_graph
-from .io import Records, is_lazy_input, open_records
-from .io.records import check_unmasked
-from .io.storage import display_location, is_url
-from .kernel import SpatialSign, resolve_spatial_sign
-from .privacy import PrivacyTarget, ReleaseMechanism
-from .privacy.advice import release_warnings
-from .privacy.charging import BudgetCarrier, reserve_release, transaction_stage_id
-from .privacy.noise import NoiseSampler, SeededSampler, default_sampler
-from .privacy.report import PrivacyReport
-from .validation import boolean, integer_at_least, optional_string
+from ..compute import ClusterTarget, check_scheduler, compute_target
+from ..compute.budget_config import budgets_to_charge
+from ..design import Design, check_design, plan_blocks
+from ..graph import kernel_sum_graph
+from ..io import Records, is_lazy_input, open_records
+from ..io.records import check_unmasked
+from ..io.storage import display_location, is_url
+from ..kernel import SpatialSign, resolve_spatial_sign
+from ..privacy import PrivacyTarget, ReleaseMechanism
+from ..privacy.advice import release_warnings
+from ..privacy.charging import BudgetCarrier, reserve_release, transaction_stage_id
+from ..privacy.noise import NoiseSampler, SeededSampler, default_sampler
+from ..privacy.report import PrivacyReport
+from ..validation import boolean, integer_at_least, optional_string
 
 __all__ = ["DPPCA", "PARAMETER_CONSTRAINTS"]
 
@@ -400,7 +400,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
 
         Reads public metadata only (the shape, the row chunks, the dtype; never a chunk,
         never a privacy budget or ledger) and returns a
-        :class:`~dask_dppca.fit_plan.FitPlan`: the design ``design`` resolves to, its
+        :class:`~dask_dppca.planning.fit_plan.FitPlan`: the design ``design`` resolves to, its
         blocks and pair tasks, the graph's task count, the bytes read, the peak memory of
         a worker, the predicted wall time (on the machine model ``dask-dppca bench
         --save`` measures) and, for a stated ``spectrum`` or a public ``pilot``, the
@@ -425,20 +425,20 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
             Degrees of freedom of the utility model's multivariate t (None: Gaussian).
         machine : MachineModel, str or os.PathLike, optional
             The machine model, or the file holding one (default: the saved one, else the
-            built-in default, :func:`~dask_dppca.machine.load_machine_model`).
+            built-in default, :func:`~dask_dppca.planning.machine.load_machine_model`).
         component, storage_options, allow_fill_values
             As in :meth:`fit`.
         check : bool, default=True
-            Raise :class:`~dask_dppca.fit_plan.PlanDoesNotFitError` when the plan does not
+            Raise :class:`~dask_dppca.planning.fit_plan.PlanDoesNotFitError` when the plan does not
             fit (a worker's memory, the scheduler's task count), naming what to change.
 
         Returns
         -------
         FitPlan
         """
-        from .compute.shape import ClusterShape, cluster_shape
-        from .fit_plan import PlanDoesNotFitError, plan_fit
-        from .machine import MachineModel, load_machine_model
+        from ..compute.shape import ClusterShape, cluster_shape
+        from ..planning.fit_plan import PlanDoesNotFitError, plan_fit
+        from ..planning.machine import MachineModel, load_machine_model
 
         params = self._validated()
         records = open_records(
@@ -542,7 +542,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
 
         The file holds the release (components, eigenvalues), the privacy report, the
         parameters, the library version, the time and the input (its location with
-        secrets masked); no data.  :func:`~dask_dppca.results.load_result` (or
+        secrets masked); no data.  :func:`~dask_dppca.decomposition.results.load_result` (or
         :meth:`load`) reads it back, in this version or a later one.
 
         Parameters
@@ -567,7 +567,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     def load(cls, path: str | os.PathLike, *, storage_options: dict | None = None) -> DPPCA:
         """A fitted DPPCA from a result file (:meth:`save`, ``dask-dppca fit --output``).
 
-        See :func:`~dask_dppca.results.load_result`.
+        See :func:`~dask_dppca.decomposition.results.load_result`.
         """
         from .results import load_result
 
@@ -595,7 +595,7 @@ _NO_VARIANCE = (
 
 
 def _library_version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 

@@ -17,8 +17,8 @@ One format for ``DPPCA.save`` and ``dask-dppca fit --output`` (JSON, format vers
 It holds the release and public metadata only: no data value, no storage option, a
 location with its secrets masked.  :func:`load_result` checks the format and its version
 (a file from a newer format is refused with what to do; the library version that wrote
-it is recorded, not required) and returns a fitted :class:`~dask_dppca.estimator.DPPCA`
-whose ``transform`` works as after the fit.
+it is recorded, not required) and returns a fitted
+:class:`~dask_dppca.decomposition.estimator.DPPCA` whose ``transform`` works as after the fit.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from .design import RegularDesign
+from ..design import RegularDesign
+from ..io import check_writable, write_json
+from ..io.output import local_path
+from ..io.storage import check_storage_options, display_location, filesystem, remote_error
+from ..kernel import SpatialSign
+from ..privacy.report import PrivacyReport
 from .estimator import DPPCA
-from .io import check_writable, write_json
-from .io.output import local_path
-from .io.storage import check_storage_options, display_location, filesystem, remote_error
-from .kernel import SpatialSign
-from .privacy.report import PrivacyReport
 
 __all__ = ["RESULT_FORMAT", "RESULT_FORMAT_VERSION", "load_result", "result_payload", "save_result"]
 
@@ -79,7 +79,8 @@ def save_result(
     overwrite_hint: str = "pass overwrite=True to replace it",
     checked: bool = False,
 ) -> str:
-    """Write ``est``'s result file (see :meth:`~dask_dppca.estimator.DPPCA.save`); where it went.
+    """Write ``est``'s result file (see
+    :meth:`~dask_dppca.decomposition.estimator.DPPCA.save`); where it went.
 
     ``checked``: the location was checked (:func:`~dask_dppca.io.output.check_writable`) before
     the fit, as the command line does; a file that appeared there since is then left
@@ -94,12 +95,12 @@ def save_result(
 
 
 def load_result(path: str | os.PathLike, *, storage_options: dict | None = None) -> DPPCA:
-    """A fitted :class:`~dask_dppca.estimator.DPPCA` from a result file.
+    """A fitted :class:`~dask_dppca.decomposition.estimator.DPPCA` from a result file.
 
     Parameters
     ----------
     path : str or os.PathLike
-        A result file written by :meth:`~dask_dppca.estimator.DPPCA.save` or
+        A result file written by :meth:`~dask_dppca.decomposition.estimator.DPPCA.save` or
         ``dask-dppca fit --output``: a local path (``~`` expanded) or an fsspec URL.
     storage_options : dict, optional
         fsspec options for a URL.
@@ -224,6 +225,6 @@ def _parameters(est: DPPCA) -> dict[str, Any]:
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__

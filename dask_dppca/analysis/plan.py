@@ -1,9 +1,9 @@
 """The plan of a whole analysis before a core turns: each stage's tasks, time and memory,
 and the privacy split.
 
-:func:`plan_analysis` answers what :func:`~dask_dppca.analysis.analyze` would do, with
+:func:`plan_analysis` answers what :func:`~dask_dppca.analysis.run.analyze` would do, with
 its defaults (read from ``analyze``'s own signature, so the two cannot drift apart):
-the directions' fit (a :class:`~dask_dppca.fit_plan.FitPlan` at the directions' share),
+the directions' fit (a :class:`~dask_dppca.planning.fit_plan.FitPlan` at the directions' share),
 the scree's passes over the pair sub-design (the same segments
 :mod:`dask_dppca.graph.scree` builds: :func:`~dask_dppca.graph.scree.scree_segments`),
 the score map's passes over the rows (runs of
@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from .fit_plan import FitPlan, _makespan, _seconds, _size
-from .machine import MachineModel, planning_model
-from .privacy.accounting import BudgetSplit, PlannedPart, split_budget
-from .privacy.calibration import validate_privacy_parameters
-from .validation import integer_at_least
+from ..planning.fit_plan import FitPlan, _makespan, _seconds, _size
+from ..planning.machine import MachineModel, planning_model
+from ..privacy.accounting import BudgetSplit, PlannedPart, split_budget
+from ..privacy.calibration import validate_privacy_parameters
+from ..validation import integer_at_least
 
 __all__ = ["AnalysisPlan", "StagePlan", "analyze_defaults", "plan_analysis"]
 
@@ -50,7 +50,7 @@ def analyze_defaults() -> dict[str, Any]:
     """``analyze``'s keyword defaults, read from its signature (k, epsilon, delta,
     methods, score map, ...): a plan of an analysis plans what ``analyze`` would run.
     """
-    from .analysis import analyze
+    from .run import analyze
 
     return {
         name: p.default
@@ -208,7 +208,7 @@ def plan_analysis(
     ----------
     X, n_components, epsilon, delta, split, methods, score_axes, score_methods, design,
     spatial_sign, radius, scheduler, component, storage_options, allow_fill_values
-        As for :func:`~dask_dppca.analysis.analyze`.
+        As for :func:`~dask_dppca.analysis.run.analyze`.
     score_map : bool, optional
         Whether the default score map is planned (``analyze``'s default: yes).
     grouped : bool, default False
@@ -217,14 +217,15 @@ def plan_analysis(
     workers, threads, memory_limit
         The cluster to plan for, as for ``DPPCA.plan``.
     machine : MachineModel, str or os.PathLike, optional
-        The machine model or its file; default :func:`~dask_dppca.machine.planning_model`
+        The machine model or its file; default :func:`~dask_dppca.planning.machine.planning_model`
         (the saved one, else a calibration kept per machine).
 
     Returns
     -------
     AnalysisPlan
     """
-    from .analysis import (
+    from ..decomposition.estimator import DPPCA
+    from .run import (
         _check_methods,
         _check_spatial_sign,
         _directions_target,
@@ -232,8 +233,7 @@ def plan_analysis(
         _split_rows,
         _table,
     )
-    from .estimator import DPPCA
-    from .score_map_stage import PrivateScoreMapStage
+    from .stages.score_map import PrivateScoreMapStage
 
     given = {
         "n_components": n_components,
@@ -320,8 +320,8 @@ def _design_plan(X, fit, design, component, storage_options, allow_fill_values):
     """The design plan the fit's plan was made from (the same :func:`plan_blocks` call),
     whether the rows are in memory, and the input's item size.
     """
-    from .design import plan_blocks
-    from .io.records import open_records
+    from ..design import plan_blocks
+    from ..io.records import open_records
 
     records = open_records(
         X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
@@ -347,7 +347,7 @@ def _directions_stage(fit: FitPlan) -> StagePlan:
 @cache
 def _scree_pairs(a: int, b: int, same: bool) -> int:
     """Record pairs of the scree sub-design of one block pair (blocks of ``a``, ``b`` rows)."""
-    from .kernel.scree_stats import scree_design
+    from ..kernel.scree_stats import scree_design
 
     return scree_design((a,), ((0, 0),))[0] if same else scree_design((a, b), ((0, 1),))[0]
 
@@ -356,7 +356,7 @@ def scree_passes(methods: Sequence[str]) -> int:
     """The scree's passes over its pair sub-design: the quantiles' histograms, the
     Gaussian means (clipped, winsorized, Huber step 1) together, and each later Huber step.
     """
-    from .analysis import HUBER_STEPS
+    from .run import HUBER_STEPS
 
     means = any(m in methods for m in ("clipped", "winsorized", "huber"))
     return 1 + int(means) + (HUBER_STEPS - 1 if "huber" in methods else 0)
@@ -364,8 +364,8 @@ def scree_passes(methods: Sequence[str]) -> int:
 
 def _scree_stage(fit, plan, methods, k, model, itemsize) -> tuple[StagePlan, dict[str, int]]:
     """The scree's passes over the same segments :mod:`dask_dppca.graph.scree` builds."""
-    from .graph.scree import merge_task_count, scree_segments
-    from .kernel.scree_stats import scree_design
+    from ..graph.scree import merge_task_count, scree_segments
+    from ..kernel.scree_stats import scree_design
 
     d = plan.n_features
     sizes, threads = plan.block_sizes, fit.cluster.n_threads
@@ -415,8 +415,8 @@ def _score_map_stage(fit, plan, in_memory, model, itemsize) -> StagePlan:
     """The projection of the rows (runs of :func:`pass_block_sizes`, or the fit's blocks
     when the rows are in memory), then the light passes over the (n, 2) scores.
     """
-    from .graph.lanes import pass_block_sizes
-    from .graph.scree import merge_task_count
+    from ..graph.lanes import pass_block_sizes
+    from ..graph.scree import merge_task_count
 
     d, n, threads = plan.n_features, plan.n_samples, fit.cluster.n_threads
     runs = plan.block_sizes if in_memory else pass_block_sizes(plan.block_sizes, d, threads)

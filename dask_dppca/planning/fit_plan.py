@@ -7,8 +7,8 @@ on a given cluster: the design ``"auto"`` picks and its blocks (through
 limit refuses plans of many tiny tasks), the graph's tasks (counted by
 :func:`dask_dppca.graph.lanes.graph_layout` from the layout the graph is built from), the
 bytes read, the peak memory of a worker, the wall time on the machine model
-(:mod:`dask_dppca.machine`), the release's sigma and, for a stated spectrum or a
-public pilot, the expected subspace error (:class:`dask_dppca.planning.UtilityModel`).
+(:mod:`dask_dppca.planning.machine`), the release's sigma and, for a stated spectrum or a
+public pilot, the expected subspace error (:class:`dask_dppca.planning.utility.UtilityModel`).
 A plan that does not fit (a worker's memory, a scheduler's task count) says so, with
 what to change and the number it needs (``FitPlan.problems``).
 """
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .compute.shape import ClusterShape
-from .design import (
+from ..compute.shape import ClusterShape
+from ..design import (
     SCHEDULER_TASK_LIMIT,
     Design,
     DesignPlan,
@@ -32,16 +32,16 @@ from .design import (
     plan_blocks,
     task_limit,
 )
-from .graph import graph_layout
-from .graph.lanes import GraphLayout
-from .io.records import Records
-from .io.storage import storage_kind
-from .io.zarr_input import chunk_reader
-from .kernel import SpatialSign, tile_rows_for_budget, tile_scratch_bytes
+from ..graph import graph_layout
+from ..graph.lanes import GraphLayout
+from ..io.records import Records
+from ..io.storage import storage_kind
+from ..io.zarr_input import chunk_reader
+from ..kernel import SpatialSign, tile_rows_for_budget, tile_scratch_bytes
+from ..privacy import PrivacyTarget, ReleaseMechanism
+from ..privacy.advice import release_warnings
+from ..privacy.noise import NoiseSampler, default_sampler
 from .machine import MachineModel
-from .privacy import PrivacyTarget, ReleaseMechanism
-from .privacy.advice import release_warnings
-from .privacy.noise import NoiseSampler, default_sampler
 
 __all__ = [
     "EXACT_SUM_DIGITS",
@@ -178,7 +178,7 @@ def plan_fit(
     shape : ClusterShape
         The cluster (:func:`dask_dppca.compute.shape.cluster_shape`).
     machine : MachineModel
-        Rates of the machine (:func:`dask_dppca.machine.load_machine_model`).
+        Rates of the machine (:func:`dask_dppca.planning.machine.load_machine_model`).
     spectrum : array_like, optional
         Eigenvalues of the scatter matrix, stated or from a public pilot: the expected
         accuracy is then predicted.
@@ -517,7 +517,7 @@ def _problems(
 
 
 def _accuracy(spectrum, n_components, spatial_sign, df, n, target, mechanism, plan):
-    from .planning import UtilityModel
+    from .utility import UtilityModel
 
     if spatial_sign.name not in ("sphere", "winsor"):
         return {"note": f"the utility model covers sphere and winsor, not {spatial_sign.name!r}"}

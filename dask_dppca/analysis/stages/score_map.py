@@ -1,7 +1,7 @@
 """The score-map stage of a private analysis: planned from public parameters, one budget.
 
 :class:`PrivateScoreMapStage` is the analysis' default
-:class:`~dask_dppca.analysis.ScoreMapStage`.  Before anything is read it states its parts
+:class:`~dask_dppca.analysis.run.ScoreMapStage`.  Before anything is read it states its parts
 (:meth:`~PrivateScoreMapStage.planned_parts`), from public parameters only (the bins,
 the methods, whether there are groups); the analysis splits its ONE total over these
 and every other part (:func:`~dask_dppca.privacy.accounting.split_budget`).  After the
@@ -31,14 +31,14 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from .compute.score_map import release_score_map
-from .graph.score_stats import project_scores
-from .privacy.accounting import BudgetSplit, PlannedPart
-from .privacy.charging import reserve_release
-from .privacy.laplace import SeededDiscreteLaplace
-from .privacy.noise import SeededSampler
-from .privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
-from .privacy.score_map import GROUP_COUNTS_SHARE, OTHER_GROUP, ScoreMap, ScoreMapMechanism
+from ...compute.score_map import release_score_map
+from ...graph.score_stats import project_scores
+from ...privacy.accounting import BudgetSplit, PlannedPart
+from ...privacy.charging import reserve_release
+from ...privacy.laplace import SeededDiscreteLaplace
+from ...privacy.noise import SeededSampler
+from ...privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
+from ...privacy.score_map import GROUP_COUNTS_SHARE, OTHER_GROUP, ScoreMap, ScoreMapMechanism
 
 __all__ = [
     "AUTO_BINS_NOISE_TV",
@@ -352,7 +352,7 @@ def resolve_groups(X: Any, groups: Any, component: str | None = None) -> tuple[A
 
     Parameters
     ----------
-    X : as for :func:`~dask_dppca.analysis.analyze`
+    X : as for :func:`~dask_dppca.analysis.run.analyze`
     groups : array-like, str or None
         A label array (numpy, list, pandas or dask Series, xarray DataArray, dask or Zarr
         array, or a Zarr array's path), or the NAME of a column of a (dask) DataFrame
@@ -419,11 +419,11 @@ def plot_scores(
     ----------
     score_map : ScoreMap
     by_group : bool, optional
-        One panel per group (:func:`~dask_dppca.score_plots.plot_group_panels`); the
+        One panel per group (:func:`~dask_dppca.analysis.plots.plot_group_panels`); the
         default when the map has groups.  Otherwise the pooled map
-        (:func:`~dask_dppca.score_plots.plot_score_map`).
+        (:func:`~dask_dppca.analysis.plots.plot_score_map`).
     method, floor_sigmas, synthetic, ax, rng
-        As for :func:`~dask_dppca.score_plots.plot_score_map` (``synthetic`` and ``ax``
+        As for :func:`~dask_dppca.analysis.plots.plot_score_map` (``synthetic`` and ``ax``
         for the pooled map only).
     reference, reference_groups : array-like, optional
         Raw scores (and their labels) the USER supplies, drawn labelled NOT PRIVATE.
@@ -434,7 +434,7 @@ def plot_scores(
     -------
     matplotlib.figure.Figure
     """
-    from .score_plots import plot_group_panels, plot_score_map
+    from ..plots import plot_group_panels, plot_score_map
 
     released = _released(score_map)
     if by_group is None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .privacy.score_map import ScoreMap
+from ..privacy.score_map import ScoreMap
 
 __all__ = [
     "OTHER_SIGMAS",
@@ -87,7 +87,7 @@ def shown_groups(score_map: ScoreMap, method: str | None = None) -> list[str]:
     size is above :data:`OTHER_SIGMAS` times its noise sigma (post-processing of a
     released count: an "other" of pure noise is not drawn).
     """
-    from .privacy.score_map import OTHER_GROUP
+    from ..privacy.score_map import OTHER_GROUP
 
     sizes = score_map.group_sizes(method)
     floor = OTHER_SIGMAS * group_size_sigma(score_map, method)
@@ -99,7 +99,7 @@ def group_colours(score_map: ScoreMap, colours: Any = None) -> dict[str, str]:
 
     ``colours`` (a palette, e.g. matplotlib's colour cycle) replaces the default ones.
     """
-    from .privacy.score_map import OTHER_GROUP
+    from ..privacy.score_map import OTHER_GROUP
 
     palette = list(colours) if colours else list(GROUP_COLOURS)
     return {

@@ -1,6 +1,6 @@
 """A publishable, self-contained HTML report of one private analysis.
 
-:func:`render_report` turns a :class:`~dask_dppca.analysis.PrivateAnalysis` (released
+:func:`render_report` turns a :class:`~dask_dppca.analysis.run.PrivateAnalysis` (released
 values and public parameters only) into ONE HTML file: the plots inline as base64 PNG,
 the style inline (print-friendly), no script, no font or image fetched at view time.
 It holds what a reviewer needs to re-derive every noise scale by hand: each part of the
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
-from .privacy.notices import notes_html
+from .. import __version__
+from ..privacy.notices import notes_html
 
 __all__ = [
     "NOT_PRIVATE",
@@ -122,7 +122,7 @@ def scree_figures(
 
 def score_map_of(result: Any) -> Any:
     """The result's score map as a :class:`~dask_dppca.privacy.score_map.ScoreMap`, or None."""
-    from .privacy.score_map import ScoreMap
+    from ..privacy.score_map import ScoreMap
 
     found = getattr(result, "score_map", None)
     if found is None or isinstance(found, ScoreMap):
@@ -242,7 +242,7 @@ def loadings_html(result: Any, feature_names: Sequence[str] | None = None) -> st
 
 
 def _map_caption(score_map: Any) -> str:
-    from .score_plots import noise_floor_sigmas
+    from .plots import noise_floor_sigmas
 
     hist = score_map.histogram()
     sigma, floor = hist.sigma, noise_floor_sigmas(score_map)
@@ -272,8 +272,8 @@ def score_map_figures(
     ``groups=False`` draws the synthetic points in one colour and no group panels;
     ``colours`` (a palette) recolours the synthetic points.
     """
-    from .privacy.score_map import OTHER_GROUP
-    from .score_plots import (
+    from ..privacy.score_map import OTHER_GROUP
+    from .plots import (
         group_size_sigma,
         noise_floor_sigmas,
         plot_group_panels,
@@ -333,7 +333,7 @@ def score_map_figures(
 def _score_map_parameters(score_map: Any) -> list[tuple[str, Any]]:
     if score_map is None:
         return [("score map", "none")]
-    from .privacy.score_map import OTHER_GROUP
+    from ..privacy.score_map import OTHER_GROUP
 
     a, b = score_map.axes
     frame = (score_map.privacy or {}).get("frame") or {}

@@ -9,10 +9,10 @@ import os
 
 import numpy as np
 
-from .design import plan_blocks
-from .kernel import resolve_spatial_sign
-from .privacy import PrivacyTarget, ReleaseMechanism
-from .privacy.noise import default_sampler
+from ..design import plan_blocks
+from ..kernel import resolve_spatial_sign
+from ..privacy import PrivacyTarget, ReleaseMechanism
+from ..privacy.noise import default_sampler
 from .theory import (
     _check_spectrum,
     _draw_elliptical,

@@ -8,7 +8,7 @@ anything is read; then release the directions (a :class:`~.DPPCA` fit at its sha
 along them the scree statistics (:mod:`dask_dppca.privacy.scree`), each stage one Dask
 reduction released on the trusted worker.  The score map is one more stage with its own
 parts (:class:`ScoreMapStage`; by default
-:class:`~dask_dppca.score_map_stage.PrivateScoreMapStage`, per group with ``groups``).
+:class:`~dask_dppca.analysis.stages.score_map.PrivateScoreMapStage`, per group with ``groups``).
 
 The result, :class:`PrivateAnalysis`, holds only released values and public parameters:
 re-plotting, choosing k, saving and loading never recompute or spend anything.
@@ -28,28 +28,28 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .compute import ClusterTarget, compute_target
-from .compute.budget_config import budgets_to_charge
-from .compute.failures import lost_scheduler
-from .compute.placement import untrusted_warning_given
-from .compute.statistic import release_statistic
-from .estimator import DPPCA
-from .graph import pass_block_sizes
-from .graph.scree import scree_histogram_graph, scree_sums_graph
-from .io import open_records
-from .io.fingerprint import check_unchanged, store_fingerprint
-from .io.output import write_bytes, write_json
-from .kernel import resolve_spatial_sign
-from .kernel.scree_stats import scree_design, sub_block_pairs_per_record, summation_slack
-from .privacy.accounting import BudgetSplit, PlannedPart, compose, split_budget
-from .privacy.budget import PartsCharge
-from .privacy.calibration import gaussian_dp_epsilon, gaussian_dp_mu, validate_privacy_parameters
-from .privacy.charging import reserve_release, reserve_transaction
-from .privacy.noise import NoiseSampler, OpenDPSampler, SeededSampler
-from .privacy.notices import directions_note, release_notices, scree_default
-from .privacy.parts import part_to_dict
-from .privacy.score_map import ScoreMap
-from .privacy.scree import (
+from ..compute import ClusterTarget, compute_target
+from ..compute.budget_config import budgets_to_charge
+from ..compute.failures import lost_scheduler
+from ..compute.placement import untrusted_warning_given
+from ..compute.statistic import release_statistic
+from ..decomposition.estimator import DPPCA
+from ..graph import pass_block_sizes
+from ..graph.scree import scree_histogram_graph, scree_sums_graph
+from ..io import open_records
+from ..io.fingerprint import check_unchanged, store_fingerprint
+from ..io.output import write_bytes, write_json
+from ..kernel import resolve_spatial_sign
+from ..kernel.scree_stats import scree_design, sub_block_pairs_per_record, summation_slack
+from ..privacy.accounting import BudgetSplit, PlannedPart, compose, split_budget
+from ..privacy.budget import PartsCharge
+from ..privacy.calibration import gaussian_dp_epsilon, gaussian_dp_mu, validate_privacy_parameters
+from ..privacy.charging import reserve_release, reserve_transaction
+from ..privacy.noise import NoiseSampler, OpenDPSampler, SeededSampler
+from ..privacy.notices import directions_note, release_notices, scree_default
+from ..privacy.parts import part_to_dict
+from ..privacy.score_map import ScoreMap
+from ..privacy.scree import (
     CLIP_MULTIPLE,
     HUBER_MULTIPLE,
     METHODS,
@@ -66,9 +66,9 @@ from .privacy.scree import (
     scree_scales,
     winsorizing_level,
 )
-from .report_html import input_feature_names
-from .score_map_stage import PrivateScoreMapStage, plot_scores, resample_synthetic, resolve_groups
-from .validation import integer_at_least
+from ..validation import integer_at_least
+from .report import input_feature_names
+from .stages.score_map import PrivateScoreMapStage, plot_scores, resample_synthetic, resolve_groups
 
 __all__ = ["PrivateAnalysis", "ScoreMapStage", "analyze"]
 
@@ -261,14 +261,14 @@ class PrivateAnalysis:
     def plot_scores(self, **kwargs: Any) -> Any:
         """The private score map (per group when it has groups); a non-private reference
         only when passed, labelled NOT PRIVATE.  Free: see
-        :func:`~dask_dppca.score_map_stage.plot_scores` for the options.
+        :func:`~dask_dppca.analysis.stages.score_map.plot_scores` for the options.
         """
         return plot_scores(self.score_map, **kwargs)
 
     def resample_synthetic(self, size: int | None = None, **kwargs: Any) -> dict[str, Any]:
         """Synthetic points per group from the released map (post-processing, free).
 
-        See :func:`~dask_dppca.score_map_stage.resample_synthetic`.
+        See :func:`~dask_dppca.analysis.stages.score_map.resample_synthetic`.
         """
         return resample_synthetic(self.score_map, size, **kwargs)
 
@@ -349,7 +349,7 @@ class PrivateAnalysis:
             return cls.from_dict(json.load(handle))
 
     def to_html(self, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> str:
-        """The publishable, self-contained HTML report (:mod:`dask_dppca.report_html`).
+        """The publishable, self-contained HTML report (:mod:`dask_dppca.analysis.report`).
 
         Parameters
         ----------
@@ -364,7 +364,7 @@ class PrivateAnalysis:
         str
             The HTML text.
         """
-        from .report_html import render_report
+        from .report import render_report
 
         text = render_report(self, **kwargs)
         if path is not None:  # whole, mode 0600 when new: as save()
@@ -548,7 +548,7 @@ def analyze(
     Parameters
     ----------
     X : array-like, dask array, Zarr store or path, xarray, dask DataFrame
-        As for :meth:`~dask_dppca.estimator.DPPCA.fit`.
+        As for :meth:`~dask_dppca.decomposition.estimator.DPPCA.fit`.
     n_components : int, default 5
         k, the directions and scree values released.
     epsilon, delta : float
@@ -561,24 +561,24 @@ def analyze(
         ``"robust"`` (the robust one costs nothing beyond the quantiles all need).
     score_map : ScoreMapStage or bool, default True
         True: the private score map of components ``score_axes``
-        (:class:`~dask_dppca.score_map_stage.PrivateScoreMapStage`); False or None: none;
+        (:class:`~dask_dppca.analysis.stages.score_map.PrivateScoreMapStage`); False or None: none;
         or a stage of your own.  Its parts join the split.
     groups : array-like or str, optional
         One label per row, or the name of a column / variable / array of ``X``
-        (:func:`~dask_dppca.score_map_stage.resolve_groups`): per-group score maps.
+        (:func:`~dask_dppca.analysis.stages.score_map.resolve_groups`): per-group score maps.
     group_domain : sequence, optional
         The PUBLIC labels of ``groups`` (required with it); others count as "other".
     score_axes : (int, int), default (0, 1)
         The components of the score map (0-based).
     bins : (int, int), optional
         The score map's grid; by default one that grows with n epsilon, from public
-        parameters only (:func:`~dask_dppca.score_map_stage.auto_bins`).
+        parameters only (:func:`~dask_dppca.analysis.stages.score_map.auto_bins`).
     score_methods : sequence of str, default ("additive",)
         The score map's histograms: ``"additive"`` and/or ``"sparse"``.
     mono : bool, default False
         Monotone (non-increasing) post-processing of each method's values.
     spatial_sign : {"sphere", "winsor"}, default "sphere"
-        The directions' spatial sign (:class:`~dask_dppca.estimator.DPPCA`): "sphere"
+        The directions' spatial sign (:class:`~dask_dppca.decomposition.estimator.DPPCA`): "sphere"
         estimates the spatial Kendall matrix's eigenvectors (the covariance's for
         elliptical data); "winsor" with a PUBLIC ``radius`` in the data's units (of
         ``(x_i - x_j) / sqrt 2``) counts pairs closer than it with their full
@@ -586,12 +586,12 @@ def analyze(
     radius : float, optional
         The winsorizing radius (``spatial_sign="winsor"``).  Never tune it on the data.
     design, scheduler, trusted_worker, require_trusted, progress, component, storage_options
-        As for :class:`~dask_dppca.estimator.DPPCA` and its ``fit``.
+        As for :class:`~dask_dppca.decomposition.estimator.DPPCA` and its ``fit``.
     random_state : int, optional
         NOT PRIVATE: seeds every noise draw, for tests and examples only.
     allow_fill_values : bool, default False
-        As for :meth:`~dask_dppca.estimator.DPPCA.fit`: read chunks missing from a Zarr
-        store as its fill value (a store written sparsely on purpose).
+        As for :meth:`~dask_dppca.decomposition.estimator.DPPCA.fit`: read
+        chunks missing from a Zarr store as its fill value (a store written sparsely on purpose).
     show_split : callable, optional
         Called with the split table (text) before anything is read (``print`` shows it).
 

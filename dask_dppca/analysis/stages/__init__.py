@@ -1,0 +1,1 @@
+"""The analysis's stages, one module per stage."""

@@ -1,0 +1,288 @@
+"""Measuring the machine model (``dask-dppca bench --save``, benchmarks/bench_plan.py).
+
+Measuring fits a small :class:`~dask_dppca.DPPCA` (a fit's fixed cost), so it lives on
+the bench side, above the estimator: the model itself (:mod:`dask_dppca.planning.machine`)
+and the plans that read it import nothing of the estimator.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from ..planning.machine import MachineModel, kernel_rate
+
+__all__ = ["measure_machine_model", "measure_reads"]
+
+
+# -- measuring -------------------------------------------------------------------------
+
+
+def measure_machine_model(
+    widths: tuple[int, ...] = (8, 32, 128, 512),
+    *,
+    quick: bool = False,
+    client: Any = None,
+) -> MachineModel:
+    """Measure this machine's model (a few seconds; ``quick``: smaller loops).
+
+    The kernel on one thread (a within-block sum, best of a few, in the thread's CPU
+    time: the machine's rate, not its load at the moment) and its cost per call, Zarr
+    reads of one thread from a local store per codec (none, zstd) and their cost per
+    read (on one of ``client``'s workers when given), a no-op task's cost on a cluster
+    (``client``'s, else a fresh in-process LocalCluster like the embedded one), a small
+    fit's fixed cost there, and an idle worker's memory after that fit.  Seeds generate
+    benchmark data only.
+    """
+    if client is None:
+        kernel, call, rows, reads, read_calls = _kernel_and_reads(widths, quick)
+    else:
+        first = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+        measured = client.run(_kernel_and_reads, widths, quick, workers=[first])
+        kernel, call, rows, reads, read_calls = measured[first]
+    task, fixed, baseline = _cluster_costs(client, quick)
+    return MachineModel(
+        kernel,
+        reads,
+        task,
+        fixed,
+        baseline,
+        f"measured on {platform.node() or 'this machine'} ({os.cpu_count()} CPUs) at "
+        f"{datetime.now(UTC).isoformat(timespec='seconds')}",
+        kernel_call_seconds=call,
+        read_call_seconds=read_calls,
+        kernel_row_seconds=rows,
+    )
+
+
+def _best(call, repeats: int) -> float:
+    best = math.inf
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _kernel_row_seconds(d: int, quick: bool) -> float:
+    """The kernel's cost per block row: a block of ``b`` fresh rows against one row, for
+    two sizes ``b`` (the slope; the pairs are ``b``, negligible), median of several, in
+    CPU time.  Fresh blocks each call, as in a fit (each block is read anew).
+    """
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    from ..kernel import block_pair_sum
+
+    small, large, count = 128, (1024 if quick else 4096), (8 if quick else 20)
+    rng = np.random.default_rng()  # benchmark data (any values, no seed)
+    blocks = [rng.standard_normal((large, d)) for _ in range(count)]
+    one = rng.standard_normal((1, d))
+    block_pair_sum(blocks[0][:64])  # compile, or load from the cache
+
+    def median_seconds(rows: int) -> float:
+        times = []
+        for block in blocks:
+            started = time.thread_time()
+            block_pair_sum(block[:rows], one)
+            times.append(time.thread_time() - started)
+        return float(np.median(times))
+
+    with threadpool_limits(1):
+        slope = (median_seconds(large) - median_seconds(small)) / (large - small)
+    return max(slope, 1e-9)
+
+
+def _kernel_call_seconds(d: int, rate: float, row_seconds: float) -> float:
+    """The kernel's cost per call beyond its pairs and rows: two 128-row blocks, best of
+    20, in CPU time.
+    """
+    import numpy as np
+
+    from ..kernel import block_pair_sum
+
+    x = np.random.default_rng().standard_normal((256, d))  # benchmark data (any values, no seed)
+    best = math.inf
+    for _ in range(20):
+        started = time.thread_time()
+        block_pair_sum(x[:128], x[128:])
+        best = min(best, time.thread_time() - started)
+    return max(0.0, best - 128 * 128 / rate - 256 * row_seconds)
+
+
+def _read_rates(quick: bool) -> tuple[dict[str, float], dict[str, float]]:
+    """One thread's read rates and fixed costs per read: memory, and a local disk per codec."""
+    import tempfile
+
+    import numpy as np
+
+    rows, d = (20_000 if quick else 80_000), 32
+    x = np.random.default_rng().standard_normal((rows // 2, d))  # benchmark data, no seed
+    rates = {"memory": x.nbytes / _best(lambda: np.array(x, copy=True), 3)}
+    calls: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for codec in ("none", "zstd"):
+            key = f"local/{codec}"
+            rates[key], calls[key] = measure_reads(
+                os.path.join(folder, codec), codec=codec, quick=quick
+            )
+    return rates, calls
+
+
+def measure_reads(
+    location: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    codec: str = "zstd",
+    quick: bool = False,
+) -> tuple[float, float]:
+    """One thread's Zarr read rate at ``location`` and the fixed cost of one read.
+
+    Writes two small stores of random benchmark rows under ``location`` (a local folder
+    or an fsspec URL the caller may write, e.g. ``s3://bucket/scratch``; the same
+    ``storage_options`` as a fit), times their reads through the fit's own chunk
+    reader, and removes them.  The rate comes from chunks of ``rows / 4`` rows, every
+    chunk read, best of several (a read of a few milliseconds varied 3x from run to run
+    as two reads, best of 3); the fixed cost of a read from 40 chunks of 64 rows, less
+    their bytes at that rate (on an object store: a request's round trip, which blocks
+    of a few hundred KiB pay once each).  No user data is read.
+
+    Parameters
+    ----------
+    location : str
+        Where the benchmark stores go, under ``dask-dppca-read-rate.zarr`` and
+        ``dask-dppca-read-call.zarr``.
+    storage_options : dict, optional
+        fsspec options for a URL.
+    codec : {"zstd", "none"}, default "zstd"
+        The stores' compressor.
+    quick : bool, default False
+        20 000 rows instead of 80 000, fewer repeats.
+
+    Returns
+    -------
+    (float, float)
+        Decoded bytes per second, and seconds per read beyond its bytes.
+    """
+    import numpy as np
+    import zarr
+    from zarr.codecs import ZstdCodec
+
+    from ..io import open_records
+    from ..io.storage import filesystem
+    from ..io.zarr_input import chunk_reader
+
+    if codec not in ("zstd", "none"):
+        raise ValueError(f"codec: must be 'zstd' or 'none', got {codec!r}")
+    compressors = [ZstdCodec()] if codec == "zstd" else None
+    rows, d = (20_000 if quick else 80_000), 32
+    x = np.random.default_rng().standard_normal((rows, d))  # benchmark data (any values, no seed)
+    base = location.rstrip("/")
+    rate_store, call_store = (f"{base}/dask-dppca-read-{name}.zarr" for name in ("rate", "call"))
+
+    def reader(store: str, shape: tuple[int, int], chunk: int) -> Any:
+        z = zarr.create_array(
+            store,
+            shape=shape,
+            chunks=(chunk, d),
+            dtype="f8",
+            compressors=compressors,
+            overwrite=True,
+            storage_options=storage_options,
+        )
+        z[:] = x[: shape[0]]
+        blocks = chunk_reader(open_records(store, storage_options=storage_options).array)
+        assert blocks is not None  # a Zarr store's own reads
+        return blocks
+
+    try:
+        big = reader(rate_store, x.shape, rows // 4)
+        seconds = _best(
+            lambda: [big[k : k + rows // 4, :] for k in range(0, rows, rows // 4)],
+            3 if quick else 9,
+        )
+        rate = x.nbytes / seconds
+        small = reader(call_store, (2560, d), 64)
+        each = _best(lambda: [small[k : k + 64, :] for k in range(0, 2560, 64)], 3) / 40
+    finally:
+        for store in (rate_store, call_store):
+            fs, path = filesystem(store, storage_options)
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+    return rate, max(0.0, each - 64 * d * 8 / rate)
+
+
+def _kernel_and_reads(
+    widths: tuple[int, ...], quick: bool
+) -> tuple[dict[int, float], float, dict[int, float], dict[str, float], dict[str, float]]:
+    """The kernel's rates, call and row costs, and the reads' rates and call costs, where it runs
+    (a worker's process, when measured through a client: a worker's allocator and threads).
+    """
+    rows = {d: _kernel_row_seconds(d, quick) for d in widths}
+    kernel = {d: kernel_rate(d, 1024 if quick else 2048, rows[d]) for d in widths}
+    call = _kernel_call_seconds(widths[0], kernel[widths[0]], rows[widths[0]])
+    reads, read_calls = _read_rates(quick)
+    return kernel, call, rows, reads, read_calls
+
+
+def _cluster_costs(client: Any, quick: bool) -> tuple[float, float, int]:
+    """(seconds per no-op task, a fit's fixed seconds, an idle worker's bytes)."""
+    import distributed
+    import numpy as np
+
+    own = client is None
+    if own:
+        cluster = distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=os.cpu_count() or 1,
+            processes=False,
+            dashboard_address="127.0.0.1:0",
+        )
+        client = distributed.Client(cluster, set_as_default=False)
+    try:
+        count = 200 if quick else 2000
+        import dask
+
+        def no_op_graph():
+            return [dask.delayed(_no_op, pure=False)(k) for k in range(count)]
+
+        dask.compute(*no_op_graph(), scheduler=client)  # warm
+        per_task = _best(lambda: dask.compute(*no_op_graph(), scheduler=client), 2) / count
+        import tempfile
+        import warnings
+
+        import zarr
+
+        from ..decomposition.estimator import DPPCA
+
+        est = DPPCA(n_components=1, scheduler=client, random_state=0)
+        with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # seeded (non-private) noise: timing only
+            store = os.path.join(folder, "small.zarr")
+            z = zarr.create_array(store, shape=(1000, 4), chunks=(500, 4), dtype="f8")
+            z[:] = np.random.default_rng().standard_normal(
+                (1000, 4)
+            )  # benchmark data (any values, no seed)
+            est.fit(store)
+            fixed = _best(lambda: est.fit(store), 2)
+        baseline = max(int(v) for v in client.run(_rss).values())
+    finally:
+        if own:
+            client.close()
+            cluster.close()
+    return per_task, fixed, baseline
+
+
+def _no_op(k: int) -> int:
+    return k
+
+
+def _rss() -> int:
+    """The resident memory of the process it runs in, now, in bytes."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
