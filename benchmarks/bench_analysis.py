@@ -206,7 +206,7 @@ def wall_time(n: int, d: int, repeats: int, groups: bool = False) -> None:
 
 def what_was_computed(result: dd.PrivateAnalysis) -> str:
     """The analysis' stages and passes over the data, read from its released result."""
-    from dask_dppca.analysis.run import HUBER_STEPS
+    from dask_dppca.analysis.stages.scree import HUBER_STEPS
 
     k = result.meta["n_components"]
     methods = result.meta["methods"]

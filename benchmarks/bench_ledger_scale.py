@@ -26,7 +26,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from dask_dppca.analysis.run import _scree_plan
+from dask_dppca.analysis.stages.scree import scree_parts as _scree_plan
 from dask_dppca.privacy import BudgetExceededError, PrivacyBudget
 from dask_dppca.privacy.accounting import PlannedPart, compose, split_budget
 from dask_dppca.privacy.budget import PartsCharge

@@ -26,7 +26,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 _PUBLIC = {
     "DPPCA": "decomposition.estimator",
     "analyze": "analysis.run",
-    "PrivateAnalysis": "analysis.run",
+    "PrivateAnalysis": "analysis.result",
     "plan_analysis": "analysis.plan",
     "AnalysisPlan": "analysis.plan",
     "kendall_matrix": "decomposition.reference",
@@ -58,7 +58,8 @@ __all__ = list(_PUBLIC)
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     __version__: str
     from .analysis.plan import AnalysisPlan, plan_analysis  # noqa: F401
-    from .analysis.run import PrivateAnalysis, analyze  # noqa: F401
+    from .analysis.result import PrivateAnalysis  # noqa: F401
+    from .analysis.run import analyze  # noqa: F401
     from .compute.placement import UntrustedReleaseWarning  # noqa: F401
     from .compute.waits import ClusterStalledError  # noqa: F401
     from .decomposition.estimator import DPPCA  # noqa: F401

@@ -225,15 +225,10 @@ def plan_analysis(
     AnalysisPlan
     """
     from ..decomposition.estimator import DPPCA
-    from .run import (
-        _check_methods,
-        _check_spatial_sign,
-        _directions_target,
-        _scree_plan,
-        _split_rows,
-        _table,
-    )
+    from .result import privacy_table_text, split_rows
+    from .stages.directions import check_spatial_sign, directions_target
     from .stages.score_map import PrivateScoreMapStage
+    from .stages.scree import check_methods, scree_parts
 
     given = {
         "n_components": n_components,
@@ -250,9 +245,9 @@ def plan_analysis(
     chosen = {name: defaults[name] if v is None else v for name, v in given.items()}
     k = integer_at_least("n_components", chosen["n_components"], 1)
     eps, dlt = validate_privacy_parameters(chosen["epsilon"], chosen["delta"])
-    scree_methods = _check_methods(chosen["methods"])
-    _check_spatial_sign(chosen["spatial_sign"], radius)
-    planned = [PlannedPart("directions", "directions", "gaussian"), *_scree_plan(k, scree_methods)]
+    scree_methods = check_methods(chosen["methods"])
+    check_spatial_sign(chosen["spatial_sign"], radius)
+    planned = [PlannedPart("directions", "directions", "gaussian"), *scree_parts(k, scree_methods)]
     with_map = bool(chosen["score_map"])
     if with_map:
         # planned_parts reads whether there are labels, never the labels: a stand-in.
@@ -262,13 +257,13 @@ def plan_analysis(
             axes=chosen["score_axes"],
             methods=chosen["score_methods"],
         )
-        planned += stage.planned_parts(k)
+        planned += stage.planned_parts(k, 0)
     divided = split_budget(eps, dlt, planned, split)
-    shown = _table(_split_rows(divided), ("stage", "release", "guarantee", "parameter"))
+    shown = privacy_table_text(split_rows(divided), ("stage", "release", "guarantee", "parameter"))
     split_text = f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}"
     mu_dir = divided.part("directions", "directions")
     assert hasattr(mu_dir, "mu")  # the directions' part is Gaussian (as analyze asserts)
-    eps_dir, dlt_dir = _directions_target(mu_dir.mu, dlt / 2.0)
+    eps_dir, dlt_dir = directions_target(mu_dir.mu, dlt / 2.0)
 
     model = machine if isinstance(machine, MachineModel) else planning_model(machine)
     fit = DPPCA(
@@ -356,7 +351,7 @@ def scree_passes(methods: Sequence[str]) -> int:
     """The scree's passes over its pair sub-design: the quantiles' histograms, the
     Gaussian means (clipped, winsorized, Huber step 1) together, and each later Huber step.
     """
-    from .run import HUBER_STEPS
+    from .stages.scree import HUBER_STEPS
 
     means = any(m in methods for m in ("clipped", "winsorized", "huber"))
     return 1 + int(means) + (HUBER_STEPS - 1 if "huber" in methods else 0)

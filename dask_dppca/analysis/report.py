@@ -1,6 +1,6 @@
 """A publishable, self-contained HTML report of one private analysis.
 
-:func:`render_report` turns a :class:`~dask_dppca.analysis.run.PrivateAnalysis` (released
+:func:`render_report` turns a :class:`~dask_dppca.analysis.result.PrivateAnalysis` (released
 values and public parameters only) into ONE HTML file: the plots inline as base64 PNG,
 the style inline (print-friendly), no script, no font or image fetched at view time.
 It holds what a reviewer needs to re-derive every noise scale by hand: each part of the

@@ -1,6 +1,6 @@
 """The app's past releases: result files in a folder beside the ledger.
 
-Every release the app makes is saved as a :class:`~dask_dppca.analysis.run.PrivateAnalysis`
+Every release the app makes is saved as a :class:`~dask_dppca.analysis.result.PrivateAnalysis`
 JSON file in ``LEDGER.releases/`` (or kept in memory without a ledger), so a reload of
 the page, or a new app on the same ledger, lists and reopens them.  Reopening reads the
 file: it recomputes and spends nothing.
@@ -53,7 +53,7 @@ class ReleaseStore:
 
     def load(self, key: str) -> Any:
         """The release saved under ``key`` (read, not recomputed)."""
-        from ..analysis.run import PrivateAnalysis
+        from ..analysis.result import PrivateAnalysis
 
         if self.folder is None:
             return self._memory[key]

@@ -1,7 +1,7 @@
 """What a released analysis says about itself: which scree to read, what the directions
 estimate, and where a release is pure noise (post-processing of released values only).
 
-Everything here reads a released record (:meth:`~dask_dppca.analysis.run.PrivateAnalysis.to_dict`
+Everything here reads a released record (:meth:`~dask_dppca.analysis.result.PrivateAnalysis.to_dict`
 or the result itself): the scree values, the noise scales of the privacy table, the
 released pair quantiles, the score map's frame and noisy group sizes.  Nothing reads the
 data, so nothing here costs privacy (docs/privacy.md, "Notices").
@@ -185,7 +185,7 @@ def release_notices(record: Any) -> list[str]:
     Parameters
     ----------
     record : PrivateAnalysis or mapping
-        The analysis, or its :meth:`~dask_dppca.analysis.run.PrivateAnalysis.to_dict` record.
+        The analysis, or its :meth:`~dask_dppca.analysis.result.PrivateAnalysis.to_dict` record.
 
     Returns
     -------

@@ -170,7 +170,7 @@ def test_the_app_releases_within_the_ledger_and_explores_for_free(app, browser):
         ]
     saved = sorted(os.listdir(ledger + ".releases"))
     assert len(saved) == 1
-    from dask_dppca.analysis.run import PrivateAnalysis
+    from dask_dppca.analysis.result import PrivateAnalysis
 
     result = PrivateAnalysis.load(os.path.join(ledger + ".releases", saved[0]))
     expected = [part_from_dict(p) for p in result.meta["parts"]]

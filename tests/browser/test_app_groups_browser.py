@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import zarr
 
-from dask_dppca.analysis.run import PrivateAnalysis
+from dask_dppca.analysis.result import PrivateAnalysis
 from dask_dppca.privacy.budget import PrivacyBudget
 from tests.browser import panel_dom as dom
 from tests.browser.conftest import console_errors, not_blank, screenshot_dir

@@ -14,7 +14,7 @@ import pytest
 
 import dask_dppca as dd
 from dask_dppca.analysis.report import render_report
-from dask_dppca.analysis.run import PrivateAnalysis
+from dask_dppca.analysis.result import PrivateAnalysis
 from dask_dppca.privacy.accounting import compose
 from dask_dppca.privacy.parts import GaussianPart, PureDPPart
 from tests.browser.conftest import console_errors, not_blank, screenshot_dir

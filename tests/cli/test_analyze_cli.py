@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from dask_dppca.analysis.run import PrivateAnalysis
+from dask_dppca.analysis.result import PrivateAnalysis
 from dask_dppca.cli import EXIT_USAGE, main
 from tests.cli import CONSOLE_SCRIPT, write_labels, write_store
 

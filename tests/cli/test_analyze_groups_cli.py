@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zarr
 
-from dask_dppca.analysis.run import PrivateAnalysis
+from dask_dppca.analysis.result import PrivateAnalysis
 from dask_dppca.cli import EXIT_USAGE, main
 from tests.cli import write_labels, write_store
 

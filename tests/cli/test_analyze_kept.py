@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import dask_dppca as dd
-from dask_dppca.analysis.run import PrivateAnalysis
+from dask_dppca.analysis.result import PrivateAnalysis
 from dask_dppca.analysis.stages.score_map import PrivateScoreMapStage
 from dask_dppca.cli import main
 from tests.cli import write_store
@@ -98,10 +98,12 @@ def test_a_full_disk_at_the_output_keeps_the_paid_for_result_and_names_where(tmp
 class _BrokenMap:
     """A score map stage that fails after the directions and the scree were released."""
 
-    def planned_parts(self, k):
-        return PrivateScoreMapStage(None, None).planned_parts(k)
+    name = "score_map"
 
-    def run(self, context, split):
+    def planned_parts(self, k, d):
+        return PrivateScoreMapStage(None, None).planned_parts(k, d)
+
+    def run(self, context):
         raise RuntimeError("the cluster went away")
 
 

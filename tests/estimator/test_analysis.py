@@ -15,7 +15,7 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld
 
 import dask_dppca as dd
-from dask_dppca.analysis.run import PrivateAnalysis
+from dask_dppca.analysis.result import PrivateAnalysis
 from dask_dppca.privacy.parts import GaussianPart, PureDPPart
 
 SPECTRUM = np.array([16.0, 4.0, 1.0, 1.0, 1.0])
@@ -127,17 +127,20 @@ def test_the_fitted_estimator_keeps_working(data):
 class _StubScoreMap:
     """A score-map stage as the score-map mechanisms will plug in: its own parts."""
 
-    def planned_parts(self, n_components):
+    name = "score_map"
+
+    def planned_parts(self, n_components, n_features):
         from dask_dppca.privacy.accounting import PlannedPart
 
         return [PlannedPart("score_map", "histogram", "gaussian")]
 
-    def run(self, context, split):
-        part = split.part("score_map", "histogram")
-        assert context["directions"].shape[0] == 2 and "blocks" in context
-        return {"bins": [1, 2]}, [
-            {"stage": "score_map", "release": "histogram", "guarantee": "mu-GDP", "mu": part.mu}
-        ]
+    def run(self, context):
+        from dask_dppca.analysis.stage import StageOutput
+
+        part = context.split.part("score_map", "histogram")
+        assert context.released_directions.shape[0] == 2 and context.blocks is not None
+        row = {"stage": "score_map", "release": "histogram", "guarantee": "mu-GDP", "mu": part.mu}
+        return StageOutput({"bins": [1, 2]}, [row])
 
 
 def test_a_score_map_stage_plugs_in_with_its_own_parts(data):

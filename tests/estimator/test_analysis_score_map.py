@@ -20,8 +20,9 @@ from dp_accounting.pld import common
 from dp_accounting.pld import privacy_loss_distribution as pld
 
 import dask_dppca as dd
-from dask_dppca.analysis.run import PrivateAnalysis, _scree_plan
+from dask_dppca.analysis.result import PrivateAnalysis
 from dask_dppca.analysis.stages.score_map import PrivateScoreMapStage, resolve_groups
+from dask_dppca.analysis.stages.scree import scree_parts as _scree_plan
 from dask_dppca.privacy.accounting import PlannedPart, split_budget
 from dask_dppca.privacy.parts import (
     ApproxDPPart,

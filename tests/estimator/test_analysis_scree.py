@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dask_dppca as dd
-from dask_dppca.analysis.run import PrivateAnalysis
+from dask_dppca.analysis.result import PrivateAnalysis
 from dask_dppca.privacy.notices import (
     SCREE_DEFAULT_ORDER,
     release_notices,

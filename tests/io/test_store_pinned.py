@@ -10,7 +10,7 @@ import pytest
 import zarr
 
 import dask_dppca as dd
-from dask_dppca.analysis import run as analysis
+from dask_dppca.analysis.stages import directions as directions_stage
 from dask_dppca.io.fingerprint import StoreChangedError, store_fingerprint
 
 pytestmark = pytest.mark.timeout(300)
@@ -42,7 +42,7 @@ def test_a_store_rewritten_after_the_directions_is_refused(tmp_path, monkeypatch
             _write(store, 2)  # another process rewrites the store meanwhile
             return fitted
 
-    monkeypatch.setattr(analysis, "DPPCA", RewritesAfterItsFit)
+    monkeypatch.setattr(directions_stage, "DPPCA", RewritesAfterItsFit)
     budget = dd.PrivacyBudget(10.0, 1e-4)
     with warnings.catch_warnings(), budget, pytest.raises(StoreChangedError) as changed:
         warnings.simplefilter("ignore")

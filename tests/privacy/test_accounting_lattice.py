@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dask_dppca.privacy.accounting as accounting
-from dask_dppca.analysis.run import _scree_plan
+from dask_dppca.analysis.stages.scree import scree_parts as _scree_plan
 from dask_dppca.privacy import BudgetExceededError, GaussianCharge, PrivacyBudget
 from dask_dppca.privacy.accounting import (
     MAX_OUTCOMES,

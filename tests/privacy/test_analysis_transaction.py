@@ -230,10 +230,12 @@ def test_a_stage_never_started_is_given_back_and_a_started_one_stays(data, tmp_p
     class Broken:
         """A score map stage that fails before it reads anything."""
 
-        def planned_parts(self, k):
-            return PrivateScoreMapStage(None, None).planned_parts(k)
+        name = "score_map"
 
-        def run(self, context, split):
+        def planned_parts(self, k, d):
+            return PrivateScoreMapStage(None, None).planned_parts(k, d)
+
+        def run(self, context):
             raise RuntimeError("the stage broke before its release")
 
     path = _ledger(tmp_path)
@@ -248,12 +250,12 @@ def test_a_stage_never_started_is_given_back_and_a_started_one_stays(data, tmp_p
 
 
 def test_a_stage_that_fails_before_its_dispatch_is_given_back(data, tmp_path, monkeypatch):
-    from dask_dppca.analysis import run as analysis
+    from dask_dppca.analysis.stages import scree
 
     def broken(*args, **kwargs):
         raise RuntimeError("the scree graph failed before any release")
 
-    monkeypatch.setattr(analysis, "scree_histogram_graph", broken)
+    monkeypatch.setattr(scree, "scree_histogram_graph", broken)
     path = _ledger(tmp_path)
     with dd.PrivacyBudget.open(path), pytest.raises(RuntimeError, match="scree graph"):
         _analyze(data)

@@ -174,28 +174,20 @@ def test_the_scheduler_lost_between_the_stages_of_an_analysis(
 ):
     """Killed after the directions' (or the scree's) release: one SchedulerLostError naming
     what was released, the released stages kept with it, the rest given back."""
-    from dask_dppca.analysis import run as analysis
+    from dask_dppca.analysis.stages.score_map import PrivateScoreMapStage
+    from dask_dppca.analysis.stages.scree import ScreeStage
 
     store = _store(tmp_path, 2000)
     ledger = tmp_path / "ledger.sqlite"
     PrivacyBudget(10.0, 1e-5, ledger=ledger, create=True)
-    stage = "_scree_stage" if after == "directions" else "PrivateScoreMapStage"
-    if after == "directions":
-        real = analysis._scree_stage
+    stage = ScreeStage if after == "directions" else PrivateScoreMapStage
+    real_run = stage.run
 
-        def scree_after_a_kill(*args, **kwargs):
-            _kill_scheduler(cluster)
-            return real(*args, **kwargs)
+    def run_after_a_kill(self, context):
+        _kill_scheduler(cluster)
+        return real_run(self, context)
 
-        monkeypatch.setattr(analysis, stage, scree_after_a_kill)
-    else:
-        real_run = analysis.PrivateScoreMapStage.run
-
-        def map_after_a_kill(self, context, split):
-            _kill_scheduler(cluster)
-            return real_run(self, context, split)
-
-        monkeypatch.setattr(analysis.PrivateScoreMapStage, "run", map_after_a_kill)
+    monkeypatch.setattr(stage, "run", run_after_a_kill)
     with (
         dask.config.set({"distributed.comm.timeouts.connect": "3s"}),
         PrivacyBudget.open(ledger),

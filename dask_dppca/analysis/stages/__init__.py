@@ -1,1 +1,108 @@
-"""The analysis's stages, one module per stage."""
+"""The registry of the analysis's stages: one entry per stage, in the order they run.
+
+Everything that lists stages iterates :data:`REGISTRY`: :func:`~dask_dppca.analyze`
+(what runs, each stage's default share), :func:`~dask_dppca.plan_analysis`, the CLI's
+``--split`` help and one ``--NAME`` flag per optional stage, the report, the app and the
+privacy table.  The entries are plain data (importing this module imports no Dask: the
+command line's ``--help`` stays light); :func:`build_stage` imports a stage's module
+when it runs.  Adding a stage is one module here and one entry below
+(CONTRIBUTING.md, "Adding a private statistic").
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "REGISTRY",
+    "StageInfo",
+    "build_stage",
+    "default_shares",
+    "optional_stages",
+    "stage_info",
+]
+
+
+@dataclass(frozen=True)
+class StageInfo:
+    """One registered stage (public metadata only).
+
+    Parameters
+    ----------
+    name : str
+        Its key in the split, the ledger, ``--split`` and the result.
+    title : str
+        What a reader calls it.
+    default_share : float
+        Its share of the total when the user gives none (renormalised over the stages
+        that run).
+    optional : bool
+        Off unless asked for (``analyze(stages=[name])``, ``dask-dppca analyze --NAME``).
+    help : str
+        One line for the CLI and the app.
+    factory : str
+        ``"module:Class"`` of the stage, relative to this package.
+    """
+
+    name: str
+    title: str
+    default_share: float
+    optional: bool
+    help: str
+    factory: str
+
+
+REGISTRY: tuple[StageInfo, ...] = (
+    StageInfo(
+        "directions", "directions", 0.5, False,
+        "the private principal directions (a DPPCA fit)", ".directions:DirectionsStage",
+    ),
+    StageInfo(
+        "scree", "scree", 0.25, False,
+        "private scree values along the directions", ".scree:ScreeStage",
+    ),
+    StageInfo(
+        "score_map", "score map", 0.25, False,
+        "a private score map (per group with groups)", ".score_map:PrivateScoreMapStage",
+    ),
+    StageInfo(
+        "median", "median", 0.1, True,
+        "a private coordinate-wise median (the centre, one value per feature)",
+        ".median:MedianStage",
+    ),
+)  # fmt: skip
+
+
+def stage_info(name: str) -> StageInfo:
+    """The registered stage called ``name`` (a clear error naming the known ones)."""
+    for info in REGISTRY:
+        if info.name == name:
+            return info
+    known = ", ".join(info.name for info in REGISTRY)
+    raise ValueError(f"stages: no stage {name!r} (known: {known})")
+
+
+def optional_stages() -> tuple[StageInfo, ...]:
+    """The stages that run only when asked for, in order."""
+    return tuple(info for info in REGISTRY if info.optional)
+
+
+def default_shares(names: Mapping[str, Any] | list[str] | tuple[str, ...]) -> dict[str, float]:
+    """Each named stage's default share (0 for a stage not registered)."""
+    return {name: _share(name) for name in names}
+
+
+def _share(name: str) -> float:
+    for info in REGISTRY:
+        if info.name == name:
+            return info.default_share
+    return 0.0  # a stage of your own needs its share in ``split`` (split_budget says so)
+
+
+def build_stage(name: str, **parameters: Any) -> Any:
+    """A new instance of the registered stage ``name`` with ``parameters``."""
+    module, _, attribute = stage_info(name).factory.partition(":")
+    return getattr(importlib.import_module(module, __name__), attribute)(**parameters)

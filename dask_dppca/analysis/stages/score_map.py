@@ -1,7 +1,7 @@
 """The score-map stage of a private analysis: planned from public parameters, one budget.
 
 :class:`PrivateScoreMapStage` is the analysis' default
-:class:`~dask_dppca.analysis.run.ScoreMapStage`.  Before anything is read it states its parts
+:class:`~dask_dppca.analysis.stage.Stage`.  Before anything is read it states its parts
 (:meth:`~PrivateScoreMapStage.planned_parts`), from public parameters only (the bins,
 the methods, whether there are groups); the analysis splits its ONE total over these
 and every other part (:func:`~dask_dppca.privacy.accounting.split_budget`).  After the
@@ -39,6 +39,7 @@ from ...privacy.laplace import SeededDiscreteLaplace
 from ...privacy.noise import SeededSampler
 from ...privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
 from ...privacy.score_map import GROUP_COUNTS_SHARE, OTHER_GROUP, ScoreMap, ScoreMapMechanism
+from ..stage import StageContext, StageOutput
 
 __all__ = [
     "AUTO_BINS_NOISE_TV",
@@ -156,6 +157,7 @@ class PrivateScoreMapStage:
     bins: tuple[int, int] | None = None
     methods: Sequence[str] = ("additive",)
     random_state: int | None = None
+    name: str = _STAGE
 
     def __post_init__(self) -> None:
         self.axes = _check_axes(self.axes)
@@ -178,7 +180,7 @@ class PrivateScoreMapStage:
         """Whether the map is split by groups."""
         return self.labels is not None
 
-    def planned_parts(self, n_components: int) -> list[PlannedPart]:
+    def planned_parts(self, n_components: int, n_features: int = 0) -> list[PlannedPart]:
         """The stage's parts from public parameters only (before the split scales them)."""
         if max(self.axes) >= n_components:
             raise ValueError(
@@ -255,38 +257,32 @@ class PrivateScoreMapStage:
             raise AssertionError("the score map's parts differ from its share of the split")
         return mechanism
 
-    def run(
-        self, context: dict[str, Any], split: BudgetSplit
-    ) -> tuple[ScoreMap, list[dict[str, Any]]]:
+    def run(self, context: StageContext) -> StageOutput:
         """Charge the stage's parts, release the map; the map and its privacy rows."""
-        blocks = context["blocks"]
-        analysis_id = context.get("analysis_id", "")
-        mechanism = self.mechanism(int(blocks.shape[0]), split)
+        blocks = context.pass_blocks()
+        mechanism = self.mechanism(int(blocks.shape[0]), context.split)
         seeded = self.random_state is not None
         gaussian = SeededSampler(self.random_state) if seeded else None
         integer = SeededDiscreteLaplace(self.random_state) if seeded else None
-        stage_id = context.get("fit_id", analysis_id)  # its rows, reserved by the analysis
-        with reserve_release(
+        with reserve_release(  # its rows, reserved by the analysis
             mechanism,
-            fit_id=stage_id,
-            label=f"analysis {analysis_id} score map",
-            dataset=context.get("dataset", ""),
+            fit_id=context.stage_id,
+            label=f"analysis {context.analysis_id} score map",
+            dataset=context.dataset,
         ):
-            scores = project_scores(blocks, context["directions"], self.axes)
+            scores = project_scores(blocks, context.released_directions, self.axes)
             score_map = release_score_map(
-                context["target"],
+                context.target,
                 scores,
                 mechanism,
                 labels=self.labels,
                 axes=self.axes,
                 gaussian_sampler=gaussian,
                 integer_sampler=integer,
-                trusted_worker=context.get("trusted_worker"),
-                require_trusted=bool(context.get("require_trusted", False)),
-                progress=bool(context.get("progress", False)),
-                stage_id=stage_id,
+                stage_id=context.stage_id,
+                **context.placement.release_options(),
             )
-        return score_map, _rows(mechanism, score_map)
+        return StageOutput(score_map, _rows(mechanism, score_map))
 
 
 def _rows(mechanism: ScoreMapMechanism, score_map: ScoreMap) -> list[dict[str, Any]]:

@@ -1,0 +1,76 @@
+"""The median stage: a private coordinate-wise median of the records (the published centre).
+
+One pass over the records counts, per column, the rows at or below every public
+candidate; one release on the trusted worker draws the ``d`` medians
+(:class:`~dask_dppca.privacy.median.CoordinateMedian`, its sensitivity in
+docs/privacy.md).  Off by default: ``analyze(..., stages=["median"])`` or
+``dask-dppca analyze --median``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...compute.statistic import release_statistic
+from ...graph.score_stats import quantile_counts_graph
+from ...privacy.accounting import PlannedPart
+from ...privacy.laplace import DiscreteLaplaceSampler, IntegerNoise, SeededDiscreteLaplace
+from ...privacy.median import CoordinateMedian
+from ...privacy.parts import PureDPPart
+from ..stage import StageContext, StageOutput, claim_stage_parts, release_row
+
+__all__ = ["MedianStage"]
+
+_STAGE = "median"
+_RELEASE = "coordinate medians"
+
+
+@dataclass
+class MedianStage:
+    """The private median of every feature, as one analysis stage.
+
+    Parameters
+    ----------
+    random_state : int, optional
+        NOT PRIVATE: seeds the noise, for tests and examples only.
+    """
+
+    random_state: int | None = None
+    name: str = _STAGE
+
+    def planned_parts(self, n_components: int, n_features: int) -> list[PlannedPart]:
+        """One pure-DP part per feature."""
+        return [PlannedPart(_STAGE, _RELEASE, "pure", count=n_features)]
+
+    def run(self, context: StageContext) -> StageOutput:
+        """Count every column below every candidate (one pass); release the medians."""
+        part = context.split.part(_STAGE, _RELEASE)
+        assert isinstance(part, PureDPPart)
+        mechanism = CoordinateMedian(context.n_samples, context.n_features, part.epsilon)
+        seed = self.random_state
+        sampler: IntegerNoise = (
+            DiscreteLaplaceSampler() if seed is None else SeededDiscreteLaplace(seed)
+        )
+
+        def release(exact_counts: Any) -> list[float]:
+            return [float(v) for v in mechanism.release(exact_counts, sampler)]
+
+        with claim_stage_parts(context, _STAGE):
+            values, where = release_statistic(
+                context.target,
+                release,
+                quantile_counts_graph(context.pass_blocks(), mechanism.candidates),
+                f"{context.stage_id}-medians",
+                charge=mechanism,
+                stage_id=context.stage_id,
+                **context.placement.release_options(),
+            )
+        row = release_row(_STAGE, _RELEASE, mechanism.describe(), where)
+        return StageOutput({"values": list(values), "private": seed is None}, [row])
+
+    def summary(self, value: Any, feature_names: Any = None) -> str:
+        """One line per feature: its private median (post-processing, free)."""
+        values = list(value.get("values", []))
+        names = list(feature_names) if feature_names else [f"x{j}" for j in range(len(values))]
+        return "\n".join(f"{name}: {v:.6g}" for name, v in zip(names, values))
