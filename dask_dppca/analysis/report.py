@@ -30,12 +30,11 @@ import numpy as np
 
 from .. import __version__
 from ..privacy.notices import notes_html
+from .result import feature_names_for
 
 __all__ = [
     "NOT_PRIVATE",
-    "feature_names_for",
     "figure_png",
-    "input_feature_names",
     "loadings_html",
     "render_report",
     "write_report",
@@ -130,34 +129,6 @@ def score_map_of(result: Any) -> Any:
     if isinstance(found, dict) and "histograms" in found:
         return ScoreMap.from_dict(found)
     return None
-
-
-def input_feature_names(X: Any, estimator: Any = None) -> list[str] | None:
-    """The input's column names (public metadata), or None when it has none.
-
-    The directions estimator's ``feature_names_in_`` when it has them, else the column
-    names of a (dask) DataFrame ``X`` (after the group column was dropped).
-    """
-    names = getattr(estimator, "feature_names_in_", None)
-    if names is None:
-        names = getattr(X, "columns", None)
-    if names is None:
-        return None
-    return [str(v) for v in list(names)]
-
-
-def feature_names_for(result: Any, feature_names: Sequence[str] | None = None) -> list[str]:
-    """The names of the loadings' rows: ``feature_names``, else the input's column names
-    recorded in the analysis, else ``x0 .. x{d-1}``.
-    """
-    d = int(result.directions.shape[1])
-    names = feature_names if feature_names is not None else result.meta.get("feature_names")
-    if names is None:
-        return [f"x{j}" for j in range(d)]
-    names = [str(v) for v in names]
-    if len(names) != d:
-        raise ValueError(f"feature_names: expected {d} names (one per feature), got {len(names)}")
-    return names
 
 
 #: At most this many features in the loadings table and plot (the largest first beyond).
@@ -585,69 +556,17 @@ def render_report(
     str
     """
     meta = result.meta
-    k = result.directions.shape[0]
     score_map = score_map_of(result)
     title = title or f"Private PCA analysis of {meta.get('dataset', 'a data set')}"
-    warnings = []
-    if reference is not None:
-        warnings.append(
-            f"This report contains a {NOT_PRIVATE} reference (dashed, supplied by the user)."
-        )
-    if meta.get("private") is False:
-        warnings.append(
-            f"{NOT_PRIVATE}: the noise of this analysis was seeded (random_state), for tests "
-            "and examples only."
-        )
-    figs = scree_figures(result, reference)
-    scree_head = "".join(f"<th>PC{i + 1}</th>" for i in range(k))
-    scree_rows = "".join(
-        f"<tr><th>{_e(m)}</th>" + "".join(f'<td class="num">{v:.5g}</td>' for v in vals) + "</tr>"
-        for m, vals in result.scree["values"].items()
-    )
-    if result.scree.get("pve_total") is not None:
-        scree_rows += (
-            "<tr><th>PVE over all d</th>"
-            + "".join(f'<td class="num">{v:.3%}</td>' for v in result.scree["pve_total"])
-            + "</tr>"
-        )
     sections = [
         f"<h1>{_e(title)}</h1>",
         f"<p class='note'>dask-dppca {_e(__version__)} &middot; analysis "
         f"<code>{_e(meta.get('analysis_id', ''))}</code> &middot; report written "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Every number below is a "
         "differentially private release or a public parameter.</p>",
-        *(f"<p class='warn'>{_e(w)}</p>" for w in warnings),
-        "<h2>Data set (public metadata)</h2>",
-        _kv(
-            [
-                ("data set", meta.get("dataset", "-")),
-                ("records n", meta.get("n_samples")),
-                ("features d", meta.get("n_features")),
-                ("chunking", _chunking(meta)),
-            ],
-            "dataset",
-        ),
-        "<h2>Parameters</h2>",
-        _kv(
-            [
-                ("components k", meta.get("n_components", k)),
-                ("total epsilon", _num(meta.get("epsilon"))),
-                ("total delta", _num(meta.get("delta"))),
-                (
-                    "split (public shares)",
-                    ", ".join(f"{s}={v:.4g}" for s, v in (meta.get("shares") or {}).items()),
-                ),
-                ("scale of the split", _num(meta.get("scale"))),
-                ("scree methods", ", ".join(meta.get("methods", result.scree["values"]))),
-                *_score_map_parameters(score_map),
-                ("software", f"dask-dppca {__version__}"),
-            ],
-            "parameters",
-        ),
-        "<h2>Private scree</h2>",
-        '<div class="figs">' + "".join(_figure(*f) for f in figs) + "</div>",
-        f"<table id='scree'><tr><th>method</th>{scree_head}</tr>{scree_rows}</table>",
-        notes_html(result),
+        *(f"<p class='warn'>{_e(w)}</p>" for w in _warnings(meta, reference)),
+        *_parameter_sections(result, score_map),
+        *_scree_sections(result, reference),
         "<h2>Private directions (loadings)</h2>",
         loadings_html(result, feature_names),
     ]
@@ -659,6 +578,7 @@ def render_report(
             + "".join(_figure(*f) for f in score_map_figures(score_map, seed=seed))
             + "</div>",
         ]
+    sections += further_stage_sections(result, feature_names)
     sections += [
         "<h2>Privacy: every part of the split</h2>",
         privacy_table_html(result),
@@ -679,6 +599,92 @@ def render_report(
         + "\n".join(sections)
         + "</body></html>"
     )
+
+
+def _warnings(meta: dict[str, Any], reference: Sequence[float] | None) -> list[str]:
+    """What the top of the report must say: a NOT PRIVATE reference, seeded noise."""
+    warnings = []
+    if reference is not None:
+        warnings.append(
+            f"This report contains a {NOT_PRIVATE} reference (dashed, supplied by the user)."
+        )
+    if meta.get("private") is False:
+        warnings.append(
+            f"{NOT_PRIVATE}: the noise of this analysis was seeded (random_state), for tests "
+            "and examples only."
+        )
+    return warnings
+
+
+def _parameter_sections(result: Any, score_map: Any) -> list[str]:
+    """The data set's public metadata and the analysis's parameters."""
+    meta = result.meta
+    k = result.directions.shape[0]
+    shares = ", ".join(f"{s}={v:.4g}" for s, v in (meta.get("shares") or {}).items())
+    return [
+        "<h2>Data set (public metadata)</h2>",
+        _kv(
+            [
+                ("data set", meta.get("dataset", "-")),
+                ("records n", meta.get("n_samples")),
+                ("features d", meta.get("n_features")),
+                ("chunking", _chunking(meta)),
+            ],
+            "dataset",
+        ),
+        "<h2>Parameters</h2>",
+        _kv(
+            [
+                ("components k", meta.get("n_components", k)),
+                ("total epsilon", _num(meta.get("epsilon"))),
+                ("total delta", _num(meta.get("delta"))),
+                ("split (public shares)", shares),
+                ("scale of the split", _num(meta.get("scale"))),
+                ("scree methods", ", ".join(meta.get("methods", result.scree["values"]))),
+                *_score_map_parameters(score_map),
+                ("software", f"dask-dppca {__version__}"),
+            ],
+            "parameters",
+        ),
+    ]
+
+
+def _scree_sections(result: Any, reference: Sequence[float] | None) -> list[str]:
+    """The scree's figures, its table of values (and PVE) and the notices."""
+    k = result.directions.shape[0]
+    head = "".join(f"<th>PC{i + 1}</th>" for i in range(k))
+    rows = "".join(
+        f"<tr><th>{_e(m)}</th>" + "".join(f'<td class="num">{v:.5g}</td>' for v in vals) + "</tr>"
+        for m, vals in result.scree["values"].items()
+    )
+    if result.scree.get("pve_total") is not None:
+        rows += (
+            "<tr><th>PVE over all d</th>"
+            + "".join(f'<td class="num">{v:.3%}</td>' for v in result.scree["pve_total"])
+            + "</tr>"
+        )
+    figures = scree_figures(result, reference)
+    return [
+        "<h2>Private scree</h2>",
+        '<div class="figs">' + "".join(_figure(*f) for f in figures) + "</div>",
+        f"<table id='scree'><tr><th>method</th>{head}</tr>{rows}</table>",
+        notes_html(result),
+    ]
+
+
+def further_stage_sections(result: Any, feature_names: Sequence[str] | None = None) -> list[str]:
+    """A section per further registered stage the analysis released (its own summary)."""
+    from .stages import stage_class, stage_info
+
+    names = feature_names_for(result, feature_names)
+    sections = []
+    for name, value in getattr(result, "stages", {}).items():
+        sections += [
+            f"<h2>Private {_e(stage_info(name).title)}</h2>",
+            f"<pre class='note' id='stage-{_e(name)}'>"
+            f"{_e(stage_class(name).summary(value, names))}</pre>",
+        ]
+    return sections
 
 
 def write_report(result: Any, path: str | os.PathLike[str], **kwargs: Any) -> str:

@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any
 
+from ..analysis.stages import REGISTRY, optional_stages
 from .inputs import STORE_HELP, add_columns_argument, input_location, open_input
 
 #: The scree plots ``--plots`` writes (``plot_scree(kind=...)``).
@@ -29,6 +30,14 @@ def add_parser(commands) -> None:
             "total (epsilon, delta) split by a public rule (printed before anything is read)."
         ),
     )
+    _add_input_options(analyze)
+    _add_privacy_options(analyze)
+    _add_score_map_options(analyze)
+    _add_run_options(analyze)
+    analyze.set_defaults(run=run)
+
+
+def _add_input_options(analyze: argparse.ArgumentParser) -> None:
     analyze.add_argument("store", help=STORE_HELP)
     analyze.add_argument("--component", help="array inside a Zarr group")
     add_columns_argument(analyze)
@@ -44,6 +53,18 @@ def add_parser(commands) -> None:
         metavar="FILE",
         help="JSON object of fsspec options (--storage-option entries override it)",
     )
+    analyze.add_argument(
+        "--allow-fill-values",
+        action="store_true",
+        help="read chunks missing from the store as its fill value (a store "
+        "written sparsely on purpose); by default a missing chunk stops the analysis",
+    )
+
+
+def _add_privacy_options(analyze: argparse.ArgumentParser) -> None:
+    """k, the total, the split (its help from the stage registry) and the directions'
+    and scree's options; one ``--NAME`` flag per optional registered stage.
+    """
     analyze.add_argument("-k", "--n-components", type=int, default=5, help="components (default 5)")
     analyze.add_argument(
         "--epsilon", type=float, default=3.0, help="TOTAL privacy epsilon > 0 (default 3)"
@@ -51,14 +72,22 @@ def add_parser(commands) -> None:
     analyze.add_argument(
         "--delta", type=float, default=1e-5, help="TOTAL privacy delta in (0, 1) (default 1e-5)"
     )
+    names = ", ".join(info.name for info in REGISTRY)
+    defaults = " ".join(f"{info.name}={info.default_share:g}" for info in REGISTRY)
     analyze.add_argument(
         "--split",
         metavar="STAGE=SHARE",
         action="append",
         default=[],
-        help="public share of a stage (directions, scree, score_map), repeatable "
-        "(default directions=0.5 scree=0.25 score_map=0.25; shares are renormalised)",
+        help=f"public share of a stage ({names}), repeatable "
+        f"(default {defaults}; the shares of the stages that run are renormalised)",
     )
+    for info in optional_stages():
+        analyze.add_argument(
+            f"--{info.name.replace('_', '-')}",
+            action="store_true",
+            help=f"also release {info.help}",
+        )
     analyze.add_argument(
         "--methods",
         default="clipped,winsorized,huber,robust",
@@ -78,6 +107,9 @@ def add_parser(commands) -> None:
         help="PUBLIC winsorizing radius of --spatial-sign winsor, in the data's units of "
         "(x_i - x_j) / sqrt(2); never tuned on the data",
     )
+
+
+def _add_score_map_options(analyze: argparse.ArgumentParser) -> None:
     analyze.add_argument(
         "--groups",
         metavar="LABELS",
@@ -103,12 +135,6 @@ def add_parser(commands) -> None:
         help="score map grid (default: grows with n epsilon, from public parameters only)",
     )
     analyze.add_argument(
-        "--feature-names",
-        metavar="A,B,...",
-        help="names of the d features for the report's loadings (default: the input's "
-        "column names, else x0, x1, ...)",
-    )
-    analyze.add_argument(
         "--score-methods",
         default="additive",
         help="comma-separated score map histograms: additive, sparse (default additive)",
@@ -116,6 +142,10 @@ def add_parser(commands) -> None:
     analyze.add_argument(
         "--no-score-map", action="store_true", help="release no score map (directions and scree)"
     )
+
+
+def _add_run_options(analyze: argparse.ArgumentParser) -> None:
+    """Where it runs, the budget, and what it writes."""
     analyze.add_argument(
         "--scheduler", help="Dask scheduler address (default: embedded LocalCluster)"
     )
@@ -136,15 +166,14 @@ def add_parser(commands) -> None:
         help="also write a self-contained HTML report (plots inline, the privacy table, the "
         "ledger's remaining budget)",
     )
-    analyze.add_argument("--force", action="store_true", help="replace an existing --output file")
     analyze.add_argument(
-        "--allow-fill-values",
-        action="store_true",
-        help="read chunks missing from the store as its fill value (a store "
-        "written sparsely on purpose); by default a missing chunk stops the analysis",
+        "--feature-names",
+        metavar="A,B,...",
+        help="names of the d features for the report's loadings (default: the input's "
+        "column names, else x0, x1, ...)",
     )
+    analyze.add_argument("--force", action="store_true", help="replace an existing --output file")
     analyze.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    analyze.set_defaults(run=run)
 
 
 def _shares(entries: list[str]) -> dict[str, float] | None:
@@ -193,59 +222,12 @@ def run(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
     from ..analysis.run import analyze
-    from ..analysis.stages.score_map import resolve_groups
-    from ..io import check_writable
-    from ..io.output import write_bytes
-    from ..io.storage import is_url
-    from ..io.tables import table_format
     from .budget import open_ledger
-    from .fit import FORCE_HINT, storage_options
     from .kept import keep, kept_if_released
     from .signals import signals_deferred
 
-    check_writable(
-        args.output, None, name="--output", overwrite=args.force, overwrite_hint=FORCE_HINT
-    )
-    if args.report is not None:
-        check_writable(
-            args.report, None, name="--report", overwrite=args.force, overwrite_hint=FORCE_HINT
-        )
-    if args.plots is not None:  # checked before anything is read
-        plots = os.path.expanduser(args.plots)
-        parent = os.path.dirname(os.path.abspath(plots))
-        if os.path.exists(plots) and not os.path.isdir(plots):
-            raise ValueError(f"--plots: {args.plots!r} is a file, not a folder")
-        if not os.path.isdir(parent):
-            raise ValueError(f"--plots: the folder {parent!r} that would hold it does not exist")
-        args.plots = plots
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    store = input_location(args.store)
-    options = storage_options(args.storage_options_json, args.storage_option)
-    if options and not is_url(store):
-        raise ValueError(
-            "--storage-option: fsspec options apply to a STORE URL (s3://, gs://, ...)"
-        )
-    if args.groups is not None and args.no_score_map:
-        raise ValueError("--groups: needs the score map (drop --no-score-map)")
-    if args.groups is not None and args.group_domain is None:
-        raise ValueError("--group-domain: --groups needs its PUBLIC labels, e.g. a,b,c")
-    if args.group_domain is not None and args.groups is None:
-        raise ValueError("--group-domain: given without --groups")
-    # Metadata only, before the split table prints and before any cluster starts.
-    if table_format(store) is not None:  # --groups names one of its columns
-        records, labels = open_input(args, options or None, label_column=args.groups)
-    else:
-        records, _ = open_input(args, options or None)
-        groups = args.groups and os.path.expanduser(args.groups)
-        _, labels = resolve_groups(store, groups, args.component)
-    score_options = {
-        "score_map": not args.no_score_map,
-        "groups": labels,
-        "group_domain": _domain(args.group_domain, labels),
-        "score_axes": _pair(args.score_axes, "--score-axes", offset=1),
-        "bins": None if args.bins is None else _pair(args.bins, "--bins"),
-        "score_methods": tuple(m.strip() for m in args.score_methods.split(",") if m.strip()),
-    }
+    _check_outputs(args)
+    records, score_options = _inputs(args)
     budget = open_ledger(args.budget) if args.budget else None
     args.charged_budgets = [] if budget is None else [budget]  # for a stopped run's line
     with nullcontext() if budget is None else budget, kept_if_released(args):
@@ -255,7 +237,8 @@ def run(args: argparse.Namespace) -> int:
             epsilon=args.epsilon,
             delta=args.delta,
             split=_shares(args.split),
-            methods=methods,
+            methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
+            stages=[info.name for info in optional_stages() if getattr(args, info.name)],
             spatial_sign=args.spatial_sign,
             radius=args.radius,
             scheduler=args.scheduler,
@@ -272,39 +255,12 @@ def run(args: argparse.Namespace) -> int:
             from ..app.releases import ReleaseStore, releases_folder
 
             ReleaseStore(releases_folder(os.path.expanduser(args.budget))).add(result)
-    print(result.privacy_table())
-    print(
-        f"wrote {where}: {args.n_components} private directions, "
-        f"scree values ({', '.join(result.scree['values'])})"
-        f"{' and a score map' if result.score_map is not None else ''} of "
-        f"{result.meta['n_features']} "
-        f"features from {result.meta['n_samples']} records; total epsilon={args.epsilon:g}, "
-        f"delta={args.delta:g} (composed: {result.meta['composed_epsilon']:.6g})"
-    )
-    print(f"scree to read: {result.scree['default']} (the default)")
-    for notice in result.notices:
-        print(f"notice: {notice}")
+    _print_summary(args, result, where)
     if args.plots is not None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from ..analysis.plots import plot_synthetic
-
-        os.makedirs(args.plots, exist_ok=True)
-        figures = [(kind, result.plot_scree(kind=kind).figure) for kind in SCREE_PLOTS]
-        if result.score_map is not None:
-            figures.append(("score_map", result.plot_scores(by_group=False)))
-            if len(result.score_map.groups) > 1:
-                figures.append(("score_map_groups", result.plot_scores(by_group=True)))
-            figures.append(("synthetic", plot_synthetic(result.score_map)))
-        for name, figure in figures:
-            path = os.path.join(args.plots, f"{name}.png")
-            figure.savefig(path, dpi=100, bbox_inches="tight")
-            plt.close(figure)
-            print(f"wrote {os.path.abspath(path)}")
+        _write_plots(args.plots, result)
     if args.report is not None:
+        from ..io.output import write_bytes
+
         names = args.feature_names and [v.strip() for v in args.feature_names.split(",")]
         html = result.to_html(budget=budget, feature_names=names or None)
         shown = write_bytes(args.report, html.encode(), name="--report", overwrite=args.force)
@@ -315,3 +271,107 @@ def run(args: argparse.Namespace) -> int:
             f"release at delta={budget.delta:g}"
         )
     return 0
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every file and folder the command writes, checked before anything is read."""
+    from ..io import check_writable
+    from .fit import FORCE_HINT
+
+    check_writable(
+        args.output, None, name="--output", overwrite=args.force, overwrite_hint=FORCE_HINT
+    )
+    if args.report is not None:
+        check_writable(
+            args.report, None, name="--report", overwrite=args.force, overwrite_hint=FORCE_HINT
+        )
+    if args.plots is not None:
+        plots = os.path.expanduser(args.plots)
+        parent = os.path.dirname(os.path.abspath(plots))
+        if os.path.exists(plots) and not os.path.isdir(plots):
+            raise ValueError(f"--plots: {args.plots!r} is a file, not a folder")
+        if not os.path.isdir(parent):
+            raise ValueError(f"--plots: the folder {parent!r} that would hold it does not exist")
+        args.plots = plots
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The records and the score map's options (metadata only, before the split table
+    prints and before any cluster starts).
+    """
+    from ..analysis.stages.score_map import resolve_groups
+    from ..io.storage import is_url
+    from ..io.tables import table_format
+    from .fit import storage_options
+
+    store = input_location(args.store)
+    options = storage_options(args.storage_options_json, args.storage_option)
+    if options and not is_url(store):
+        raise ValueError(
+            "--storage-option: fsspec options apply to a STORE URL (s3://, gs://, ...)"
+        )
+    if args.groups is not None and args.no_score_map:
+        raise ValueError("--groups: needs the score map (drop --no-score-map)")
+    if args.groups is not None and args.group_domain is None:
+        raise ValueError("--group-domain: --groups needs its PUBLIC labels, e.g. a,b,c")
+    if args.group_domain is not None and args.groups is None:
+        raise ValueError("--group-domain: given without --groups")
+    if table_format(store) is not None:  # --groups names one of its columns
+        records, labels = open_input(args, options or None, label_column=args.groups)
+    else:
+        records, _ = open_input(args, options or None)
+        groups = args.groups and os.path.expanduser(args.groups)
+        _, labels = resolve_groups(store, groups, args.component)
+    return records, {
+        "score_map": not args.no_score_map,
+        "groups": labels,
+        "group_domain": _domain(args.group_domain, labels),
+        "score_axes": _pair(args.score_axes, "--score-axes", offset=1),
+        "bins": None if args.bins is None else _pair(args.bins, "--bins"),
+        "score_methods": tuple(m.strip() for m in args.score_methods.split(",") if m.strip()),
+    }
+
+
+def _print_summary(args: argparse.Namespace, result: Any, where: str) -> None:
+    """The privacy table, what was written, every further stage's release, the notices."""
+    from ..analysis.stages import stage_class, stage_info
+
+    print(result.privacy_table())
+    print(
+        f"wrote {where}: {args.n_components} private directions, "
+        f"scree values ({', '.join(result.scree['values'])})"
+        f"{' and a score map' if result.score_map is not None else ''} of "
+        f"{result.meta['n_features']} "
+        f"features from {result.meta['n_samples']} records; total epsilon={args.epsilon:g}, "
+        f"delta={args.delta:g} (composed: {result.meta['composed_epsilon']:.6g})"
+    )
+    print(f"scree to read: {result.scree['default']} (the default)")
+    names = result.meta.get("feature_names")
+    for name, value in result.stages.items():
+        print(f"private {stage_info(name).title}:")
+        print(stage_class(name).summary(value, names))
+    for notice in result.notices:
+        print(f"notice: {notice}")
+
+
+def _write_plots(folder: str, result: Any) -> None:
+    """The scree, PVE and score map plots as PNG files in ``folder``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..analysis.plots import plot_synthetic
+
+    os.makedirs(folder, exist_ok=True)
+    figures = [(kind, result.plot_scree(kind=kind).figure) for kind in SCREE_PLOTS]
+    if result.score_map is not None:
+        figures.append(("score_map", result.plot_scores(by_group=False)))
+        if len(result.score_map.groups) > 1:
+            figures.append(("score_map_groups", result.plot_scores(by_group=True)))
+        figures.append(("synthetic", plot_synthetic(result.score_map)))
+    for name, figure in figures:
+        path = os.path.join(folder, f"{name}.png")
+        figure.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(figure)
+        print(f"wrote {os.path.abspath(path)}")

@@ -78,9 +78,11 @@ def _reduce(blocks: list[Delayed], name: str) -> Delayed:
     return blocks[0]
 
 
-def _check_scores(scores: da.Array) -> da.Array:
-    if scores.ndim != 2 or scores.shape[1] != 2:
-        raise ValueError(f"scores: must be a dask array of shape (n, 2), got {scores.shape}")
+def _check_scores(scores: da.Array, width: int | None = 2) -> da.Array:
+    """``scores`` with all its columns in one chunk; ``width`` columns (None: any)."""
+    if scores.ndim != 2 or (width is not None and scores.shape[1] != width):
+        shape = f"(n, {width})" if width is not None else "(n, k)"
+        raise ValueError(f"scores: must be a dask array of shape {shape}, got {scores.shape}")
     if len(scores.chunks[1]) != 1:
         scores = scores.rechunk({1: -1})
     return scores
@@ -121,22 +123,23 @@ def project_scores(
 def quantile_counts_graph(
     scores: da.Array, candidates: np.ndarray, centre: Sequence[float] | None = None
 ) -> Delayed:
-    """``#{i : y_ik <= t_j}`` per axis k and candidate j, or of ``|y_ik - centre_k|``.
+    """``#{i : y_ik <= t_j}`` per column k and candidate j, or of ``|y_ik - centre_k|``.
 
     Parameters
     ----------
-    scores : dask.array.Array, shape (n, 2)
+    scores : dask.array.Array, shape (n, k)
+        Two score axes (the score map's frame), or the d features (the median).
     candidates : ndarray, shape (G,)
         A :class:`~dask_dppca.privacy.quantile.PrivateQuantile`'s public grid.
     centre : (float, float), optional
-        A released centre: count the deviations from it instead (the radius).
+        A released centre of two axes: count the deviations from it instead (the radius).
 
     Returns
     -------
     dask.delayed.Delayed
-        An :class:`ExactCounts` of shape (2, G).
+        An :class:`ExactCounts` of shape (k, G).
     """
-    scores = _check_scores(scores)
+    scores = _check_scores(scores, width=None if centre is None else 2)
     grid = np.asarray(candidates, dtype=np.float64)
     c = None if centre is None else np.asarray(centre, dtype=np.float64)
     name = f"dppca-quantile-counts-{uuid.uuid4().hex}"

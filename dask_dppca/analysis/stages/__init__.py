@@ -102,7 +102,12 @@ def _share(name: str) -> float:
     return 0.0  # a stage of your own needs its share in ``split`` (split_budget says so)
 
 
+def stage_class(name: str) -> Any:
+    """The class of the registered stage ``name`` (its module imported now)."""
+    module, _, attribute = stage_info(name).factory.partition(":")
+    return getattr(importlib.import_module(module, __name__), attribute)
+
+
 def build_stage(name: str, **parameters: Any) -> Any:
     """A new instance of the registered stage ``name`` with ``parameters``."""
-    module, _, attribute = stage_info(name).factory.partition(":")
-    return getattr(importlib.import_module(module, __name__), attribute)(**parameters)
+    return stage_class(name)(**parameters)

@@ -69,7 +69,8 @@ class MedianStage:
         row = release_row(_STAGE, _RELEASE, mechanism.describe(), where)
         return StageOutput({"values": list(values), "private": seed is None}, [row])
 
-    def summary(self, value: Any, feature_names: Any = None) -> str:
+    @staticmethod
+    def summary(value: Any, feature_names: Any = None) -> str:
         """One line per feature: its private median (post-processing, free)."""
         values = list(value.get("values", []))
         names = list(feature_names) if feature_names else [f"x{j}" for j in range(len(values))]
