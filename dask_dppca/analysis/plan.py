@@ -31,9 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from ..io.records import open_records
 from ..planning.fit_plan import FitPlan, _makespan, _seconds, _size
 from ..planning.machine import MachineModel, planning_model
-from ..privacy.accounting import BudgetSplit, PlannedPart, split_budget
+from ..privacy.accounting import BudgetSplit, split_budget
 from ..privacy.calibration import validate_privacy_parameters
 from ..validation import integer_at_least
 
@@ -66,7 +67,7 @@ class StagePlan:
     Attributes
     ----------
     stage : str
-        ``"directions"``, ``"scree"`` or ``"score map"``.
+        The stage's title (``"directions"``, ``"scree"``, ``"score map"``, ...).
     passes : int
         Passes over the data (graphs computed one after another).
     tasks : int
@@ -198,6 +199,7 @@ def plan_analysis(
     component: str | None = None,
     storage_options: dict | None = None,
     allow_fill_values: bool = False,
+    stages: Sequence[str] | None = None,
 ) -> AnalysisPlan:
     """The plan of ``analyze(X, ...)``: each stage's tasks, time and memory, and the split.
 
@@ -207,7 +209,7 @@ def plan_analysis(
     Parameters
     ----------
     X, n_components, epsilon, delta, split, methods, score_axes, score_methods, design,
-    spatial_sign, radius, scheduler, component, storage_options, allow_fill_values
+    spatial_sign, radius, scheduler, component, storage_options, allow_fill_values, stages
         As for :func:`~dask_dppca.analysis.run.analyze`.
     score_map : bool, optional
         Whether the default score map is planned (``analyze``'s default: yes).
@@ -224,11 +226,10 @@ def plan_analysis(
     -------
     AnalysisPlan
     """
-    from ..decomposition.estimator import DPPCA
     from .result import privacy_table_text, split_rows
-    from .stages.directions import check_spatial_sign, directions_target
-    from .stages.score_map import PrivateScoreMapStage
-    from .stages.scree import check_methods, scree_parts
+    from .stages import default_shares
+    from .stages.directions import check_spatial_sign
+    from .stages.scree import check_methods
 
     given = {
         "n_components": n_components,
@@ -240,6 +241,7 @@ def plan_analysis(
         "score_methods": score_methods,
         "design": design,
         "spatial_sign": spatial_sign,
+        "stages": stages,
     }
     defaults = analyze_defaults()
     chosen = {name: defaults[name] if v is None else v for name, v in given.items()}
@@ -247,26 +249,89 @@ def plan_analysis(
     eps, dlt = validate_privacy_parameters(chosen["epsilon"], chosen["delta"])
     scree_methods = check_methods(chosen["methods"])
     check_spatial_sign(chosen["spatial_sign"], radius)
-    planned = [PlannedPart("directions", "directions", "gaussian"), *scree_parts(k, scree_methods)]
-    with_map = bool(chosen["score_map"])
-    if with_map:
-        # planned_parts reads whether there are labels, never the labels: a stand-in.
-        stage = PrivateScoreMapStage(
-            labels=True if grouped else None,
-            domain=("group",) if grouped else None,
-            axes=chosen["score_axes"],
-            methods=chosen["score_methods"],
-        )
-        planned += stage.planned_parts(k, 0)
-    divided = split_budget(eps, dlt, planned, split)
+    records = open_records(
+        X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
+    )
+    planned_stages = _planned_stages(chosen, scree_methods, grouped)
+    planned = [p for stage in planned_stages for p in stage.planned_parts(k, records.shape[1])]
+    names = [stage.name for stage in planned_stages]
+    divided = split_budget(eps, dlt, planned, split if split is not None else default_shares(names))
     shown = privacy_table_text(split_rows(divided), ("stage", "release", "guarantee", "parameter"))
-    split_text = f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}"
+    model = machine if isinstance(machine, MachineModel) else planning_model(machine)
+    fit = _directions_plan(
+        X, k, divided, chosen, radius, scheduler, model,
+        dict(workers=workers, threads=threads, memory_limit=memory_limit, component=component,
+             storage_options=storage_options, allow_fill_values=allow_fill_values),
+    )  # fmt: skip
+    design_plan, in_memory, itemsize = _design_plan(records, fit, chosen["design"])
+    scree, scree_design = _scree_stage(fit, design_plan, scree_methods, k, model, itemsize)
+    plans = [_directions_stage(fit), scree]
+    for name in names[2:]:  # the score map and the optional stages: passes over the rows
+        plans.append(_row_pass_stage(name, fit, design_plan, in_memory, model, itemsize))
+    return AnalysisPlan(
+        parameters={
+            "n_components": k,
+            "epsilon": eps,
+            "delta": dlt,
+            "methods": list(scree_methods),
+            "score_map": "score_map" in names,
+            "grouped": grouped and "score_map" in names,
+            "stages": names,
+            "analyze_defaults": sorted(n for n, v in given.items() if v is None),
+        },
+        directions=fit,
+        stages=tuple(plans),
+        split=divided,
+        split_text=f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}",
+        scree_design=scree_design,
+        machine_model=model.source,
+    )
+
+
+def _planned_stages(chosen: dict[str, Any], methods: Sequence[str], grouped: bool) -> list[Any]:
+    """The stages ``analyze`` would run, as stand-ins that state their parts (nothing read)."""
+    from .stages import build_stage, stage_info
+    from .stages.directions import DirectionsStage
+    from .stages.score_map import PrivateScoreMapStage
+    from .stages.scree import ScreeStage
+
+    planned: list[Any] = [DirectionsStage(), ScreeStage(methods)]
+    if chosen["score_map"]:
+        # planned_parts reads whether there are labels, never the labels: a stand-in.
+        planned.append(
+            PrivateScoreMapStage(
+                labels=True if grouped else None,
+                domain=("group",) if grouped else None,
+                axes=chosen["score_axes"],
+                methods=chosen["score_methods"],
+            )
+        )
+    names = [chosen["stages"]] if isinstance(chosen["stages"], str) else list(chosen["stages"])
+    for name in dict.fromkeys(names):
+        if not stage_info(name).optional:
+            raise ValueError(f"stages: {name!r} always runs; name only optional stages")
+        planned.append(build_stage(name))
+    return planned
+
+
+def _directions_plan(
+    X: Any,
+    k: int,
+    divided: Any,
+    chosen: dict[str, Any],
+    radius: float | None,
+    scheduler: Any,
+    model: MachineModel,
+    options: dict[str, Any],
+) -> FitPlan:
+    """The directions' fit plan at the split's mu (as ``analyze`` fits them)."""
+    from ..decomposition.estimator import DPPCA
+    from .stages.directions import directions_target
+
     mu_dir = divided.part("directions", "directions")
     assert hasattr(mu_dir, "mu")  # the directions' part is Gaussian (as analyze asserts)
-    eps_dir, dlt_dir = directions_target(mu_dir.mu, dlt / 2.0)
-
-    model = machine if isinstance(machine, MachineModel) else planning_model(machine)
-    fit = DPPCA(
+    eps_dir, dlt_dir = directions_target(mu_dir.mu, divided.delta / 2.0)
+    estimator = DPPCA(
         n_components=k,
         epsilon=eps_dir,
         delta=dlt_dir,
@@ -274,53 +339,16 @@ def plan_analysis(
         radius=radius,
         design=chosen["design"],
         scheduler=scheduler,
-    ).plan(
-        X,
-        workers=workers,
-        threads=threads,
-        memory_limit=memory_limit,
-        machine=model,
-        component=component,
-        storage_options=storage_options,
-        allow_fill_values=allow_fill_values,
-        check=False,
     )
-    design_plan, in_memory, itemsize = _design_plan(
-        X, fit, chosen["design"], component, storage_options, allow_fill_values
-    )
-    scree, scree_design = _scree_stage(fit, design_plan, scree_methods, k, model, itemsize)
-    stages = [_directions_stage(fit), scree]
-    if with_map:
-        stages.append(_score_map_stage(fit, design_plan, in_memory, model, itemsize))
-    return AnalysisPlan(
-        parameters={
-            "n_components": k,
-            "epsilon": eps,
-            "delta": dlt,
-            "methods": list(scree_methods),
-            "score_map": with_map,
-            "grouped": grouped and with_map,
-            "analyze_defaults": sorted(n for n, v in given.items() if v is None),
-        },
-        directions=fit,
-        stages=tuple(stages),
-        split=divided,
-        split_text=split_text,
-        scree_design=scree_design,
-        machine_model=model.source,
-    )
+    return estimator.plan(X, machine=model, check=False, **options)
 
 
-def _design_plan(X, fit, design, component, storage_options, allow_fill_values):
+def _design_plan(records: Any, fit: FitPlan, design: Any) -> tuple[Any, bool, int]:
     """The design plan the fit's plan was made from (the same :func:`plan_blocks` call),
     whether the rows are in memory, and the input's item size.
     """
     from ..design import plan_blocks
-    from ..io.records import open_records
 
-    records = open_records(
-        X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
-    )
     n, d = fit.input["shape"]
     _, plan = plan_blocks(n, d, records.row_chunks, design, fit.cluster.n_threads)
     return plan, records.in_memory, int(np.dtype(records.dtype).itemsize)
@@ -406,48 +434,65 @@ def _scree_stage(fit, plan, methods, k, model, itemsize) -> tuple[StagePlan, dic
     return stage, {"n_pairs": int(n_pairs), "max_degree": int(degree)}
 
 
-def _score_map_stage(fit, plan, in_memory, model, itemsize) -> StagePlan:
-    """The projection of the rows (runs of :func:`pass_block_sizes`, or the fit's blocks
-    when the rows are in memory), then the light passes over the (n, 2) scores.
+def _row_pass_stage(
+    name: str, fit: FitPlan, plan: Any, in_memory: bool, model: MachineModel, itemsize: int
+) -> StagePlan:
+    """A stage that reads the rows in runs (the score map: a projection then three light
+    passes; any other registered stage: one pass reading and counting every column).
     """
-    from ..graph.lanes import pass_block_sizes
     from ..graph.scree import merge_task_count
+    from .stages import stage_info
 
-    d, n, threads = plan.n_features, plan.n_samples, fit.cluster.n_threads
-    runs = plan.block_sizes if in_memory else pass_block_sizes(plan.block_sizes, d, threads)
-    read_rate, key = model.read_rate(fit.input["storage"], fit.input["codec"])
-    project = [
-        rows * d * itemsize / read_rate + model.read_call(key) + rows * model.row_cost(d)
-        for rows in runs
-    ]
-    light = [rows * model.row_cost(2) for rows in runs]
+    runs, read = _row_runs(fit, plan, in_memory, model, itemsize)
+    threads = fit.cluster.n_threads
     per_pass = len(runs) + merge_task_count(len(runs)) + 1  # and its release
+    m = fit.memory
+    running = min(m["running_tasks"], len(runs))
+    base = m["parts"]["baseline"] + m["parts"]["input_in_process"]
+    block = running * 8 * max(runs) * plan.n_features
+    if name != "score_map":
+        seconds = _makespan(read, threads) + per_pass * model.task_seconds + model.fixed_seconds
+        detail = f"one pass over the rows in {len(runs)} runs"
+        return StagePlan(
+            stage_info(name).title, 1, per_pass, len(runs), seconds, int(base + block), detail
+        )
+    light = [rows * model.row_cost(2) for rows in runs]
     tasks = len(runs) + SCORE_MAP_PASSES * per_pass
     seconds = (
-        _makespan(project, threads)
+        _makespan(read, threads)
         + SCORE_MAP_PASSES * _makespan(light, threads)
         + tasks * model.task_seconds
         + model.fixed_seconds  # a stage's fixed cost, once
     )
-    m = fit.memory
-    scores = 16 * n // max(fit.cluster.workers, 1)  # the persisted (n, 2) scores
-    running = min(m["running_tasks"], len(runs))
-    peak = int(
-        m["parts"]["baseline"]
-        + m["parts"]["input_in_process"]
-        + scores
-        + running * 8 * max(runs) * d
-    )
+    scores = 16 * plan.n_samples // max(fit.cluster.workers, 1)  # the persisted (n, 2) scores
     return StagePlan(
         "score map",
         1 + SCORE_MAP_PASSES,
         tasks,
         len(runs),
         seconds,
-        peak,
+        int(base + scores + block),
         f"a projection of the rows in {len(runs)} runs, then {SCORE_MAP_PASSES} passes "
         "(centre, radius, histograms)",
     )
+
+
+def _row_runs(
+    fit: FitPlan, plan: Any, in_memory: bool, model: MachineModel, itemsize: int
+) -> tuple[tuple[int, ...], list[float]]:
+    """The runs of rows a pass reads (:func:`pass_block_sizes`, or the fit's blocks when
+    the rows are in memory) and each run's seconds to read and prepare.
+    """
+    from ..graph.lanes import pass_block_sizes
+
+    d, threads = plan.n_features, fit.cluster.n_threads
+    runs = plan.block_sizes if in_memory else pass_block_sizes(plan.block_sizes, d, threads)
+    read_rate, key = model.read_rate(fit.input["storage"], fit.input["codec"])
+    seconds = [
+        rows * d * itemsize / read_rate + model.read_call(key) + rows * model.row_cost(d)
+        for rows in runs
+    ]
+    return tuple(runs), seconds
 
 
 def _text(plan: AnalysisPlan) -> str:

@@ -147,15 +147,10 @@ def analyze(
     k = integer_at_least("n_components", n_components, 1)
     eps, dlt = validate_privacy_parameters(epsilon, delta)
     sign = check_spatial_sign(spatial_sign, radius)
-    fit_parameters = {
-        "spatial_sign": spatial_sign,
-        "radius": radius,
-        "design": design,
-        "trusted_worker": trusted_worker,
-        "require_trusted": require_trusted,
-        "random_state": random_state,
-        "progress": progress,
-    }
+    fit_parameters = dict(
+        spatial_sign=spatial_sign, radius=radius, design=design, trusted_worker=trusted_worker,
+        require_trusted=require_trusted, random_state=random_state, progress=progress,
+    )  # fmt: skip
     scree = ScreeStage(methods, mono, random_state)
     X, map_stage = _map_stage(
         X, score_map, groups, group_domain, score_axes, bins, score_methods, random_state, component
@@ -170,15 +165,7 @@ def analyze(
     planned = [part for stage in chosen for part in stage.planned_parts(k, records.shape[1])]
     shares = split if split is not None else default_shares([stage.name for stage in chosen])
     divided = split_budget(eps, dlt, planned, shares)
-    shown = privacy_table_text(split_rows(divided), ("stage", "release", "guarantee", "parameter"))
-    logger.info("analysis %s: split\n%s", analysis_id, shown)
-    if show_split is not None:
-        show_split(f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}")
-    # Every budget this analysis charges, resolved once (budgets_to_charge: the same
-    # resolution as a fit's); the whole analysis must fit before any cluster starts.
-    budgets = budgets_to_charge()
-    for budget in budgets:
-        budget.check(PartsCharge(divided.all_parts))
+    budgets = _shown_and_checked(divided, analysis_id, show_split)
     meta = {
         "analysis_id": analysis_id,
         "epsilon": eps,
@@ -204,6 +191,24 @@ def analyze(
             _attach_partial(error, released.result(complete=False), released.titles())
         raise
     return released.result(complete=True)
+
+
+def _shown_and_checked(
+    divided: BudgetSplit, analysis_id: str, show_split: Callable[[str], Any] | None
+) -> tuple[Any, ...]:
+    """Log and show the split; every budget this analysis charges, each checked for the
+    whole analysis before any cluster starts (resolved once, as a fit's:
+    :func:`~dask_dppca.compute.budget_config.budgets_to_charge`).
+    """
+    shown = privacy_table_text(split_rows(divided), ("stage", "release", "guarantee", "parameter"))
+    logger.info("analysis %s: split\n%s", analysis_id, shown)
+    if show_split is not None:
+        eps, dlt = divided.epsilon, divided.delta
+        show_split(f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}")
+    budgets = budgets_to_charge()
+    for budget in budgets:
+        budget.check(PartsCharge(divided.all_parts))
+    return tuple(budgets)
 
 
 def _sign_meta(sign: SpatialSign) -> dict[str, Any]:
@@ -335,8 +340,6 @@ def _run_stages(
     def unchanged(before: str) -> None:
         check_unchanged(X, storage_options, pinned, before)
 
-    directions = chosen[0]
-    assert isinstance(directions, DirectionsStage)
     # One compute target for every stage, the directions' fit included: the same
     # client (one connection to a scheduler address), and rows in memory sent once.
     with compute_target(scheduler) as target:
@@ -349,24 +352,7 @@ def _run_stages(
             row_chunks=None if records.row_chunks is None else list(records.row_chunks),
         )
         client = target.client if isinstance(target, ClusterTarget) else scheduler
-        k = int(released.meta["n_components"])
-        plan, release = directions.planned_release(k, split, client, records, target.n_threads)
-        charges = [
-            (
-                stage.name,
-                release if stage is directions else PartsCharge(split.stage_parts(stage.name)),
-            )
-            for stage in chosen
-        ]
-        # Every stage reserved together, before anything is read: concurrent analyses
-        # are admitted whole or refused whole; a stage never started is given back.
-        transaction = reserve_transaction(
-            charges,
-            transaction_id=analysis_id,
-            label=f"analysis {analysis_id}",
-            dataset=records.dataset,
-            budgets=budgets,
-        )
+        plan, transaction = _reserve_all(chosen, split, released, client, records, target, budgets)
         try:
             with transaction as reserved, ExitStack() as later_stages:
                 if records.in_memory:
@@ -374,36 +360,78 @@ def _run_stages(
                     # blocks (a lazy input is read by each pass, never held).
                     records = records.kept_on(target, plan.block_sizes)  # scattered
                 blocks = records.blocks(plan.block_sizes)
-
-                rows_for_a_pass = partial(
-                    _pass_blocks, records, blocks, plan.block_sizes, d, target.n_threads
-                )
                 context = StageContext(
-                    records, blocks, rows_for_a_pass, tuple(plan.block_sizes), plan.block_pairs,
-                    None, split, target, placement, analysis_id, "", records.dataset, n, d,
-                    random_state,
+                    records, blocks,
+                    partial(_pass_blocks, records, blocks, plan.block_sizes, d, target.n_threads),
+                    tuple(plan.block_sizes), plan.block_pairs, None, split, target, placement,
+                    analysis_id, "", records.dataset, n, d, random_state,
                 )  # fmt: skip
-                for stage in chosen:
-                    if stage is not directions:
-                        unchanged(f"the {_title(stage.name)}")
-                    output = stage.run(replace(context, stage_id=reserved.stage_id(stage.name)))
-                    released.add(stage.name, output)
-                    if stage is directions:
-                        context = replace(context, directions=_directions_of(output.value))
-                        released.meta["feature_names"] = _feature_names(records, X, output.value)
-                        # The directions' release warned of an untrusted worker, if any: once.
-                        later_stages.enter_context(untrusted_warning_given())
+                _run_each(
+                    chosen, context, reserved, released, later_stages.enter_context, unchanged, X
+                )
                 unchanged("handing back the result (a stage may have read the new version)")
         except Exception as error:  # any stage, whatever the surface error
             lost = lost_scheduler(error, target, f"analysis {analysis_id}")
             if lost is None:
                 raise
             raise lost from None
-        del (
-            blocks,
-            records,
-            context,
-        )  # the resident blocks leave the workers (before a client closes)
+        del blocks, records, context  # the resident blocks leave the workers (client open)
+
+
+def _reserve_all(
+    chosen: list[Stage],
+    split: BudgetSplit,
+    released: _Released,
+    client: Any,
+    records: Any,
+    target: Any,
+    budgets: Any,
+) -> tuple[Any, Any]:
+    """The directions' block plan, and the transaction reserving every stage's charge:
+    the directions' exact release, each other stage's parts of the split.
+    """
+    directions = chosen[0]
+    assert isinstance(directions, DirectionsStage)
+    k = int(released.meta["n_components"])
+    plan, release = directions.planned_release(k, split, client, records, target.n_threads)
+    charges = [
+        (stage.name, release if stage is directions else PartsCharge(split.stage_parts(stage.name)))
+        for stage in chosen
+    ]
+    analysis_id = released.meta["analysis_id"]
+    # Every stage reserved together, before anything is read: concurrent analyses
+    # are admitted whole or refused whole; a stage never started is given back.
+    transaction = reserve_transaction(
+        charges,
+        transaction_id=analysis_id,
+        label=f"analysis {analysis_id}",
+        dataset=records.dataset,
+        budgets=budgets,
+    )
+    return plan, transaction
+
+
+def _run_each(
+    chosen: list[Stage],
+    context: StageContext,
+    reserved: Any,
+    released: _Released,
+    keep_until_done: Callable[[Any], Any],
+    unchanged: Callable[[str], None],
+    X: Any,
+) -> None:
+    """Run the stages in turn, the store checked unchanged before each after the first."""
+    directions = chosen[0]
+    for stage in chosen:
+        if stage is not directions:
+            unchanged(f"the {_title(stage.name)}")
+        output = stage.run(replace(context, stage_id=reserved.stage_id(stage.name)))
+        released.add(stage.name, output)
+        if stage is directions:
+            context = replace(context, directions=_directions_of(output.value))
+            released.meta["feature_names"] = _feature_names(context.records, X, output.value)
+            # The directions' release warned of an untrusted worker, if any: once.
+            keep_until_done(untrusted_warning_given())
 
 
 def _pass_blocks(

@@ -21,12 +21,14 @@ import numpy as np
 import panel as pn
 
 from ..analysis.report import (
+    further_stage_sections,
     privacy_table_html,
     render_report,
     score_map_figures,
     score_map_of,
     scree_figures,
 )
+from ..analysis.stages import REGISTRY, optional_stages
 from ..io.storage import display_location
 from ..privacy.budget import BudgetExceededError, PartsCharge, PrivacyBudget
 from ..privacy.parts import ApproxDPPart
@@ -177,6 +179,25 @@ class AppPage:
         self.seed = 0
         self._busy = False
 
+        self._data_widgets(store)
+        self._release_widgets()
+        self._explore_widgets()
+        self.open_button.on_click(self._open)
+        self.release_button.on_click(self._release)
+        self.reopen.on_click(self._reopen)
+        self.resample.on_click(self._resample)
+        for priced in (self.k, self.epsilon, self.delta, *self.shares.values()):
+            priced.param.watch(lambda _: self._show_cost(), "value")
+        for free in (self.show_k, self.kind, self.palette, self.groups, self.merge):
+            free.param.watch(lambda _: self._render(), "value")
+        self._refresh_budget()
+        self._refresh_past()
+        self._show_cost()
+        if store:
+            self._open()
+
+    def _data_widgets(self, store: str | None) -> None:
+        """The ledger line and the store's inputs."""
         w = pn.widgets
         self.remaining = pn.pane.HTML("", css_classes=["dp-remaining"], sizing_mode="stretch_width")
         self.store = w.TextInput(
@@ -200,6 +221,10 @@ class AppPage:
         )
         self.open_button = w.Button(label="Open store", color="primary", css_classes=["dp-open"])
         self.store_info = pn.pane.HTML("<i>No store open.</i>", css_classes=["dp-store-info"])
+
+    def _release_widgets(self) -> None:
+        """The next release's parameters: k, the total, a share per stage, the button."""
+        w = pn.widgets
         self.k = w.IntInput(label="k (components)", value=2, start=1, css_classes=["dp-k"])
         self.epsilon = w.FloatInput(
             label="epsilon of this release (total)",
@@ -210,23 +235,17 @@ class AppPage:
         self.delta = w.FloatInput(
             label="delta of this release (total)", value=1e-6, start=0.0, css_classes=["dp-delta"]
         )
-        self.share_directions = w.FloatInput(
-            label="share: directions",
-            value=0.5,
-            start=0.0,
-            width=125,
-            css_classes=["dp-share-directions"],
-        )
-        self.share_scree = w.FloatInput(
-            label="share: scree", value=0.25, start=0.0, width=125, css_classes=["dp-share-scree"]
-        )
-        self.share_map = w.FloatInput(
-            label="share: score map",
-            value=0.25,
-            start=0.0,
-            width=125,
-            css_classes=["dp-share-map"],
-        )
+        # One share per registered stage (an optional one at 0: not run unless given a share).
+        self.shares = {
+            info.name: w.FloatInput(
+                label=f"share: {info.title}",
+                value=0.0 if info.optional else info.default_share,
+                start=0.0,
+                width=125,
+                css_classes=[f"dp-share-{info.name.split('_')[-1]}"],  # dp-share-map, ...
+            )
+            for info in REGISTRY
+        }
         self.cost = pn.pane.HTML("", css_classes=["dp-cost"], sizing_mode="stretch_width")
         self.release_button = w.Button(
             label="Release (spends the budget above)",
@@ -240,6 +259,9 @@ class AppPage:
         self.status = pn.pane.HTML("", css_classes=["dp-status"])
         self.error = pn.pane.HTML("", css_classes=["dp-error"], sizing_mode="stretch_width")
 
+    def _explore_widgets(self) -> None:
+        """The free exploration of a release: what is shown, and how."""
+        w = pn.widgets
         self.free_note = pn.pane.HTML(f"<p>{html.escape(FREE)}</p>", css_classes=["dp-free"])
         self.show_k = w.IntInput(
             label="k shown (of those released)", start=1, end=2, value=2, css_classes=["dp-show-k"]
@@ -272,20 +294,6 @@ class AppPage:
             label="Past releases (this ledger)", options={}, css_classes=["dp-past"]
         )
         self.reopen = w.Button(label="Reopen (free)", css_classes=["dp-reopen"])
-
-        self.open_button.on_click(self._open)
-        self.release_button.on_click(self._release)
-        self.reopen.on_click(self._reopen)
-        self.resample.on_click(self._resample)
-        for priced in (self.k, self.epsilon, self.delta, self.share_directions, self.share_scree):
-            priced.param.watch(lambda _: self._show_cost(), "value")
-        for free in (self.show_k, self.kind, self.palette, self.groups, self.merge):
-            free.param.watch(lambda _: self._render(), "value")
-        self._refresh_budget()
-        self._refresh_past()
-        self._show_cost()
-        if store:
-            self._open()
 
     # -- the ledger -----------------------------------------------------------------------
 
@@ -358,11 +366,7 @@ class AppPage:
     # -- the next release -------------------------------------------------------------------
 
     def _shares(self) -> dict[str, float]:
-        return {
-            "directions": float(self.share_directions.value or 0.0),
-            "scree": float(self.share_scree.value or 0.0),
-            "score_map": float(self.share_map.value or 0.0),
-        }
+        return {name: float(widget.value or 0.0) for name, widget in self.shares.items()}
 
     def _show_cost(self) -> None:
         eps, dlt = self.epsilon.value, self.delta.value
@@ -430,8 +434,7 @@ class AppPage:
         """The ``groups`` and ``group_domain`` of :func:`~dask_dppca.analysis.run.analyze`, as
         the CLI's ``--groups`` / ``--group-domain`` take them (empty: no groups).
         """
-        from ..analysis.stages.score_map import resolve_groups
-        from ..cli.analyze import _domain
+        from ..analysis.stages.score_map import group_domain_from_text, resolve_groups
 
         name, domain = _text(self.group_labels), _text(self.group_domain)
         if not name and not domain:
@@ -443,7 +446,7 @@ class AppPage:
         if not mapped:
             raise ValueError("groups: need the score map (give it a share > 0)")
         _, labels = resolve_groups(store, os.path.expanduser(name), component)
-        return {"groups": labels, "group_domain": _domain(domain, labels)}
+        return {"groups": labels, "group_domain": group_domain_from_text(domain, labels)}
 
     def _run_release(self) -> Any:
         from ..analysis.run import analyze
@@ -461,6 +464,7 @@ class AppPage:
                 delta=_number(self.delta, "delta"),
                 split=shares,
                 score_map="score_map" in shares,  # a share of 0: no score map
+                stages=[info.name for info in optional_stages() if info.name in shares],
                 scheduler=self.scheduler,
                 component=component,
                 storage_options=self._storage_options(),
@@ -536,7 +540,7 @@ class AppPage:
             f"(composed {meta.get('composed_epsilon', 0):.6g}).</p>"
             f"<div style='display:flex;flex-wrap:wrap;gap:12px'>{images}</div>"
         )
-        self.table.object = privacy_table_html(result)
+        self.table.object = privacy_table_html(result) + "".join(further_stage_sections(result))
 
     def _report_file(self) -> Any:
         import io
@@ -564,7 +568,7 @@ class AppPage:
             self.group_domain,
             self.epsilon,
             self.delta,
-            pn.Row(self.share_directions, self.share_scree, self.share_map),
+            pn.Row(*self.shares.values()),
             self.cost,
             self.release_button,
             self.progress,

@@ -199,24 +199,6 @@ def _pair(text: str, flag: str, offset: int = 0) -> tuple[int, int]:
     return a, b
 
 
-def _domain(text: str | None, labels: Any) -> tuple[Any, ...] | None:
-    """The public labels, typed like the label array (public metadata: its dtype)."""
-    if text is None:
-        return None
-    values = [v.strip() for v in text.split(",") if v.strip()]
-    kind = getattr(getattr(labels, "dtype", None), "kind", "O")
-    try:
-        if kind in "iu":
-            return tuple(int(v) for v in values)
-        if kind == "f":
-            return tuple(float(v) for v in values)
-    except ValueError:
-        raise ValueError(
-            f"--group-domain: the labels are numbers ({labels.dtype}), got {text!r}"
-        ) from None
-    return tuple(values)
-
-
 def run(args: argparse.Namespace) -> int:
     """Analyze a store, write the result, optionally the plots."""
     from contextlib import nullcontext
@@ -299,7 +281,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The records and the score map's options (metadata only, before the split table
     prints and before any cluster starts).
     """
-    from ..analysis.stages.score_map import resolve_groups
+    from ..analysis.stages.score_map import group_domain_from_text, resolve_groups
     from ..io.storage import is_url
     from ..io.tables import table_format
     from .fit import storage_options
@@ -325,7 +307,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     return records, {
         "score_map": not args.no_score_map,
         "groups": labels,
-        "group_domain": _domain(args.group_domain, labels),
+        "group_domain": group_domain_from_text(args.group_domain, labels),
         "score_axes": _pair(args.score_axes, "--score-axes", offset=1),
         "bins": None if args.bins is None else _pair(args.bins, "--bins"),
         "score_methods": tuple(m.strip() for m in args.score_methods.split(",") if m.strip()),

@@ -49,6 +49,7 @@ __all__ = [
     "SPARSE_DELTA_SHARE",
     "PrivateScoreMapStage",
     "auto_bins",
+    "group_domain_from_text",
     "plot_scores",
     "resample_synthetic",
     "resolve_groups",
@@ -341,6 +342,26 @@ def _rows(mechanism: ScoreMapMechanism, score_map: ScoreMap) -> list[dict[str, A
             }
         )
     return rows
+
+
+def group_domain_from_text(text: str | None, labels: Any) -> tuple[Any, ...] | None:
+    """The public labels typed as ``A,B,C`` (``--group-domain``, the app's field), typed
+    like the label array (public metadata: its dtype); None for no text.
+    """
+    if text is None:
+        return None
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    kind = getattr(getattr(labels, "dtype", None), "kind", "O")
+    try:
+        if kind in "iu":
+            return tuple(int(v) for v in values)
+        if kind == "f":
+            return tuple(float(v) for v in values)
+    except ValueError:
+        raise ValueError(
+            f"--group-domain: the labels are numbers ({labels.dtype}), got {text!r}"
+        ) from None
+    return tuple(values)
 
 
 def resolve_groups(X: Any, groups: Any, component: str | None = None) -> tuple[Any, Any]:
