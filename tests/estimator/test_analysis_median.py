@@ -131,3 +131,22 @@ def test_analyze_median_as_typed_prints_and_writes_the_median(tmp_path):
     assert len(values) == 3 and all(abs(v) < 0.5 for v in values)  # N(0, 1) columns
     assert result.stages["median"]["private"] is True
     assert "coordinate medians" in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_the_app_offers_a_share_per_stage_and_shows_the_median(tmp_path):
+    pytest.importorskip("panel")
+    from dask_dppca.app.page import AppPage
+
+    store = write_store(tmp_path / "x.zarr", n=1500, d=3)
+    page = AppPage(store=store, scheduler="synchronous", epsilon=10.0, delta=1e-4)
+    assert list(page.shares) == [info.name for info in REGISTRY]
+    assert page.shares["median"].value == 0.0  # optional: off until given a share
+    page.shares["median"].value = 0.1
+    assert "median=0.1" in page.cost.object
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = page._run_release()
+    assert len(result.stages["median"]["values"]) == 3
+    page._show(result)
+    assert "Private median" in page.table.object and "coordinate medians" in page.table.object
