@@ -78,7 +78,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import erf, erfcx, expit, gammaln, log_ndtr, logsumexp
 
-from .calibration import _GL_NODES, _GL_WEIGHTS, validate_privacy_parameters
+from .calibration import GL_NODES, GL_WEIGHTS, validate_privacy_parameters
 from .parts import ApproxDPPart, GaussianPart, PrivacyPart, PureDPPart
 
 __all__ = [
@@ -132,7 +132,7 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 def _log_gaussian_profile(epsilon: NDArray[np.float64], mu: float) -> NDArray[np.float64]:
     """``log delta_G(epsilon; mu)`` for an array of real epsilons (negative included).
 
-    The vectorised twin of :func:`~dask_dppca.privacy.calibration._log_delta` (same
+    The vectorised twin of :func:`~dask_dppca.privacy.calibration.log_delta` (same
     formulas, same branches; tests/privacy/test_accounting.py checks they agree and
     checks both against mpmath at negative epsilon).
     """
@@ -153,8 +153,8 @@ def _log_gaussian_profile(epsilon: NDArray[np.float64], mu: float) -> NDArray[np
             diff = erfcx(p) - erfcx(p + width)
         else:
             half = 0.5 * width
-            t = (p[:, None] + half) + half * _GL_NODES[None, :]
-            diff = half * ((_TWO_OVER_SQRT_PI - 2.0 * t * erfcx(t)) @ _GL_WEIGHTS)
+            t = (p[:, None] + half) + half * GL_NODES[None, :]
+            diff = half * ((_TWO_OVER_SQRT_PI - 2.0 * t * erfcx(t)) @ GL_WEIGHTS)
         with np.errstate(divide="ignore", invalid="ignore"):
             out[low] = np.where(diff > 0.0, -0.5 * xl * xl + np.log(0.5 * diff), -np.inf)
     high = ~low

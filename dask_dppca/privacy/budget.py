@@ -1,73 +1,46 @@
-"""A privacy budget that composes Gaussian releases tightly, and that no fit escapes.
+"""A privacy budget that composes releases tightly, and that no fit escapes.
 
-Accounting.  Every release of this package is a Gaussian mechanism: l2 sensitivity
-``Delta_i``, noise ``sigma_i``, i.e. ``mu_i``-Gaussian DP with ``mu_i = Delta_i /
-sigma_i``.  Gaussian DP composes *exactly* (Dong, Roth & Su 2022, Corollary 3.3; also
-under adaptive choice of the releases): k releases together are ``mu``-GDP with
-``mu = sqrt(sum mu_i^2)``, which is (epsilon, delta)-DP exactly when the Balle-Wang
-profile ``delta(epsilon; mu)`` is at most delta.  So the budget keeps the releases
-and evaluates that closed form over them
-(:func:`~dask_dppca.privacy.calibration.gaussian_dp_delta`).
-
-Why not dp_accounting's PLD accountant for the bookkeeping: for Gaussian events it is
-the same curve computed through a pessimistic discretisation of the privacy-loss
-distribution (it over-reports epsilon by ~1e-4 at its default grid), slower, and
-would make a release calibrated exactly to the budget fail the check.  It is the
-well-kept *independent* implementation, so tests/privacy/test_budget.py checks this closed
-form against ``PLDAccountant`` composing ``GaussianDpEvent`` s.
-
-A sampler whose law is within ``e^(+-A)`` of the ideal one
-(:meth:`~dask_dppca.privacy.noise.NoiseSampler.privacy_excess`) is recorded with its
-``excess``; excesses add under composition and are charged as in
-:func:`~dask_dppca.privacy.calibration.calibrate_sigma`.
-
-Storage.  The releases live in a :mod:`~dask_dppca.privacy.ledger`: a list in this
-process, or, with ``ledger=PATH``, a SQLite file that every thread and process shares
-and that survives restarts.  A fit *reserves* its release (checked and recorded in one
-transaction) before the noise is drawn and *commits* it after; a reservation counts as
-spent, so a crash in between never under-counts.
-
-Which budgets a fit charges (the default, open ``with`` blocks, carried ones) is
-:mod:`~dask_dppca.privacy.charging`'s job.
+:class:`PrivacyBudget` keeps its releases in a ledger (:mod:`.ledger`: in this process,
+or a SQLite file shared by every process) and admits one more only if the exact
+composition of every counted release still fits its (epsilon, delta)
+(:mod:`.budget_arithmetic`).  A fit *reserves* its release before the noise is drawn and
+*commits* it after (:class:`Reservation`), so a crash in between never under-counts.
+Which budgets a fit charges is :mod:`.charging`'s job.  The design (exact Gaussian-DP
+composition, why not a PLD accountant, sampler excess, storage): docs/ledger.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import html
-import math
 import os
-import threading
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..validation import nonnegative_finite, positive_finite
-from . import lineage
-from .accounting import Composition, compose
-from .calibration import (
-    DELTA_RELATIVE_ERROR,
-    _apply_excess,
-    _log_delta,
-    gaussian_dp_epsilon,
-    gaussian_dp_mu,
-    validate_privacy_parameters,
+from .budget_arithmetic import BudgetArithmetic, BudgetExceededError
+from .budget_registry import (
+    BudgetKey,
+    enter_budget,
+    exit_budget,
+    find_in_memory,
+    open_budgets,
+    remember_in_memory,
 )
+from .budget_report import render_html, render_text, report_data, stage_name
+from .calibration import validate_privacy_parameters
 from .ledger import (
     Ledger,
-    LedgerError,
-    LedgerReplacedError,
     MemoryLedger,
-    Release,
     Resolution,
     SQLiteLedger,
     UnreachableLedger,
     ledger_path,
 )
-from .parts import GaussianPart, PrivacyPart, PureDPPart, part_to_dict
+from .ledger_rows import LedgerError, LedgerReplacedError, Release
+from .parts import GaussianPart, PrivacyPart, PureDPPart
 
 __all__ = [
     "BudgetExceededError",
@@ -82,45 +55,6 @@ __all__ = [
     "open_budgets",
     "stage_name",
 ]
-
-# sqrt(sum mu_i^2) is rounded up by this factor so that float rounding never
-# under-reports the composition; calibration allows for twice as much
-# (calibration.MU_ROUND_UP), so a sigma calibrated to the whole budget fits.
-_ROUND_UP = 1.0 + 8.0 * 2.0**-53
-
-# Process-wide state: the budgets whose ``with`` block is open (key -> [budget, depth], in
-# entry order), and the in-memory budgets by pickling token.
-_STATE_LOCK = threading.RLock()
-#: What tells budgets apart: ``("file", path)`` or ``("memory", token)``.
-BudgetKey = tuple[str, str | None]
-_OPEN: dict[BudgetKey, list[Any]] = {}  # key -> [budget, depth]
-_IN_MEMORY: weakref.WeakValueDictionary[str, PrivacyBudget] = weakref.WeakValueDictionary()
-
-
-#: Environment variable naming the ledger of the default budget (inherited by child
-#: processes); see :mod:`~dask_dppca.privacy.charging`.
-BUDGET_ENV = "DASK_DPPCA_BUDGET"
-
-
-def publish_budgets() -> None:
-    """Register this process's default and open budgets for its child processes
-    (:mod:`~dask_dppca.privacy.lineage`).
-    """
-    with _STATE_LOCK:
-        opened = [budget for budget, _ in _OPEN.values()]
-        ledgers = [budget.ledger for budget in opened if budget.ledger is not None]
-        default = os.environ.get(BUDGET_ENV)
-        if default:
-            try:
-                ledgers.insert(0, ledger_path(default))
-            except ValueError:
-                pass  # a fit here refuses it (charging.default_budget)
-        memory = any(budget.ledger is None for budget in opened)
-        lineage.register(list(dict.fromkeys(ledgers)), memory)
-
-
-class BudgetExceededError(RuntimeError):
-    """A release would exceed the (epsilon, delta) of a privacy budget."""
 
 
 class _AlreadyCharged(Exception):
@@ -198,10 +132,6 @@ def charge_of(item: Any) -> GaussianCharge | PartsCharge:
     )
 
 
-def _is_discrete(part: PrivacyPart) -> bool:
-    return not isinstance(part, GaussianPart)
-
-
 def _check_release(sensitivity: float, sigma: float, excess: float) -> tuple[float, float, float]:
     return (
         nonnegative_finite("sensitivity", sensitivity),
@@ -229,7 +159,7 @@ class PrivacyBudget:
         budget.remaining()        # epsilon of one more release at delta=1e-5
         print(budget.describe())
 
-    Composition is exact Gaussian-DP composition (module docstring): four releases at
+    Composition is exact Gaussian-DP composition (docs/ledger.md): four releases at
     (1, 1e-6) each fit in (2.5, 1e-5), where summing epsilons would claim 4.
 
     Parameters
@@ -295,13 +225,15 @@ class PrivacyBudget:
     def _setup(self, epsilon: float, delta: float, store: Ledger, token: str | None = None) -> None:
         self.epsilon, self.delta = epsilon, delta
         self._ledger = store
+        where = f", ledger {store.location}" if store.location else ""
+        self._arithmetic = BudgetArithmetic(epsilon, delta, where)
         if store.location is not None:
             self._key: BudgetKey = ("file", store.location)
         else:
             self._key = ("memory", token)
             if isinstance(store, MemoryLedger):
                 assert token is not None  # __init__ gives every in-memory budget a token
-                _IN_MEMORY[token] = self
+                remember_in_memory(token, self)
 
     @property
     def ledger(self) -> str | None:
@@ -319,130 +251,16 @@ class PrivacyBudget:
     # -- the context manager: open in every thread of the process ----------------------------
 
     def __enter__(self) -> PrivacyBudget:
-        with _STATE_LOCK:
-            entry = _OPEN.setdefault(self._key, [self, 0])
-            entry[1] += 1
-            if entry[1] == 1:
-                publish_budgets()  # for child processes, whenever they were started
+        enter_budget(self._key, self)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        with _STATE_LOCK:
-            entry = _OPEN[self._key]
-            entry[1] -= 1
-            if entry[1] == 0:
-                del _OPEN[self._key]
-                publish_budgets()
-
-    # -- accounting -----------------------------------------------------------------------
+        exit_budget(self._key)
 
     def _counted(self) -> list[Release]:
         return [row for row in self._ledger.rows() if row.counted]
 
-    @staticmethod
-    def _composed(
-        rows: Sequence[Release], extra: Sequence[tuple[float, float]] = ()
-    ) -> tuple[float, float]:
-        """(mu, excess) of ``rows`` plus extra (mu, excess) pairs, mu rounded up."""
-        squares = [r.mu**2 for r in rows] + [mu**2 for mu, _ in extra]
-        squares += [p.mu**2 for r in rows for p in r.parts if isinstance(p, GaussianPart)]
-        excess = [r.excess for r in rows] + [exc for _, exc in extra]
-        return math.sqrt(math.fsum(squares)) * _ROUND_UP, math.fsum(excess)
-
-    @staticmethod
-    def _mixed(rows: Sequence[Release], extra: Sequence[PrivacyPart] = ()) -> bool:
-        """Whether ``rows`` and ``extra`` hold any non-Gaussian part (exact accountant)."""
-        return any(_is_discrete(p) for p in extra) or any(
-            _is_discrete(p) for r in rows for p in r.parts
-        )
-
-    @staticmethod
-    def _composition(
-        rows: Sequence[Release], extra: Sequence[PrivacyPart] = ()
-    ) -> tuple[Composition, float]:
-        """The exact composition of ``rows`` and ``extra`` parts, and the summed excess."""
-        parts: list[PrivacyPart] = [GaussianPart(r.mu) for r in rows if r.mu > 0.0]
-        parts += [p for r in rows for p in r.parts]
-        parts += list(extra)
-        return compose(parts), math.fsum(r.excess for r in rows)
-
-    def _fits_parts(
-        self, rows: Sequence[Release], extra: Sequence[PrivacyPart], excess: float = 0.0
-    ) -> bool:
-        """Whether ``rows`` plus ``extra`` parts (plus ``excess``) meet the budget."""
-        if not self._mixed(rows, extra):
-            squares = [p.mu for p in extra if isinstance(p, GaussianPart)]
-            mu, total = self._composed(rows, [(m, 0.0) for m in squares])
-            return self._fits(mu, total + excess)
-        composition, total = self._composition(rows, extra)
-        target = self._target(total + excess)
-        if target is None:
-            return False
-        eps, dlt = target
-        return composition.delta(eps) <= dlt * (1.0 - DELTA_RELATIVE_ERROR)
-
-    def _target(self, excess: float) -> tuple[float, float] | None:
-        """(epsilon, delta) the ideal Gaussian must meet; None if the excess leaves none."""
-        try:
-            return _apply_excess(self.epsilon, self.delta, excess)
-        except ValueError:
-            return None
-
-    def _fits(self, mu: float, excess: float) -> bool:
-        target = self._target(excess)
-        if target is None:
-            return False
-        eps, dlt = target
-        return _log_delta(eps, mu) <= math.log(dlt * (1.0 - DELTA_RELATIVE_ERROR))
-
-    def _admit(self, sens: float, sig: float, exc: float, rows: Sequence[Release]) -> None:
-        """Raise BudgetExceededError unless one more release fits after ``rows``."""
-        mu, total_excess = self._composed(rows, [(sens / sig, exc)])
-        if self._mixed(rows):
-            if sens > 0.0 and not self._fits_parts(rows, [GaussianPart(sens / sig)], exc):
-                composition, excess = self._composition(rows, [GaussianPart(sens / sig)])
-                target = self._target(excess + exc)
-                needed = (
-                    math.inf
-                    if target is None
-                    else composition.epsilon(target[1]) + 2.0 * (excess + exc)
-                )
-                raise self._refusal(needed, rows, f"sensitivity={sens:.6g}, sigma={sig:.6g}")
-            return
-        if not self._fits(mu, total_excess):
-            needed = gaussian_dp_epsilon(mu, self.delta) + 2.0 * total_excess
-            raise self._refusal(needed, rows, f"sensitivity={sens:.6g}, sigma={sig:.6g}")
-
-    def _admit_parts(self, parts: Sequence[PrivacyPart], rows: Sequence[Release]) -> None:
-        """Raise BudgetExceededError unless a release of ``parts`` fits after ``rows``."""
-        if not self._fits_parts(rows, parts):
-            composition, excess = self._composition(rows, parts)
-            target = self._target(excess)
-            needed = math.inf if target is None else composition.epsilon(target[1]) + 2.0 * excess
-            raise self._refusal(needed, rows, ", ".join(_part_text(p) for p in parts))
-
-    def _refusal(
-        self, needed: float, counted: Sequence[Release], asked: str
-    ) -> BudgetExceededError:
-        """The refusal of a release (``asked``: its parts) after ``counted``: the need
-        first, then what is left, then the parts.
-        """
-        return BudgetExceededError(
-            f"needs epsilon={needed:.6g} at delta={self.delta:g} with the {len(counted)} "
-            f"release(s) so far, which would exceed the budget (epsilon={self.epsilon:g}, "
-            f"delta={self.delta:g}{self._where()}){self._left(counted)}; nothing was "
-            f"reserved. Asked for: {asked}"
-        )
-
-    def _left(self, rows: Sequence[Release]) -> str:
-        """What a refusal after ``rows`` says is left (:meth:`remaining`'s own number)."""
-        return (
-            f"; left: one more release of epsilon <= {self._remaining(rows, 1):.6g} at "
-            f"delta={self.delta:g}"
-        )
-
-    def _where(self) -> str:
-        return f", ledger {self.ledger}" if self.ledger else ""
+    # -- charging ---------------------------------------------------------------------------
 
     def check(self, charge: GaussianCharge | Any) -> None:
         """Raise if one more Gaussian release would exceed the budget now.
@@ -462,9 +280,9 @@ class PrivacyBudget:
         """
         c = charge_of(charge)
         if isinstance(c, PartsCharge):
-            self._admit_parts(c.parts, self._counted())
+            self._arithmetic.admit_parts(c.parts, self._counted())
             return
-        self._admit(*_check_release(c.sensitivity, c.sigma, c.excess), self._counted())
+        self._arithmetic.admit(*_check_release(c.sensitivity, c.sigma, c.excess), self._counted())
 
     def reserve(
         self, charge: GaussianCharge | Any, *, label: str = "", fit_id: str = "", dataset: str = ""
@@ -563,26 +381,9 @@ class PrivacyBudget:
             rows.append(dataclasses.replace(row, stage="reserved"))
 
         def admit(counted: Sequence[Release]) -> None:
-            self._admit_rows(rows, counted)
+            self._arithmetic.admit_rows(rows, counted)
 
         return [Reservation(self, row) for row in self._ledger.record_many(rows, admit)]
-
-    def _admit_rows(self, new: Sequence[Release], counted: Sequence[Release]) -> None:
-        """Raise BudgetExceededError unless every row of ``new`` fits after ``counted``."""
-        together = [*counted, *new]
-        if self._mixed(together):
-            fits = self._fits_parts(together, [])
-        else:
-            fits = self._fits(*self._composed(together))
-        if fits:
-            return
-        composition, excess = self._composition(together)
-        target = self._target(excess)
-        needed = math.inf if target is None else composition.epsilon(target[1]) + 2.0 * excess
-        parts = [p for row in new for p in (row.parts or (GaussianPart(row.mu),))]
-        raise self._refusal(
-            needed, counted, f"{len(parts)} part(s), {', '.join(_part_text(p) for p in parts)}"
-        )
 
     def spend(self, charge: GaussianCharge | Any, label: str = "") -> None:
         """Check, then record one Gaussian release as committed, atomically.
@@ -639,10 +440,12 @@ class PrivacyBudget:
             # treat a reserved parts row as possibly drawn (never cancel it).
             parts = charge.parts
             row = dataclasses.replace(row, parts=parts, stage=None)
-            return row, lambda rows: self._admit_parts(parts, rows)
+            return row, lambda rows: self._arithmetic.admit_parts(parts, rows)
         sens, sig, exc = _check_release(charge.sensitivity, charge.sigma, charge.excess)
         row = dataclasses.replace(row, sensitivity=sens, sigma=sig, excess=exc)
-        return row, lambda rows: self._admit(sens, sig, exc, rows)
+        return row, lambda rows: self._arithmetic.admit(sens, sig, exc, rows)
+
+    # -- planning --------------------------------------------------------------------------
 
     def min_sigma(self, sensitivity: float, excess: float = 0.0) -> float:
         """Smallest sigma that :meth:`check` accepts now for this sensitivity.
@@ -665,51 +468,7 @@ class PrivacyBudget:
         sens, _, exc = _check_release(sensitivity, 1.0, excess)
         if not sens > 0.0:
             raise ValueError(f"sensitivity: must be > 0, got {sens!r}")
-        rows = self._counted()
-        if self._mixed(rows):
-            return self._min_sigma_mixed(rows, sens, exc)
-        spent_mu, spent_excess = self._composed(rows)
-        target = self._target(spent_excess + exc)
-        room = 0.0
-        if target is not None:
-            room = gaussian_dp_mu(*target) ** 2 - spent_mu**2
-        if not room > 0.0:
-            raise BudgetExceededError(
-                f"the budget (epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}) "
-                "has no room left"
-            )
-        sigma = sens / math.sqrt(room)
-        for _ in range(10_000):  # raise sigma until the exact check accepts it
-            mu, total = self._composed(rows, [(sens / sigma, exc)])
-            if self._fits(mu, total):
-                return sigma
-            sigma *= 1.0 + 2.0**-40
-        raise BudgetExceededError("min_sigma: no sigma found within the budget")  # pragma: no cover
-
-    def _min_sigma_mixed(self, rows: Sequence[Release], sens: float, exc: float) -> float:
-        """:meth:`min_sigma` after releases with non-Gaussian parts: bisection on mu."""
-        if not self._fits_parts(rows, [GaussianPart(1e-300)], exc):
-            raise BudgetExceededError(
-                f"the budget (epsilon={self.epsilon:g}, delta={self.delta:g}{self._where()}) "
-                "has no room left"
-            )
-        lo, hi = 0.0, 1.0
-        while self._fits_parts(rows, [GaussianPart(hi)], exc):
-            lo, hi = hi, 2.0 * hi
-        for _ in range(80):
-            mid = 0.5 * (lo + hi)
-            if mid in (lo, hi):
-                break
-            if mid > 0.0 and self._fits_parts(rows, [GaussianPart(mid)], exc):
-                lo = mid
-            else:
-                hi = mid
-        sigma = sens / lo if lo > 0.0 else math.inf
-        for _ in range(10_000):  # the check a reservation makes, on the rounded mu
-            if self._fits_parts(rows, [GaussianPart(sens / sigma)], exc):
-                return sigma
-            sigma *= 1.0 + 2.0**-40
-        raise BudgetExceededError("min_sigma: no sigma found within the budget")  # pragma: no cover
+        return self._arithmetic.min_sigma(self._counted(), sens, exc)
 
     def remaining(self, k: int = 1) -> float:
         """The largest epsilon each of ``k`` more releases at the budget's delta may have.
@@ -728,52 +487,7 @@ class PrivacyBudget:
         float
             0.0 when the budget has no room left.
         """
-        return self._remaining(self._counted(), _positive_count(k))
-
-    def _remaining(self, rows: Sequence[Release], k: int) -> float:
-        """:meth:`remaining` for these counted releases (one read of the ledger)."""
-        if self._mixed(rows):
-            return self._remaining_mixed(rows, k)
-        spent_mu, spent_excess = self._composed(rows)
-        target = self._target(spent_excess)
-        if target is None:
-            return 0.0
-        room = (gaussian_dp_mu(*target) / _ROUND_UP) ** 2 - spent_mu**2
-        if not room > 0.0:
-            return 0.0
-        # The epsilon at which a Gaussian of the room left per release meets delta, then
-        # lowered until k such releases (the largest mu an (eps, delta) Gaussian may
-        # have, gaussian_dp_mu) pass the same check a reservation makes.
-        eps = gaussian_dp_epsilon(math.sqrt(room / k), self.delta)
-        for _ in range(200):
-            if not eps > 0.0:
-                return 0.0
-            mu, excess = self._composed(rows, [(gaussian_dp_mu(eps, self.delta), 0.0)] * k)
-            if self._fits(mu, excess):
-                return eps
-            eps *= 1.0 - 2.0**-42
-        return 0.0  # pragma: no cover - the first candidate is within a few ulps
-
-    def _remaining_mixed(self, rows: Sequence[Release], k: int) -> float:
-        """:meth:`remaining` after releases with non-Gaussian parts: bisection on epsilon,
-        with the same exact check a reservation makes (largest epsilon that fits).
-        """
-
-        def fits(eps: float) -> bool:
-            return self._fits_parts(rows, [GaussianPart(gaussian_dp_mu(eps, self.delta))] * k)
-
-        lo, hi = 0.0, self.epsilon
-        if fits(hi):
-            return hi
-        for _ in range(80):
-            mid = 0.5 * (lo + hi)
-            if mid in (lo, hi) or hi - lo <= 1e-12 * hi:
-                break
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return self._arithmetic.remaining(self._counted(), _positive_count(k))
 
     # -- reporting -------------------------------------------------------------------------
 
@@ -792,28 +506,12 @@ class PrivacyBudget:
         """Gaussian-DP parameter of the Gaussian releases so far, ``sqrt(sum mu_i^2)``
         (the other parts, if any, are composed exactly in :attr:`spent_epsilon`).
         """
-        rows = self._counted()
-        return self._composed(rows)[0] if rows else 0.0
-
-    def _spent_epsilon(self, rows: Sequence[Release]) -> float:
-        if not rows:
-            return 0.0
-        if self._mixed(rows):
-            composition, total = self._composition(rows)
-            found = self._target(total)
-            if found is None:
-                return math.inf
-            return composition.epsilon(found[1]) + 2.0 * total
-        mu, excess = self._composed(rows)
-        target = self._target(excess)
-        if target is None:
-            return math.inf
-        return gaussian_dp_epsilon(mu, target[1]) + 2.0 * excess
+        return self._arithmetic.spent_mu(self._counted())
 
     @property
     def spent_epsilon(self) -> float:
         """Smallest epsilon the composition so far satisfies at the budget's delta."""
-        return self._spent_epsilon(self._counted())
+        return self._arithmetic.spent_epsilon(self._counted())
 
     @property
     def remaining_epsilon(self) -> float:
@@ -824,70 +522,6 @@ class PrivacyBudget:
         decide whether a given release fits.
         """
         return max(0.0, self.epsilon - self.spent_epsilon)
-
-    def _summary(self) -> tuple[list[Release], list[tuple[str, str]]]:
-        rows = self._ledger.rows()
-        counted = [r for r in rows if r.counted]
-        states = {
-            state: sum(r.state == state for r in rows)
-            for state in ("committed", "reserved", "cancelled")
-        }
-        # Every figure from this one read: a concurrent fit cannot split the report.
-        plans = ", or ".join(f"{k} of {self._remaining(counted, k):.4g} each" for k in (2, 4))
-        facts = [
-            ("budget", f"epsilon={self.epsilon:g}, delta={self.delta:g}"),
-            ("ledger", self.ledger or "(in memory, this process only)"),
-            (
-                "releases",
-                f"{len(counted)} counted ({states['committed']} committed, "
-                f"{states['reserved']} reserved), {states['cancelled']} cancelled"
-                + _analyses_text(counted),
-            ),
-            (
-                "spent",
-                f"epsilon={self._spent_epsilon(counted):.6g} at delta={self.delta:g} "
-                f"(mu={self._composed(counted)[0] if counted else 0.0:.6g}; stated at the "
-                "ledger's delta: a release made at a larger delta shows a smaller epsilon "
-                "here than its own total)",
-            ),
-            (
-                "remaining",
-                f"one more release of epsilon <= {self._remaining(counted, 1):.6g} at delta="
-                f"{self.delta:g}, or {plans}",
-            ),
-        ]
-        return rows, facts
-
-    _COLUMNS = (
-        "id",
-        "state",
-        "reserved (UTC)",
-        "epsilon",
-        "delta",
-        "sensitivity",
-        "sigma",
-        "dataset",
-        "label",
-    )
-
-    @staticmethod
-    def _cells(row: Release) -> tuple[str, ...]:
-        def number(value: float | None) -> str:
-            return "-" if value is None else f"{value:.4g}"
-
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row.reserved_at))
-        mixed = bool(row.parts)
-        return (
-            str(row.id),
-            row.state,
-            when,
-            number(row.epsilon),
-            number(row.delta),
-            "parts" if mixed else f"{row.sensitivity:.4g}",
-            "; ".join(_part_text(p) for p in row.parts) if mixed else f"{row.sigma:.4g}",
-            row.dataset,
-            row.label,
-        )
 
     def as_dict(self) -> dict[str, Any]:
         """The report as plain data (``dask-dppca budget show --json``), from one read.
@@ -902,27 +536,7 @@ class PrivacyBudget:
             ``mu`` and whether it ``counted``.  Times are Unix seconds; JSON-ready (no
             NaN: an exhausted budget's spent epsilon is ``null`` when infinite).
         """
-        rows = self._ledger.rows()
-        counted = [r for r in rows if r.counted]
-        spent = self._spent_epsilon(counted)
-        return {
-            "ledger": self.ledger,
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "counts": {
-                **{
-                    state: sum(r.state == state for r in rows)
-                    for state in ("committed", "reserved", "cancelled")
-                },
-                "counted": len(counted),
-            },
-            "spent": {
-                "epsilon": spent if math.isfinite(spent) else None,
-                "mu": self._composed(counted)[0] if counted else 0.0,
-            },
-            "remaining": {str(k): self._remaining(counted, k) for k in (1, 2, 4)},
-            "releases": [{**dataclasses.asdict(r), "mu": r.mu, "counted": r.counted} for r in rows],
-        }
+        return report_data(self._arithmetic, self.ledger, self._ledger.rows())
 
     def resolve(self, release_id: int | None = None) -> list[Resolution]:
         """Settle the reserved rows that processes which stopped left behind.
@@ -954,70 +568,14 @@ class PrivacyBudget:
             )
         return self._ledger.resolve(release_id)
 
-    @classmethod
-    def _table_cells(cls, rows: Sequence[Release]) -> list[tuple[str, ...]]:
-        """One line per release, the stages of one analysis on one line (its parts)."""
-        lines: list[tuple[str, ...]] = []
-        for group in _by_analysis(rows):
-            if len(group) == 1:
-                lines.append(cls._cells(group[0]))
-                continue
-            first = cls._cells(group[0])
-            states = sorted({row.state for row in group})
-            stages = ", ".join(
-                stage_name(row.fit_id) + (f" ({row.state})" if len(states) > 1 else "")
-                for row in group
-            )
-            parts = [p for row in group if row.counted for p in (row.parts or ())]
-            lines.append(
-                (
-                    f"{group[0].id}-{group[-1].id}",
-                    "/".join(states),
-                    first[2],
-                    "-",
-                    "-",
-                    "parts",
-                    f"{len(parts)} parts"
-                    + (" + a Gaussian" if any(not r.parts for r in group) else ""),
-                    group[0].dataset,
-                    f"analysis {_analysis_of(group[0])}: {stages}",
-                )
-            )
-        return lines
-
     def describe(self) -> str:
         """A plain-text report: totals, spent, remaining, and a table of every release
         (an analysis's stages on one line).
         """
-        rows, facts = self._summary()
-        lines = [f"{name + ':':<11}{value}" for name, value in facts]
-        if rows:
-            table = [self._COLUMNS] + self._table_cells(rows)
-            widths = [max(len(line[i]) for line in table) for i in range(len(self._COLUMNS))]
-            lines.append("")
-            lines += [
-                "  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table
-            ]
-        return "\n".join(lines)
+        return render_text(self._arithmetic, self.ledger, self._ledger.rows())
 
     def _repr_html_(self) -> str:
-        rows, facts = self._summary()
-        out = ["<div><table>"]
-        out += [
-            f"<tr><th style='text-align:left'>{html.escape(name)}</th>"
-            f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
-            for name, value in facts
-        ]
-        out.append("</table>")
-        if rows:
-            header = "".join(f"<th>{html.escape(c)}</th>" for c in self._COLUMNS)
-            out.append(f"<table><tr>{header}</tr>")
-            out += [
-                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
-                for cells in self._table_cells(rows)
-            ]
-            out.append("</table>")
-        return "".join(out) + "</div>"
+        return render_html(self._arithmetic, self.ledger, self._ledger.rows())
 
     def __repr__(self) -> str:
         where = f", ledger={self.ledger!r}" if self.ledger else ""
@@ -1037,7 +595,7 @@ def _reopen(path: str, epsilon: float, delta: float, ledger_id: str = "") -> Pri
 
 def _find_in_memory(token: str, pid: int, epsilon: float, delta: float) -> PrivacyBudget:
     """Unpickle an in-memory budget: itself in its own process, else one that refuses use."""
-    found = _IN_MEMORY.get(token) if pid == os.getpid() else None
+    found = find_in_memory(token) if pid == os.getpid() else None
     if found is not None:
         return found
     reason = (
@@ -1112,53 +670,3 @@ class Reservation:
 
     def __repr__(self) -> str:
         return f"Reservation(release {self.release.id} in {self.budget!r})"
-
-
-def stage_name(fit_id: str) -> str:
-    """The stage a release id ``ANALYSIS.STAGE`` names, in words (``score_map``:
-    ``score map``); the id itself when it names none.
-    """
-    return fit_id.rpartition(".")[2].replace("_", " ")
-
-
-def _analysis_of(row: Release) -> str | None:
-    """The analysis a row is a stage of (its id is ``ANALYSIS.STAGE``), or None."""
-    head, dot, _ = row.fit_id.rpartition(".")
-    return head if dot and head else None
-
-
-def _by_analysis(rows: Sequence[Release]) -> list[list[Release]]:
-    """``rows`` in order, the consecutive stages of one analysis together."""
-    groups: list[list[Release]] = []
-    for row in rows:
-        key = _analysis_of(row)
-        if groups and key is not None and _analysis_of(groups[-1][0]) == key:
-            groups[-1].append(row)
-        else:
-            groups.append([row])
-    return groups
-
-
-def _analyses_text(counted: Sequence[Release]) -> str:
-    """``"; 6 analyses (18 of them)"``: how many analyses the counted rows are stages of."""
-    analyses = {key for row in counted if (key := _analysis_of(row)) is not None}
-    if not analyses:
-        return ""
-    stages = sum(_analysis_of(row) is not None for row in counted)
-    return f"; {len(analyses)} analys{'is' if len(analyses) == 1 else 'es'} ({stages} of them)"
-
-
-def open_budgets() -> list[PrivacyBudget]:
-    """The budgets whose ``with`` block is open in any thread of this process, in entry order."""
-    with _STATE_LOCK:
-        return [budget for budget, _ in _OPEN.values()]
-
-
-def _part_text(part: PrivacyPart) -> str:
-    """A part in a few characters, for reports: ``mu=0.3``, ``eps=0.1``, ``eps=0.1,delta=1e-6``."""
-    record = part_to_dict(part)
-    if record["kind"] == "gaussian":
-        return f"mu={record['mu']:.4g}"
-    if record["kind"] == "pure":
-        return f"eps={record['epsilon']:.4g}"
-    return f"eps={record['epsilon']:.4g},delta={record['delta']:.3g}"

@@ -14,7 +14,7 @@ Two calibrations are offered (docs/method.md, section 5; docs/privacy.md "Calibr
   epsilon``, proven only for epsilon < 1; what the paper uses.
 
 Implementation choice.  The profile is hand-written (scipy's ``erfcx`` and
-``log_ndtr``, see ``_log_delta``) rather than taken from dp_accounting's
+``log_ndtr``, see ``log_delta``) rather than taken from dp_accounting's
 ``GaussianPrivacyLoss.get_delta_for_epsilon``: that one subtracts the two nearly equal
 terms directly, which loses relative accuracy when delta is far below
 ``Phi(mu/2 - eps/mu)`` (1e-9 at epsilon = 1e-3, far more at large epsilon), and a
@@ -43,8 +43,11 @@ __all__ = [
     "DELTA_RANGE",
     "DELTA_RELATIVE_ERROR",
     "EPSILON_RANGE",
+    "GL_NODES",
+    "GL_WEIGHTS",
     "PrivacyTarget",
     "analytic_gaussian_sigma",
+    "apply_excess",
     "calibrate_sigma",
     "check_calibration_range",
     "classical_gaussian_sigma",
@@ -52,6 +55,7 @@ __all__ = [
     "gaussian_dp_delta",
     "gaussian_dp_epsilon",
     "gaussian_dp_mu",
+    "log_delta",
     "validate_privacy_parameters",
 ]
 
@@ -177,7 +181,7 @@ class PrivacyTarget:
 
     def sigma(self, sensitivity: float, excess: float = 0.0) -> float:
         """The noise scale of a Gaussian release of l2 ``sensitivity`` at this target."""
-        eps, dlt = _apply_excess(self.epsilon, self.delta, excess)
+        eps, dlt = apply_excess(self.epsilon, self.delta, excess)
         if self.calibration == "analytic":
             return analytic_gaussian_sigma(sensitivity, eps, dlt)
         return classical_gaussian_sigma(sensitivity, eps, dlt)
@@ -186,8 +190,9 @@ class PrivacyTarget:
 # -- the exact privacy profile of the Gaussian mechanism ----------------------------
 
 
-# Gauss-Legendre rule on [-1, 1] for the short-interval integral in _log_delta.
-_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
+#: The 12-node Gauss-Legendre rule on [-1, 1] (nodes, weights) for the short-interval
+#: integral in :func:`log_delta` (and its vectorised twin in :mod:`.accounting`).
+GL_NODES, GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
@@ -204,12 +209,12 @@ def _erfcx_difference(p: float, width: float) -> float:
     if width > 0.5:
         return float(erfcx(p) - erfcx(p + width))
     half = 0.5 * width
-    t = (p + half) + half * _GL_NODES
+    t = (p + half) + half * GL_NODES
     integrand = _TWO_OVER_SQRT_PI - 2.0 * t * erfcx(t)
-    return float(half * np.dot(_GL_WEIGHTS, integrand))
+    return float(half * np.dot(GL_WEIGHTS, integrand))
 
 
-def _log_delta(epsilon: float, mu: float) -> float:
+def log_delta(epsilon: float, mu: float) -> float:
     """Log of the Balle-Wang delta for GDP parameter ``mu`` (``-inf`` when it is 0).
 
     With ``x = mu/2 - epsilon/mu`` the profile is ``Phi(x) - e^epsilon Phi(x - mu)``.
@@ -220,9 +225,21 @@ def _log_delta(epsilon: float, mu: float) -> float:
 
     which avoids the cancellation of the two nearly equal terms (relative error
     below 1e-12 where the direct formula loses 1e-9 at epsilon = 1e-3).  For
-    ``x >= 0`` (epsilon <= mu^2/2) see :func:`_log_delta_above_zero`.  Exact for every
+    ``x >= 0`` (epsilon <= mu^2/2) see ``_log_delta_above_zero``.  Exact for every
     real epsilon, negative ones included (the accountant evaluates the profile at
     shifted epsilons: :mod:`dask_dppca.privacy.accounting`).
+
+    Parameters
+    ----------
+    epsilon : float
+        Any real number.
+    mu : float
+        >= 0 (``inf`` allowed).
+
+    Returns
+    -------
+    float
+        ``log delta(epsilon; mu)``, at most 0.
     """
     if mu == 0.0:
         return math.log(-math.expm1(epsilon)) if epsilon < 0.0 else -math.inf
@@ -286,7 +303,7 @@ def gaussian_dp_delta(epsilon: float, mu: float) -> float:
     m = real_number("mu", mu)
     if not m >= 0.0:
         raise ValueError(f"mu: must be >= 0, got {m!r}")
-    return min(1.0, math.exp(_log_delta(eps, m)))
+    return min(1.0, math.exp(log_delta(eps, m)))
 
 
 def gaussian_delta(epsilon: float, sensitivity: float, sigma: float) -> float:
@@ -373,9 +390,9 @@ def gaussian_dp_mu(epsilon: float, delta: float) -> float:
     # log(1.25) - log(delta), not log(1.25 / delta): the quotient overflows for a
     # subnormal delta.
     guess = eps / math.sqrt(2.0 * (math.log(1.25) - math.log(dlt))) if dlt < 0.8 else eps
-    mu = _find_monotone_root(lambda m: _log_delta(eps, m) - target, guess, guess)
+    mu = _find_monotone_root(lambda m: log_delta(eps, m) - target, guess, guess)
     for _ in range(64):
-        if _log_delta(eps, mu) <= target:
+        if log_delta(eps, mu) <= target:
             return mu
         mu = math.nextafter(mu, 0.0)
     raise RuntimeError("gaussian_dp_mu: failed to reach a conservative mu")  # pragma: no cover
@@ -402,12 +419,12 @@ def gaussian_dp_epsilon(mu: float, delta: float) -> float:
     m = nonnegative_finite("mu", mu)
     _, dlt = _profile_arguments(1.0, delta)
     target = math.log(dlt * (1.0 - DELTA_RELATIVE_ERROR))
-    if _log_delta(0.0, m) <= target:
+    if log_delta(0.0, m) <= target:
         return 0.0
     # delta(epsilon) decreases in epsilon: find the root of target - log delta.
-    eps = _find_monotone_root(lambda e: target - _log_delta(e, m), max(m, 1e-3), max(m, 1e-3))
+    eps = _find_monotone_root(lambda e: target - log_delta(e, m), max(m, 1e-3), max(m, 1e-3))
     for _ in range(64):
-        if _log_delta(eps, m) <= target:
+        if log_delta(eps, m) <= target:
             return eps
         eps = math.nextafter(eps, math.inf)
     raise RuntimeError(
@@ -447,7 +464,7 @@ def analytic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) ->
     for _ in range(256):  # the division may have rounded sigma down
         # Check mu rounded up by a few ulps, so that a budget recomputing
         # sqrt(sum mu_i^2) from this sigma (rounding on its own) still accepts it.
-        if _log_delta(eps, sens / sigma * MU_ROUND_UP) <= target:
+        if log_delta(eps, sens / sigma * MU_ROUND_UP) <= target:
             return sigma
         sigma = math.nextafter(sigma, math.inf)
     raise RuntimeError(
@@ -504,12 +521,30 @@ def check_calibration_range(calibration: str, epsilon: float) -> None:
         )
 
 
-def _apply_excess(epsilon: float, delta: float, excess: float) -> tuple[float, float]:
+def apply_excess(epsilon: float, delta: float, excess: float) -> tuple[float, float]:
     """(epsilon, delta) to calibrate the ideal Gaussian at, given a sampler's excess A.
 
     A sampler whose noise law is within a factor e^(+-A) of the ideal one (docs/privacy.md)
     turns an (eps', delta')-DP ideal mechanism into an (eps' + 2A, e^A delta' + tail)
     one; so calibrate at eps' = epsilon - 2A, delta' = delta e^-A (1 - 1e-30).
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        The target of the release (or the budget's totals).
+    excess : float
+        The sampler's excess ``A`` >= 0 (0 returns ``(epsilon, delta)`` unchanged).
+
+    Returns
+    -------
+    tuple of float
+        ``(eps', delta')``.
+
+    Raises
+    ------
+    ValueError
+        If the excess leaves no room, or the target is outside the range where an
+        excess is accounted.
     """
     a = nonnegative_finite("excess", excess)
     if a == 0.0:

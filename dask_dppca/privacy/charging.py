@@ -23,19 +23,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Self, cast
 
-from .budget import (
-    BUDGET_ENV,
-    BudgetKey,
-    GaussianCharge,
-    PartsCharge,
-    PrivacyBudget,
-    Reservation,
-    charge_of,
-    open_budgets,
-    publish_budgets,
-    stage_name,
-)
-from .ledger import LedgerError, LedgerReplacedError, ledger_path
+from .budget import GaussianCharge, PartsCharge, PrivacyBudget, Reservation, charge_of
+from .budget_registry import BUDGET_ENV, BudgetKey, open_budgets, publish_budgets
+from .budget_report import stage_name
+from .ledger import ledger_path
+from .ledger_rows import LedgerError, LedgerReplacedError
 from .lineage import ancestor_budgets
 
 __all__ = [
@@ -229,21 +221,9 @@ def reserve_release(
     else:
         if budgets is None:
             budgets = resolve_budgets(carried=carried, named=named, required=required)
-        reservations = []
-        try:
-            for budget in budgets:
-                reservations.append(
-                    budget.reserve(
-                        mechanism,
-                        label=label or f"DPPCA fit {fit_id}",
-                        fit_id=fit_id,
-                        dataset=dataset,
-                    )
-                )
-        except BaseException:
-            _settle(reservations, "cancel")
-            _cancel_strays(budgets, reservations, [fit_id])
-            raise
+        reservations = _reserve_each(
+            budgets, mechanism, fit_id, label or f"DPPCA fit {fit_id}", dataset
+        )
     if fit_id:
         with _UNDISPATCHED_LOCK:
             _UNDISPATCHED[fit_id] = tuple(reservations)
@@ -261,6 +241,26 @@ def reserve_release(
     finally:
         with _UNDISPATCHED_LOCK:
             _UNDISPATCHED.pop(fit_id, None)
+
+
+def _reserve_each(
+    budgets: Sequence[PrivacyBudget], mechanism: Any, fit_id: str, label: str, dataset: str
+) -> list[Reservation]:
+    """Reserve ``mechanism``'s release in each of ``budgets`` in turn, all or none: if one
+    refuses (or an interrupt comes), those already reserved are cancelled (nothing was
+    drawn) and the error propagates.
+    """
+    reservations: list[Reservation] = []
+    try:
+        for budget in budgets:
+            reservations.append(
+                budget.reserve(mechanism, label=label, fit_id=fit_id, dataset=dataset)
+            )
+    except BaseException:
+        _settle(reservations, "cancel")
+        _cancel_strays(budgets, reservations, [fit_id])
+        raise
+    return reservations
 
 
 def _undispatched(fit_id: str) -> bool:

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..validation import positive_finite
-from .noise import NonPrivateRandomStateWarning, _discrete_laplace, _OSEntropy
+from .noise import NonPrivateRandomStateWarning, OSEntropy, discrete_laplace
 
 __all__ = [
     "EPSILON_MARGIN",
@@ -123,16 +123,16 @@ class DiscreteLaplaceSampler(IntegerNoise):
     """Exact discrete Laplace from ``os.urandom`` (Canonne, Kamath & Steinke 2020, Alg. 2)."""
 
     def __init__(self) -> None:
-        self._entropy = _OSEntropy()
+        self._entropy = OSEntropy()
 
     def _draw(self, scale: int, size: int) -> NDArray[np.int64]:
-        return _discrete_laplace(scale, size, self._entropy, 2**52 // scale - 1)
+        return discrete_laplace(scale, size, self._entropy, 2**52 // scale - 1)
 
     def __getstate__(self) -> dict[str, object]:
         return {}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        self._entropy = _OSEntropy()
+        self._entropy = OSEntropy()
 
 
 class SeededDiscreteLaplace(IntegerNoise):

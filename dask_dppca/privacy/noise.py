@@ -40,10 +40,12 @@ __all__ = [
     "LatticeSampler",
     "NoiseSampler",
     "NonPrivateRandomStateWarning",
+    "OSEntropy",
     "OpenDPSampler",
     "SeededSampler",
     "add_symmetric_noise",
     "default_sampler",
+    "discrete_laplace",
     "lattice_step",
     "vecd",
     "vecd_inverse",
@@ -376,8 +378,12 @@ class _Entropy(_Words, Protocol):
         ...
 
 
-class _OSEntropy:
-    """Uniform random words from the operating system's CSPRNG (``os.urandom``)."""
+class OSEntropy:
+    """Uniform random words from the operating system's CSPRNG (``os.urandom``).
+
+    The entropy of the private samplers: :class:`LatticeSampler` here, and the discrete
+    Laplace noise of :mod:`.laplace` (:func:`discrete_laplace`).
+    """
 
     def words(self, n: int) -> NDArray[np.uint64]:
         """``n`` independent uniform 64-bit words."""
@@ -447,11 +453,28 @@ def _geometric_exp_minus_one(n: int, entropy: _Words) -> NDArray[np.int64]:
     return out
 
 
-def _discrete_laplace(t: int, n: int, entropy: _Entropy, max_v: int) -> NDArray[np.int64]:
+def discrete_laplace(t: int, n: int, entropy: _Entropy, max_v: int) -> NDArray[np.int64]:
     """``n`` draws with ``P(y) ∝ exp(-|y| / t)`` on the integers (CKS 2020, Algorithm 2).
 
     Draws with ``V > max_v`` are rejected, which keeps ``|y| < 2^52`` exact in float64;
     their probability is below exp(-max_v) and docs/privacy.md counts it in the tail.
+    The proposal of the discrete Gaussian here, and the integer noise of :mod:`.laplace`.
+
+    Parameters
+    ----------
+    t : int
+        The scale, >= 1.
+    n : int
+        How many draws.
+    entropy : OSEntropy or another source of ``words(n)`` and ``bits(n)``
+        Where the random bits come from (only :class:`OSEntropy` is private).
+    max_v : int
+        The largest geometric part kept (``2**52 // t - 1`` keeps ``|y| < 2^52``).
+
+    Returns
+    -------
+    numpy.ndarray of int64
+        ``n`` draws.
     """
     out = np.empty(n, dtype=np.int64)
     pending = np.arange(n)
@@ -482,7 +505,7 @@ def _discrete_gaussian(s: float, n: int, entropy: _Entropy) -> NDArray[np.int64]
     out = np.empty(n, dtype=np.int64)
     pending = np.arange(n)
     while pending.size:
-        y = _discrete_laplace(t, pending.size, entropy, max_v)
+        y = discrete_laplace(t, pending.size, entropy, max_v)
         gap = np.abs(y).astype(np.float64) - center
         accept = _bernoulli_exp_minus(gap * gap / two_s2, entropy)
         out[pending[accept]] = y[accept]
@@ -513,7 +536,7 @@ class LatticeSampler(NoiseSampler):
         if not (isinstance(lattice_bits, (int, np.integer)) and 30 <= lattice_bits <= 45):
             raise ValueError(f"lattice_bits: must be an integer in [30, 45], got {lattice_bits!r}")
         self.lattice_bits = int(lattice_bits)
-        self._entropy = _OSEntropy()
+        self._entropy = OSEntropy()
 
     def _add_noise(self, values: NDArray[np.float64], sigma: float) -> NDArray[np.float64]:
         exponent = _lattice_exponent(sigma, self.lattice_bits)

@@ -113,3 +113,13 @@ def part_from_dict(record: dict[str, Any]) -> PrivacyPart:
     if kind not in _KINDS:
         raise ValueError(f"kind: expected one of {sorted(_KINDS)}, got {kind!r}")
     return _KINDS[kind](**fields)
+
+
+def part_text(part: PrivacyPart) -> str:
+    """A part in a few characters, for reports: ``mu=0.3``, ``eps=0.1``, ``eps=0.1,delta=1e-6``."""
+    record = part_to_dict(part)
+    if record["kind"] == "gaussian":
+        return f"mu={record['mu']:.4g}"
+    if record["kind"] == "pure":
+        return f"eps={record['epsilon']:.4g}"
+    return f"eps={record['epsilon']:.4g},delta={record['delta']:.3g}"

@@ -23,7 +23,7 @@ import time
 import pytest
 
 from dask_dppca.cli import EXIT_USAGE, main
-from dask_dppca.privacy import ledger as ledger_module
+from dask_dppca.privacy import ledger_file
 from dask_dppca.privacy.budget import GaussianCharge, LedgerError, PrivacyBudget
 from dask_dppca.privacy.charging import BUDGET_ENV
 from tests.cli import CONSOLE_SCRIPT, write_store
@@ -118,7 +118,7 @@ def test_budget_resolve_gives_back_only_what_provably_drew_nothing(tmp_path, cap
         )
         # ... by a version without the hash chain: the file's next write chains it.
         db.execute("UPDATE budget SET head = NULL")
-        ledger_module._add_missing_columns(db)
+        ledger_file.add_missing_columns(db)
     assert main(["budget", "resolve", ledger]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "release 1: cancelled: its release was never dispatched, so no noise was drawn"

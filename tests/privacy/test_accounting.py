@@ -29,7 +29,7 @@ from dask_dppca.privacy.accounting import (
     composed_epsilon,
     split_budget,
 )
-from dask_dppca.privacy.calibration import _log_delta, gaussian_dp_delta
+from dask_dppca.privacy.calibration import gaussian_dp_delta, log_delta
 from dask_dppca.privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
 
 mpmath.mp.dps = 50
@@ -45,7 +45,7 @@ def profile_by_definition(epsilon: float, mu: float) -> float:
 @pytest.mark.parametrize("mu", [1e-6, 0.05, 0.7, 2.0, 8.0])
 def test_gaussian_profile_holds_at_negative_epsilon(epsilon, mu):
     exact = profile_by_definition(epsilon, mu)
-    scalar = math.exp(_log_delta(epsilon, mu))
+    scalar = math.exp(log_delta(epsilon, mu))
     vector = float(np.exp(_log_gaussian_profile(np.array([epsilon]), mu))[0])
     assert scalar == pytest.approx(exact, rel=1e-12, abs=0)
     assert vector == pytest.approx(exact, rel=1e-12, abs=0)

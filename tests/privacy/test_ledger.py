@@ -27,7 +27,7 @@ from sklearn.model_selection import cross_val_score
 from sklearn.pipeline import Pipeline
 
 import dask_dppca as dd
-from dask_dppca.privacy import ledger as ledger_module
+from dask_dppca.privacy import ledger_file
 from dask_dppca.privacy.budget import (
     BudgetExceededError,
     GaussianCharge,
@@ -232,7 +232,7 @@ def test_an_older_ledger_gains_the_new_columns_and_keeps_its_rows(ledger):
     """A file of the first layout (no stage, host, note columns) is read as it is and
     migrated by the first write; its rows keep counting, and resolve never cancels them."""
     with sqlite3.connect(ledger) as db:
-        for statement in filter(str.strip, ledger_module._SCHEMA.split(";")):
+        for statement in filter(str.strip, ledger_file.SCHEMA.split(";")):
             db.execute(statement)
         db.execute("INSERT INTO budget VALUES (2.0, 1e-5, 0, 1)")
         db.execute(

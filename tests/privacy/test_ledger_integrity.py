@@ -18,7 +18,7 @@ import textwrap
 import pytest
 
 from dask_dppca.cli import main
-from dask_dppca.privacy import ledger as ledger_module
+from dask_dppca.privacy import ledger_file
 from dask_dppca.privacy.budget import (
     GaussianCharge,
     LedgerError,
@@ -240,7 +240,7 @@ def test_every_settlement_keeps_the_chain_valid_and_each_reseals_its_row(ledger)
 
 def test_an_older_file_is_chained_by_its_first_write_and_then_verified(ledger):
     with sqlite3.connect(ledger) as db:
-        for statement in filter(str.strip, ledger_module._SCHEMA.split(";")):
+        for statement in filter(str.strip, ledger_file.SCHEMA.split(";")):
             db.execute(statement)
         db.execute("INSERT INTO budget VALUES (2.0, 1e-5, 0, 1)")
         db.execute(

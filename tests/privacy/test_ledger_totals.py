@@ -5,14 +5,15 @@ from __future__ import annotations
 import pytest
 
 import dask_dppca as dd
-from dask_dppca.privacy import ledger as ledger_module
-from dask_dppca.privacy.ledger import LedgerError, SQLiteLedger
+from dask_dppca.privacy import ledger_file
+from dask_dppca.privacy.ledger import SQLiteLedger
+from dask_dppca.privacy.ledger_rows import LedgerError
 
 
 @pytest.mark.parametrize("totals", [(1e6, 1e-5), (1.0, 0.5 + 0.5), (1e-9, 1e-5)])
 def test_a_ledger_whose_totals_no_budget_accepts_is_refused_on_open(tmp_path, totals):
     path = str(tmp_path / "old.ledger")
-    ledger_module._create(path, *totals)  # as an older version (or a hand) made it
+    ledger_file.create_file(path, *totals)  # as an older version (or a hand) made it
     with pytest.raises(LedgerError, match="outside what a budget may hold|invalid totals"):
         dd.PrivacyBudget.open(path)
     with pytest.raises(ValueError, match="epsilon|delta"):

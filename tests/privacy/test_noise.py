@@ -272,7 +272,7 @@ def test_the_pmf_check_rejects_the_laplace_proposal():
     """Skipping the Gaussian acceptance step (a broken sampler) is caught."""
     s = 3.5
     t = math.floor(s) + 1
-    draws = noise._discrete_laplace(t, 200_000, SeededEntropy(3), 2**40)
+    draws = noise.discrete_laplace(t, 200_000, SeededEntropy(3), 2**40)
     assert chi_square_p_value(draws, lambda k: discrete_gaussian_pmf(s, k)) < ALPHA
 
 
