@@ -71,7 +71,7 @@ class StageContext:
     Parameters
     ----------
     records : Records
-        The input (:class:`~dask_dppca.io.Records`): the directions' fit reads it.
+        The input (:class:`~dask_dppca.io.records.Records`): the directions' fit reads it.
     blocks : dask.array.Array, shape (n, d)
         The rows in the directions' blocks (one chunk per block of ``block_sizes``).
     pass_blocks : callable

@@ -1,7 +1,8 @@
 """The registry of the analysis's stages: one entry per stage, in the order they run.
 
-Everything that lists stages iterates :data:`REGISTRY`: :func:`~dask_dppca.analyze`
-(what runs, each stage's default share), :func:`~dask_dppca.plan_analysis`, the CLI's
+Everything that lists stages iterates :data:`REGISTRY`:
+:func:`~dask_dppca.analysis.run.analyze` (what runs, each stage's default share),
+:func:`~dask_dppca.analysis.plan.plan_analysis`, the CLI's
 ``--split`` help and one ``--NAME`` flag per optional stage, the report, the app and the
 privacy table.  The entries are plain data (importing this module imports no Dask: the
 command line's ``--help`` stays light); :func:`build_stage` imports a stage's module
@@ -55,6 +56,7 @@ class StageInfo:
     factory: str
 
 
+#: The registered stages, in the order they run (the optional ones only when asked for).
 REGISTRY: tuple[StageInfo, ...] = (
     StageInfo(
         "directions", "directions", 0.5, False,

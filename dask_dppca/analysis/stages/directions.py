@@ -1,8 +1,9 @@
-"""The directions stage: a :class:`~dask_dppca.DPPCA` fit at the directions' share.
+"""The directions stage: a DPPCA fit at the directions' share.
 
-Its part is the noisy Kendall matrix's Gaussian release; the fit's (epsilon, delta) is
-the largest whose mu stays within the split's, and the fit claims the analysis's
-reservation itself (its exact release mechanism, planned before anything is read).
+The fit is a :class:`~dask_dppca.decomposition.estimator.DPPCA`; its part is the noisy
+Kendall matrix's Gaussian release.  The fit's (epsilon, delta) is the largest whose mu
+stays within the split's, and the fit claims the analysis's reservation itself (its
+exact release mechanism, planned before anything is read).
 """
 
 from __future__ import annotations
