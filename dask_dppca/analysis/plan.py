@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from ..planning.fit_plan import FitPlan, _makespan, _seconds, _size
+from ..planning.fit_plan import FitPlan, makespan
+from ..planning.formatting import format_bytes, format_seconds
 from ..planning.machine import MachineModel, planning_model
 from ..privacy.accounting import BudgetSplit, PlannedPart, split_budget
 from ..privacy.calibration import validate_privacy_parameters
@@ -393,7 +394,7 @@ def _scree_stage(fit, plan, methods, k, model, itemsize) -> tuple[StagePlan, dic
     per_pass = len(segments) + merge_task_count(len(segments)) + 1  # and its release
     if not reads:
         per_pass += int(fit.graph["input_tasks"])
-    pass_seconds = _makespan(seconds, threads) + per_pass * model.task_seconds
+    pass_seconds = makespan(seconds, threads) + per_pass * model.task_seconds
     m = fit.memory
     histograms = 2 * (k + 1) * _SCREE_BINS * 8  # a segment's and a merge's counts
     per_task = (m["held_blocks"] + 2) * m["block_bytes"] + histograms
@@ -429,8 +430,8 @@ def _score_map_stage(fit, plan, in_memory, model, itemsize) -> StagePlan:
     per_pass = len(runs) + merge_task_count(len(runs)) + 1  # and its release
     tasks = len(runs) + SCORE_MAP_PASSES * per_pass
     seconds = (
-        _makespan(project, threads)
-        + SCORE_MAP_PASSES * _makespan(light, threads)
+        makespan(project, threads)
+        + SCORE_MAP_PASSES * makespan(light, threads)
         + tasks * model.task_seconds
         + model.fixed_seconds  # a stage's fixed cost, once
     )
@@ -468,7 +469,14 @@ def _text(plan: AnalysisPlan) -> str:
     ]
     rows = [("stage", "passes", "tasks", "time", "peak memory/worker", "what")]
     rows += [
-        (s.stage, str(s.passes), str(s.tasks), _seconds(s.seconds), _size(s.peak_bytes), s.detail)
+        (
+            s.stage,
+            str(s.passes),
+            str(s.tasks),
+            format_seconds(s.seconds),
+            format_bytes(s.peak_bytes),
+            s.detail,
+        )
         for s in plan.stages
     ]
     rows.append(
@@ -476,8 +484,8 @@ def _text(plan: AnalysisPlan) -> str:
             "total",
             str(sum(s.passes for s in plan.stages)),
             str(plan.n_tasks),
-            _seconds(plan.wall_seconds),
-            _size(plan.peak_worker_bytes),
+            format_seconds(plan.wall_seconds),
+            format_bytes(plan.peak_worker_bytes),
             "",
         )
     )
