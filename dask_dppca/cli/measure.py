@@ -1,8 +1,9 @@
 """Measuring the machine model (``dask-dppca bench --save``, benchmarks/bench_plan.py).
 
-Measuring fits a small :class:`~dask_dppca.DPPCA` (a fit's fixed cost), so it lives on
-the bench side, above the estimator: the model itself (:mod:`dask_dppca.planning.machine`)
-and the plans that read it import nothing of the estimator.
+Measuring fits a small :class:`~dask_dppca.decomposition.estimator.DPPCA` (a fit's
+fixed cost), so it lives on the bench side, above the estimator: the model itself
+(:mod:`dask_dppca.planning.machine`) and the plans that read it import nothing of the
+estimator.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The decomposition: :class:`DPPCA` (fit, transform, plan), its result files, the exact
 NON-PRIVATE ``kendall_matrix`` with the breakdown bound read off it, and sin theta.
 
-Modules: :mod:`.estimator`, :mod:`.results`, :mod:`.reference`, :mod:`.metrics`.
+Modules: :mod:`.estimator`, :mod:`.results` (with :mod:`.provenance`, where a result came
+from), :mod:`.reference`, :mod:`.metrics`.
 """

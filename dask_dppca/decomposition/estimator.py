@@ -29,7 +29,6 @@ from ..design import Design, DesignPlan, check_design, plan_blocks
 from ..graph import kernel_sum_graph
 from ..io import Records, is_lazy_input, open_records
 from ..io.records import check_unmasked
-from ..io.storage import display_location, is_url
 from ..kernel import SpatialSign, resolve_spatial_sign
 from ..privacy import PrivacyTarget, PrivateRelease, ReleaseMechanism
 from ..privacy.advice import release_warnings
@@ -37,6 +36,7 @@ from ..privacy.charging import BudgetCarrier, reserve_release, transaction_stage
 from ..privacy.noise import NoiseSampler, SeededSampler, default_sampler
 from ..privacy.report import PrivacyReport
 from ..validation import boolean, integer_at_least, optional_string
+from .provenance import fit_provenance
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed
@@ -86,7 +86,8 @@ class _Parameters:
     progress: bool
 
 
-class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+# scikit-learn ships no type information: its bases are Any to mypy (misc: subclassing Any).
+class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):  # type: ignore[misc]
     """Robust, differentially private PCA (g-DPPCA, Kim & Jung 2025).
 
     Releases the leading eigenvectors (and all eigenvalues) of
@@ -211,7 +212,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         y: None = None,
         *,
         component: str | None = None,
-        storage_options: dict | None = None,
+        storage_options: dict[str, Any] | None = None,
         allow_fill_values: bool = False,
     ) -> DPPCA:
         """Compute the private principal directions of ``X``.
@@ -277,7 +278,9 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         self._take_release(release, n_components, plan)
         self.privacy_ = _privacy_report(described, fit_id, placement, release)
         seconds = time.monotonic() - clock
-        self.provenance_ = _provenance(X, component, records.input_type, (n, d), started, seconds)
+        self.provenance_ = fit_provenance(
+            X, component, records.input_type, (n, d), started, seconds
+        )
         logger.info("fit %s: done in %.1f s", fit_id, seconds)
         return self
 
@@ -363,7 +366,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         df: float | None = None,
         machine: Any = None,
         component: str | None = None,
-        storage_options: dict | None = None,
+        storage_options: dict[str, Any] | None = None,
         allow_fill_values: bool = False,
         check: bool = True,
     ) -> Any:
@@ -451,7 +454,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         X: Any,
         *,
         component: str | None = None,
-        storage_options: dict | None = None,
+        storage_options: dict[str, Any] | None = None,
         allow_fill_values: bool = False,
     ) -> Any:
         """Scores ``X @ components_.T`` (not centred).
@@ -474,7 +477,9 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                 X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
             )
             _check_width(records.shape[1], self.n_features_in_)
-            return records.array.astype(np.float64) @ self.components_.T
+            # dask.array.Array.astype has no annotations (no-untyped-call).
+            scores = records.array.astype(np.float64)  # type: ignore[no-untyped-call]
+            return scores @ self.components_.T
         # In memory: scikit-learn's checks (width, column names) and wording.  NaN and
         # inf pass through: their scores are NaN/inf, as the input's.
         data = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=False)
@@ -492,10 +497,10 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
 
     def save(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         overwrite: bool = False,
-        storage_options: dict | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> str:
         """Save the fitted release as a result file (JSON), as ``dask-dppca fit`` writes it.
 
@@ -523,7 +528,9 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         return save_result(self, path, overwrite=overwrite, storage_options=storage_options)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, storage_options: dict | None = None) -> DPPCA:
+    def load(
+        cls, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+    ) -> DPPCA:
         """A fitted DPPCA from a result file (:meth:`save`, ``dask-dppca fit --output``).
 
         See :func:`~dask_dppca.decomposition.results.load_result`.
@@ -535,9 +542,9 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     @property
     def _n_features_out(self) -> int:
         """Output columns (``get_feature_names_out``: ``dppca0``, ``dppca1``, ...)."""
-        return self.components_.shape[0]
+        return int(self.components_.shape[0])
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:  # scikit-learn's Tags
         tags = super().__sklearn_tags__()
         # NaN/inf records are accepted by design: such a row contributes 0 to K_hat and
         # still counts in n (docs/robustness.md), so the sensitivity is unchanged.
@@ -551,12 +558,6 @@ _NO_VARIANCE = (
     "not variances; use eigenvalues_ and kendall_eigenvalue_ratio_ (their share, not a "
     "share of variance)"
 )
-
-
-def _library_version() -> str:
-    from .. import __version__
-
-    return __version__
 
 
 def _log_start(fit_id: str, records: Records, params: _Parameters, target: ComputeTarget) -> None:
@@ -642,41 +643,6 @@ def _privacy_report(
             "released_on": release.released_on,
         }
     )
-
-
-def _provenance(
-    X: Any,
-    component: str | None,
-    input_type: str,
-    shape: tuple[int, int],
-    started: datetime,
-    seconds: float,
-) -> dict[str, Any]:
-    """``provenance_``: the library version, the fit's start and duration, the input."""
-    return {
-        "library_version": _library_version(),
-        "fitted_at": started.isoformat(timespec="seconds"),
-        "fit_seconds": round(seconds, 3),
-        "input": _input_description(X, component, input_type, shape),
-    }
-
-
-def _input_description(X: Any, component: str | None, input_type: str, shape) -> dict:
-    """The input as a result file records it: a store's location (absolute for a local
-    path, secrets masked) or the input's type, and its shape.  Never a value.
-    """
-    location = X.location if isinstance(X, Records) else None  # opened by the caller
-    if isinstance(X, (str, os.PathLike)):
-        text = os.fspath(X)
-        location = display_location(
-            text if is_url(text) else os.path.abspath(os.path.expanduser(text))
-        )
-    return {
-        "location": location,
-        "component": component,
-        "type": input_type,
-        "shape": [int(shape[0]), int(shape[1])],
-    }
 
 
 def _noise_sampler(n_features: int, random_state: int | None) -> NoiseSampler:
