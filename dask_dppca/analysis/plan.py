@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from ..io.records import open_records
-from ..planning.fit_plan import FitPlan, _makespan, _seconds, _size
+from ..planning.fit_plan import FitPlan, makespan
+from ..planning.formatting import format_bytes, format_seconds
 from ..planning.machine import MachineModel, planning_model
 from ..privacy.accounting import BudgetSplit, split_budget
 from ..privacy.calibration import validate_privacy_parameters
@@ -416,7 +417,7 @@ def _scree_stage(fit, plan, methods, k, model, itemsize) -> tuple[StagePlan, dic
     per_pass = len(segments) + merge_task_count(len(segments)) + 1  # and its release
     if not reads:
         per_pass += int(fit.graph["input_tasks"])
-    pass_seconds = _makespan(seconds, threads) + per_pass * model.task_seconds
+    pass_seconds = makespan(seconds, threads) + per_pass * model.task_seconds
     m = fit.memory
     histograms = 2 * (k + 1) * _SCREE_BINS * 8  # a segment's and a merge's counts
     per_task = (m["held_blocks"] + 2) * m["block_bytes"] + histograms
@@ -451,7 +452,7 @@ def _row_pass_stage(
     base = m["parts"]["baseline"] + m["parts"]["input_in_process"]
     block = running * 8 * max(runs) * plan.n_features
     if name != "score_map":
-        seconds = _makespan(read, threads) + per_pass * model.task_seconds + model.fixed_seconds
+        seconds = makespan(read, threads) + per_pass * model.task_seconds + model.fixed_seconds
         detail = f"one pass over the rows in {len(runs)} runs"
         return StagePlan(
             stage_info(name).title, 1, per_pass, len(runs), seconds, int(base + block), detail
@@ -459,8 +460,8 @@ def _row_pass_stage(
     light = [rows * model.row_cost(2) for rows in runs]
     tasks = len(runs) + SCORE_MAP_PASSES * per_pass
     seconds = (
-        _makespan(read, threads)
-        + SCORE_MAP_PASSES * _makespan(light, threads)
+        makespan(read, threads)
+        + SCORE_MAP_PASSES * makespan(light, threads)
         + tasks * model.task_seconds
         + model.fixed_seconds  # a stage's fixed cost, once
     )
@@ -508,7 +509,14 @@ def _text(plan: AnalysisPlan) -> str:
     ]
     rows = [("stage", "passes", "tasks", "time", "peak memory/worker", "what")]
     rows += [
-        (s.stage, str(s.passes), str(s.tasks), _seconds(s.seconds), _size(s.peak_bytes), s.detail)
+        (
+            s.stage,
+            str(s.passes),
+            str(s.tasks),
+            format_seconds(s.seconds),
+            format_bytes(s.peak_bytes),
+            s.detail,
+        )
         for s in plan.stages
     ]
     rows.append(
@@ -516,8 +524,8 @@ def _text(plan: AnalysisPlan) -> str:
             "total",
             str(sum(s.passes for s in plan.stages)),
             str(plan.n_tasks),
-            _seconds(plan.wall_seconds),
-            _size(plan.peak_worker_bytes),
+            format_seconds(plan.wall_seconds),
+            format_bytes(plan.peak_worker_bytes),
             "",
         )
     )

@@ -13,9 +13,13 @@ import os
 import platform
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..planning.machine import MachineModel, kernel_rate
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 __all__ = ["measure_machine_model", "measure_reads"]
 
@@ -170,51 +174,66 @@ def measure_reads(
         Decoded bytes per second, and seconds per read beyond its bytes.
     """
     import numpy as np
-    import zarr
-    from zarr.codecs import ZstdCodec
-
-    from ..io import open_records
-    from ..io.storage import filesystem
-    from ..io.zarr_input import chunk_reader
 
     if codec not in ("zstd", "none"):
         raise ValueError(f"codec: must be 'zstd' or 'none', got {codec!r}")
-    compressors = [ZstdCodec()] if codec == "zstd" else None
     rows, d = (20_000 if quick else 80_000), 32
     x = np.random.default_rng().standard_normal((rows, d))  # benchmark data (any values, no seed)
     base = location.rstrip("/")
     rate_store, call_store = (f"{base}/dask-dppca-read-{name}.zarr" for name in ("rate", "call"))
-
-    def reader(store: str, shape: tuple[int, int], chunk: int) -> Any:
-        z = zarr.create_array(
-            store,
-            shape=shape,
-            chunks=(chunk, d),
-            dtype="f8",
-            compressors=compressors,
-            overwrite=True,
-            storage_options=storage_options,
-        )
-        z[:] = x[: shape[0]]
-        blocks = chunk_reader(open_records(store, storage_options=storage_options).array)
-        assert blocks is not None  # a Zarr store's own reads
-        return blocks
-
     try:
-        big = reader(rate_store, x.shape, rows // 4)
+        big = _benchmark_reader(rate_store, x, rows // 4, codec, storage_options)
         seconds = _best(
             lambda: [big[k : k + rows // 4, :] for k in range(0, rows, rows // 4)],
             3 if quick else 9,
         )
         rate = x.nbytes / seconds
-        small = reader(call_store, (2560, d), 64)
+        small = _benchmark_reader(call_store, x[:2560], 64, codec, storage_options)
         each = _best(lambda: [small[k : k + 64, :] for k in range(0, 2560, 64)], 3) / 40
     finally:
-        for store in (rate_store, call_store):
-            fs, path = filesystem(store, storage_options)
-            if fs.exists(path):
-                fs.rm(path, recursive=True)
+        _remove_stores((rate_store, call_store), storage_options)
     return rate, max(0.0, each - 64 * d * 8 / rate)
+
+
+def _benchmark_reader(
+    store: str,
+    rows: NDArray[np.float64],
+    chunk: int,
+    codec: str,
+    storage_options: dict[str, Any] | None,
+) -> Any:
+    """Write ``rows`` to a new Zarr array at ``store`` in chunks of ``chunk`` rows
+    (``codec``: "zstd" or "none"), and return the fit's own chunk reader of it.
+    """
+    import zarr
+    from zarr.codecs import ZstdCodec
+
+    from ..io import open_records
+    from ..io.zarr_input import chunk_reader
+
+    z = zarr.create_array(
+        store,
+        shape=rows.shape,
+        chunks=(chunk, rows.shape[1]),
+        dtype="f8",
+        compressors=[ZstdCodec()] if codec == "zstd" else None,
+        overwrite=True,
+        storage_options=storage_options,
+    )
+    z[:] = rows
+    blocks = chunk_reader(open_records(store, storage_options=storage_options).array)
+    assert blocks is not None  # a Zarr store's own reads
+    return blocks
+
+
+def _remove_stores(stores: tuple[str, ...], storage_options: dict[str, Any] | None) -> None:
+    """Remove the benchmark stores that exist (local folders or fsspec URLs)."""
+    from ..io.storage import filesystem
+
+    for store in stores:
+        fs, path = filesystem(store, storage_options)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
 
 
 def _kernel_and_reads(

@@ -2,5 +2,6 @@
 NON-PRIVATE ``kendall_matrix`` with the breakdown bound read off it, and sin theta.
 
 Modules: :mod:`.estimator` (:class:`~dask_dppca.decomposition.estimator.DPPCA`),
-:mod:`.results`, :mod:`.reference`, :mod:`.metrics`.
+:mod:`.results` (with :mod:`.provenance`, where a result came from), :mod:`.reference`,
+:mod:`.metrics`.
 """

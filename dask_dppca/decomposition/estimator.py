@@ -14,28 +14,32 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..compute import ClusterTarget, check_scheduler, compute_target
+from ..compute import ClusterTarget, ComputeTarget, check_scheduler, compute_target
 from ..compute.budget_config import budgets_to_charge
-from ..design import Design, check_design, plan_blocks
+from ..design import Design, DesignPlan, check_design, plan_blocks
 from ..graph import kernel_sum_graph
 from ..io import Records, is_lazy_input, open_records
 from ..io.records import check_unmasked
-from ..io.storage import display_location, is_url
 from ..kernel import SpatialSign, resolve_spatial_sign
-from ..privacy import PrivacyTarget, ReleaseMechanism
+from ..privacy import PrivacyTarget, PrivateRelease, ReleaseMechanism
 from ..privacy.advice import release_warnings
 from ..privacy.charging import BudgetCarrier, reserve_release, transaction_stage_id
 from ..privacy.noise import NoiseSampler, SeededSampler, default_sampler
 from ..privacy.report import PrivacyReport
 from ..validation import boolean, integer_at_least, optional_string
+from .provenance import fit_provenance
+
+if TYPE_CHECKING:
+    from dask.delayed import Delayed
 
 __all__ = ["DPPCA", "PARAMETER_CONSTRAINTS"]
 
@@ -82,7 +86,8 @@ class _Parameters:
     progress: bool
 
 
-class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+# scikit-learn ships no type information: its bases are Any to mypy (misc: subclassing Any).
+class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):  # type: ignore[misc]
     """Robust, differentially private PCA (g-DPPCA, Kim & Jung 2025).
 
     Releases the leading eigenvectors (and all eigenvalues) of
@@ -207,7 +212,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         y: None = None,
         *,
         component: str | None = None,
-        storage_options: dict | None = None,
+        storage_options: dict[str, Any] | None = None,
         allow_fill_values: bool = False,
     ) -> DPPCA:
         """Compute the private principal directions of ``X``.
@@ -240,66 +245,22 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         records = open_records(
             X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
         )
-        if hasattr(X, "shape") or not is_lazy_input(X):  # metadata only: names and width
-            validate_data(self, X, reset=True, skip_check_array=True)
-        if records.feature_names is not None:  # a table's or dask DataFrame's columns
-            self.feature_names_in_ = np.asarray(records.feature_names, dtype=object)
-        elif not hasattr(X, "shape"):  # a store: no names (none kept from an earlier fit)
-            self.__dict__.pop("feature_names_in_", None)
+        self._take_feature_names(X, records)
         n_components = _check_n_components(params.n_components, records.shape[1])
         with compute_target(params.scheduler) as target:
             records = records.counted(target)
             n, d = records.shape
-            logger.info(
-                "fit %s: start: %s (%d x %d), epsilon=%g, delta=%g, spatial_sign=%s, "
-                "calibration=%s, on %r",
-                fit_id,
-                records.location or records.input_type,
-                n,
-                d,
-                params.target.epsilon,
-                params.target.delta,
-                params.spatial_sign.name,
-                params.target.calibration,
-                target,
-            )
+            _log_start(fit_id, records, params, target)
             _, plan, mechanism = self.planned_release(n, d, records.row_chunks, target.n_threads)
             described = mechanism.describe()
-            logger.info(
-                "fit %s: plan: %s design, %d blocks, %d block pairs, %d pairs; "
-                "sensitivity %.4g, sigma %.4g, signal to noise at most %.3g",
-                fit_id,
-                described["design"],
-                described["n_blocks"],
-                described["n_block_pairs"],
-                described["n_pairs"],
-                mechanism.sensitivity,
-                mechanism.sigma,
-                described["signal_to_noise"],
-            )
-            for category, message in release_warnings(
-                n, d, params.spatial_sign.bound, mechanism.sigma, mechanism.delta
-            ):
-                warnings.warn(message, category, stacklevel=2)
+            _log_plan(fit_id, mechanism, described)
+            _warn_release(n, d, params.spatial_sign, mechanism)
             # Every active budget reserves the release before any data is read and
-            # commits it after the draw (docs/privacy.md, "Budget").
+            # commits it after the draw (docs/privacy.md, "Budget").  The release is
+            # called from here: its warnings point at the caller of fit (stacklevel).
             try:
-                with reserve_release(
-                    mechanism,
-                    fit_id=fit_id,
-                    dataset=records.dataset,
-                    budgets=budgets_to_charge(self.carried_budgets),
-                    abandon=lambda: target.abandon(fit_id),
-                ):
-                    if isinstance(target, ClusterTarget):  # rows in memory: scattered
-                        records = records.kept_on(target, plan.block_sizes)
-                    lane_sums = kernel_sum_graph(
-                        records.blocks(plan.block_sizes),
-                        plan,
-                        params.spatial_sign,
-                        target.n_threads,
-                        fit_id=fit_id,
-                    )
+                with self._reservation(mechanism, fit_id, records.dataset, target):
+                    records, lane_sums = _lane_sums(records, target, plan, params, fit_id)
                     release, placement = target.release(
                         mechanism,
                         lane_sums,
@@ -311,15 +272,45 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                         dataset=records.dataset,
                     )
             except BaseException as error:
-                logger.warning(
-                    "fit %s: failed after %.1f s: %s",
-                    fit_id,
-                    time.monotonic() - clock,
-                    type(error).__name__,
-                )
+                _log_failure(fit_id, clock, error)
                 raise
         logger.info("fit %s: noise drawn on %s (%s)", fit_id, release.released_on, placement)
+        self._take_release(release, n_components, plan)
+        self.privacy_ = _privacy_report(described, fit_id, placement, release)
+        seconds = time.monotonic() - clock
+        self.provenance_ = fit_provenance(
+            X, component, records.input_type, (n, d), started, seconds
+        )
+        logger.info("fit %s: done in %.1f s", fit_id, seconds)
+        return self
 
+    def _take_feature_names(self, X: Any, records: Records) -> None:
+        """Check and keep the input's column names, from metadata only (a store has none,
+        so none is kept from an earlier fit).
+        """
+        if hasattr(X, "shape") or not is_lazy_input(X):  # metadata only: names and width
+            validate_data(self, X, reset=True, skip_check_array=True)
+        if records.feature_names is not None:  # a table's or dask DataFrame's columns
+            self.feature_names_in_ = np.asarray(records.feature_names, dtype=object)
+        elif not hasattr(X, "shape"):  # a store: no names (none kept from an earlier fit)
+            self.__dict__.pop("feature_names_in_", None)
+
+    def _reservation(
+        self, mechanism: ReleaseMechanism, fit_id: str, dataset: str, target: ComputeTarget
+    ) -> AbstractContextManager[Any]:
+        """The release reserved in every budget this estimator carries or the
+        configuration names, committed after the draw (abandoned on the target if not).
+        """
+        return reserve_release(
+            mechanism,
+            fit_id=fit_id,
+            dataset=dataset,
+            budgets=budgets_to_charge(self.carried_budgets),
+            abandon=lambda: target.abandon(fit_id),
+        )
+
+    def _take_release(self, release: PrivateRelease, n_components: int, plan: DesignPlan) -> None:
+        """The fitted attributes of the release: directions, eigenvalues, their share, shape."""
         self.components_ = release.components
         self.eigenvalues_ = release.eigenvalues
         positive = np.clip(release.eigenvalues, 0.0, None)
@@ -329,23 +320,6 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         )
         self.n_features_in_ = plan.n_features
         self.n_samples_ = plan.n_samples
-        self.privacy_ = PrivacyReport(
-            {
-                **described,
-                "fit_id": fit_id,
-                "release_placement": placement,
-                "released_on": release.released_on,
-            }
-        )
-        seconds = time.monotonic() - clock
-        self.provenance_ = {
-            "library_version": _library_version(),
-            "fitted_at": started.isoformat(timespec="seconds"),
-            "fit_seconds": round(seconds, 3),
-            "input": _input_description(X, component, records.input_type, (n, d)),
-        }
-        logger.info("fit %s: done in %.1f s", fit_id, seconds)
-        return self
 
     def planned_release(
         self, n_samples: int, n_features: int, row_chunks: Any, n_threads: int
@@ -392,7 +366,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         df: float | None = None,
         machine: Any = None,
         component: str | None = None,
-        storage_options: dict | None = None,
+        storage_options: dict[str, Any] | None = None,
         allow_fill_values: bool = False,
         check: bool = True,
     ) -> Any:
@@ -436,37 +410,25 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         -------
         FitPlan
         """
-        from ..compute.shape import ClusterShape, cluster_shape
         from ..planning.fit_plan import PlanDoesNotFitError, plan_fit
-        from ..planning.machine import MachineModel, load_machine_model
+        from ..planning.inputs import planned_cluster, planned_machine, planned_spectrum
 
         params = self._validated()
         records = open_records(
             X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
         )
-        n_components = _check_n_components(params.n_components, records.shape[1])
-        if workers is None and threads is None and memory_limit is None:
-            shape = cluster_shape(params.scheduler)
-        else:
-            if workers is None or threads is None:
-                raise ValueError("workers: give workers and threads together (and memory_limit)")
-            shape = ClusterShape(workers, threads, _memory_limit(memory_limit))
-        model = machine if isinstance(machine, MachineModel) else load_machine_model(machine)
-        if pilot is not None:
-            if spectrum is not None:
-                raise ValueError("pilot: give a spectrum or a public pilot, not both")
-            spectrum = _pilot_spectrum(pilot, records.shape[1])
+        d = records.shape[1]
         plan = plan_fit(
             records,
             design=params.design,
             spatial_sign=params.spatial_sign,
             target=params.target,
-            n_components=n_components,
-            shape=shape,
-            machine=model,
-            spectrum=spectrum,
+            n_components=_check_n_components(params.n_components, d),
+            shape=planned_cluster(params.scheduler, workers, threads, memory_limit),
+            machine=planned_machine(machine),
+            spectrum=planned_spectrum(spectrum, pilot, d),
             df=df,
-            sampler=_noise_sampler(records.shape[1], params.random_state),
+            sampler=_noise_sampler(d, params.random_state),
         )
         if check and not plan.fits:
             raise PlanDoesNotFitError(plan)
@@ -492,7 +454,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         X: Any,
         *,
         component: str | None = None,
-        storage_options: dict | None = None,
+        storage_options: dict[str, Any] | None = None,
         allow_fill_values: bool = False,
     ) -> Any:
         """Scores ``X @ components_.T`` (not centred).
@@ -515,7 +477,9 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                 X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
             )
             _check_width(records.shape[1], self.n_features_in_)
-            return records.array.astype(np.float64) @ self.components_.T
+            # dask.array.Array.astype has no annotations (no-untyped-call).
+            scores = records.array.astype(np.float64)  # type: ignore[no-untyped-call]
+            return scores @ self.components_.T
         # In memory: scikit-learn's checks (width, column names) and wording.  NaN and
         # inf pass through: their scores are NaN/inf, as the input's.
         data = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=False)
@@ -533,10 +497,10 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
 
     def save(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         overwrite: bool = False,
-        storage_options: dict | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> str:
         """Save the fitted release as a result file (JSON), as ``dask-dppca fit`` writes it.
 
@@ -564,7 +528,9 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         return save_result(self, path, overwrite=overwrite, storage_options=storage_options)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, storage_options: dict | None = None) -> DPPCA:
+    def load(
+        cls, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+    ) -> DPPCA:
         """A fitted DPPCA from a result file (:meth:`save`, ``dask-dppca fit --output``).
 
         See :func:`~dask_dppca.decomposition.results.load_result`.
@@ -576,9 +542,9 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     @property
     def _n_features_out(self) -> int:
         """Output columns (``get_feature_names_out``: ``dppca0``, ``dppca1``, ...)."""
-        return self.components_.shape[0]
+        return int(self.components_.shape[0])
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:  # scikit-learn's Tags
         tags = super().__sklearn_tags__()
         # NaN/inf records are accepted by design: such a row contributes 0 to K_hat and
         # still counts in n (docs/robustness.md), so the sensitivity is unchanged.
@@ -594,28 +560,89 @@ _NO_VARIANCE = (
 )
 
 
-def _library_version() -> str:
-    from .. import __version__
+def _log_start(fit_id: str, records: Records, params: _Parameters, target: ComputeTarget) -> None:
+    """Log a fit's start: its input (location or type, shape), privacy target and where."""
+    n, d = records.shape
+    logger.info(
+        "fit %s: start: %s (%d x %d), epsilon=%g, delta=%g, spatial_sign=%s, calibration=%s, on %r",
+        fit_id,
+        records.location or records.input_type,
+        n,
+        d,
+        params.target.epsilon,
+        params.target.delta,
+        params.spatial_sign.name,
+        params.target.calibration,
+        target,
+    )
 
-    return __version__
+
+def _log_plan(fit_id: str, mechanism: ReleaseMechanism, described: dict[str, Any]) -> None:
+    """Log a fit's plan: design and counts, sensitivity, sigma, signal to noise."""
+    logger.info(
+        "fit %s: plan: %s design, %d blocks, %d block pairs, %d pairs; "
+        "sensitivity %.4g, sigma %.4g, signal to noise at most %.3g",
+        fit_id,
+        described["design"],
+        described["n_blocks"],
+        described["n_block_pairs"],
+        described["n_pairs"],
+        mechanism.sensitivity,
+        mechanism.sigma,
+        described["signal_to_noise"],
+    )
 
 
-def _input_description(X: Any, component: str | None, input_type: str, shape) -> dict:
-    """The input as a result file records it: a store's location (absolute for a local
-    path, secrets masked) or the input's type, and its shape.  Never a value.
+def _log_failure(fit_id: str, clock: float, error: BaseException) -> None:
+    """Log a failed fit: its time since ``clock`` and the error's type (not its text)."""
+    logger.warning(
+        "fit %s: failed after %.1f s: %s",
+        fit_id,
+        time.monotonic() - clock,
+        type(error).__name__,
+    )
+
+
+def _warn_release(n: int, d: int, spatial_sign: SpatialSign, mechanism: ReleaseMechanism) -> None:
+    """Warn of a release the public quantities show to be poor (noise above any signal,
+    delta above 1/n), at the caller of :meth:`DPPCA.fit`.
     """
-    location = X.location if isinstance(X, Records) else None  # opened by the caller
-    if isinstance(X, (str, os.PathLike)):
-        text = os.fspath(X)
-        location = display_location(
-            text if is_url(text) else os.path.abspath(os.path.expanduser(text))
-        )
-    return {
-        "location": location,
-        "component": component,
-        "type": input_type,
-        "shape": [int(shape[0]), int(shape[1])],
-    }
+    for category, message in release_warnings(
+        n, d, spatial_sign.bound, mechanism.sigma, mechanism.delta
+    ):
+        warnings.warn(message, category, stacklevel=3)  # fit's caller: helper, fit, caller
+
+
+def _lane_sums(
+    records: Records, target: ComputeTarget, plan: DesignPlan, params: _Parameters, fit_id: str
+) -> tuple[Records, list[Delayed]]:
+    """The records (rows in memory kept on a cluster, in the plan's blocks) and the
+    graph of their exact pair sums.
+    """
+    if isinstance(target, ClusterTarget):  # rows in memory: scattered
+        records = records.kept_on(target, plan.block_sizes)
+    lane_sums = kernel_sum_graph(
+        records.blocks(plan.block_sizes),
+        plan,
+        params.spatial_sign,
+        target.n_threads,
+        fit_id=fit_id,
+    )
+    return records, lane_sums
+
+
+def _privacy_report(
+    described: dict[str, Any], fit_id: str, placement: str, release: PrivateRelease
+) -> PrivacyReport:
+    """``privacy_``: the mechanism's description, the fit id and where the noise was drawn."""
+    return PrivacyReport(
+        {
+            **described,
+            "fit_id": fit_id,
+            "release_placement": placement,
+            "released_on": release.released_on,
+        }
+    )
 
 
 def _noise_sampler(n_features: int, random_state: int | None) -> NoiseSampler:
@@ -634,34 +661,3 @@ def _check_n_components(n_components: int, d: int) -> int:
 def _check_width(width: int, expected: int) -> None:
     if width != expected:
         raise ValueError(f"X: has {width} features, the estimator was fitted on {expected}")
-
-
-def _memory_limit(value: int | str | None) -> int | None:
-    """A worker's memory limit in bytes from an int or a size ("4GiB"); None: unlimited."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        from dask.utils import parse_bytes
-
-        try:
-            value = parse_bytes(value)
-        except (ValueError, TypeError):
-            raise ValueError(
-                f"memory_limit: expected bytes or a size such as '4GiB', got {value!r}"
-            ) from None
-    return integer_at_least("memory_limit", value, 1)
-
-
-def _pilot_spectrum(pilot: Any, d: int) -> np.ndarray:
-    """The covariance eigenvalues of a public pilot data set, largest first (floored
-    at a millionth of the largest, so that the model's spectrum is positive).
-    """
-    rows = np.asarray(pilot, dtype=np.float64)
-    if rows.ndim != 2 or rows.shape[1] != d or rows.shape[0] < 2:
-        raise ValueError(f"pilot: expected a public (n_pilot, {d}) array, got shape {rows.shape}")
-    rows = rows[np.all(np.isfinite(rows), axis=1)]
-    if rows.shape[0] < 2:
-        raise ValueError("pilot: needs at least 2 finite rows")
-    values = np.sort(np.linalg.eigvalsh(np.cov(rows, rowvar=False)))[::-1]
-    top = float(values[0]) if values[0] > 0 else 1.0
-    return np.maximum(values, top * 1e-6)

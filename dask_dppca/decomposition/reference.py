@@ -30,7 +30,7 @@ def kendall_matrix(
     scheduler: Any = "threads",
     component: str | None = None,
     design: Any = "complete",
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     allow_fill_values: bool = False,
 ) -> np.ndarray:
     """The exact, NON-PRIVATE ``K_hat = mean over pairs i<j of g(t_ij) g(t_ij)^T``.
@@ -75,17 +75,18 @@ def kendall_matrix(
         (total,) = target.compute(
             [dask.delayed(lanes_total, pure=True)(*lane_sums)], "kendall_matrix"
         )
-    return total / plan.n_pairs
+    k_hat: np.ndarray = total / plan.n_pairs
+    return k_hat
 
 
 def breakdown_bound(
-    X,
+    X: Any,
     n_components: int,
     spatial_sign: str = "sphere",
     radius: float | None = None,
     *,
     scheduler: str = "synchronous",
-) -> dict:
+) -> dict[str, float]:
     """Lower bound on the breakdown point of the (non-private) g-subspace of ``X``.
 
     Replacing k records changes a fraction ``p(k) = k (2n - k - 1) / (n (n - 1))`` of

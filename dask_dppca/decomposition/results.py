@@ -36,6 +36,7 @@ from ..io.storage import check_storage_options, display_location, filesystem, re
 from ..kernel import SpatialSign
 from ..privacy.report import PrivacyReport
 from .estimator import DPPCA
+from .provenance import library_version
 
 __all__ = ["RESULT_FORMAT", "RESULT_FORMAT_VERSION", "load_result", "result_payload", "save_result"]
 
@@ -71,10 +72,10 @@ def result_payload(est: DPPCA) -> dict[str, Any]:
 
 def save_result(
     est: DPPCA,
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     overwrite: bool = False,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     name: str = "path",
     overwrite_hint: str = "pass overwrite=True to replace it",
     checked: bool = False,
@@ -94,7 +95,9 @@ def save_result(
     return write_json(path, payload, storage_options, name, overwrite=overwrite)
 
 
-def load_result(path: str | os.PathLike, *, storage_options: dict | None = None) -> DPPCA:
+def load_result(
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+) -> DPPCA:
     """A fitted :class:`~dask_dppca.decomposition.estimator.DPPCA` from a result file.
 
     Parameters
@@ -137,7 +140,7 @@ def load_result(path: str | os.PathLike, *, storage_options: dict | None = None)
     if version > RESULT_FORMAT_VERSION:
         raise ValueError(
             f"path: {shown!r} has result format_version {version} (written by dask-dppca "
-            f"{payload.get('library_version', '?')}); this dask-dppca ({_version()}) reads "
+            f"{payload.get('library_version', '?')}); this dask-dppca ({library_version()}) reads "
             f"format {RESULT_FORMAT_VERSION} and older: upgrade dask-dppca to load it"
         )
     try:
@@ -148,7 +151,9 @@ def load_result(path: str | os.PathLike, *, storage_options: dict | None = None)
         ) from None
 
 
-def _read_json(path: str | os.PathLike, storage_options: dict | None, shown: str) -> Any:
+def _read_json(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None, shown: str
+) -> Any:
     options = check_storage_options(storage_options, path, "path")
     local = local_path(path)
     try:
@@ -167,7 +172,7 @@ def _read_json(path: str | os.PathLike, storage_options: dict | None, shown: str
         raise ValueError(f"path: {shown!r} is not JSON ({error})") from None
 
 
-def _estimator(payload: dict) -> DPPCA:
+def _estimator(payload: dict[str, Any]) -> DPPCA:
     parameters = dict(payload["parameters"])
     design = parameters.get("design", "auto")
     if isinstance(design, dict):
@@ -208,7 +213,7 @@ def _parameters(est: DPPCA) -> dict[str, Any]:
     """The estimator's parameters as JSON: a spatial sign by name (and radius), a
     regular design by its three numbers, a scheduler only if it is a name or address.
     """
-    params = est.get_params(deep=False)
+    params: dict[str, Any] = est.get_params(deep=False)
     g = params["spatial_sign"]
     if isinstance(g, SpatialSign):
         params["spatial_sign"] = g.name
@@ -222,9 +227,3 @@ def _parameters(est: DPPCA) -> dict[str, Any]:
     if not (params["scheduler"] is None or isinstance(params["scheduler"], str)):
         params["scheduler"] = None  # a client object: where it ran is in privacy_
     return params
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__

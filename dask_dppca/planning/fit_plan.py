@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..compute.shape import ClusterShape
 from ..design import (
@@ -41,12 +42,14 @@ from ..kernel import SpatialSign, tile_rows_for_budget, tile_scratch_bytes
 from ..privacy import PrivacyTarget, ReleaseMechanism
 from ..privacy.advice import release_warnings
 from ..privacy.noise import NoiseSampler, default_sampler
+from .formatting import format_bytes, format_seconds
 from .machine import MachineModel
 
 __all__ = [
     "EXACT_SUM_DIGITS",
     "FitPlan",
     "PlanDoesNotFitError",
+    "makespan",
     "modelled_seconds",
     "plan_fit",
 ]
@@ -162,7 +165,7 @@ def plan_fit(
     n_components: int,
     shape: ClusterShape,
     machine: MachineModel,
-    spectrum: Any = None,
+    spectrum: ArrayLike | None = None,
     df: float | None = None,
     sampler: NoiseSampler | None = None,
 ) -> FitPlan:
@@ -194,13 +197,7 @@ def plan_fit(
         For an input of unknown n, or when the design's task limit refuses the plan
         (:func:`dask_dppca.design.check_task_count`, naming what to change).
     """
-    n, d = records.shape
-    if records.frame is not None or n != n:
-        raise ValueError(
-            "X: a dask DataFrame's number of records is counted on the cluster; plan its "
-            "dask array with known chunk sizes instead (to_dask_array(lengths=True))"
-        )
-    n, d = int(n), int(d)
+    n, d = _known_shape(records)
     threads = shape.n_threads
     chosen, plan = plan_blocks(n, d, records.row_chunks, design, threads)
     blocks = records.blocks(plan.block_sizes)  # lazy: the read tasks, no read
@@ -210,24 +207,102 @@ def plan_fit(
     )
     storage, codec = _storage_and_codec(records, blocks)
     itemsize = int(np.dtype(records.dtype).itemsize)
-    bytes_read = n * d * itemsize
     memory = _memory(plan, layout, shape, machine, itemsize, records)
     timing = _time(plan, layout, shape, machine, d * itemsize, storage, codec)
-    n_tasks = layout.n_tasks + 1  # and the release task
-    graph = {
+    graph = _graph(plan, layout, n, d, threads)
+    accuracy = (
+        None
+        if spectrum is None
+        else _accuracy(spectrum, n_components, spatial_sign, df, n, target, mechanism, plan)
+    )
+    return FitPlan(
+        input=_input(records, n, d, storage, codec),
+        cluster=shape,
+        design={**_design(chosen, design, plan), "n_samples": n, "n_features": d},
+        graph=graph,
+        bytes_read=n * d * itemsize,
+        memory=memory,
+        time=timing,
+        privacy=_privacy(target, mechanism),
+        accuracy=accuracy,
+        notes=tuple(_notes(plan, layout, n, spatial_sign, mechanism)),
+        problems=tuple(_problems(chosen, plan, shape, memory, graph, timing, machine, d)),
+    )
+
+
+def _known_shape(records: Records) -> tuple[int, int]:
+    """``(n, d)`` of the records; a ValueError when n is counted only on a cluster."""
+    n, d = records.shape
+    if records.frame is not None or n != n:
+        raise ValueError(
+            "X: a dask DataFrame's number of records is counted on the cluster; plan its "
+            "dask array with known chunk sizes instead (to_dask_array(lengths=True))"
+        )
+    return int(n), int(d)
+
+
+def _input(records: Records, n: int, d: int, storage: str, codec: str) -> dict[str, Any]:
+    """The input's public metadata: location or type, shape, dtype, chunks, storage, codec."""
+    return {
+        "location": records.location,
+        "type": records.input_type,
+        "shape": [n, d],
+        "dtype": str(records.dtype),
+        "row_chunks": _chunks(records.row_chunks),
+        "storage": storage,
+        "codec": codec,
+    }
+
+
+def _design(chosen: Design, design: str | Design, plan: DesignPlan) -> dict[str, Any]:
+    """The design (its description, who chose it) and its plan's counts and blocks."""
+    return {
+        **chosen.describe(),
+        "chosen_by": design if isinstance(design, str) else "given",
+        **plan.describe(),
+        "block_rows": max(plan.block_sizes),
+    }
+
+
+def _privacy(target: PrivacyTarget, mechanism: ReleaseMechanism) -> dict[str, Any]:
+    """What the release spends and adds: epsilon, delta, calibration, sensitivity, sigma."""
+    return {
+        "epsilon": target.epsilon,
+        "delta": target.delta,
+        "calibration": target.calibration,
+        "sensitivity": mechanism.sensitivity,
+        "sigma": mechanism.sigma,
+    }
+
+
+def _graph(plan: DesignPlan, layout: GraphLayout, n: int, d: int, threads: int) -> dict[str, Any]:
+    """The graph's tasks (and the release's), the task limits, the reads and rows decoded."""
+    return {
         "segment_tasks": layout.n_segments,
         "block_pair_tasks": len(plan.tasks()),
         "merge_tasks": layout.merge_tasks,
         "input_tasks": layout.input_tasks,
         "release_tasks": 1,
-        "n_tasks": n_tasks,
+        "n_tasks": layout.n_tasks + 1,  # and the release task
         "reads_in_tasks": layout.reads_in_tasks,
         "block_reads": layout.block_reads,
         "rows_decoded": sum(layout.segment_rows),
         "task_limit": task_limit(n, d, threads, plan.n_pairs),
         "scheduler_task_limit": SCHEDULER_TASK_LIMIT,
     }
-    problems = _problems(chosen, plan, shape, memory, graph, timing, machine, d)
+
+
+def _notes(
+    plan: DesignPlan,
+    layout: GraphLayout,
+    n: int,
+    spatial_sign: SpatialSign,
+    mechanism: ReleaseMechanism,
+) -> list[str]:
+    """The release's warnings (public quantities only) and what the reads decode beyond
+    the store, when chunks larger than the blocks or blocks shared by segments make them.
+    """
+    d = plan.n_features
     notes = [
         message
         for _, message in release_warnings(
@@ -246,45 +321,7 @@ def plan_fit(
             f"each segment reads the blocks it uses: {layout.block_reads} reads of "
             f"{len(plan.block_sizes)} blocks ({decoded / n:.3g}x the store)"
         )
-    accuracy = (
-        None
-        if spectrum is None
-        else _accuracy(spectrum, n_components, spatial_sign, df, n, target, mechanism, plan)
-    )
-    return FitPlan(
-        input={
-            "location": records.location,
-            "type": records.input_type,
-            "shape": [n, d],
-            "dtype": str(records.dtype),
-            "row_chunks": _chunks(records.row_chunks),
-            "storage": storage,
-            "codec": codec,
-        },
-        cluster=shape,
-        design={
-            **chosen.describe(),
-            "chosen_by": design if isinstance(design, str) else "given",
-            **plan.describe(),
-            "block_rows": max(plan.block_sizes),
-            "n_samples": n,
-            "n_features": d,
-        },
-        graph=graph,
-        bytes_read=bytes_read,
-        memory=memory,
-        time=timing,
-        privacy={
-            "epsilon": target.epsilon,
-            "delta": target.delta,
-            "calibration": target.calibration,
-            "sensitivity": mechanism.sensitivity,
-            "sigma": mechanism.sigma,
-        },
-        accuracy=accuracy,
-        notes=tuple(notes),
-        problems=tuple(problems),
-    )
+    return notes
 
 
 def _chunks(row_chunks: tuple[int, ...] | None) -> dict[str, int] | None:
@@ -390,16 +427,16 @@ def _time(
     work, reads = modelled_seconds(plan, layout, machine, row_bytes, storage, codec)
     threads = shape.n_threads
     segment_seconds = [sum(work[a:b]) + r for (a, b), r in zip(layout.segments, reads)]
-    makespan = _makespan(segment_seconds, threads)
+    span = makespan(segment_seconds, threads)
     tasks = layout.n_tasks + 1
     task_seconds = tasks * machine.task_seconds
     fixed = machine.fixed_seconds + machine.storage_seconds.get(storage, 0.0)
-    wall = fixed + makespan + task_seconds
+    wall = fixed + span + task_seconds
     return {
         "wall_seconds": wall,
         "pair_seconds": sum(work) / threads,
         "read_seconds": sum(reads) / threads,
-        "makespan_seconds": makespan,
+        "makespan_seconds": span,
         "task_seconds": task_seconds,
         "fixed_seconds": fixed,
         "pairs_per_second_per_core": rate,
@@ -449,8 +486,22 @@ def modelled_seconds(
     return work, reads
 
 
-def _makespan(seconds: list[float], threads: int) -> float:
-    """Longest segments first onto the least loaded of ``threads`` (a segment runs on one)."""
+def makespan(seconds: list[float], threads: int) -> float:
+    """Wall seconds of tasks spread over ``threads``: longest first onto the least loaded
+    thread (a task runs on one thread).
+
+    Parameters
+    ----------
+    seconds : list of float
+        Each task's seconds (a segment's work and reads).
+    threads : int
+        The threads they run on.
+
+    Returns
+    -------
+    float
+        The most seconds one thread is loaded with.
+    """
     loads = [0.0] * max(1, min(threads, len(seconds)))
     heapq.heapify(loads)
     for s in sorted(seconds, reverse=True):
@@ -477,7 +528,9 @@ def _problems(
         others = peak - fixed - memory["parts"]["tasks"]
         per_task = memory["per_task_bytes"]
         fit_threads = int((usable - fixed - others) // per_task) if per_task else 0
-        advice = [f"a memory limit of at least {_size(need, up=True)} per worker (--memory-limit)"]
+        advice = [
+            f"a memory limit of at least {format_bytes(need, up=True)} per worker (--memory-limit)"
+        ]
         if 1 <= fit_threads < shape.threads_per_worker:
             advice.append(f"at most {fit_threads} thread(s) per worker (--threads)")
         if isinstance(design, RegularDesign):
@@ -495,9 +548,10 @@ def _problems(
                         "(design='auto' on more threads, or --design regular)"
                     )
         problems.append(
-            f"memory: a worker would need {_size(peak)} at its peak, above the "
-            f"{_size(usable)} it may use ({_size(shape.memory_limit)} memory limit x Dask's "
-            f"pause fraction {memory['pause_fraction']:g}); use " + ", or ".join(advice)
+            f"memory: a worker would need {format_bytes(peak)} at its peak, above the "
+            f"{format_bytes(usable)} it may use ({format_bytes(shape.memory_limit)} memory "
+            f"limit x Dask's pause fraction {memory['pause_fraction']:g}); use "
+            + ", or ".join(advice)
         )
     limit = graph["scheduler_task_limit"]
     if graph["n_tasks"] > limit:
@@ -516,7 +570,19 @@ def _problems(
     return problems
 
 
-def _accuracy(spectrum, n_components, spatial_sign, df, n, target, mechanism, plan):
+def _accuracy(
+    spectrum: ArrayLike,
+    n_components: int,
+    spatial_sign: SpatialSign,
+    df: float | None,
+    n: int,
+    target: PrivacyTarget,
+    mechanism: ReleaseMechanism,
+    plan: DesignPlan,
+) -> dict[str, Any]:
+    """The utility model's median and 90% sin theta at the release's sigma (a note for a
+    spatial sign it does not cover).
+    """
     from .utility import UtilityModel
 
     if spatial_sign.name not in ("sphere", "winsor"):
@@ -539,30 +605,6 @@ def _accuracy(spectrum, n_components, spatial_sign, df, n, target, mechanism, pl
     return {**quantiles, "gap": model.gap, "model": "UtilityModel (first order, constants 1)"}
 
 
-def _size(value: float | None, up: bool = False) -> str:
-    """Bytes in binary units, 3 significant digits (``up``: rounded up, for a need)."""
-    if value is None:
-        return "unlimited"
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= scale:
-            scaled = value / scale
-            if up:
-                step = 10.0 ** (math.floor(math.log10(scaled)) - 2)
-                scaled = math.ceil(round(scaled / step, 6)) * step
-            return f"{scaled:.3g} {unit}"
-    return f"{int(value)} B"
-
-
-def _seconds(value: float) -> str:
-    if value >= 86400:
-        return f"{value / 86400:.3g} days"
-    if value >= 3600:
-        return f"{value / 3600:.3g} h"
-    if value >= 60:
-        return f"{value / 60:.3g} min"
-    return f"{value:.3g} s"
-
-
 def _text(plan: FitPlan) -> str:
     i, c, g, m, t, p = plan.input, plan.cluster, plan.graph, plan.memory, plan.time, plan.privacy
     n, d = i["shape"]
@@ -583,38 +625,40 @@ def _text(plan: FitPlan) -> str:
     lines = [
         f"plan for {where}: {n} x {d} {i['dtype']}, {chunk_text}, {i['codec']} on {i['storage']}",
         f"cluster: {c.workers} worker(s) x {c.threads_per_worker} thread(s), memory limit "
-        f"{_size(c.memory_limit)} ({c.source})",
+        f"{format_bytes(c.memory_limit)} ({c.source})",
         f"design: {name}, from design={des['chosen_by']!r}: {des['n_blocks']} blocks of at most "
         f"{des['block_rows']} rows, {des['n_block_pairs']} block pairs, {des['n_pairs']:.4g} "
         f"record pairs, max degree {des['max_degree']}",
         f"graph: {g['segment_tasks']} segment tasks (running {g['block_pair_tasks']} block-pair "
         f"groups) + {g['merge_tasks']} merge + {g['input_tasks']} input + 1 release = "
         f"{g['n_tasks']} tasks (scheduler limit {g['scheduler_task_limit']})",
-        f"read: {_size(plan.bytes_read)} "
+        f"read: {format_bytes(plan.bytes_read)} "
         + (
             f"(inside the segments: {g['block_reads']} block reads, "
             f"{g['rows_decoded'] / max(n, 1):.3g}x the rows decoded)"
             if g["reads_in_tasks"]
             else "(in the input's own tasks)"
         ),
-        f"memory per worker: peak {_size(m['peak_bytes'])} = baseline "
-        f"{_size(m['parts']['baseline'])} + {m['running_tasks']} task(s) x "
-        f"{_size(m['per_task_bytes'])} + {m['segments_per_worker']} segment sum(s) "
-        f"{_size(m['parts']['segment_sums'])}"
+        f"memory per worker: peak {format_bytes(m['peak_bytes'])} = baseline "
+        f"{format_bytes(m['parts']['baseline'])} + {m['running_tasks']} task(s) x "
+        f"{format_bytes(m['per_task_bytes'])} + {m['segments_per_worker']} segment sum(s) "
+        f"{format_bytes(m['parts']['segment_sums'])}"
         + (
-            f" + the input in this process {_size(m['parts']['input_in_process'])}"
+            f" + the input in this process {format_bytes(m['parts']['input_in_process'])}"
             if m["parts"]["input_in_process"]
             else ""
         )
         + (
             ""
             if m["usable_bytes"] is None
-            else f"; usable {_size(m['usable_bytes'])} of the {_size(m['memory_limit'])} limit"
+            else f"; usable {format_bytes(m['usable_bytes'])} of the "
+            f"{format_bytes(m['memory_limit'])} limit"
         ),
-        f"time: {_seconds(t['wall_seconds'])} = {_seconds(t['makespan_seconds'])} pair work and "
-        f"reads on {c.n_threads} thread(s) + {g['n_tasks']} tasks {_seconds(t['task_seconds'])}"
-        f" + fixed {_seconds(t['fixed_seconds'])} (kernel {t['pairs_per_second_per_core']:.3g} "
-        f"pairs/s a core, reads {_size(t['read_bytes_per_second'])}/s a thread; machine "
+        f"time: {format_seconds(t['wall_seconds'])} = {format_seconds(t['makespan_seconds'])} "
+        f"pair work and reads on {c.n_threads} thread(s) + {g['n_tasks']} tasks "
+        f"{format_seconds(t['task_seconds'])} + fixed {format_seconds(t['fixed_seconds'])} "
+        f"(kernel {t['pairs_per_second_per_core']:.3g} pairs/s a core, reads "
+        f"{format_bytes(t['read_bytes_per_second'])}/s a thread; machine "
         f"model: {t['machine_model']})",
         f"privacy: epsilon {p['epsilon']:g}, delta {p['delta']:g} ({p['calibration']}), "
         f"sensitivity {p['sensitivity']:.4g}, sigma {p['sigma']:.4g}",

@@ -236,7 +236,7 @@ def model_path() -> Path:
     return Path(platformdirs.user_config_dir("dask-dppca")) / "machine.json"
 
 
-def load_machine_model(path: str | os.PathLike | None = None) -> MachineModel:
+def load_machine_model(path: str | os.PathLike[str] | None = None) -> MachineModel:
     """The saved machine model (``path``, else :func:`model_path`), or
     :data:`DEFAULT_MODEL` when none is saved there.
 
@@ -261,7 +261,7 @@ def load_machine_model(path: str | os.PathLike | None = None) -> MachineModel:
     return MachineModel.from_dict(data, os.fspath(where))
 
 
-def save_machine_model(model: MachineModel, path: str | os.PathLike | None = None) -> Path:
+def save_machine_model(model: MachineModel, path: str | os.PathLike[str] | None = None) -> Path:
     """Write ``model`` as JSON to ``path`` (default :func:`model_path`), its folder made
     if needed; the file is replaced whole (a rename).  Returns where it went.
     """
@@ -309,7 +309,7 @@ def calibration_path() -> Path:
     return model_path().with_name("calibration.json")
 
 
-def planning_model(path: str | os.PathLike | None = None) -> MachineModel:
+def planning_model(path: str | os.PathLike[str] | None = None) -> MachineModel:
     """The machine model a plan uses: the file ``path``, else the model ``dask-dppca
     bench --save`` saved, else this machine's calibration (:data:`DEFAULT_MODEL` with its
     kernel figures scaled to a short measurement, made once per machine and kept).

@@ -8,16 +8,17 @@ import math
 import os
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ..design import plan_blocks
 from ..kernel import resolve_spatial_sign
 from ..privacy import PrivacyTarget, ReleaseMechanism
 from ..privacy.noise import default_sampler
 from .theory import (
-    _check_spectrum,
-    _draw_elliptical,
-    _g,
-    _model_spatial_sign,
+    apply_spatial_sign,
+    check_spectrum,
+    draw_elliptical,
+    model_spatial_sign,
     population_eigenvalues,
 )
 
@@ -101,7 +102,7 @@ class UtilityModel:
 
     def __init__(
         self,
-        spectrum,
+        spectrum: ArrayLike,
         n_components: int,
         spatial_sign: str = "sphere",
         radius: float | None = None,
@@ -111,10 +112,10 @@ class UtilityModel:
         seed: int = 0,
         n_draws: int = 400,
     ) -> None:
-        lam = _check_spectrum(spectrum)
+        lam = check_spectrum(spectrum)
         if np.any(np.diff(lam) > 0):
             raise ValueError("spectrum: must be in decreasing order")
-        g = _model_spatial_sign(spatial_sign, radius)
+        g = model_spatial_sign(spatial_sign, radius)
         m = int(n_components)
         if not 1 <= m < lam.size:
             raise ValueError(f"n_components: must be in 1..{lam.size - 1}, got {n_components!r}")
@@ -136,9 +137,9 @@ class UtilityModel:
         done = 0
         while done < n_triples:
             size = min(20_000, n_triples - done)
-            x1, x2, x3 = (_draw_elliptical(rng, size, lam, df) for _ in range(3))
-            g12 = _g((x1 - x2) / _SQRT2, g)
-            g13 = _g((x1 - x3) / _SQRT2, g)
+            x1, x2, x3 = (draw_elliptical(rng, size, lam, df) for _ in range(3))
+            g12 = apply_spatial_sign((x1 - x2) / _SQRT2, g)
+            g13 = apply_spatial_sign((x1 - x3) / _SQRT2, g)
             p = g12 * g13
             q = g12 * g12
             z1 += p.T @ p
@@ -150,7 +151,7 @@ class UtilityModel:
         self._inv_gap2 = 1.0 / (phi[None, :m] - phi[m:, None]) ** 2  # (d - m, m)
         self._gauss = np.random.default_rng(seed + 2).standard_normal((n_draws, self.d - m, m))
 
-    def sampling_variance(self, n: float, n_pairs: float | None = None) -> np.ndarray:
+    def sampling_variance(self, n: float, n_pairs: float | None = None) -> NDArray[np.float64]:
         """Variances of the (d - m, m) off-diagonal block of ``K_hat - K``.
 
         ``n_pairs``: ``|P|`` of an incomplete design (a regular one); its pair term is
@@ -177,10 +178,11 @@ class UtilityModel:
             calibration=calibration,
         )
 
-    def _tangents(self, n: int, sigma: float, n_pairs: float | None = None) -> np.ndarray:
+    def _tangents(self, n: int, sigma: float, n_pairs: float | None = None) -> NDArray[np.float64]:
         variance = self.sampling_variance(n, n_pairs)
         scale = np.sqrt((variance + 0.5 * sigma**2) * self._inv_gap2)
-        return np.linalg.norm(self._gauss * scale, ord=2, axis=(1, 2))
+        tangents: NDArray[np.float64] = np.linalg.norm(self._gauss * scale, ord=2, axis=(1, 2))
+        return tangents
 
     def quantile(
         self,
@@ -202,7 +204,7 @@ class UtilityModel:
 
     def utility_bound(
         self, n: int, epsilon: float, delta: float = 1e-6, calibration: str = "analytic"
-    ) -> dict:
+    ) -> dict[str, float]:
         """The paper's shape, ``min(1, (sampling + privacy) / gap)``, closed form.
 
         ``sampling = sqrt(max_j sum_k v_kj) + sqrt(max_k sum_j v_kj)`` (the Gaussian
@@ -233,7 +235,10 @@ class UtilityModel:
         n_max: int = 10**12,
     ) -> int:
         """Smallest n with predicted ``P(sin Theta <= target) >= p`` (``n_max + 1`` if none)."""
-        ok = lambda n: self.quantile(n, epsilon, delta, p, calibration) <= target  # noqa: E731
+
+        def ok(n: int) -> bool:
+            return self.quantile(n, epsilon, delta, p, calibration) <= target
+
         lo, hi = 2, 4
         while not ok(hi):
             lo, hi = hi, hi * 2
@@ -255,7 +260,10 @@ class UtilityModel:
         """Smallest epsilon with predicted ``P(sin Theta <= target) >= p`` (inf if none)."""
         if self.quantile(n, math.inf, delta, p) > target:
             return math.inf
-        ok = lambda e: self.quantile(n, e, delta, p, calibration) <= target  # noqa: E731
+
+        def ok(e: float) -> bool:
+            return self.quantile(n, e, delta, p, calibration) <= target
+
         lo, hi = 1e-3, 1e-3
         while not ok(hi):
             lo, hi = hi, hi * 2
@@ -271,7 +279,7 @@ class UtilityModel:
 
 def plan(
     target: float,
-    spectrum,
+    spectrum: ArrayLike,
     n_components: int,
     *,
     p: float = 0.9,
@@ -283,7 +291,7 @@ def plan(
     df: float | None = None,
     calibration: str = "analytic",
     seed: int = 0,
-) -> dict:
+) -> dict[str, float]:
     """How many records (given epsilon) or what epsilon (given n) for
     ``P(sin Theta <= target) >= p``.
 
