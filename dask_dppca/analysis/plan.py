@@ -198,7 +198,7 @@ def plan_analysis(
     memory_limit: int | str | None = None,
     machine: MachineModel | str | None = None,
     component: str | None = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     allow_fill_values: bool = False,
     stages: Sequence[str] | None = None,
 ) -> AnalysisPlan:
@@ -341,7 +341,8 @@ def _directions_plan(
         design=chosen["design"],
         scheduler=scheduler,
     )
-    return estimator.plan(X, machine=model, check=False, **options)
+    plan: FitPlan = estimator.plan(X, machine=model, check=False, **options)
+    return plan
 
 
 def _design_plan(records: Any, fit: FitPlan, design: Any) -> tuple[Any, bool, int]:
@@ -386,7 +387,14 @@ def scree_passes(methods: Sequence[str]) -> int:
     return 1 + int(means) + (HUBER_STEPS - 1 if "huber" in methods else 0)
 
 
-def _scree_stage(fit, plan, methods, k, model, itemsize) -> tuple[StagePlan, dict[str, int]]:
+def _scree_stage(
+    fit: FitPlan,
+    plan: Any,
+    methods: Sequence[str],
+    k: int,
+    model: MachineModel,
+    itemsize: int,
+) -> tuple[StagePlan, dict[str, int]]:
     """The scree's passes over the same segments :mod:`dask_dppca.graph.scree` builds."""
     from ..graph.scree import merge_task_count, scree_segments
     from ..kernel.scree_stats import scree_design

@@ -206,7 +206,7 @@ class PrivateAnalysis:
         path: str | os.PathLike[str],
         *,
         overwrite: bool = True,
-        storage_options: dict | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> str:
         """Write the analysis to a JSON file (a local path or an fsspec URL), whole.
 

@@ -78,7 +78,7 @@ def analyze(
     random_state: int | None = None,
     progress: bool = False,
     component: str | None = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     allow_fill_values: bool = False,
     show_split: Callable[[str], Any] | None = None,
 ) -> PrivateAnalysis:

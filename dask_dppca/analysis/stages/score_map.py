@@ -398,13 +398,15 @@ def resolve_groups(X: Any, groups: Any, component: str | None = None) -> tuple[A
         import dask.array as da
 
         try:  # an array beside the records in the same Zarr group
-            return X, da.from_zarr(os.fspath(X), component=groups)
+            # dask.array ships no annotations: its from_zarr is untyped.
+            return X, da.from_zarr(os.fspath(X), component=groups)  # type: ignore[no-untyped-call]
         except Exception:  # not in the group: try it as a path below
             pass
     if os.path.exists(groups) or "://" in groups:
         import dask.array as da
 
-        return X, da.from_zarr(groups)  # a Zarr array of labels: lazy, its dtype public
+        # A Zarr array of labels: lazy, its dtype public (from_zarr is untyped, as above).
+        return X, da.from_zarr(groups)  # type: ignore[no-untyped-call]
     raise ValueError(
         f"groups: {groups!r} is neither a column of X, an array of its Zarr group, nor a "
         "Zarr array's path"
