@@ -32,7 +32,7 @@ from ..compute import ClusterTarget, compute_target
 from ..compute.budget_config import budgets_to_charge
 from ..compute.failures import lost_scheduler
 from ..compute.placement import untrusted_warning_given
-from ..compute.statistic import release_statistic
+from ..compute.release import release_statistic
 from ..decomposition.estimator import DPPCA
 from ..graph import pass_block_sizes
 from ..graph.scree import scree_histogram_graph, scree_sums_graph
