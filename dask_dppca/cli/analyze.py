@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from .inputs import STORE_HELP, add_columns_argument, input_location, open_input
+from .inputs import STORE_HELP, add_columns_argument, input_location, open_input, shares
 
 #: The scree plots ``--plots`` writes (``plot_scree(kind=...)``).
 SCREE_PLOTS = ("scree", "pve_topk", "pve_total")
@@ -147,21 +147,6 @@ def add_parser(commands) -> None:
     analyze.set_defaults(run=run)
 
 
-def _shares(entries: list[str]) -> dict[str, float] | None:
-    if not entries:
-        return None
-    shares: dict[str, float] = {}
-    for entry in entries:
-        stage, sep, value = entry.partition("=")
-        try:
-            shares[stage.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise ValueError(f"--split: expected STAGE=SHARE, got {entry!r}")
-    return shares
-
-
 def _pair(text: str, flag: str, offset: int = 0) -> tuple[int, int]:
     try:
         a, b = (int(v) - offset for v in text.split(","))
@@ -254,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
             n_components=args.n_components,
             epsilon=args.epsilon,
             delta=args.delta,
-            split=_shares(args.split),
+            split=shares(args.split),
             methods=methods,
             spatial_sign=args.spatial_sign,
             radius=args.radius,
