@@ -1,7 +1,7 @@
 """Running a release on a compute target: exact total -> noise once -> the noisy result.
 
 This is the one place a mechanism meets the data.  Two kinds of release take the same
-path (:func:`_release_locally`, :func:`_release_on_workers`):
+path (``_release_locally``, ``_release_on_workers``):
 
 * the directions (:func:`release_here`, :func:`release_on_cluster`): a
   :class:`~.ReleaseMechanism` on the lanes' exact sums (noise once, then eigenvectors);
