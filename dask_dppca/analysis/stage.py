@@ -56,7 +56,7 @@ class Placement:
     progress: bool = False
 
     def release_options(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`~dask_dppca.compute.statistic.release_statistic`."""
+        """The keyword arguments of :func:`~dask_dppca.compute.release.release_statistic`."""
         return {
             "trusted_worker": self.trusted_worker,
             "require_trusted": self.require_trusted,

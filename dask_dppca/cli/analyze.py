@@ -10,7 +10,14 @@ import sys
 from typing import Any
 
 from ..analysis.stages import REGISTRY, optional_stages
-from .inputs import STORE_HELP, add_columns_argument, input_location, open_input
+from .inputs import (
+    STORE_HELP,
+    add_columns_argument,
+    add_storage_arguments,
+    input_location,
+    open_input,
+    shares,
+)
 
 #: The scree plots ``--plots`` writes (``plot_scree(kind=...)``).
 SCREE_PLOTS = ("scree", "pve_topk", "pve_total")
@@ -41,17 +48,10 @@ def _add_input_options(analyze: argparse.ArgumentParser) -> None:
     analyze.add_argument("store", help=STORE_HELP)
     analyze.add_argument("--component", help="array inside a Zarr group")
     add_columns_argument(analyze)
-    analyze.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec option for a STORE URL, repeatable (as for 'fit'); nested keys with dots",
-    )
-    analyze.add_argument(
-        "--storage-options-json",
-        metavar="FILE",
-        help="JSON object of fsspec options (--storage-option entries override it)",
+    add_storage_arguments(
+        analyze,
+        "fsspec option for a STORE URL, repeatable (as for 'fit'); nested keys with dots",
+        "JSON object of fsspec options (--storage-option entries override it)",
     )
     analyze.add_argument(
         "--allow-fill-values",
@@ -176,21 +176,6 @@ def _add_run_options(analyze: argparse.ArgumentParser) -> None:
     analyze.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def _shares(entries: list[str]) -> dict[str, float] | None:
-    if not entries:
-        return None
-    shares: dict[str, float] = {}
-    for entry in entries:
-        stage, sep, value = entry.partition("=")
-        try:
-            shares[stage.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise ValueError(f"--split: expected STAGE=SHARE, got {entry!r}")
-    return shares
-
-
 def _pair(text: str, flag: str, offset: int = 0) -> tuple[int, int]:
     try:
         a, b = (int(v) - offset for v in text.split(","))
@@ -218,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
             n_components=args.n_components,
             epsilon=args.epsilon,
             delta=args.delta,
-            split=_shares(args.split),
+            split=shares(args.split),
             methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
             stages=[info.name for info in optional_stages() if getattr(args, info.name)],
             spatial_sign=args.spatial_sign,

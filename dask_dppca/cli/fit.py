@@ -7,7 +7,14 @@ import json
 import sys
 from typing import Any
 
-from .inputs import STORE_HELP, add_columns_argument, input_location, open_input
+from .inputs import (
+    COMPONENT_HELP,
+    STORE_HELP,
+    add_columns_argument,
+    add_storage_arguments,
+    input_location,
+    open_input,
+)
 
 
 def add_parser(commands) -> None:
@@ -19,22 +26,15 @@ def add_parser(commands) -> None:
         "table and release the result.",
     )
     fit.add_argument("store", help=STORE_HELP)
-    fit.add_argument("--component", help="array inside a Zarr group (nested paths: sub/X)")
+    fit.add_argument("--component", help=COMPONENT_HELP)
     add_columns_argument(fit)
-    fit.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec option for URLs (input and --output), repeatable; nested "
+    add_storage_arguments(
+        fit,
+        "fsspec option for URLs (input and --output), repeatable; nested "
         "keys with dots (client_kwargs.endpoint_url=http://host:9000); VALUE is "
         "read as JSON when it parses (true, 3), else as text. Secrets are better "
         "kept in --storage-options-json or the backend's own configuration",
-    )
-    fit.add_argument(
-        "--storage-options-json",
-        metavar="FILE",
-        help="JSON object of fsspec options (--storage-option entries override it)",
+        "JSON object of fsspec options (--storage-option entries override it)",
     )
     fit.add_argument(
         "--allow-fill-values",
@@ -42,55 +42,64 @@ def add_parser(commands) -> None:
         help="read chunks missing from the store as its fill value (a store "
         "written sparsely on purpose); by default a missing chunk stops the fit",
     )
-    fit.add_argument(
+    _add_privacy_arguments(fit)
+    add_mechanism_arguments(fit)
+    _add_cluster_arguments(fit)
+    _add_output_arguments(fit)
+    fit.set_defaults(run=run)
+
+
+def _add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
+    """``-k``, ``--epsilon`` and ``--delta`` with a fit's defaults."""
+    parser.add_argument(
         "-k",
         "--n-components",
         type=int,
         default=2,
         help="number of private principal directions (default 2)",
     )
-    fit.add_argument("--epsilon", type=float, default=1.0, help="privacy epsilon > 0 (default 1)")
-    fit.add_argument(
+    parser.add_argument(
+        "--epsilon", type=float, default=1.0, help="privacy epsilon > 0 (default 1)"
+    )
+    parser.add_argument(
         "--delta", type=float, default=1e-6, help="privacy delta in (0, 1) (default 1e-6)"
     )
-    add_mechanism_arguments(fit)
-    fit.add_argument(
+
+
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the fit runs: the scheduler, the trusted worker, TLS."""
+    parser.add_argument(
         "--scheduler",
         help="Dask scheduler address, e.g. tls://host:8786 (default: embedded LocalCluster)",
     )
-    fit.add_argument(
+    parser.add_argument(
         "--trusted-worker",
         help="worker address that adds the noise when none offers the 'dppca-trusted' resource",
     )
-    fit.add_argument(
+    parser.add_argument(
         "--require-trusted",
         action="store_true",
         help="refuse to release unless a worker offers 'dppca-trusted' (or "
         "--trusted-worker names one); by default such a fit warns and releases "
         "on any worker, recorded in the result's privacy.released_on",
     )
-    fit.add_argument(
-        "--tls-ca-file",
-        help="CA certificate (PEM) for a tls:// scheduler "
-        "(default: the Dask configuration, distributed.comm.tls.ca-file)",
-    )
-    fit.add_argument(
-        "--tls-cert",
-        help="client certificate (PEM) for a tls:// scheduler "
-        "(default: distributed.comm.tls.client.cert)",
-    )
-    fit.add_argument(
-        "--tls-key",
-        help="client private key (PEM) for a tls:// scheduler "
-        "(default: distributed.comm.tls.client.key)",
-    )
-    fit.add_argument(
+    for flag, what, default in (
+        ("--tls-ca-file", "CA certificate", "the Dask configuration, distributed.comm.tls.ca-file"),
+        ("--tls-cert", "client certificate", "distributed.comm.tls.client.cert"),
+        ("--tls-key", "client private key", "distributed.comm.tls.client.key"),
+    ):
+        parser.add_argument(flag, help=f"{what} (PEM) for a tls:// scheduler (default: {default})")
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """The budget charged, the result file, and the progress bar."""
+    parser.add_argument(
         "--budget",
         metavar="LEDGER",
         help="privacy budget ledger to charge (made "
         "with 'dask-dppca budget create'); the fit is refused if it does not fit",
     )
-    fit.add_argument(
+    parser.add_argument(
         "--output",
         default="result.json",
         help="result file: local path or fsspec URL (default result.json); its folder must "
@@ -98,17 +107,16 @@ def add_parser(commands) -> None:
         "symlink is written through, a device such as /dev/stdout in place); a new file "
         "gets mode 0600",
     )
-    fit.add_argument(
+    parser.add_argument(
         "--force",
         action="store_true",
         help="replace an existing --output file (by default an existing file is refused)",
     )
-    fit.add_argument(
+    parser.add_argument(
         "--no-progress",
         action="store_true",
         help="hide the progress bar (shown when the output is a terminal)",
     )
-    fit.set_defaults(run=run)
 
 
 def add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:

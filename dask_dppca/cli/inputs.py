@@ -19,6 +19,55 @@ STORE_HELP = (
 )
 
 
+#: ``--component``, for the commands' help.
+COMPONENT_HELP = "array inside a Zarr group (nested paths: sub/X)"
+
+
+def add_storage_arguments(
+    parser: argparse.ArgumentParser, option_help: str, json_help: str
+) -> None:
+    """``--storage-option KEY=VALUE`` (repeatable) and ``--storage-options-json FILE``,
+    with each command's own help (read by :func:`~.fit.storage_options`).
+    """
+    parser.add_argument(
+        "--storage-option", action="append", default=[], metavar="KEY=VALUE", help=option_help
+    )
+    parser.add_argument("--storage-options-json", metavar="FILE", help=json_help)
+
+
+def shares(entries: list[str]) -> dict[str, float] | None:
+    """The stages' public shares that ``--split STAGE=SHARE`` entries give (None: none).
+
+    Parameters
+    ----------
+    entries : list of str
+        The ``--split`` entries, each ``STAGE=SHARE`` (a later one for the same stage wins).
+
+    Returns
+    -------
+    dict or None
+        Share by stage name, as given (the analysis renormalises them); None when
+        ``entries`` is empty (the default split).
+
+    Raises
+    ------
+    ValueError
+        If an entry is not ``STAGE=SHARE`` with a number for SHARE.
+    """
+    if not entries:
+        return None
+    split: dict[str, float] = {}
+    for entry in entries:
+        stage, sep, value = entry.partition("=")
+        try:
+            split[stage.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ValueError(f"--split: expected STAGE=SHARE, got {entry!r}")
+    return split
+
+
 def add_columns_argument(parser: argparse.ArgumentParser) -> None:
     """``--columns A,B,C``: the features of a table."""
     parser.add_argument(

@@ -21,6 +21,7 @@ import os
 import sys
 
 from .fit import add_mechanism_arguments, estimator_parameters
+from .inputs import COMPONENT_HELP, add_storage_arguments, shares
 
 #: A plain plan's defaults: a fit's ('dask-dppca fit'); with --analysis, analyze's.
 FIT_DEFAULTS = {"n_components": 2, "epsilon": 1.0, "delta": 1e-6}
@@ -43,16 +44,11 @@ def add_parser(commands) -> None:
         ),
     )
     plan.add_argument("store", help="Zarr store (local path or fsspec URL) holding an n x d array")
-    plan.add_argument("--component", help="array inside a Zarr group (nested paths: sub/X)")
-    plan.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec option for a URL, repeatable (as for 'fit')",
-    )
-    plan.add_argument(
-        "--storage-options-json", metavar="FILE", help="JSON object of fsspec options"
+    plan.add_argument("--component", help=COMPONENT_HELP)
+    add_storage_arguments(
+        plan,
+        "fsspec option for a URL, repeatable (as for 'fit')",
+        "JSON object of fsspec options",
     )
     plan.add_argument(
         "--analysis",
@@ -60,47 +56,10 @@ def add_parser(commands) -> None:
         help="plan 'dask-dppca analyze STORE' (directions, scree, score map) with analyze's "
         "defaults, stage by stage, and its privacy split",
     )
-    plan.add_argument(
-        "-k",
-        "--n-components",
-        type=int,
-        help=f"private directions (default {FIT_DEFAULTS['n_components']}; with --analysis, "
-        "analyze's)",
-    )
-    plan.add_argument(
-        "--epsilon",
-        type=float,
-        help=f"privacy epsilon (default {FIT_DEFAULTS['epsilon']:g}; with --analysis, the "
-        "total, analyze's default)",
-    )
-    plan.add_argument(
-        "--delta",
-        type=float,
-        help=f"privacy delta (default {FIT_DEFAULTS['delta']:g}; with --analysis, the total, "
-        "analyze's default)",
-    )
-    analysis = plan.add_argument_group("analysis", "with --analysis, as for 'analyze'")
-    analysis.add_argument(
-        "--split", metavar="STAGE=SHARE", action="append", default=[], help="a stage's share"
-    )
-    analysis.add_argument("--methods", help="comma-separated scree estimators")
-    analysis.add_argument("--no-score-map", action="store_true", help="plan no score map")
-    analysis.add_argument(
-        "--groups", metavar="NAME", help="a per-group score map (the labels are not read)"
-    )
+    _add_privacy_arguments(plan)
+    _add_analysis_arguments(plan)
     add_mechanism_arguments(plan)
-    cluster = plan.add_argument_group(
-        "cluster",
-        "the cluster to plan for: --workers and --threads (and --memory-limit), or a running "
-        "--scheduler (its workers are read, nothing runs); default: the embedded cluster a "
-        "fit would start on this machine",
-    )
-    cluster.add_argument("--workers", type=int, help="worker processes")
-    cluster.add_argument("--threads", type=int, help="threads per worker")
-    cluster.add_argument(
-        "--memory-limit", help="memory limit per worker, e.g. 4GiB (default: unlimited)"
-    )
-    cluster.add_argument("--scheduler", help="a running scheduler's address, e.g. tcp://host:8786")
+    _add_cluster_arguments(plan)
     plan.add_argument(
         "--spectrum",
         help="eigenvalues of the records' scatter matrix, comma-separated (public "
@@ -116,6 +75,60 @@ def add_parser(commands) -> None:
     )
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=run)
+
+
+def _add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
+    """``-k``, ``--epsilon`` and ``--delta``, no default in the parser: a fit's
+    (:data:`FIT_DEFAULTS`), or with ``--analysis`` analyze's.
+    """
+    parser.add_argument(
+        "-k",
+        "--n-components",
+        type=int,
+        help=f"private directions (default {FIT_DEFAULTS['n_components']}; with --analysis, "
+        "analyze's)",
+    )
+    parser.add_argument(
+        "--epsilon",
+        type=float,
+        help=f"privacy epsilon (default {FIT_DEFAULTS['epsilon']:g}; with --analysis, the "
+        "total, analyze's default)",
+    )
+    parser.add_argument(
+        "--delta",
+        type=float,
+        help=f"privacy delta (default {FIT_DEFAULTS['delta']:g}; with --analysis, the total, "
+        "analyze's default)",
+    )
+
+
+def _add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of an analysis's plan, as for 'analyze'."""
+    analysis = parser.add_argument_group("analysis", "with --analysis, as for 'analyze'")
+    analysis.add_argument(
+        "--split", metavar="STAGE=SHARE", action="append", default=[], help="a stage's share"
+    )
+    analysis.add_argument("--methods", help="comma-separated scree estimators")
+    analysis.add_argument("--no-score-map", action="store_true", help="plan no score map")
+    analysis.add_argument(
+        "--groups", metavar="NAME", help="a per-group score map (the labels are not read)"
+    )
+
+
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The cluster to plan for (read by :func:`cluster_options`)."""
+    cluster = parser.add_argument_group(
+        "cluster",
+        "the cluster to plan for: --workers and --threads (and --memory-limit), or a running "
+        "--scheduler (its workers are read, nothing runs); default: the embedded cluster a "
+        "fit would start on this machine",
+    )
+    cluster.add_argument("--workers", type=int, help="worker processes")
+    cluster.add_argument("--threads", type=int, help="threads per worker")
+    cluster.add_argument(
+        "--memory-limit", help="memory limit per worker, e.g. 4GiB (default: unlimited)"
+    )
+    cluster.add_argument("--scheduler", help="a running scheduler's address, e.g. tcp://host:8786")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -181,7 +194,6 @@ def _run_analysis(args: argparse.Namespace, options: dict, cluster: dict) -> int
     """``plan --analysis``: print the analysis's plan; exit 2 when it does not fit."""
     from ..analysis.plan import plan_analysis
     from ..io.storage import is_url
-    from .analyze import _shares
     from .fit import design_of
 
     if args.spectrum is not None or args.pilot is not None:
@@ -201,7 +213,7 @@ def _run_analysis(args: argparse.Namespace, options: dict, cluster: dict) -> int
         args.n_components,
         epsilon=args.epsilon,
         delta=args.delta,
-        split=_shares(args.split),
+        split=shares(args.split),
         methods=methods,
         score_map=False if args.no_score_map else None,
         grouped=args.groups is not None,

@@ -9,11 +9,10 @@
 * :mod:`.progress`: progress bars (text in a terminal, a widget in Jupyter).
 * :mod:`.workers`: BLAS on one thread, and the worker plugin that allows sealed sums.
 * :mod:`.release`: running a :class:`~.ReleaseMechanism` once, on the
-  trusted worker; :mod:`.placement` and :mod:`.trust` (where it may run),
-  :mod:`.tickets` (drawn at most once), :mod:`.site_ledger` (the ledger charged where the
-  noise is drawn).
-* :mod:`.statistic`: any other noisy statistic released once on the trusted worker;
-  :mod:`.score_map`: the private score map stage (frame, histograms, group sizes).
+  trusted worker, and any other noisy statistic (:func:`.release_statistic`) by the same
+  path; :mod:`.placement` and :mod:`.trust` (where it may run), :mod:`.tickets` (drawn at
+  most once), :mod:`.site_ledger` (the ledger charged where the noise is drawn).
+* :mod:`.score_map`: the private score map stage (frame, histograms, group sizes).
 * :mod:`.budget_config`: the Dask configuration's default ledger and "required" flag.
 """
 
@@ -30,6 +29,7 @@ _EXPORTS = {
     "SchedulerLostError": ".failures",
     "WorkerDiedError": ".failures",
     "UntrustedReleaseWarning": ".placement",
+    "release_statistic": ".release",
     "ClusterTarget": ".target",
     "ComputeTarget": ".target",
     "LocalScheduler": ".target",
@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .cluster import TRUSTED_RESOURCE, check_scheduler, close_embedded_cluster, tls_config
     from .failures import SchedulerLostError, WorkerDiedError
     from .placement import UntrustedReleaseWarning
+    from .release import release_statistic
     from .target import ClusterTarget, ComputeTarget, LocalScheduler, compute_target
     from .waits import STALL_TIMEOUT_KEY, ClusterStalledError
 
@@ -60,5 +61,6 @@ __all__ = [
     "check_scheduler",
     "close_embedded_cluster",
     "compute_target",
+    "release_statistic",
     "tls_config",
 ]

@@ -1,28 +1,44 @@
-"""Running a planned release on a compute target: exact sum -> noise once -> eigenvectors.
+"""Running a release on a compute target: exact total -> noise once -> the noisy result.
 
-This is the one place a :class:`~.ReleaseMechanism` meets the data.
+This is the one place a mechanism meets the data.  Two kinds of release take the same
+path (``_release_locally``, ``_release_on_workers``):
 
-* A local scheduler computes the lanes' sums in this process and releases here.
-* On a cluster the lanes' sums stay on the workers (sealed between them); once they are
-  all computed, one task that is never retried (``pure=False``, ``retries=0``) adds them
-  exactly, rounds once and draws the noise on the trusted worker behind a release
-  ticket (:mod:`.tickets`), so the exact total never exists as a Dask key and only the
-  release is gathered.  Every wait is bounded (:mod:`.waits`): a cluster that stops
-  making progress, a trusted worker that leaves, a worker killed over its memory limit
-  or a scheduler that goes away fails the fit with one line (:mod:`.failures`) that
-  says whether anything can have been drawn: nothing before the release is submitted.
+* the directions (:func:`release_here`, :func:`release_on_cluster`): a
+  :class:`~.ReleaseMechanism` on the lanes' exact sums (noise once, then eigenvectors);
+* any other noisy statistic of an analysis (:func:`release_statistic`: scree quantiles
+  and means, score-map counts and histograms), released where the directions are.
+
+* A local scheduler computes the partial totals in this process and releases here (and
+  refuses ``require_trusted``).
+* On a cluster the partial totals stay on the workers (sealed between them); once they
+  are all computed, one task that is never retried (``pure=False``, ``retries=0``) adds
+  them exactly and draws the noise on the trusted worker behind a release ticket
+  (:mod:`.tickets`), so the exact total never exists as a Dask key and only the release
+  is gathered; a re-execution (its worker lost after drawing) refuses to draw a second
+  time.  Every wait is bounded (:mod:`.waits`): a cluster that stops making progress, a
+  trusted worker that leaves, a worker killed over its memory limit or a scheduler that
+  goes away fails with one line (:mod:`.failures`) that says whether anything can have
+  been drawn: nothing before the release is submitted.
+
+Budgets are the caller's: a fit reserves its own; an analysis reserves all its parts
+before anything is read and keeps them charged if any stage fails (conservative).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import dask
 import distributed
 
 from ..graph import lanes_total
+from ..graph.scree_task import merge_partials
 from ..privacy import PrivateRelease, ReleaseMechanism
+from ..privacy.charging import release_dispatched
 from .cluster import TRUSTED_RESOURCE
 from .failures import (
     SchedulerLostError,
@@ -43,7 +59,18 @@ from .tickets import (
 from .waits import ClusterStalledError, await_done, await_result
 from .workers import prepare_workers, single_threaded_blas
 
-__all__ = ["release_here", "release_on_cluster", "release_task"]
+if TYPE_CHECKING:  # pragma: no cover - target.py imports this module
+    from .target import ComputeTarget
+
+__all__ = [
+    "release_here",
+    "release_on_cluster",
+    "release_statistic",
+    "release_task",
+    "statistic_task",
+]
+
+T = TypeVar("T")
 
 
 def release_task(
@@ -62,6 +89,65 @@ def release_task(
         return mechanism.release(kernel_sum, n_components, released_on=released_on)
 
 
+def statistic_task(
+    release: Callable[[Any], Any],
+    release_id: str,
+    combine: Callable[..., Any],
+    *partials: Any,
+    charge: Any = None,
+    label: str = "",
+    dataset: str = "",
+) -> Any:
+    """A statistic's release, where it runs: the exact total of the partials (which stays
+    here), the ledger configured here charged with ``charge`` (:mod:`.site_ledger`: before
+    the draw, or the release refused), then the noisy release, drawn at most once (the
+    ticket).
+    """
+    here = getattr(current_worker(), "address", None)
+    with charged_where_drawn(charge, release_id, dataset, here, what=label) as drawing:
+        claim_release_ticket(release_id)
+        drawing[0] = True
+        return release(combine(*partials))
+
+
+def _unsealed(exact: Any) -> Any:
+    """A single exact statistic as its mechanism reads it (sealed counts: their array)."""
+    return getattr(exact, "counts", exact)
+
+
+@dataclass(frozen=True)
+class _Draw:
+    """One release as the shared steps run it: ``task(*args, *partials, **kwargs)``
+    draws the noise once, under the release ticket ``ticket``; the rest names it.
+    """
+
+    task: Callable[..., Any]
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    ticket: str = ""
+    label: str = ""  # in waits and errors
+    key: str = ""  # its Dask key on a cluster
+    finished: str = "the release"  # what a lost scheduler kept from finishing
+    trusted: str = "trusted"  # what the local refusal says it is not ("no ... worker")
+    stage_id: str | None = None  # an analysis stage marked dispatched before it can draw
+    bar: bool = False  # a progress bar of its own on a cluster
+
+
+def _directions(mechanism: ReleaseMechanism, n_components: int, fit_id: str, dataset: str) -> _Draw:
+    """The directions' release of the fit ``fit_id`` (:func:`release_task`)."""
+    return _Draw(
+        release_task,
+        (mechanism, n_components, fit_id),
+        {"dataset": dataset},
+        ticket=fit_id,
+        label=f"release {fit_id}",
+        key=f"dppca-release-{fit_id}",
+        finished="the fit",
+        trusted=repr(TRUSTED_RESOURCE),
+        bar=True,
+    )
+
+
 def release_here(
     scheduler: str,
     mechanism: ReleaseMechanism,
@@ -74,16 +160,10 @@ def release_here(
     dataset: str = "",
 ) -> tuple[PrivateRelease, str]:
     """The release on a local scheduler: the sums computed and released in this process."""
-    if require_trusted:
-        raise ValueError(
-            f"require_trusted: the local scheduler {scheduler!r} releases in this process, "
-            f"which is no {TRUSTED_RESOURCE!r} worker; use a cluster with one (or "
-            "require_trusted=False)"
-        )
-    with local_progress(progress), single_threaded_blas(True):
-        lanes = dask.compute(*lane_sums, scheduler=scheduler)
-    release = release_task(mechanism, n_components, fit_id, *lanes, dataset=dataset)
-    return release, f"this process (local scheduler {scheduler!r})"
+    draw = _directions(mechanism, n_components, fit_id, dataset)
+    return _release_locally(
+        scheduler, draw, lane_sums, require_trusted=require_trusted, progress=progress
+    )
 
 
 def release_on_cluster(
@@ -100,9 +180,156 @@ def release_on_cluster(
     dataset: str = "",
 ) -> tuple[PrivateRelease, str]:
     """The release on a cluster: one non-retried task on the trusted worker; only it is gathered."""
+    return _release_on_workers(
+        client,
+        in_process,
+        _directions(mechanism, n_components, fit_id, dataset),
+        lane_sums,
+        trusted_worker=trusted_worker,
+        require_trusted=require_trusted,
+        progress=progress,
+    )
+
+
+def release_statistic(
+    target: ComputeTarget,
+    release: Callable[[Any], T],
+    statistic: Any,
+    label: str,
+    *,
+    charge: Any,
+    dataset: str = "",
+    trusted_worker: str | None = None,
+    require_trusted: bool = False,
+    progress: bool = False,
+    stage_id: str = "",
+) -> tuple[T, str]:
+    """``release(exact value of statistic)``, run once where the directions are released.
+
+    Parameters
+    ----------
+    target : ComputeTarget
+    release : callable
+        Picklable, e.g. ``functools.partial(mechanism.release, sampler=sampler)``: the one
+        step that sees the exact statistic and draws the noise.
+    statistic : Delayed or list of Delayed
+        The lazy exact statistic (an ``ExactCounts`` or an array), or its partial totals
+        (int64 arrays or ExactSums), added exactly in the release task.
+    label : str
+        Names the step in errors and logs.
+    charge : mechanism with ``.parts``, or a charge
+        What this one release costs: the ledger configured where it is drawn
+        (:mod:`.site_ledger`) is charged with it before the draw.  Each statistic is its
+        own row there (a site ledger that is also the client's file charges it twice:
+        conservative).
+    dataset : str
+        For that ledger's row.
+    trusted_worker, require_trusted, progress
+        As for ``DPPCA``.
+    stage_id : str, optional
+        The analysis stage this release belongs to: its ledger rows are marked
+        dispatched (:func:`~dask_dppca.privacy.charging.release_dispatched`) before
+        anything can draw (a stage's first release dispatches it; later ones find it so).
+
+    Returns
+    -------
+    (result, where)
+        The noisy result and where it was drawn, in words.
+    """
+    from .target import ClusterTarget, LocalScheduler  # target.py imports this module
+
+    multiple = isinstance(statistic, Sequence)
+    partials = list(statistic) if multiple else [statistic]
+    release_id = f"statistic-{uuid.uuid4().hex}"
+    draw = _Draw(
+        statistic_task,
+        (release, release_id, merge_partials if multiple else _unsealed),
+        {"charge": charge, "label": label, "dataset": dataset},
+        ticket=release_id,
+        label=label,
+        key=f"dppca-{release_id}",
+        stage_id=stage_id,
+    )
+    if isinstance(target, LocalScheduler):
+        return _release_locally(
+            target.name, draw, partials, require_trusted=require_trusted, progress=progress
+        )
+    if not isinstance(target, ClusterTarget):
+        raise ValueError(f"target: expected a ComputeTarget, got {target!r}")
+    return _release_on_workers(
+        target.client,
+        target.in_process,
+        draw,
+        partials,
+        trusted_worker=trusted_worker,
+        require_trusted=require_trusted,
+        progress=progress,
+    )
+
+
+def _release_locally(
+    scheduler: str, draw: _Draw, partials: list, *, require_trusted: bool, progress: bool
+) -> tuple[Any, str]:
+    """The release on a local scheduler: the partials computed and released in this process."""
+    if require_trusted:
+        raise ValueError(
+            f"require_trusted: the local scheduler {scheduler!r} releases in this process, "
+            f"which is no {draw.trusted} worker; use a cluster with one (or "
+            "require_trusted=False)"
+        )
+    with local_progress(progress), single_threaded_blas(True):
+        values = dask.compute(*partials, scheduler=scheduler)
+    if draw.stage_id is not None:
+        release_dispatched(draw.stage_id)  # before it can draw
+    result = draw.task(*draw.args, *values, **draw.kwargs)
+    mark_release_settled(draw.ticket)
+    return result, f"this process (local scheduler {scheduler!r})"
+
+
+def _release_on_workers(
+    client: distributed.Client,
+    in_process: bool,
+    draw: _Draw,
+    partials: list,
+    *,
+    trusted_worker: str | None,
+    require_trusted: bool,
+    progress: bool,
+) -> tuple[Any, str]:
+    """The release on a cluster: one non-retried task on the trusted worker; only it is gathered."""
     placement = choose_placement(client, trusted_worker, require_trusted)
     described = describe_placement(placement)
     prepare_workers(client)
+    started = time.time()
+    # BLAS limited before the first task can start (in-process workers).
+    with single_threaded_blas(in_process):
+        futures = client.compute(partials)
+        submitted: list = []  # the release's future, once it is submitted
+        try:
+            result = _submit_once_computed(
+                client, draw, futures, submitted, placement, described, progress
+            )
+        except BaseException as error:
+            failure = _failure(client, draw, error, submitted, started)
+            if failure is None:
+                raise
+            raise failure from None
+        finally:
+            for future in [*submitted, *futures]:
+                future.release()
+    return result, described
+
+
+def _submit_once_computed(
+    client: distributed.Client,
+    draw: _Draw,
+    futures: list,
+    submitted: list,
+    placement: dict,
+    described: str,
+    progress: bool,
+) -> Any:
+    """Wait for the partials, then submit the release (into ``submitted``); its result."""
 
     def trusted_worker_present(workers: dict) -> str | None:
         return placement_unavailable(placement, workers, described)
@@ -110,63 +337,56 @@ def release_on_cluster(
     def trusted_worker_stayed(workers: dict) -> str | None:  # while the inputs compute
         return placement_unavailable(placement, workers, described, paused=False)
 
-    started = time.time()
-    # BLAS limited before the first task can start (in-process workers).
-    with single_threaded_blas(in_process):
-        lane_futures = client.compute(lane_sums)
-        release_future = None
-        try:
-            with cluster_progress(client, lane_futures, progress):
-                # The lanes first, then the release: until it is submitted no noise can be
-                # drawn, so a fit that fails before (a lost scheduler, a dead worker, a
-                # stall) provably released nothing and its budgets are given back.
-                await_done(client, lane_futures, f"release {fit_id}", needed=trusted_worker_stayed)
-            mark_release_dispatched(fit_id, _scheduler_id(client))  # before it can draw
-            release_future = client.submit(
-                release_task,
-                mechanism,
-                n_components,
-                fit_id,
-                *lane_futures,
-                dataset=dataset,
-                key=f"dppca-release-{fit_id}",
-                pure=False,
-                retries=0,
-                **placement,
-            )
-            # Its own bar: the release is submitted once the lanes are done, so the lanes'
-            # bar cannot show it.
-            with cluster_progress(client, [release_future], progress):
-                release = await_result(
-                    client, release_future, f"release {fit_id}", needed=trusted_worker_present
-                )
-            mark_release_settled(fit_id)
-            prune_release_tickets(client)
-        except ClusterStalledError as error:
-            raise ClusterStalledError(f"{error}; {_outcome(release_future)}") from None
-        except distributed.KilledWorker as error:
-            raise killed_worker_error(
-                client, error, f"release {fit_id}", _outcome(release_future), since=started
-            ) from None
-        except SchedulerLostError as error:
-            raise SchedulerLostError(f"{error}; {_outcome(release_future)}") from None
-        except BaseException as error:
-            if not is_scheduler_loss(error, client):
-                raise
-            raise SchedulerLostError(
-                f"release {fit_id}: the scheduler at {scheduler_address(client)} went away "
-                f"before the fit finished; {_outcome(release_future)}"
-            ) from None
-        finally:
-            if release_future is not None:
-                release_future.release()
-            for future in lane_futures:
-                future.release()
-    return release, described
+    with cluster_progress(client, futures, progress):
+        # The partials first, then the release: until it is submitted no noise can be
+        # drawn, so a release that fails before (a lost scheduler, a dead worker, a
+        # stall) provably released nothing and its budgets are given back.
+        await_done(client, futures, draw.label, needed=trusted_worker_stayed)
+    if draw.stage_id is not None:
+        release_dispatched(draw.stage_id)  # before it can draw
+    mark_release_dispatched(draw.ticket, _scheduler_id(client))  # before it can draw
+    submitted.append(
+        client.submit(
+            draw.task,
+            *draw.args,
+            *futures,
+            **draw.kwargs,
+            key=draw.key,
+            pure=False,
+            retries=0,
+            **placement,
+        )
+    )
+    # Its own bar: the release is submitted once the partials are done, so their bar
+    # cannot show it.
+    with cluster_progress(client, submitted, progress and draw.bar):
+        result = await_result(client, submitted[0], draw.label, needed=trusted_worker_present)
+    mark_release_settled(draw.ticket)
+    prune_release_tickets(client)
+    return result
+
+
+def _failure(
+    client: distributed.Client, draw: _Draw, error: BaseException, submitted: list, started: float
+) -> BaseException | None:
+    """The one-line error a failed release raises, saying what it may have drawn; None
+    for an error that is not the cluster's (raised as it is).
+    """
+    outcome = _outcome(submitted[0] if submitted else None)
+    if isinstance(error, distributed.KilledWorker):
+        return killed_worker_error(client, error, draw.label, outcome, since=started)
+    if isinstance(error, (ClusterStalledError, SchedulerLostError)):
+        return type(error)(f"{error}; {outcome}")
+    if not is_scheduler_loss(error, client):
+        return None
+    return SchedulerLostError(
+        f"{draw.label}: the scheduler at {scheduler_address(client)} went away before "
+        f"{draw.finished} finished; {outcome}"
+    )
 
 
 def _outcome(release_future: Any) -> str:
-    """What a failed fit released: nothing, or a release that may have drawn."""
+    """What a failed release released: nothing, or a release that may have drawn."""
     if release_future is None:
         return "nothing was released and no noise was drawn"
     return (

@@ -8,7 +8,7 @@ never gathered), it releases
 2. the two private radii about them (one pass: the counts of the deviations),
 3. the histograms on the frame's grid, per group, and the noisy group sizes (one pass),
 
-each through :func:`~.statistic.release_statistic`, so each exact statistic reaches
+each through :func:`~.release.release_statistic`, so each exact statistic reaches
 only its release task.  What comes back is a :class:`~dask_dppca.privacy.score_map.ScoreMap`.
 The caller charges ``mechanism.parts`` to its budgets before calling.  An analysis
 shell, after its directions release, calls (``records``, ``plan``, ``target`` as in
@@ -24,16 +24,18 @@ shell, after its directions release, calls (``records``, ``plan``, ``target`` as
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import dask.array as da
 
 from ..graph.score_stats import histogram_counts_graph, label_codes, quantile_counts_graph
 from ..privacy.budget import PartsCharge
+from ..privacy.frame import Frame
 from ..privacy.laplace import DiscreteLaplaceSampler, IntegerNoise
 from ..privacy.noise import NoiseSampler, default_sampler
 from ..privacy.score_map import ScoreMap, ScoreMapMechanism
-from .statistic import release_statistic
+from .release import release_statistic
 from .target import ComputeTarget
 
 __all__ = ["release_score_map"]
@@ -75,55 +77,24 @@ def release_score_map(
         As for ``DPPCA``.
     stage_id : str, optional
         The analysis stage whose ledger rows the first release marks dispatched
-        (:func:`~.statistic.release_statistic`).
+        (:func:`~.release.release_statistic`).
 
     Returns
     -------
     ScoreMap
     """
-    if scores.shape[0] != mechanism.n_samples:
-        raise ValueError(
-            f"scores: {scores.shape[0]} rows, but the mechanism was planned for "
-            f"n_samples={mechanism.n_samples}"
-        )
-    if (labels is None) != (mechanism.domain is None):
-        raise ValueError("labels: give labels exactly when the mechanism has a group domain")
-    integer = integer_sampler if integer_sampler is not None else DiscreteLaplaceSampler()
-    n_entries = mechanism.histograms[mechanism.methods[0]].shape
-    gaussian = (
-        gaussian_sampler
-        if gaussian_sampler is not None
-        else default_sampler(n_entries[0] * n_entries[1])
-    )
+    _check_inputs(scores, mechanism, labels)
+    gaussian, integer = _samplers(mechanism, gaussian_sampler, integer_sampler)
     scores = target.persist(scores)  # the scores stay on the workers between passes
-
-    def run(statistic: Any, release: Any, label: str, charge: Any) -> tuple[Any, str]:
-        return release_statistic(
-            target,
-            release,
-            statistic,
-            label,
-            charge=charge,
-            trusted_worker=trusted_worker,
-            require_trusted=require_trusted,
-            progress=progress,
-            stage_id=stage_id,
-        )
-
-    frame_mechanism = mechanism.frame
-    centre, _ = run(
-        quantile_counts_graph(scores, frame_mechanism.centre.candidates),
-        functools.partial(mechanism.release_centre, sampler=integer),
-        "score map: centre",
-        PartsCharge(frame_mechanism.centre.parts * 2),
+    run = functools.partial(
+        release_statistic,
+        target,
+        trusted_worker=trusted_worker,
+        require_trusted=require_trusted,
+        progress=progress,
+        stage_id=stage_id,
     )
-    radius, _ = run(
-        quantile_counts_graph(scores, frame_mechanism.radius.candidates, centre=centre),
-        functools.partial(mechanism.release_radius, sampler=integer),
-        "score map: radius",
-        PartsCharge(frame_mechanism.radius.parts * 2),
-    )
-    frame = frame_mechanism.frame(centre, radius)
+    frame = _release_frame(run, scores, mechanism, integer)
     x_edges, y_edges = frame.edges(mechanism.bins)
     codes = (
         None
@@ -131,12 +102,61 @@ def release_score_map(
         else label_codes(labels, mechanism.domain or (), tuple(scores.chunks[0]))
     )
     (histograms, group_counts), where = run(
-        histogram_counts_graph(scores, x_edges, y_edges, codes, len(mechanism.group_names)),
         functools.partial(mechanism.release_histograms, gaussian=gaussian, integer=integer),
+        histogram_counts_graph(scores, x_edges, y_edges, codes, len(mechanism.group_names)),
         "score map: histograms",
-        PartsCharge(mechanism.parts[len(frame_mechanism.parts) :]),
+        charge=PartsCharge(mechanism.parts[len(mechanism.frame.parts) :]),
     )
     privacy = mechanism.describe()
     privacy["released_on"] = where
     privacy["private"] = bool(gaussian.is_private and integer.is_private)
     return ScoreMap(frame, histograms, mechanism.group_names, axes, privacy, group_counts)
+
+
+def _check_inputs(scores: da.Array, mechanism: ScoreMapMechanism, labels: Any) -> None:
+    """Refuse scores of another length than planned, and labels the mechanism does not expect."""
+    if scores.shape[0] != mechanism.n_samples:
+        raise ValueError(
+            f"scores: {scores.shape[0]} rows, but the mechanism was planned for "
+            f"n_samples={mechanism.n_samples}"
+        )
+    if (labels is None) != (mechanism.domain is None):
+        raise ValueError("labels: give labels exactly when the mechanism has a group domain")
+
+
+def _samplers(
+    mechanism: ScoreMapMechanism,
+    gaussian_sampler: NoiseSampler | None,
+    integer_sampler: IntegerNoise | None,
+) -> tuple[NoiseSampler, IntegerNoise]:
+    """The noise: the samplers given, else the private defaults (one Gaussian draw per cell)."""
+    integer = integer_sampler if integer_sampler is not None else DiscreteLaplaceSampler()
+    if gaussian_sampler is not None:
+        return gaussian_sampler, integer
+    n_entries = mechanism.histograms[mechanism.methods[0]].shape
+    return default_sampler(n_entries[0] * n_entries[1]), integer
+
+
+def _release_frame(
+    run: Callable[..., tuple[Any, str]],
+    scores: da.Array,
+    mechanism: ScoreMapMechanism,
+    integer: IntegerNoise,
+) -> Frame:
+    """Passes 1 and 2: the two private medians, then the two private radii about them;
+    ``run`` is :func:`~.release.release_statistic` on the target.
+    """
+    frame_mechanism = mechanism.frame
+    centre, _ = run(
+        functools.partial(mechanism.release_centre, sampler=integer),
+        quantile_counts_graph(scores, frame_mechanism.centre.candidates),
+        "score map: centre",
+        charge=PartsCharge(frame_mechanism.centre.parts * 2),
+    )
+    radius, _ = run(
+        functools.partial(mechanism.release_radius, sampler=integer),
+        quantile_counts_graph(scores, frame_mechanism.radius.candidates, centre=centre),
+        "score map: radius",
+        charge=PartsCharge(frame_mechanism.radius.parts * 2),
+    )
+    return frame_mechanism.frame(centre, radius)

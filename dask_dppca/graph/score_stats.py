@@ -6,7 +6,7 @@ and returns one :class:`~dask.delayed.Delayed` whose value is an :class:`ExactCo
 Like a lane's running sum (:mod:`.sealed`), an :class:`ExactCounts` pickled in a worker
 process of a cluster can be opened on workers only, so the compute layer can move it to
 the release task on the trusted worker while the client never holds it
-(:func:`dask_dppca.compute.statistic.release_statistic`).
+(:func:`dask_dppca.compute.release.release_statistic`).
 """
 
 from __future__ import annotations

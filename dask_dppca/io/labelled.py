@@ -37,12 +37,13 @@ def is_dask_frame(data: Any) -> bool:
     return dd is not None and isinstance(data, (dd.DataFrame, dd.Series))
 
 
-def from_xarray(data: Any, component: str | None) -> Any:
-    """A DataArray (records x features), or the Dataset variable ``component`` names.
+def from_xarray(data: Any, component: str | None) -> tuple[Any, bool]:
+    """The rows of a DataArray (records x features), or of the Dataset variable
+    ``component`` names, and whether they are in the input's own chunks.
 
-    A DataArray chunked by Dask gives its dask array; one that is not (in memory, or a
-    lazy backend array) gives its values as numpy, rows free to cut into the design's
-    blocks.
+    A DataArray chunked by Dask gives its dask array (its own chunks); one that is not
+    (in memory, or a lazy backend array) gives one chunk, rows free to cut into the
+    design's blocks.
     """
     import xarray as xr
 
@@ -69,10 +70,11 @@ def from_xarray(data: Any, component: str | None) -> Any:
             f"X: expected a 2-D DataArray (records x features), got dims {data.dims} with "
             f"shape {data.shape}"
         )
-    if data.chunks is None:  # in memory or a lazy backend array: one chunk, cut later
-        records, features = data.dims
-        data = data.chunk({records: -1, features: -1})
-    return data.data
+    if data.chunks is not None:
+        return data.data, True
+    # In memory or a lazy backend array: one chunk, cut later.
+    records, features = data.dims
+    return data.chunk({records: -1, features: -1}).data, False
 
 
 def check_frame_dtypes(frame: Any) -> None:

@@ -2,18 +2,22 @@
 
 Inputs: numpy arrays (and array-likes), dask arrays, Zarr (a path or fsspec URL, a
 ``zarr.Array``, ``zarr.Group`` or store object), xarray DataArray / Dataset, dask
-DataFrame / Series.  Only public metadata (shape, dtype, chunking, names) is inspected
-here: data values are never read, so a bad value can never raise (the kernel treats it,
-see dask_dppca.kernel), and lazy inputs stay lazy (nothing is computed on the client).
-How the rows are cut into blocks is the design's decision
-(:func:`dask_dppca.design.plan_blocks`); :meth:`Records.blocks` then gives the data in
-those blocks.
+DataFrame / Series; a Parquet or CSV path is a table (:mod:`.tables`).  An input's kind
+is told once, from its type (and a path's name), by the first of ``_INPUT_KINDS`` that
+matches; that kind's opener does the rest.  Only public metadata (shape, dtype,
+chunking, names) is inspected here: data values are never read, so a bad value can
+never raise (the kernel treats it, see dask_dppca.kernel), and lazy inputs stay lazy
+(nothing is computed on the client).  How the rows are cut into blocks is the design's
+decision (:func:`dask_dppca.design.plan_blocks`); :meth:`Records.blocks` then gives the
+data in those blocks.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -37,10 +41,10 @@ __all__ = [
 
 
 def is_lazy_input(data: Any) -> bool:
-    """Whether ``data`` is read lazily (dask, Zarr, xarray, dask DataFrame), not in memory."""
-    return (
-        isinstance(data, da.Array) or is_zarr_input(data) or is_xarray(data) or is_dask_frame(data)
-    )
+    """Whether ``data`` is read lazily (dask, Zarr, a table, xarray, dask DataFrame), not
+    in memory.
+    """
+    return _input_kind(data).lazy
 
 
 class RowCounter(Protocol):
@@ -107,14 +111,14 @@ class Records:
     @property
     def row_chunks(self) -> tuple[int, ...] | None:
         """The input's own row chunks, or None when the rows are free to cut."""
-        if isinstance(self.source, np.ndarray) or not self.own_chunks:
+        if self.in_memory or not self.own_chunks:
             return None
         return tuple(self.source.chunks[0])
 
     @property
     def array(self) -> da.Array:
         """The rows as a dask array in the input's own chunks (one chunk if in memory)."""
-        if isinstance(self.source, np.ndarray):
+        if self.in_memory:
             return _in_memory(self.source, self.source.shape)
         return self.source
 
@@ -167,7 +171,7 @@ class Records:
         """The rows with one chunk per block of ``block_sizes`` and all columns in one."""
         if self.resident is not None and tuple(self.resident.chunks[0]) == tuple(block_sizes):
             return self.resident
-        if isinstance(self.source, np.ndarray):
+        if self.in_memory:
             return _in_memory(self.source, (block_sizes, -1))
         data = self.source
         if tuple(data.chunks[0]) == tuple(block_sizes) and len(data.chunks[1]) == 1:
@@ -224,15 +228,61 @@ xarray.DataArray, xarray.Dataset, dask DataFrame or Series
         if component is not None or storage_options:
             raise ValueError("component, storage_options: records are opened already")
         return data
-    storage_options = check_storage_options(storage_options, data)
-    if table_format(data) is not None:  # a Parquet or CSV path: all its columns
-        if component is not None:
-            raise ValueError(
-                f"component: {component!r} names an array in a Zarr group; X is a table "
-                "(choose its features with columns, --columns)"
-            )
-        return records_of_table(open_table(data, storage_options=storage_options))
-    array = _rows(data, component, storage_options, allow_fill_values)
+    request = _Request(component, check_storage_options(storage_options, data), allow_fill_values)
+    check_unmasked(data)
+    return _input_kind(data).open(data, request)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What :func:`open_records` was asked besides the input (see its parameters)."""
+
+    component: str | None
+    storage_options: dict | None
+    allow_fill_values: bool
+
+
+@dataclass(frozen=True)
+class _InputKind:
+    """One kind of input: how it is recognised, whether it is read lazily, how it opens.
+
+    :func:`_input_kind` tells the kind of an input once; its ``open`` then does all that
+    kind needs (``open(data, request)``: the :class:`Records`, public metadata only).
+    """
+
+    name: str
+    matches: Callable[[Any], bool]
+    open: Callable[[Any, _Request], Records]
+    lazy: bool
+
+
+def _records(
+    data: Any,
+    array: Any,
+    *,
+    location: str | None = None,
+    frame: Any = None,
+    own_chunks: bool = True,
+    feature_names: tuple[str, ...] | None = None,
+) -> Records:
+    """The records of ``data`` whose rows are ``array``, once its shape and dtype pass."""
+    _check_rows(array)
+    if isinstance(array, da.Array) and len(array.chunks[1]) != 1:
+        array = array.rechunk({1: -1})
+    return Records(
+        array,
+        location,
+        type(data).__name__,
+        frame=frame,
+        own_chunks=own_chunks,
+        feature_names=feature_names,
+    )
+
+
+def _check_rows(array: Any) -> None:
+    """Refuse rows that are not 2-D, have no column, fewer than two rows or a dtype that
+    is not a real number (public metadata only).
+    """
     if array.ndim != 2:
         raise ValueError(
             f"X: expected a 2-D array (n records x d features), got {array.ndim} dimension(s) "
@@ -256,17 +306,60 @@ xarray.DataArray, xarray.Dataset, dask DataFrame or Series
         )
     if not is_real_numeric_dtype(array.dtype):
         raise ValueError(f"X: needs a real numeric dtype, got {array.dtype}")
-    if isinstance(array, da.Array) and len(array.chunks[1]) != 1:
-        array = array.rechunk({1: -1})
-    own_chunks = not (is_xarray(data) and _unchunked_xarray(data, component))
-    return Records(
-        array,
-        _location(data, component),
-        type(data).__name__,
-        frame=data if is_dask_frame(data) else None,
-        own_chunks=own_chunks,
-        feature_names=_column_names(data),
+
+
+def _open_table(data: Any, request: _Request) -> Records:
+    """A Parquet or CSV path: all its columns are the features."""
+    if request.component is not None:
+        raise ValueError(
+            f"component: {request.component!r} names an array in a Zarr group; X is a table "
+            "(choose its features with columns, --columns)"
+        )
+    return records_of_table(open_table(data, storage_options=request.storage_options))
+
+
+def _open_dask_array(data: da.Array, request: _Request) -> Records:
+    """A dask array: its own chunks, once its n is known."""
+    if any(math.isnan(size) for size in data.shape):
+        raise ValueError(
+            f"X: a dask array with unknown chunk sizes (shape {data.shape}); n is "
+            "public and must be known before the fit: call X.compute_chunk_sizes() "
+            "first (or pass lengths=... to to_dask_array)"
+        )
+    return _records(data, data)
+
+
+def _open_zarr(data: Any, request: _Request) -> Records:
+    """A Zarr store, group or array, read in tasks that check every chunk exists."""
+    array = open_zarr_input(
+        data, request.component, request.storage_options, request.allow_fill_values
     )
+    return _records(data, array, location=_location(data, request.component))
+
+
+def _open_xarray(data: Any, request: _Request) -> Records:
+    """An xarray DataArray or a Dataset's variable; rows free to cut unless Dask-chunked."""
+    array, own_chunks = from_xarray(data, request.component)
+    return _records(data, array, own_chunks=own_chunks)
+
+
+def _open_dask_frame(data: Any, request: _Request) -> Records:
+    """A dask DataFrame or Series: its n is counted later (:meth:`Records.counted`)."""
+    names = tuple(str(name) for name in data.columns) if hasattr(data, "columns") else None
+    return _records(data, _frame_placeholder(data), frame=data, feature_names=names)
+
+
+def _refuse_sparse(data: Any, request: _Request) -> Records:
+    """Scipy sparse input: refused."""
+    raise ValueError(
+        f"X: sparse input is not supported (got {type(data).__name__}); pass a dense array, "
+        "e.g. X.toarray(): every pairwise difference is dense anyway"
+    )
+
+
+def _open_in_memory(data: Any, request: _Request) -> Records:
+    """Anything else: read as a numpy array in this process (rows free to cut)."""
+    return _records(data, _as_array(data))
 
 
 def records_of_table(table: Table) -> Records:
@@ -280,13 +373,6 @@ def records_of_table(table: Table) -> Records:
     )
 
 
-def _column_names(data: Any) -> tuple[str, ...] | None:
-    """A dask DataFrame's column names (a Series has none the fit could use)."""
-    if is_dask_frame(data) and hasattr(data, "columns"):
-        return tuple(str(name) for name in data.columns)
-    return None
-
-
 def _in_memory(rows: np.ndarray, chunks: Any) -> da.Array:
     """Rows in memory as a dask array under a random name, not a digest of the rows:
     Dask's default name hashes the whole array (~1 ms a 1.5 MB array, a tenth of a
@@ -294,14 +380,6 @@ def _in_memory(rows: np.ndarray, chunks: Any) -> da.Array:
     the records into every key the dashboard, the logs and the scheduler's events show.
     """
     return da.from_array(rows, chunks=chunks, name=False)
-
-
-def _unchunked_xarray(data: Any, component: str | None) -> bool:
-    import xarray as xr
-
-    if isinstance(data, xr.Dataset):
-        data = data[component] if component is not None else next(iter(data.data_vars.values()))
-    return data.chunks is None
 
 
 def check_unmasked(data: Any) -> None:
@@ -319,28 +397,8 @@ def check_unmasked(data: Any) -> None:
         )
 
 
-def _rows(data, component, storage_options, allow_fill_values) -> Any:
-    """The rows: a dask array (lazy inputs), or a numpy array (in memory)."""
-    check_unmasked(data)
-    if isinstance(data, da.Array):
-        if any(math.isnan(size) for size in data.shape):
-            raise ValueError(
-                f"X: a dask array with unknown chunk sizes (shape {data.shape}); n is "
-                "public and must be known before the fit: call X.compute_chunk_sizes() "
-                "first (or pass lengths=... to to_dask_array)"
-            )
-        return data
-    if is_zarr_input(data):
-        return open_zarr_input(data, component, storage_options, allow_fill_values)
-    if is_xarray(data):
-        return from_xarray(data, component)
-    if is_dask_frame(data):
-        return _frame_placeholder(data)
-    if _is_sparse(data):
-        raise ValueError(
-            f"X: sparse input is not supported (got {type(data).__name__}); pass a dense array, "
-            "e.g. X.toarray(): every pairwise difference is dense anyway"
-        )
+def _as_array(data: Any) -> np.ndarray:
+    """Rows in memory (or an array-like) as a numpy array, its declared dtype checked."""
     _refuse_object_dtype(data)
     try:
         array = np.asarray(data)
@@ -417,7 +475,36 @@ def _location(data: Any, component: str | None) -> str | None:
 
 
 def _is_sparse(data: Any) -> bool:
-    """scipy.sparse matrices and arrays (checked without importing scipy.sparse first)."""
-    import scipy.sparse
+    """scipy.sparse matrices and arrays (only if scipy.sparse is imported: an object can
+    only be one then, and telling a kind does not import it).
+    """
+    sparse = sys.modules.get("scipy.sparse")
+    return sparse is not None and bool(sparse.issparse(data))
 
-    return scipy.sparse.issparse(data)
+
+def _is_table(data: Any) -> bool:
+    return table_format(data) is not None
+
+
+def _any(data: Any) -> bool:
+    return True
+
+
+#: Every kind of input, in the order they are told apart (a table's path before a Zarr
+#: store's: both are paths; anything else is read into memory).
+_INPUT_KINDS = (
+    _InputKind("table", _is_table, _open_table, lazy=True),
+    _InputKind("dask array", lambda data: isinstance(data, da.Array), _open_dask_array, lazy=True),
+    _InputKind("zarr", is_zarr_input, _open_zarr, lazy=True),
+    _InputKind("xarray", is_xarray, _open_xarray, lazy=True),
+    _InputKind("dask dataframe", is_dask_frame, _open_dask_frame, lazy=True),
+    _InputKind("sparse", _is_sparse, _refuse_sparse, lazy=False),
+    _InputKind("in memory", _any, _open_in_memory, lazy=False),
+)
+
+
+def _input_kind(data: Any) -> _InputKind:
+    """The kind of ``data`` (:data:`_INPUT_KINDS`): told from its type and, for a path,
+    its name; never from its values.
+    """
+    return next(kind for kind in _INPUT_KINDS if kind.matches(data))

@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 import zarr
 
-from dask_dppca.analysis import estimator
 from dask_dppca.analysis import run as analysis
 from dask_dppca.cli import EXIT_USAGE, main
+from dask_dppca.decomposition import estimator
 from dask_dppca.privacy.noise import SeededSampler
 
 pytestmark = pytest.mark.filterwarnings(

@@ -206,12 +206,12 @@ def test_hostile_data_gets_a_bounded_treatment_never_an_error(rows):
 
 
 def test_a_statistic_release_draws_at_most_once():
-    from dask_dppca.compute.statistic import _release_task, _unsealed
+    from dask_dppca.compute.release import _unsealed, statistic_task
     from dask_dppca.compute.tickets import ReleaseAlreadyDrawnError
 
     draws = []
     release = draws.append
-    _release_task(release, "statistic-test-once", _unsealed, ExactCounts(np.arange(2)))
+    statistic_task(release, "statistic-test-once", _unsealed, ExactCounts(np.arange(2)))
     with pytest.raises(ReleaseAlreadyDrawnError):
-        _release_task(release, "statistic-test-once", _unsealed, ExactCounts(np.arange(2)))
+        statistic_task(release, "statistic-test-once", _unsealed, ExactCounts(np.arange(2)))
     assert len(draws) == 1

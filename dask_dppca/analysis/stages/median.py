@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...compute.statistic import release_statistic
+from ...compute.release import release_statistic
 from ...graph.score_stats import quantile_counts_graph
 from ...privacy.accounting import PlannedPart
 from ...privacy.laplace import DiscreteLaplaceSampler, IntegerNoise, SeededDiscreteLaplace

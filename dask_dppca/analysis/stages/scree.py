@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ...compute.statistic import release_statistic
+from ...compute.release import release_statistic
 from ...graph.scree import scree_histogram_graph, scree_sums_graph
 from ...kernel.scree_stats import scree_design, sub_block_pairs_per_record, summation_slack
 from ...privacy.accounting import BudgetSplit, PlannedPart
