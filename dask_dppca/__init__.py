@@ -17,6 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .lazy import lazy_exports
+from .version import installed_version
 
 # The library's logger (fit start and end, the plan, where the noise was drawn): silent
 # until the application configures logging, as a library's logger should be.
@@ -80,25 +81,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .privacy.report import PrivacyReport  # noqa: F401
 
 
-def _installed_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("dask-dppca")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0+unknown"
-
-
 _public_attribute, _public_names = lazy_exports(
     __name__, {name: f".{module}" for name, module in _PUBLIC.items()}
 )
 
 
 def __getattr__(name: str) -> Any:
-    # __version__ too is read on first use: importlib.metadata is most of what the
-    # command line pays before it can put in its signal handlers (cli.console).
-    if name == "__version__":
-        value = globals()["__version__"] = _installed_version()
+    if name == "__version__":  # read on first use (dask_dppca.version)
+        value = globals()["__version__"] = installed_version()
         return value
     return _public_attribute(name)
 

@@ -15,8 +15,9 @@ __all__ = ["FORBIDDEN_IMPORTS", "LAYERS"]
 LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
     (
         "base",
-        frozenset({"validation", "datasets", "layers", "lazy"}),
-        "parameter checks, synthetic data sets, packages' names imported on first use",
+        frozenset({"validation", "datasets", "layers", "lazy", "version"}),
+        "parameter checks, synthetic data sets, packages' names imported on first use, the "
+        "installed version",
     ),
     (
         "kernel",

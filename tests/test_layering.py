@@ -141,3 +141,95 @@ def test_the_readme_layer_table_is_the_package_s():
     }
     owners = [sum(top in modules for _, modules, _ in LAYERS) for top in tops]
     assert owners == [1] * len(tops), sorted(tops)
+
+
+def _module_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (function bodies and TYPE_CHECKING too)."""
+    paths = {
+        ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in sorted(root.rglob("*.py"))
+    }
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        targets = set()
+        for name in imports(path, root)[0]:
+            parts = name.removesuffix(".__init__").split(".")
+            while parts and ".".join(parts) not in paths:
+                parts.pop()  # `from .pkg.mod import name`: the module
+            if parts and ".".join(parts) != module:
+                targets.add(".".join(parts))
+        graph[module] = targets
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_but_the_estimator_and_its_result_files():
+    """The one circle left stays inside decomposition/: a result file loads into a DPPCA,
+    and DPPCA.save/load write and read result files."""
+    assert _circles(_module_graph()) == [["decomposition.estimator", "decomposition.results"]]
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_another_s_private_name():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                found += [
+                    f"{path.relative_to(PACKAGE)}: {alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
+    assert found == []
+
+
+def test_the_package_root_holds_at_most_six_modules_besides_init_and_main():
+    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
+    assert len(modules) <= 6, sorted(modules)
+
+
+def test_no_file_over_700_lines_and_at_most_three_functions_over_80():
+    """Docstrings included: a long function does several jobs or documents a public API
+    of many parameters (analyze, plan_analysis)."""
+    big, long = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > 700:
+            big.append(str(path.relative_to(PACKAGE)))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if node.end_lineno - node.lineno + 1 > 80:
+                    long.append(f"{path.relative_to(PACKAGE)}:{node.name}")
+    assert big == []
+    assert len(long) <= 3, long

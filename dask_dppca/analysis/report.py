@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
 from ..privacy.notices import notes_html
-from .result import feature_names_for
+from ..version import installed_version
+from .features import feature_names_for
 
 __all__ = [
     "NOT_PRIVATE",
@@ -560,7 +560,7 @@ def render_report(
     title = title or f"Private PCA analysis of {meta.get('dataset', 'a data set')}"
     sections = [
         f"<h1>{_e(title)}</h1>",
-        f"<p class='note'>dask-dppca {_e(__version__)} &middot; analysis "
+        f"<p class='note'>dask-dppca {_e(installed_version())} &middot; analysis "
         f"<code>{_e(meta.get('analysis_id', ''))}</code> &middot; report written "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Every number below is a "
         "differentially private release or a public parameter.</p>",
@@ -642,7 +642,7 @@ def _parameter_sections(result: Any, score_map: Any) -> list[str]:
                 ("scale of the split", _num(meta.get("scale"))),
                 ("scree methods", ", ".join(meta.get("methods", result.scree["values"]))),
                 *_score_map_parameters(score_map),
-                ("software", f"dask-dppca {__version__}"),
+                ("software", f"dask-dppca {installed_version()}"),
             ],
             "parameters",
         ),

@@ -41,7 +41,8 @@ from ..privacy.charging import reserve_transaction
 from ..privacy.notices import directions_note, release_notices
 from ..privacy.parts import part_to_dict
 from ..validation import integer_at_least
-from .result import PrivateAnalysis, input_feature_names, privacy_table_text, split_rows
+from .features import input_feature_names
+from .result import PrivateAnalysis, privacy_table_text, split_rows
 from .stage import Placement, Stage, StageContext, StageOutput
 from .stages import build_stage, default_shares, stage_info
 from .stages.directions import DirectionsStage, check_spatial_sign

@@ -97,12 +97,12 @@ def run(args: argparse.Namespace) -> int:
     import numba
     import numpy as np
 
-    from .. import __version__
+    from ..version import installed_version
 
     if min(args.block_rows, args.n_samples, args.n_features) < 2 or args.repeats < 1:
         raise ValueError("--block-rows, --n-samples and --n-features must be >= 2, --repeats >= 1")
     print(
-        f"dask-dppca {__version__} on {platform.node() or 'this machine'}: "
+        f"dask-dppca {installed_version()} on {platform.node() or 'this machine'}: "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, "
         f"numba {numba.__version__}"
     )

@@ -53,7 +53,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used to document the CLI)."""
-    from .. import __version__
+    from ..version import installed_version
 
     parser = _OneLineParser(
         prog="dask-dppca",
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
             "to heavy tails and outliers."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     commands.required = True
     for command in COMMANDS:

@@ -1,7 +1,7 @@
 """Running a release on a compute target: exact total -> noise once -> the noisy result.
 
 This is the one place a mechanism meets the data.  Two kinds of release take the same
-path (``_release_locally``, ``_release_on_workers``):
+path (``release_locally``, ``release_on_workers``):
 
 * the directions (:func:`release_here`, :func:`release_on_cluster`): a
   :class:`~.ReleaseMechanism` on the lanes' exact sums (noise once, then eigenvectors);
@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import dask
 import distributed
@@ -59,12 +59,13 @@ from .tickets import (
 from .waits import ClusterStalledError, await_done, await_result
 from .workers import prepare_workers, single_threaded_blas
 
-if TYPE_CHECKING:  # pragma: no cover - target.py imports this module
-    from .target import ComputeTarget
-
 __all__ = [
+    "Draw",
+    "DrawRunner",
     "release_here",
+    "release_locally",
     "release_on_cluster",
+    "release_on_workers",
     "release_statistic",
     "release_task",
     "statistic_task",
@@ -116,7 +117,7 @@ def _unsealed(exact: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class _Draw:
+class Draw:
     """One release as the shared steps run it: ``task(*args, *partials, **kwargs)``
     draws the noise once, under the release ticket ``ticket``; the rest names it.
     """
@@ -133,9 +134,27 @@ class _Draw:
     bar: bool = False  # a progress bar of its own on a cluster
 
 
-def _directions(mechanism: ReleaseMechanism, n_components: int, fit_id: str, dataset: str) -> _Draw:
+class DrawRunner(Protocol):
+    """A compute target as a statistic's release sees it (:class:`~.target.ComputeTarget`
+    implements it; target.py imports this module, not the other way round).
+    """
+
+    def release_draw(
+        self,
+        draw: Draw,
+        partials: list[Any],
+        *,
+        trusted_worker: str | None,
+        require_trusted: bool,
+        progress: bool,
+    ) -> tuple[Any, str]:
+        """Compute ``partials`` and run ``draw`` once on their total; the result and where."""
+        ...
+
+
+def _directions(mechanism: ReleaseMechanism, n_components: int, fit_id: str, dataset: str) -> Draw:
     """The directions' release of the fit ``fit_id`` (:func:`release_task`)."""
-    return _Draw(
+    return Draw(
         release_task,
         (mechanism, n_components, fit_id),
         {"dataset": dataset},
@@ -161,7 +180,7 @@ def release_here(
 ) -> tuple[PrivateRelease, str]:
     """The release on a local scheduler: the sums computed and released in this process."""
     draw = _directions(mechanism, n_components, fit_id, dataset)
-    return _release_locally(
+    return release_locally(
         scheduler, draw, lane_sums, require_trusted=require_trusted, progress=progress
     )
 
@@ -180,7 +199,7 @@ def release_on_cluster(
     dataset: str = "",
 ) -> tuple[PrivateRelease, str]:
     """The release on a cluster: one non-retried task on the trusted worker; only it is gathered."""
-    return _release_on_workers(
+    return release_on_workers(
         client,
         in_process,
         _directions(mechanism, n_components, fit_id, dataset),
@@ -192,7 +211,7 @@ def release_on_cluster(
 
 
 def release_statistic(
-    target: ComputeTarget,
+    target: DrawRunner,
     release: Callable[[Any], T],
     statistic: Any,
     label: str,
@@ -236,12 +255,10 @@ def release_statistic(
     (result, where)
         The noisy result and where it was drawn, in words.
     """
-    from .target import ClusterTarget, LocalScheduler  # target.py imports this module
-
     multiple = isinstance(statistic, Sequence)
     partials = list(statistic) if multiple else [statistic]
     release_id = f"statistic-{uuid.uuid4().hex}"
-    draw = _Draw(
+    draw = Draw(
         statistic_task,
         (release, release_id, merge_partials if multiple else _unsealed),
         {"charge": charge, "label": label, "dataset": dataset},
@@ -250,15 +267,7 @@ def release_statistic(
         key=f"dppca-{release_id}",
         stage_id=stage_id,
     )
-    if isinstance(target, LocalScheduler):
-        return _release_locally(
-            target.name, draw, partials, require_trusted=require_trusted, progress=progress
-        )
-    if not isinstance(target, ClusterTarget):
-        raise ValueError(f"target: expected a ComputeTarget, got {target!r}")
-    return _release_on_workers(
-        target.client,
-        target.in_process,
+    return target.release_draw(
         draw,
         partials,
         trusted_worker=trusted_worker,
@@ -267,8 +276,8 @@ def release_statistic(
     )
 
 
-def _release_locally(
-    scheduler: str, draw: _Draw, partials: list, *, require_trusted: bool, progress: bool
+def release_locally(
+    scheduler: str, draw: Draw, partials: list, *, require_trusted: bool, progress: bool
 ) -> tuple[Any, str]:
     """The release on a local scheduler: the partials computed and released in this process."""
     if require_trusted:
@@ -286,10 +295,10 @@ def _release_locally(
     return result, f"this process (local scheduler {scheduler!r})"
 
 
-def _release_on_workers(
+def release_on_workers(
     client: distributed.Client,
     in_process: bool,
-    draw: _Draw,
+    draw: Draw,
     partials: list,
     *,
     trusted_worker: str | None,
@@ -322,7 +331,7 @@ def _release_on_workers(
 
 def _submit_once_computed(
     client: distributed.Client,
-    draw: _Draw,
+    draw: Draw,
     futures: list,
     submitted: list,
     placement: dict,
@@ -367,7 +376,7 @@ def _submit_once_computed(
 
 
 def _failure(
-    client: distributed.Client, draw: _Draw, error: BaseException, submitted: list, started: float
+    client: distributed.Client, draw: Draw, error: BaseException, submitted: list, started: float
 ) -> BaseException | None:
     """The one-line error a failed release raises, saying what it may have drawn; None
     for an error that is not the cluster's (raised as it is).

@@ -39,7 +39,7 @@ from .failures import (
 )
 from .logs import quiet_own_task_failures
 from .progress import cluster_progress, local_progress
-from .release import release_here, release_on_cluster
+from .release import Draw, release_here, release_locally, release_on_cluster, release_on_workers
 from .tickets import abandon_release
 from .waits import await_result
 from .workers import prepare_workers, single_threaded_blas
@@ -87,6 +87,20 @@ class ComputeTarget(ABC):
 
         ``dataset`` (what was released on, public) goes into the row of the ledger
         configured where the noise is drawn, if any (:mod:`.site_ledger`).
+        """
+
+    @abstractmethod
+    def release_draw(
+        self,
+        draw: Draw,
+        partials: list[Any],
+        *,
+        trusted_worker: str | None,
+        require_trusted: bool,
+        progress: bool,
+    ) -> tuple[Any, str]:
+        """Compute ``partials`` and run ``draw`` once on their total (a statistic's
+        release, :func:`~.release.release_statistic`); the result and where it ran.
         """
 
     @abstractmethod
@@ -142,6 +156,20 @@ class LocalScheduler(ComputeTarget):
             require_trusted=require_trusted,
             progress=progress,
             dataset=dataset,
+        )
+
+    def release_draw(
+        self,
+        draw: Draw,
+        partials: list[Any],
+        *,
+        trusted_worker: str | None,
+        require_trusted: bool,
+        progress: bool,
+    ) -> tuple[Any, str]:
+        """The partials computed and released in this process."""
+        return release_locally(
+            self.name, draw, partials, require_trusted=require_trusted, progress=progress
         )
 
     def abandon(self, fit_id: str) -> bool:
@@ -233,6 +261,26 @@ class ClusterTarget(ComputeTarget):
             require_trusted=require_trusted,
             progress=progress,
             dataset=dataset,
+        )
+
+    def release_draw(
+        self,
+        draw: Draw,
+        partials: list[Any],
+        *,
+        trusted_worker: str | None,
+        require_trusted: bool,
+        progress: bool,
+    ) -> tuple[Any, str]:
+        """One non-retried task on the trusted worker; only its result is gathered."""
+        return release_on_workers(
+            self.client,
+            self.in_process,
+            draw,
+            partials,
+            trusted_worker=trusted_worker,
+            require_trusted=require_trusted,
+            progress=progress,
         )
 
     def abandon(self, fit_id: str) -> bool:

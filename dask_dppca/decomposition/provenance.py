@@ -12,15 +12,14 @@ from typing import Any
 
 from ..io import Records
 from ..io.storage import display_location, is_url
+from ..version import installed_version
 
 __all__ = ["fit_provenance", "input_description", "library_version"]
 
 
 def library_version() -> str:
     """The installed dask-dppca version (``dask_dppca.__version__``)."""
-    from .. import __version__
-
-    return __version__
+    return installed_version()
 
 
 def fit_provenance(

@@ -596,7 +596,7 @@ def _reopen(path: str, epsilon: float, delta: float, ledger_id: str = "") -> Pri
 def _find_in_memory(token: str, pid: int, epsilon: float, delta: float) -> PrivacyBudget:
     """Unpickle an in-memory budget: itself in its own process, else one that refuses use."""
     found = find_in_memory(token) if pid == os.getpid() else None
-    if found is not None:
+    if isinstance(found, PrivacyBudget):
         return found
     reason = (
         f"PrivacyBudget(epsilon={epsilon:g}, delta={delta:g}) has no ledger file: it lives "

@@ -12,16 +12,26 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import lineage
 from .ledger import ledger_path
 
-if TYPE_CHECKING:  # pragma: no cover - annotations only (budget imports this module)
-    from .budget import PrivacyBudget
+
+class OpenBudget(Protocol):
+    """What the registry reads of a budget (budget.py's ``PrivacyBudget`` registers itself
+    here; the registry does not import it).
+    """
+
+    @property
+    def ledger(self) -> str | None:
+        """Its ledger file, or None in memory."""
+        ...
+
 
 __all__ = [
     "BUDGET_ENV",
+    "OpenBudget",
     "enter_budget",
     "exit_budget",
     "find_in_memory",
@@ -39,7 +49,7 @@ BudgetKey = tuple[str, str | None]
 
 _STATE_LOCK = threading.RLock()
 _OPEN: dict[BudgetKey, list[Any]] = {}  # key -> [budget, depth], in entry order
-_IN_MEMORY: weakref.WeakValueDictionary[str, PrivacyBudget] = weakref.WeakValueDictionary()
+_IN_MEMORY: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
 
 def publish_budgets() -> None:
@@ -59,13 +69,13 @@ def publish_budgets() -> None:
         lineage.register(list(dict.fromkeys(ledgers)), memory)
 
 
-def open_budgets() -> list[PrivacyBudget]:
+def open_budgets() -> list[Any]:
     """The budgets whose ``with`` block is open in any thread of this process, in entry order."""
     with _STATE_LOCK:
         return [budget for budget, _ in _OPEN.values()]
 
 
-def enter_budget(key: BudgetKey, budget: PrivacyBudget) -> None:
+def enter_budget(key: BudgetKey, budget: OpenBudget) -> None:
     """Open one more ``with`` block of ``budget`` (told apart by ``key``)."""
     with _STATE_LOCK:
         entry = _OPEN.setdefault(key, [budget, 0])
@@ -84,11 +94,11 @@ def exit_budget(key: BudgetKey) -> None:
             publish_budgets()
 
 
-def remember_in_memory(token: str, budget: PrivacyBudget) -> None:
+def remember_in_memory(token: str, budget: OpenBudget) -> None:
     """Keep (weakly) the in-memory ``budget`` under its pickling ``token``."""
     _IN_MEMORY[token] = budget
 
 
-def find_in_memory(token: str) -> PrivacyBudget | None:
+def find_in_memory(token: str) -> Any:
     """The in-memory budget of ``token`` in this process, if it is still alive."""
     return _IN_MEMORY.get(token)
