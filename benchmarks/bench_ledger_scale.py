@@ -26,12 +26,16 @@ from typing import TypeVar
 
 import numpy as np
 
+from dask_dppca.analysis.stages import default_shares
 from dask_dppca.analysis.stages.scree import scree_parts as _scree_plan
 from dask_dppca.privacy import BudgetExceededError, PrivacyBudget
 from dask_dppca.privacy.accounting import PlannedPart, compose, split_budget
 from dask_dppca.privacy.budget import PartsCharge
 from dask_dppca.privacy.calibration import gaussian_dp_mu
 from dask_dppca.privacy.parts import GaussianPart
+
+#: The analysis's default shares of its three stages (the stage registry's).
+SHARES = default_shares(("directions", "scree", "score_map"))
 
 T = TypeVar("T")
 
@@ -45,7 +49,7 @@ def analysis_parts(epsilon: float, delta: float = 1e-8) -> PartsCharge:
         PlannedPart("score_map", "additive histogram", "gaussian", weight=1.5),
         PlannedPart("score_map", "sparse histogram", "approx", weight=1.5, delta_share=0.1),
     ]
-    return PartsCharge(split_budget(epsilon, delta, planned).all_parts)
+    return PartsCharge(split_budget(epsilon, delta, planned, SHARES).all_parts)
 
 
 def timed(func: Callable[[], T]) -> tuple[float, T]:

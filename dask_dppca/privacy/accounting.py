@@ -82,7 +82,6 @@ from .calibration import GL_NODES, GL_WEIGHTS, validate_privacy_parameters
 from .parts import ApproxDPPart, GaussianPart, PrivacyPart, PureDPPart
 
 __all__ = [
-    "DEFAULT_SHARES",
     "LATTICE_POINTS",
     "MAX_OUTCOMES",
     "MIN_UNIT",
@@ -554,10 +553,6 @@ class BudgetSplit:
         return rows
 
 
-#: The public default shares of an analysis: directions 1/2, scree 1/4, score map 1/4.
-DEFAULT_SHARES: Mapping[str, float] = {"directions": 0.5, "scree": 0.25, "score_map": 0.25}
-
-
 def _scaled(
     planned: Sequence[PlannedPart], shares: Mapping[str, float], t: float, delta: float = 0.0
 ) -> tuple[tuple[PrivacyPart, ...], ...]:
@@ -582,7 +577,7 @@ def split_budget(
     epsilon: float,
     delta: float,
     planned: Sequence[PlannedPart],
-    shares: Mapping[str, float] | None = None,
+    shares: Mapping[str, float],
     *,
     fixed: Sequence[PrivacyPart] = (),
 ) -> BudgetSplit:
@@ -605,8 +600,9 @@ def split_budget(
         The total.
     planned : sequence of PlannedPart
     shares : mapping of str to float, optional
-        Stage -> share; default :data:`DEFAULT_SHARES` restricted to the planned stages.
-        Every planned stage needs a share > 0.
+        Stage -> public share (an analysis's defaults: each stage's in the registry,
+        :data:`dask_dppca.analysis.stages.REGISTRY`).  Every planned stage needs a share
+        > 0; shares of stages not planned are ignored.
     fixed : sequence of PrivacyPart
         Parts whose parameters are set otherwise, composed in.
 
@@ -621,9 +617,7 @@ def split_budget(
     """
     eps, dlt = validate_privacy_parameters(epsilon, delta)
     stages = list(dict.fromkeys(plan.stage for plan in planned))
-    given = dict(DEFAULT_SHARES if shares is None else shares)
-    if shares is None:
-        given = {stage: given.get(stage, 0.0) for stage in stages}
+    given = dict(shares)
     for stage in stages:
         value = given.get(stage)
         if (

@@ -21,6 +21,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld
 
 import dask_dppca as dd
 from dask_dppca.analysis.result import PrivateAnalysis
+from dask_dppca.analysis.stages import default_shares
 from dask_dppca.analysis.stages.score_map import PrivateScoreMapStage, resolve_groups
 from dask_dppca.analysis.stages.scree import scree_parts as _scree_plan
 from dask_dppca.privacy.accounting import PlannedPart, split_budget
@@ -32,6 +33,9 @@ from dask_dppca.privacy.parts import (
     part_to_dict,
 )
 from dask_dppca.privacy.score_map import ScoreMap
+
+#: The analysis's default shares of its three stages (the stage registry's).
+SHARES = default_shares(("directions", "scree", "score_map"))
 
 N, DOMAIN = 3000, ("a", "b", "c")
 TOTAL, BUDGET, DELTA = 3.0, 5.0, 1e-5
@@ -127,7 +131,7 @@ def test_the_split_is_planned_from_public_parameters_and_shown_first(run):
         *_scree_plan(2, ("clipped", "winsorized", "huber", "robust")),
         *stage.planned_parts(2),
     ]
-    again = split_budget(TOTAL, DELTA, plan)  # no data anywhere in this call
+    again = split_budget(TOTAL, DELTA, plan, SHARES)  # no data anywhere in this call
     assert result.meta["parts"] == [part_to_dict(p) for p in again.all_parts]
     assert again.shares == {"directions": 0.5, "scree": 0.25, "score_map": 0.25}
     assert len(shown) == 1 and "score_map" in shown[0] and "sparse histogram" in shown[0]
@@ -264,7 +268,7 @@ def test_an_approx_planned_part_takes_its_public_share_of_delta():
 
 def test_the_mechanism_of_the_split_has_exactly_the_split_parts():
     stage = PrivateScoreMapStage(np.zeros(1), DOMAIN, bins=(4, 6), methods=("additive", "sparse"))
-    split = split_budget(2.0, 1e-6, stage.planned_parts(2))
+    split = split_budget(2.0, 1e-6, stage.planned_parts(2), SHARES)
     mechanism = stage.mechanism(500, split)
     assert sorted(map(repr, mechanism.parts)) == sorted(map(repr, split.all_parts))
     assert mechanism.bins == (4, 6) and mechanism.group_names == (*DOMAIN, "other")
@@ -296,7 +300,7 @@ def test_an_analysis_plan_never_spends_more_than_its_total(
         *_scree_plan(k, methods),
         *stage.planned_parts(k),
     ]
-    split = split_budget(eps, delta, plan)
+    split = split_budget(eps, delta, plan, SHARES)
     theirs = _composed(split.all_parts).get_epsilon_for_delta(delta)
     assert split.composed_epsilon() <= eps
     assert theirs <= eps + 2e-2  # pessimistic discretization

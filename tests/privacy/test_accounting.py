@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate, stats
 
+from dask_dppca.analysis.stages import default_shares
 from dask_dppca.privacy.accounting import (
     MAX_OUTCOMES,
     PlannedPart,
@@ -31,6 +32,9 @@ from dask_dppca.privacy.accounting import (
 )
 from dask_dppca.privacy.calibration import gaussian_dp_delta, log_delta
 from dask_dppca.privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
+
+#: The analysis's default shares of its three stages (the stage registry's).
+SHARES = default_shares(("directions", "scree", "score_map"))
 
 mpmath.mp.dps = 50
 
@@ -196,17 +200,17 @@ PLAN = [
 
 @pytest.mark.parametrize("epsilon,delta", [(3.0, 1e-4), (0.5, 1e-8), (10.0, 1e-6)])
 def test_split_spends_exactly_the_total(epsilon, delta):
-    split = split_budget(epsilon, delta, PLAN)
+    split = split_budget(epsilon, delta, PLAN, SHARES)
     spent = split.composed_epsilon()
     assert spent <= epsilon
     assert spent == pytest.approx(epsilon, rel=1e-6)
     # a little more scale would exceed the total: the bisection found the largest one
-    bigger = split_budget(epsilon * 1.01, delta, PLAN)
+    bigger = split_budget(epsilon * 1.01, delta, PLAN, SHARES)
     assert composed_delta(bigger.all_parts, epsilon) > delta
 
 
 def test_split_follows_the_public_shares():
-    split = split_budget(3.0, 1e-4, PLAN)
+    split = split_budget(3.0, 1e-4, PLAN, SHARES)
     strength = {
         stage: sum(
             (p.mu if isinstance(p, GaussianPart) else p.epsilon) ** 2

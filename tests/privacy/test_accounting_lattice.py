@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dask_dppca.privacy.accounting as accounting
+from dask_dppca.analysis.stages import default_shares
 from dask_dppca.analysis.stages.scree import scree_parts as _scree_plan
 from dask_dppca.privacy import BudgetExceededError, GaussianCharge, PrivacyBudget
 from dask_dppca.privacy.accounting import (
@@ -31,6 +32,9 @@ from dask_dppca.privacy.accounting import (
 from dask_dppca.privacy.budget import PartsCharge
 from dask_dppca.privacy.calibration import gaussian_dp_mu
 from dask_dppca.privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
+
+#: The analysis's default shares of its three stages (the stage registry's).
+SHARES = default_shares(("directions", "scree", "score_map"))
 
 DELTA = 1e-5
 
@@ -137,7 +141,7 @@ def analysis_parts(epsilon: float, delta: float = 1e-8, k: int = 5) -> tuple:
         PlannedPart("score_map", "additive histogram", "gaussian", weight=1.5),
         PlannedPart("score_map", "sparse histogram", "approx", weight=1.5, delta_share=0.1),
     ]
-    return split_budget(epsilon, delta, planned).all_parts
+    return split_budget(epsilon, delta, planned, SHARES).all_parts
 
 
 @pytest.mark.timeout(600)
