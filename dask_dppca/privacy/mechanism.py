@@ -218,7 +218,7 @@ class ReleaseMechanism:
         exact : ndarray, shape (d, d)
             The exact ``sum_P g g^T`` (never leaves the trusted node).
         sampler : NoiseSampler, optional
-            None or :attr:`sampler` itself: the noise was planned with it.
+            None or the mechanism's own ``sampler``: the noise was planned with it.
         n_components : int, optional
             Number of leading eigenvectors to return (all d by default).
         released_on : str

@@ -17,8 +17,9 @@ The stage is a composite (:class:`~.contract.CompositeMechanism`), not one relea
 radius is released about the released centre and the histograms on the released frame,
 each exact statistic computed from the data and the values released before it.  Its
 :attr:`~ScoreMapMechanism.mechanisms` are the frame's four quantiles, each histogram and
-the group sizes, every one a :class:`~.contract.Mechanism`; :meth:`release_centre`,
-:meth:`release_radius` and :meth:`release_histograms` release those that share one exact
+the group sizes, every one a :class:`~.contract.Mechanism`;
+:meth:`~ScoreMapMechanism.release_centre`, :meth:`~ScoreMapMechanism.release_radius` and
+:meth:`~ScoreMapMechanism.release_histograms` release those that share one exact
 statistic (the compute layer runs them in that order).
 """
 

@@ -427,7 +427,7 @@ class GaussianStatistic:
         self, exact: NDArray[np.float64], sampler: NoiseSampler | None = None
     ) -> NDArray[np.float64]:
         """Noisy means over the pairs, from the exact (once-rounded) sums ``exact``, the
-        noise from :attr:`sampler` (``sampler``: None or that same sampler).
+        noise from the statistic's own sampler (``sampler``: None or that same one).
         """
         noise = own_noise(self, self.sampler, sampler)
         sens = self.sensitivities
