@@ -107,7 +107,7 @@ def release(k_hat: np.ndarray, sigma: float, m: int, seed: int) -> np.ndarray:
         ),
         sigma=sigma,
     )
-    return mechanism.release(k_hat, m).components.T
+    return mechanism.release(k_hat, n_components=m).components.T
 
 
 def clip_rows(X: np.ndarray, c: float) -> np.ndarray:

@@ -87,7 +87,7 @@ def release_task(
         worker = claim_release_ticket(fit_id)
         released_on = worker.address if worker is not None else "this process"
         drawing[0] = True
-        return mechanism.release(kernel_sum, n_components, released_on=released_on)
+        return mechanism.release(kernel_sum, n_components=n_components, released_on=released_on)
 
 
 def statistic_task(

@@ -3,7 +3,8 @@
 ``calibration``: analytic (Balle & Wang 2018) and classical Gaussian calibrations, the
 exact Gaussian privacy profile, and :class:`.PrivacyTarget`.  ``noise``: vecd and the
 float-safe samplers.  ``mechanism``: the g-DPPCA release as one object (sensitivity,
-sigma, and the release math: noise once, then the eigendecomposition).  ``budget``:
+sigma, and the release math: noise once, then the eigendecomposition); ``contract``: what
+every mechanism offers (parts, one ``release`` signature, ``describe``).  ``budget``:
 tight (Gaussian-DP) composition of releases, kept in a ``ledger`` (in memory or a
 SQLite file); ``charging``: which budgets a fit charges.  The score map: ``laplace``
 (integer noise), ``quantile`` (the bound-free quantile), ``frame``, ``histogram``
@@ -36,6 +37,8 @@ _EXPORTS = {
     "gaussian_dp_mu": ".calibration",
     "validate_privacy_parameters": ".calibration",
     "active_budgets": ".charging",
+    "CompositeMechanism": ".contract",
+    "Mechanism": ".contract",
     "current_budget": ".charging",
     "reserve_release": ".charging",
     "set_default_budget": ".charging",
@@ -77,6 +80,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         validate_privacy_parameters,
     )
     from .charging import active_budgets, current_budget, reserve_release, set_default_budget
+    from .contract import CompositeMechanism, Mechanism
     from .mechanism import PrivateRelease, ReleaseMechanism
     from .noise import (
         LatticeSampler,
@@ -93,10 +97,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
 
 __all__ = [
     "BudgetExceededError",
+    "CompositeMechanism",
     "GaussianCharge",
     "LatticeSampler",
     "LedgerError",
     "LedgerReplacedError",
+    "Mechanism",
     "NoiseSampler",
     "NonPrivateRandomStateWarning",
     "OpenDPSampler",

@@ -31,6 +31,7 @@ from .budget_registry import (
 )
 from .budget_report import render_html, render_text, report_data, stage_name
 from .calibration import validate_privacy_parameters
+from .contract import ChargedGaussian, CompositeMechanism, Mechanism
 from .ledger import (
     Ledger,
     MemoryLedger,
@@ -119,17 +120,36 @@ class PartsCharge:
 
 
 def charge_of(item: Any) -> GaussianCharge | PartsCharge:
-    """The charge of a mechanism (``.charge``, else ``.parts``) or a charge itself."""
-    charge = getattr(item, "charge", item)
-    if isinstance(charge, (GaussianCharge, PartsCharge)):
+    """The charge of a mechanism (:mod:`.contract`: exactly its parts) or a charge itself.
+
+    A :class:`~.contract.Mechanism` or :class:`~.contract.CompositeMechanism` is charged
+    its ``parts``.  A :class:`~.contract.ChargedGaussian` (the g-DPPCA release) keeps its
+    Gaussian charge, whose row records the sampler's excess beside the part; that charge
+    must be its one part.
+
+    Raises
+    ------
+    TypeError
+        For anything else.
+    ValueError
+        For a Gaussian charge that is not its mechanism's parts.
+    """
+    if isinstance(item, (GaussianCharge, PartsCharge)):
+        return item
+    if not isinstance(item, (Mechanism, CompositeMechanism)):
+        raise TypeError(
+            f"charge: expected a GaussianCharge, a PartsCharge or a mechanism (parts, "
+            f"release, describe), got {type(item).__name__}"
+        )
+    parts = tuple(item.parts)
+    if isinstance(item, ChargedGaussian):
+        charge = item.charge
+        if parts != (GaussianPart(charge.sensitivity / charge.sigma),):
+            raise ValueError(
+                f"charge: {type(item).__name__}'s Gaussian charge is not its parts {parts!r}"
+            )
         return charge
-    parts = getattr(item, "parts", None)
-    if parts is not None:
-        return PartsCharge(tuple(parts))
-    raise TypeError(
-        f"charge: expected a GaussianCharge, a PartsCharge or a mechanism with .charge or "
-        f".parts, got {type(item).__name__}"
-    )
+    return PartsCharge(parts)
 
 
 def _check_release(sensitivity: float, sigma: float, excess: float) -> tuple[float, float, float]:

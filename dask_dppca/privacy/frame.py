@@ -6,11 +6,14 @@ the private median of its scores, the half-width ``inflation`` times the private
 :class:`~.quantile.PrivateQuantile` (pure epsilon-DP, no bounds).  The two centres are
 released first (one pass over the scores), the two radii from the deviations about the
 released centres (a second pass); the frame is post-processing of the four releases.
+So :class:`FrameMechanism` is a composite (:class:`~.contract.CompositeMechanism`): its
+sub-mechanisms are the four quantiles, each a :class:`~.contract.Mechanism`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,9 +169,17 @@ class FrameMechanism:
         )
 
     @property
+    def mechanisms(self) -> Mapping[str, PrivateQuantile]:
+        """The four releases in order: the centres of both axes (one pass over the
+        scores), then the radii about the released centres (a second pass).
+        """
+        centre, radius = self.centre, self.radius
+        return {"centre x": centre, "centre y": centre, "radius x": radius, "radius y": radius}
+
+    @property
     def parts(self) -> tuple[PrivacyPart, ...]:
         """Four pure-DP parts: centre x, centre y, radius x, radius y."""
-        return self.centre.parts * 2 + self.radius.parts * 2
+        return tuple(p for mechanism in self.mechanisms.values() for p in mechanism.parts)
 
     def frame(self, centre: tuple[float, float], radius: tuple[float, float]) -> Frame:
         """The frame of the four released values (post-processing)."""

@@ -27,6 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..validation import integer_at_least, positive_finite, real_number
 from .calibration import gaussian_dp_mu
+from .contract import given_noise
 from .frame import Frame
 from .laplace import IntegerNoise, integer_scale
 from .noise import NoiseSampler
@@ -191,17 +192,20 @@ class AdditiveHistogram:
         """One mu-GDP part."""
         return (GaussianPart(self.mu),)
 
-    def release(self, exact_counts: ArrayLike, sampler: NoiseSampler) -> NoisyHistogram:
+    def release(self, exact: ArrayLike, sampler: NoiseSampler | None = None) -> NoisyHistogram:
         """Every count plus ``N(0, sigma^2)`` from ``sampler`` (the only step that sees them).
 
         Parameters
         ----------
-        exact_counts : array of int, shape (n_groups, m_x m_y + 1)
+        exact : array of int, shape (n_groups, m_x m_y + 1)
+            The exact counts.
         sampler : NoiseSampler
-            Float-safe (:class:`~.noise.OpenDPSampler` by default in the compute layer).
+            Float-safe (:class:`~.noise.OpenDPSampler` by default in the compute layer);
+            required.
         """
-        counts = _check_counts(exact_counts, self.shape)
-        noisy = sampler.add_noise(counts.ravel().astype(np.float64), self.sigma)
+        noise = given_noise(self, sampler, NoiseSampler)
+        counts = _check_counts(exact, self.shape)
+        noisy = noise.add_noise(counts.ravel().astype(np.float64), self.sigma)
         return NoisyHistogram(noisy.reshape(self.shape), self.bins, "additive", self.sigma)
 
     def describe(self) -> dict[str, Any]:
@@ -212,6 +216,7 @@ class AdditiveHistogram:
             "bins": list(self.bins),
             "n_groups": self.n_groups,
             "mu": self.mu,
+            "sensitivity": _SQRT2,
             "sigma": self.sigma,
         }
 
@@ -246,15 +251,18 @@ class GroupCounts:
         """One mu-GDP part."""
         return (GaussianPart(self.mu),)
 
-    def release(self, exact_counts: ArrayLike, sampler: NoiseSampler) -> NDArray[np.float64]:
-        """Each group's size plus noise, from the count matrix ``counts[g, cell]``."""
-        counts = np.asarray(exact_counts)
+    def release(self, exact: ArrayLike, sampler: NoiseSampler | None = None) -> NDArray[np.float64]:
+        """Each group's size plus noise from ``sampler`` (required), from the exact count
+        matrix ``counts[g, cell]``.
+        """
+        noise = given_noise(self, sampler, NoiseSampler)
+        counts = np.asarray(exact)
         if counts.ndim != 2 or counts.shape[0] != self.n_groups:
             raise ValueError(
                 f"exact_counts: expected {self.n_groups} rows of integers, got {counts.shape}"
             )
         sizes = _check_counts(counts, counts.shape).sum(axis=1)
-        return sampler.add_noise(sizes.astype(np.float64), self.sigma)
+        return noise.add_noise(sizes.astype(np.float64), self.sigma)
 
     def describe(self) -> dict[str, Any]:
         """The public record."""
@@ -262,6 +270,7 @@ class GroupCounts:
             "mechanism": "Gaussian noise on each group's size (l2 sensitivity sqrt 2)",
             "n_groups": self.n_groups,
             "mu": self.mu,
+            "sensitivity": _SQRT2,
             "sigma": self.sigma,
         }
 
@@ -326,21 +335,23 @@ class SparseHistogram:
         """One (epsilon, delta)-DP part."""
         return (ApproxDPPart(self.epsilon, self.delta),)
 
-    def release(self, exact_counts: ArrayLike, sampler: IntegerNoise) -> NoisyHistogram:
+    def release(self, exact: ArrayLike, sampler: IntegerNoise | None = None) -> NoisyHistogram:
         """Noise on the non-empty counts, the threshold, the rest 0.
 
         Parameters
         ----------
-        exact_counts : array of int, shape (n_groups, m_x m_y + 1)
+        exact : array of int, shape (n_groups, m_x m_y + 1)
+            The exact counts.
         sampler : IntegerNoise
-            Discrete Laplace (private: :class:`~.laplace.DiscreteLaplaceSampler`).
+            Discrete Laplace (private: :class:`~.laplace.DiscreteLaplaceSampler`); required.
         """
-        counts = _check_counts(exact_counts, self.shape).ravel()
+        noise_source = given_noise(self, sampler, IntegerNoise)
+        counts = _check_counts(exact, self.shape).ravel()
         out = np.zeros(counts.size)
         live = np.flatnonzero(counts > 0)
         # Noise drawn for every entry (the shape is public), used on the non-empty ones:
         # the release's time does not tell how many entries are non-empty.
-        noise = sampler.draw(self.noise_scale, counts.size)
+        noise = noise_source.draw(self.noise_scale, counts.size)
         noisy = counts[live] * np.int64(self.multiplier) + noise[live]
         kept = noisy >= self.threshold
         out[live[kept]] = noisy[kept] / self.multiplier
@@ -355,6 +366,8 @@ class SparseHistogram:
             "n_groups": self.n_groups,
             "epsilon": self.epsilon,
             "delta": self.delta,
+            "sensitivity": 1,
+            "sensitivity_units": "counts, in at most two entries (replace-one)",
             "laplace_scale_counts": self.noise_scale / self.multiplier,
             "threshold_count": self.threshold_count,
         }

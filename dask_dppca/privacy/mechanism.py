@@ -30,7 +30,9 @@ from ..kernel.fp_state import own_errstate
 from .advice import noise_spectral_norm, signal_to_noise
 from .budget import GaussianCharge
 from .calibration import PrivacyTarget
+from .contract import own_noise
 from .noise import NoiseSampler, add_symmetric_noise
+from .parts import GaussianPart, PrivacyPart
 
 if TYPE_CHECKING:  # the plan and the spatial sign are passed in; nothing else is used
     from ..design import Design, DesignPlan
@@ -177,10 +179,20 @@ class ReleaseMechanism:
 
     @property
     def charge(self) -> GaussianCharge:
-        """What every active budget charges for this release."""
+        """What every active budget charges for this release: its :attr:`parts` and the
+        sampler's excess (a :class:`~.contract.ChargedGaussian`: the ledger keeps the
+        sensitivity, sigma and excess of a Gaussian row).
+        """
         return GaussianCharge(
             self.sensitivity, self.sigma, self.sampler_excess, self.epsilon, self.delta
         )
+
+    @property
+    def parts(self) -> tuple[PrivacyPart, ...]:
+        """One Gaussian part, ``mu = sensitivity / sigma`` (the sampler's excess is charged
+        beside it: :attr:`charge`).
+        """
+        return (GaussianPart(self.sensitivity / self.sigma),)
 
     @property
     def is_private(self) -> bool:
@@ -189,7 +201,12 @@ class ReleaseMechanism:
 
     @own_errstate
     def release(
-        self, kernel_sum: np.ndarray, n_components: int, released_on: str = "this process"
+        self,
+        exact: np.ndarray,
+        sampler: NoiseSampler | None = None,
+        *,
+        n_components: int | None = None,
+        released_on: str = "this process",
     ) -> PrivateRelease:
         """Normalise the exact sum, add the noise once, and eigendecompose.
 
@@ -198,20 +215,24 @@ class ReleaseMechanism:
 
         Parameters
         ----------
-        kernel_sum : ndarray, shape (d, d)
+        exact : ndarray, shape (d, d)
             The exact ``sum_P g g^T`` (never leaves the trusted node).
-        n_components : int
-            Number of leading eigenvectors to return.
+        sampler : NoiseSampler, optional
+            None or the mechanism's own ``sampler``: the noise was planned with it.
+        n_components : int, optional
+            Number of leading eigenvectors to return (all d by default).
         released_on : str
             Where this runs, for the record.
         """
-        k_hat = np.asarray(kernel_sum, dtype=np.float64) / float(self.plan.n_pairs)
-        k_tilde = add_symmetric_noise(k_hat, self.sigma, self.sampler)
+        noise = own_noise(self, self.sampler, sampler)
+        k_hat = np.asarray(exact, dtype=np.float64) / float(self.plan.n_pairs)
+        k_tilde = add_symmetric_noise(k_hat, self.sigma, noise)
         del k_hat
         eigenvalues, eigenvectors = np.linalg.eigh(k_tilde)
         order = np.argsort(eigenvalues)[::-1]
         eigenvalues = eigenvalues[order]
-        components = eigenvectors[:, order[:n_components]].T.copy()
+        keep = order if n_components is None else order[:n_components]
+        components = eigenvectors[:, keep].T.copy()
         peaks = np.argmax(np.abs(components), axis=1)
         components *= np.sign(components[np.arange(len(peaks)), peaks])[:, None]
         return PrivateRelease(

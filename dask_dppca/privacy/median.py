@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..validation import integer_at_least
+from .contract import given_noise
 from .laplace import IntegerNoise
 from .parts import PrivacyPart
 from .quantile import DEFAULT_STEPS_PER_OCTAVE, PrivateQuantile
@@ -68,27 +69,29 @@ class CoordinateMedian:
         """One pure-DP part per column."""
         return self.column.parts * int(self.n_features)
 
-    def release(self, exact_counts: ArrayLike, sampler: IntegerNoise) -> NDArray[np.float64]:
+    def release(self, exact: ArrayLike, sampler: IntegerNoise | None = None) -> NDArray[np.float64]:
         """The ``d`` private medians from ``#{x_j <= t}`` (shape (d, G)), on the trusted worker.
 
         Parameters
         ----------
-        exact_counts : array of int, shape (d, G)
+        exact : array of int, shape (d, G)
+            The exact counts of every column at or below every candidate.
         sampler : IntegerNoise
-            Discrete Laplace noise (private: the OpenDP-backed sampler).
+            Discrete Laplace noise (private: the OpenDP-backed sampler); required.
 
         Returns
         -------
         ndarray, shape (d,)
             Grid values (``+inf`` only through the noise).
         """
-        counts = np.asarray(exact_counts)
+        noise = given_noise(self, sampler, IntegerNoise)
+        counts = np.asarray(exact)
         if counts.ndim != 2 or counts.shape[0] != self.n_features:
             raise ValueError(
                 f"exact_counts: expected {self.n_features} rows of counts, got {counts.shape}"
             )
         column = self.column
-        return np.array([column.release(row, sampler) for row in counts], dtype=np.float64)
+        return np.array([column.release(row, noise) for row in counts], dtype=np.float64)
 
     def describe(self) -> dict[str, Any]:
         """The public record: everything needed to re-derive the cost."""

@@ -45,6 +45,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..validation import integer_at_least, real_number
+from .contract import given_noise
 from .laplace import IntegerNoise, integer_scale
 from .parts import PrivacyPart, PureDPPart
 
@@ -201,15 +202,17 @@ class PrivateQuantile:
         """``2 s_c / t``: what the integer scales actually cost (<= epsilon)."""
         return 2.0 * self.multiplier / self.noise_scale
 
-    def release(self, exact_counts: ArrayLike, sampler: IntegerNoise) -> float:
+    def release(self, exact: ArrayLike, sampler: IntegerNoise | None = None) -> float:
         """The first candidate whose noisy count reaches the noisy threshold.
 
         Parameters
         ----------
-        exact_counts : array of int, shape (G,)
-            ``#{i : y_i <= t_j}`` for each candidate ``t_j`` (NaN counted as +inf).
+        exact : array of int, shape (G,)
+            The exact counts ``#{i : y_i <= t_j}`` for each candidate ``t_j`` (NaN
+            counted as +inf).
         sampler : IntegerNoise
-            Discrete Laplace noise (private: :class:`~.laplace.DiscreteLaplaceSampler`).
+            Discrete Laplace noise (private: :class:`~.laplace.DiscreteLaplaceSampler`);
+            required.
 
         Returns
         -------
@@ -217,7 +220,8 @@ class PrivateQuantile:
             A candidate; ``+inf`` when no candidate is accepted (possible only through the
             noise).
         """
-        counts = np.asarray(exact_counts)
+        noise = given_noise(self, sampler, IntegerNoise)
+        counts = np.asarray(exact)
         grid = self.candidates
         if counts.shape != grid.shape or not np.issubdtype(counts.dtype, np.integer):
             raise ValueError(
@@ -225,11 +229,11 @@ class PrivateQuantile:
                 f"{counts.dtype} {counts.shape}"
             )
         scaled = counts.astype(np.int64) * np.int64(self.multiplier)
-        level = self.threshold + int(sampler.draw(self.noise_scale, 1)[0])
+        level = self.threshold + int(noise.draw(self.noise_scale, 1)[0])
         start, batch = 0, _FIRST_BATCH
         while start < grid.size:
             stop = min(start + batch, grid.size)
-            noisy = scaled[start:stop] + sampler.draw(self.noise_scale, stop - start)
+            noisy = scaled[start:stop] + noise.draw(self.noise_scale, stop - start)
             hits = np.flatnonzero(noisy >= level)
             if hits.size:
                 return float(grid[start + hits[0]])
@@ -244,8 +248,11 @@ class PrivateQuantile:
             "n_samples": self.n_samples,
             "epsilon": self.epsilon,
             "realised_epsilon": self.realised_epsilon,
+            "sensitivity": 1,
+            "sensitivity_units": "counts, all moving in one direction (monotone)",
             "multiplier": self.multiplier,
             "noise_scale": self.noise_scale,
+            "laplace_scale_counts": self.noise_scale / self.multiplier,
             "signed": self.signed,
             "steps_per_octave": self.steps_per_octave,
             "top_margin": self.top_margin,

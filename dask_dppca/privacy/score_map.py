@@ -12,11 +12,21 @@ alone they already fit in the stage's (epsilon, delta):
 
 :class:`ScoreMap` is what leaves the trusted worker: the frame, the noisy histograms and
 the public description.  Re-plotting and re-sampling synthetic points from it cost nothing.
+
+The stage is a composite (:class:`~.contract.CompositeMechanism`), not one release: the
+radius is released about the released centre and the histograms on the released frame,
+each exact statistic computed from the data and the values released before it.  Its
+:attr:`~ScoreMapMechanism.mechanisms` are the frame's four quantiles, each histogram and
+the group sizes, every one a :class:`~.contract.Mechanism`;
+:meth:`~ScoreMapMechanism.release_centre`, :meth:`~ScoreMapMechanism.release_radius` and
+:meth:`~ScoreMapMechanism.release_histograms` release those that share one exact
+statistic (the compute layer runs them in that order).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +35,7 @@ from numpy.typing import NDArray
 
 from ..validation import integer_at_least, positive_finite, real_number
 from .calibration import gaussian_dp_mu
+from .contract import Mechanism
 from .frame import DEFAULT_INFLATION, DEFAULT_RADIUS_QUANTILE, Frame, FrameMechanism
 from .histogram import (
     AdditiveHistogram,
@@ -215,14 +226,22 @@ class ScoreMapMechanism:
         return tuple(str(label) for label in self.domain) + (OTHER_GROUP,)
 
     @property
-    def parts(self) -> tuple[PrivacyPart, ...]:
-        """Every release's cost: the frame's four quantiles, then each histogram."""
-        parts = self.frame.parts
-        for histogram in self.histograms.values():
-            parts = parts + histogram.parts
+    def mechanisms(self) -> Mapping[str, Mechanism]:
+        """Every release in order: the frame's four quantiles, each histogram by method,
+        then the group sizes (``"group counts"``, when released).
+        """
+        out: dict[str, Mechanism] = dict(self.frame.mechanisms)
+        out.update(self.histograms)
         if self.group_counts is not None:
-            parts = parts + self.group_counts.parts
-        return parts
+            out["group counts"] = self.group_counts
+        return out
+
+    @property
+    def parts(self) -> tuple[PrivacyPart, ...]:
+        """Every release's cost: the frame's four quantiles, then each histogram, then
+        the group sizes.
+        """
+        return tuple(p for mechanism in self.mechanisms.values() for p in mechanism.parts)
 
     def release_centre(self, exact_counts: Any, sampler: IntegerNoise) -> tuple[float, float]:
         """The two private medians from ``#{y_k <= t}`` (shape (2, G)), on the trusted worker."""

@@ -44,6 +44,7 @@ from numpy.typing import NDArray
 from scipy.stats import norm
 
 from ..kernel.scree_stats import grid_values
+from .contract import own_noise
 from .noise import NoiseSampler
 from .parts import GaussianPart, PrivacyPart, PureDPPart
 
@@ -314,8 +315,12 @@ class PairQuantiles:
         distance = np.maximum(0, np.maximum(target - at_most, below - target))
         return np.asarray(-distance, dtype=np.int64)
 
-    def release(self, histograms: NDArray[np.int64]) -> list[list[float]]:
-        """The released grid values, ``[row][level]``.
+    def release(
+        self, exact: NDArray[np.int64], sampler: Selector | None = None
+    ) -> list[list[float]]:
+        """The released grid values, ``[row][level]``, of the exact histograms ``exact``
+        (one row per direction, then the trace's), drawn by :attr:`selector` (``sampler``:
+        None or that same selector).
 
         A row's first level searches the whole grid; each later level searches the
         ``WINDOW`` grid points from the previous level's released point up (a
@@ -326,8 +331,9 @@ class PairQuantiles:
         of ``||dx||`` spread over the features): along a zero-inflated column the median
         of ``|dy|`` is the other columns' tiny leak, and the 0.9 level lies octaves above.
         """
+        select = own_noise(self, self.selector, sampler)
         grid = grid_values()
-        rows = list(np.asarray(histograms))
+        rows = list(np.asarray(exact))
         out: list[list[float]] = [[] for _ in rows]
         reach = 0  # the window's least top: the trace's spread per feature, when given
         order = list(range(len(rows)))
@@ -339,7 +345,7 @@ class PairQuantiles:
             lo, hi = 0, grid.size
             for q in levels:
                 utility = self.utilities(row, q)[lo:hi]
-                index = lo + self.selector(utility, self.scale)
+                index = lo + select(utility, self.scale)
                 released.append(float(grid[index]))
                 lo, hi = index, min(grid.size, max(index, reach) + WINDOW + 1)
             if self.n_features is not None and number == len(rows) - 1:
@@ -417,11 +423,16 @@ class GaussianStatistic:
         """One Gaussian part."""
         return (GaussianPart(self.mu),)
 
-    def release(self, sums: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Noisy means over the pairs, from the exact (once-rounded) sums."""
+    def release(
+        self, exact: NDArray[np.float64], sampler: NoiseSampler | None = None
+    ) -> NDArray[np.float64]:
+        """Noisy means over the pairs, from the exact (once-rounded) sums ``exact``, the
+        noise from the statistic's own sampler (``sampler``: None or that same one).
+        """
+        noise = own_noise(self, self.sampler, sampler)
         sens = self.sensitivities
-        scaled = np.asarray(sums, dtype=np.float64) / sens
-        noisy = self.sampler.add_noise(scaled, self.sigma)
+        scaled = np.asarray(exact, dtype=np.float64) / sens
+        noisy = noise.add_noise(scaled, self.sigma)
         return noisy * sens / float(self.n_pairs)
 
     def describe(self) -> dict[str, Any]:

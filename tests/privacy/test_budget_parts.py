@@ -89,8 +89,14 @@ def test_a_parts_release_that_does_not_fit_is_refused_and_not_recorded():
 
 
 def test_mechanisms_offering_parts_are_charged_by_their_parts():
-    class Quantiles:
+    class Quantiles:  # the mechanism contract (dask_dppca.privacy.contract)
         parts = (PureDPPart(0.2), PureDPPart(0.2))
+
+        def release(self, exact, sampler=None):
+            raise AssertionError("never released here")
+
+        def describe(self):
+            return {}
 
     budget = PrivacyBudget(1.0, 1e-6)
     budget.spend(Quantiles())

@@ -158,7 +158,7 @@ def _mechanism(n: int, d: int, sigma: float) -> ReleaseMechanism:
 
 
 def _release(mechanism: ReleaseMechanism, exact_sum: np.ndarray):
-    r = mechanism.release(exact_sum, exact_sum.shape[0])
+    r = mechanism.release(exact_sum, n_components=exact_sum.shape[0])
     return r.eigenvalues, r.components
 
 

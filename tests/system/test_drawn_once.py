@@ -104,7 +104,7 @@ def counting_sampler(monkeypatch):
 
 def _release_without_ticket(mechanism, n_components, fit_id, *lane_sums):
     """BROKEN on purpose: the release task minus the drawn-once ticket."""
-    return mechanism.release(lanes_total(*lane_sums), n_components)
+    return mechanism.release(lanes_total(*lane_sums), n_components=n_components)
 
 
 @pytest.fixture(scope="module")
