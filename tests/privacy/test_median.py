@@ -19,23 +19,14 @@ from hypothesis.extra import numpy as hnp
 
 from dask_dppca.kernel.score_stats import count_at_most
 from dask_dppca.privacy.budget import PartsCharge, charge_of
-from dask_dppca.privacy.laplace import IntegerNoise
 from dask_dppca.privacy.median import CoordinateMedian
 from dask_dppca.privacy.parts import PureDPPart
 from tests.privacy.audit_tools import audit, epsilon_bound
+from tests.privacy.test_quantile import NoNoise  # zero noise: NOT private, tests only
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
 )
-
-
-class NoNoise(IntegerNoise):
-    """Zero noise: the deterministic part of the mechanism (NOT private, tests only)."""
-
-    is_private = False
-
-    def _draw(self, scale, size):
-        return np.zeros(size, dtype=np.int64)
 
 
 def test_noise_off_each_column_is_the_first_candidate_reaching_half_n():
