@@ -144,6 +144,8 @@ def charge_of(item: Any) -> GaussianCharge | PartsCharge:
     parts = tuple(item.parts)
     if isinstance(item, ChargedGaussian):
         charge = item.charge
+        if not isinstance(charge, GaussianCharge):
+            raise TypeError(f"charge: {type(item).__name__}.charge is not a GaussianCharge")
         if parts != (GaussianPart(charge.sensitivity / charge.sigma),):
             raise ValueError(
                 f"charge: {type(item).__name__}'s Gaussian charge is not its parts {parts!r}"

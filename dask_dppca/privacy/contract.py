@@ -26,17 +26,15 @@ test class subclasses (docs/privacy.md, "The mechanism contract").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .parts import PrivacyPart
-
-if TYPE_CHECKING:  # the Gaussian charge is the budget's; the budget imports this module
-    from .budget import GaussianCharge
 
 __all__ = [
     "NOISE_KEYS",
     "ChargedGaussian",
     "CompositeMechanism",
+    "GaussianChargeFields",
     "Mechanism",
     "given_noise",
     "own_noise",
@@ -82,6 +80,27 @@ class Mechanism(Protocol):
         ...
 
 
+class GaussianChargeFields(Protocol):
+    """What a Gaussian charge holds (:class:`~.budget.GaussianCharge`; the budget imports
+    this module, so the contract names the fields, not the class).
+    """
+
+    @property
+    def sensitivity(self) -> float:
+        """The l2 sensitivity the noise is calibrated to (slack included)."""
+        ...
+
+    @property
+    def sigma(self) -> float:
+        """The noise scale."""
+        ...
+
+    @property
+    def excess(self) -> float:
+        """The sampler's privacy excess (0 for an exact sampler)."""
+        ...
+
+
 @runtime_checkable
 class ChargedGaussian(Mechanism, Protocol):
     """A Gaussian release whose ledger row keeps its sensitivity, sigma and the sampler's
@@ -94,7 +113,7 @@ class ChargedGaussian(Mechanism, Protocol):
     """
 
     @property
-    def charge(self) -> GaussianCharge:
+    def charge(self) -> GaussianChargeFields:
         """The Gaussian charge: sensitivity, sigma, the sampler's excess."""
         ...
 
