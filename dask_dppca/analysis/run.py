@@ -29,7 +29,7 @@ import numpy as np
 from ..compute import ClusterTarget, compute_target
 from ..compute.budget_config import budgets_to_charge
 from ..compute.failures import lost_scheduler
-from ..compute.placement import untrusted_warning_given
+from ..compute.placement import ReleaseOptions, untrusted_warning_given
 from ..graph import pass_block_sizes
 from ..io import open_records
 from ..io.fingerprint import check_unchanged, store_fingerprint
@@ -43,7 +43,7 @@ from ..privacy.parts import part_to_dict
 from ..validation import integer_at_least
 from .features import input_feature_names
 from .result import PrivateAnalysis, privacy_table_text, split_rows
-from .stage import Placement, Stage, StageContext, StageOutput
+from .stage import Stage, StageContext, StageOutput
 from .stages import build_stage, default_shares, stage_info
 from .stages.directions import DirectionsStage, check_spatial_sign
 from .stages.score_map import PrivateScoreMapStage, resolve_groups
@@ -184,7 +184,7 @@ def analyze(
     try:
         _run_stages(
             X, records, chosen, divided, released, analysis_id, budgets, scheduler,
-            Placement(trusted_worker, require_trusted, progress), storage_options,
+            ReleaseOptions(trusted_worker, require_trusted, progress), storage_options,
             random_state,
         )  # fmt: skip
     except BaseException as error:
@@ -331,7 +331,7 @@ def _run_stages(
     analysis_id: str,
     budgets: Any,
     scheduler: Any,
-    placement: Placement,
+    options: ReleaseOptions,
     storage_options: dict[str, Any] | None,
     random_state: int | None,
 ) -> None:
@@ -343,7 +343,7 @@ def _run_stages(
 
     # One compute target for every stage, the directions' fit included: the same
     # client (one connection to a scheduler address), and rows in memory sent once.
-    with compute_target(scheduler) as target:
+    with compute_target(scheduler, options) as target:
         records = records.counted(target)
         n, d = records.shape
         released.meta.update(
@@ -364,7 +364,7 @@ def _run_stages(
                 context = StageContext(
                     records, blocks,
                     partial(_pass_blocks, records, blocks, plan.block_sizes, d, target.n_threads),
-                    tuple(plan.block_sizes), plan.block_pairs, None, split, target, placement,
+                    tuple(plan.block_sizes), plan.block_pairs, None, split, target,
                     analysis_id, "", records.dataset, n, d, random_state,
                 )  # fmt: skip
                 _run_each(

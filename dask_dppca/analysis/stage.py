@@ -28,40 +28,12 @@ from ..privacy.budget import PartsCharge
 from ..privacy.charging import reserve_release
 
 __all__ = [
-    "Placement",
     "Stage",
     "StageContext",
     "StageOutput",
     "claim_stage_parts",
     "release_row",
 ]
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a stage's release runs and how it reports (as for ``DPPCA``'s parameters).
-
-    Parameters
-    ----------
-    trusted_worker : str, optional
-        The worker every release runs on.
-    require_trusted : bool, default False
-        Refuse to release anywhere else.
-    progress : bool, default False
-        Show a progress bar for each pass.
-    """
-
-    trusted_worker: str | None = None
-    require_trusted: bool = False
-    progress: bool = False
-
-    def release_options(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`~dask_dppca.compute.release.release_statistic`."""
-        return {
-            "trusted_worker": self.trusted_worker,
-            "require_trusted": self.require_trusted,
-            "progress": self.progress,
-        }
 
 
 @dataclass(frozen=True)
@@ -83,8 +55,8 @@ class StageContext:
     split : BudgetSplit
         The analysis's split of the total: each stage reads its own parts from it.
     target : ComputeTarget
-        The compute target every stage shares.
-    placement : Placement
+        The compute target every stage shares; its release options (trusted worker,
+        progress) are bound to it.
     analysis_id, stage_id : str
         The analysis and the ledger's id of this stage's reservation.
     dataset : str
@@ -103,7 +75,6 @@ class StageContext:
     directions: np.ndarray | None
     split: BudgetSplit
     target: ComputeTarget
-    placement: Placement
     analysis_id: str
     stage_id: str
     dataset: str

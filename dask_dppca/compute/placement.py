@@ -12,12 +12,15 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from .cluster import TRUSTED_RESOURCE
 from .trust import verified_placement
 
 __all__ = [
+    "DEFAULT_OPTIONS",
+    "ReleaseOptions",
     "UntrustedReleaseWarning",
     "choose_placement",
     "describe_placement",
@@ -26,6 +29,30 @@ __all__ = [
     "release_placement",
     "untrusted_warning_given",
 ]
+
+
+@dataclass(frozen=True)
+class ReleaseOptions:
+    """Where a compute target releases, bound once when the target is made
+    (:func:`~.target.compute_target`): every release on it reads them.
+
+    Parameters
+    ----------
+    trusted_worker : str, optional
+        The worker every release runs on (else a ``dppca-trusted`` worker, if any).
+    require_trusted : bool, default False
+        Refuse to release anywhere but a trusted worker.
+    progress : bool, default False
+        Show a progress bar for each pass and release.
+    """
+
+    trusted_worker: str | None = None
+    require_trusted: bool = False
+    progress: bool = False
+
+
+#: No trusted worker named, none required, no progress bar.
+DEFAULT_OPTIONS = ReleaseOptions()
 
 
 class UntrustedReleaseWarning(UserWarning):

@@ -139,16 +139,10 @@ class DrawRunner(Protocol):
     implements it; target.py imports this module, not the other way round).
     """
 
-    def release_draw(
-        self,
-        draw: Draw,
-        partials: list[Any],
-        *,
-        trusted_worker: str | None,
-        require_trusted: bool,
-        progress: bool,
-    ) -> tuple[Any, str]:
-        """Compute ``partials`` and run ``draw`` once on their total; the result and where."""
+    def release_draw(self, draw: Draw, partials: list[Any]) -> tuple[Any, str]:
+        """Compute ``partials`` and run ``draw`` once on their total, where the target's
+        release options say; the result and where.
+        """
         ...
 
 
@@ -218,9 +212,6 @@ def release_statistic(
     *,
     charge: Any,
     dataset: str = "",
-    trusted_worker: str | None = None,
-    require_trusted: bool = False,
-    progress: bool = False,
     stage_id: str = "",
 ) -> tuple[T, str]:
     """``release(exact value of statistic)``, run once where the directions are released.
@@ -228,6 +219,7 @@ def release_statistic(
     Parameters
     ----------
     target : ComputeTarget
+        Where it runs, and where it releases (its :class:`~.placement.ReleaseOptions`).
     release : callable
         Picklable, e.g. ``functools.partial(mechanism.release, sampler=sampler)``: the one
         step that sees the exact statistic and draws the noise.
@@ -243,8 +235,6 @@ def release_statistic(
         conservative).
     dataset : str
         For that ledger's row.
-    trusted_worker, require_trusted, progress
-        As for ``DPPCA``.
     stage_id : str, optional
         The analysis stage this release belongs to: its ledger rows are marked
         dispatched (:func:`~dask_dppca.privacy.charging.release_dispatched`) before
@@ -267,13 +257,7 @@ def release_statistic(
         key=f"dppca-{release_id}",
         stage_id=stage_id,
     )
-    return target.release_draw(
-        draw,
-        partials,
-        trusted_worker=trusted_worker,
-        require_trusted=require_trusted,
-        progress=progress,
-    )
+    return target.release_draw(draw, partials)
 
 
 def release_locally(

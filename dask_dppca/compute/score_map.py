@@ -50,9 +50,6 @@ def release_score_map(
     axes: tuple[int, int] = (0, 1),
     gaussian_sampler: NoiseSampler | None = None,
     integer_sampler: IntegerNoise | None = None,
-    trusted_worker: str | None = None,
-    require_trusted: bool = False,
-    progress: bool = False,
     stage_id: str = "",
 ) -> ScoreMap:
     """Release one private score map of ``scores`` (lazy, shape (n, 2)).
@@ -60,6 +57,7 @@ def release_score_map(
     Parameters
     ----------
     target : ComputeTarget
+        Where it runs and releases (its :class:`~.placement.ReleaseOptions`).
     scores : dask.array.Array, shape (n, 2)
         E.g. :func:`~dask_dppca.graph.score_stats.project_scores` of the released
         directions; ``n`` must be ``mechanism.n_samples``.
@@ -73,8 +71,6 @@ def release_score_map(
     gaussian_sampler, integer_sampler : optional
         The noise (private defaults: :func:`~dask_dppca.privacy.noise.default_sampler`
         and :class:`~dask_dppca.privacy.laplace.DiscreteLaplaceSampler`).
-    trusted_worker, require_trusted, progress
-        As for ``DPPCA``.
     stage_id : str, optional
         The analysis stage whose ledger rows the first release marks dispatched
         (:func:`~.release.release_statistic`).
@@ -86,14 +82,7 @@ def release_score_map(
     _check_inputs(scores, mechanism, labels)
     gaussian, integer = _samplers(mechanism, gaussian_sampler, integer_sampler)
     scores = target.persist(scores)  # the scores stay on the workers between passes
-    run = functools.partial(
-        release_statistic,
-        target,
-        trusted_worker=trusted_worker,
-        require_trusted=require_trusted,
-        progress=progress,
-        stage_id=stage_id,
-    )
+    run = functools.partial(release_statistic, target, stage_id=stage_id)
     frame = _release_frame(run, scores, mechanism, integer)
     x_edges, y_edges = frame.edges(mechanism.bins)
     codes = (

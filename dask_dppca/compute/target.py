@@ -38,6 +38,7 @@ from .failures import (
     scheduler_address,
 )
 from .logs import quiet_own_task_failures
+from .placement import DEFAULT_OPTIONS, ReleaseOptions
 from .progress import cluster_progress, local_progress
 from .release import Draw, release_here, release_locally, release_on_cluster, release_on_workers
 from .tickets import abandon_release
@@ -70,6 +71,9 @@ class ComputeTarget(ABC):
         computations wait for it within their own bounded waits).
         """
 
+    #: Where it releases (bound when the target is made).
+    options: ReleaseOptions
+
     @abstractmethod
     def release(
         self,
@@ -78,27 +82,17 @@ class ComputeTarget(ABC):
         n_components: int,
         fit_id: str,
         *,
-        trusted_worker: str | None = None,
-        require_trusted: bool = False,
-        progress: bool = False,
         dataset: str = "",
     ) -> tuple[PrivateRelease, str]:
-        """Run ``mechanism`` once on the lanes' exact sums; the release and where it ran.
+        """Run ``mechanism`` once on the lanes' exact sums (where :attr:`options` say);
+        the release and where it ran.
 
         ``dataset`` (what was released on, public) goes into the row of the ledger
         configured where the noise is drawn, if any (:mod:`.site_ledger`).
         """
 
     @abstractmethod
-    def release_draw(
-        self,
-        draw: Draw,
-        partials: list[Any],
-        *,
-        trusted_worker: str | None,
-        require_trusted: bool,
-        progress: bool,
-    ) -> tuple[Any, str]:
+    def release_draw(self, draw: Draw, partials: list[Any]) -> tuple[Any, str]:
         """Compute ``partials`` and run ``draw`` once on their total (a statistic's
         release, :func:`~.release.release_statistic`); the result and where it ran.
         """
@@ -111,8 +105,9 @@ class ComputeTarget(ABC):
 class LocalScheduler(ComputeTarget):
     """A Dask local scheduler (``"synchronous"``, ``"threads"``, ``"processes"``): this process."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, options: ReleaseOptions = DEFAULT_OPTIONS) -> None:
         self.name = LOCAL_SCHEDULERS[name]
+        self.options = options
 
     @property
     def n_threads(self) -> int:
@@ -136,16 +131,13 @@ class LocalScheduler(ComputeTarget):
 
     def release(
         self,
-        mechanism,
-        lane_sums,
-        n_components,
-        fit_id,
+        mechanism: ReleaseMechanism,
+        lane_sums: list,
+        n_components: int,
+        fit_id: str,
         *,
-        trusted_worker=None,
-        require_trusted=False,
-        progress=False,
-        dataset="",
-    ):
+        dataset: str = "",
+    ) -> tuple[PrivateRelease, str]:
         """Run ``mechanism`` once on the lanes' exact sums; the release and where it ran."""
         return release_here(
             self.name,
@@ -153,23 +145,20 @@ class LocalScheduler(ComputeTarget):
             lane_sums,
             n_components,
             fit_id,
-            require_trusted=require_trusted,
-            progress=progress,
+            require_trusted=self.options.require_trusted,
+            progress=self.options.progress,
             dataset=dataset,
         )
 
-    def release_draw(
-        self,
-        draw: Draw,
-        partials: list[Any],
-        *,
-        trusted_worker: str | None,
-        require_trusted: bool,
-        progress: bool,
-    ) -> tuple[Any, str]:
+    def release_draw(self, draw: Draw, partials: list[Any]) -> tuple[Any, str]:
         """The partials computed and released in this process."""
+        options = self.options
         return release_locally(
-            self.name, draw, partials, require_trusted=require_trusted, progress=progress
+            self.name,
+            draw,
+            partials,
+            require_trusted=options.require_trusted,
+            progress=options.progress,
         )
 
     def abandon(self, fit_id: str) -> bool:
@@ -183,8 +172,11 @@ class LocalScheduler(ComputeTarget):
 class ClusterTarget(ComputeTarget):
     """A distributed cluster, through ``client``."""
 
-    def __init__(self, client: distributed.Client) -> None:
+    def __init__(
+        self, client: distributed.Client, options: ReleaseOptions = DEFAULT_OPTIONS
+    ) -> None:
         self.client = client
+        self.options = options
         # A failed task of the fit is raised to the caller as one line; in-process workers
         # would log it first as a multi-line block (docs/robustness.md).
         quiet_own_task_failures()
@@ -239,17 +231,15 @@ class ClusterTarget(ComputeTarget):
 
     def release(
         self,
-        mechanism,
-        lane_sums,
-        n_components,
-        fit_id,
+        mechanism: ReleaseMechanism,
+        lane_sums: list,
+        n_components: int,
+        fit_id: str,
         *,
-        trusted_worker=None,
-        require_trusted=False,
-        progress=False,
-        dataset="",
-    ):
+        dataset: str = "",
+    ) -> tuple[PrivateRelease, str]:
         """Run ``mechanism`` once on the lanes' exact sums; the release and where it ran."""
+        options = self.options
         return release_on_cluster(
             self.client,
             self.in_process,
@@ -257,30 +247,23 @@ class ClusterTarget(ComputeTarget):
             lane_sums,
             n_components,
             fit_id,
-            trusted_worker=trusted_worker,
-            require_trusted=require_trusted,
-            progress=progress,
+            trusted_worker=options.trusted_worker,
+            require_trusted=options.require_trusted,
+            progress=options.progress,
             dataset=dataset,
         )
 
-    def release_draw(
-        self,
-        draw: Draw,
-        partials: list[Any],
-        *,
-        trusted_worker: str | None,
-        require_trusted: bool,
-        progress: bool,
-    ) -> tuple[Any, str]:
+    def release_draw(self, draw: Draw, partials: list[Any]) -> tuple[Any, str]:
         """One non-retried task on the trusted worker; only its result is gathered."""
+        options = self.options
         return release_on_workers(
             self.client,
             self.in_process,
             draw,
             partials,
-            trusted_worker=trusted_worker,
-            require_trusted=require_trusted,
-            progress=progress,
+            trusted_worker=options.trusted_worker,
+            require_trusted=options.require_trusted,
+            progress=options.progress,
         )
 
     def abandon(self, fit_id: str) -> bool:
@@ -295,7 +278,9 @@ class ClusterTarget(ComputeTarget):
 
 
 @contextmanager
-def compute_target(scheduler: Any = None) -> Iterator[ComputeTarget]:
+def compute_target(
+    scheduler: Any = None, options: ReleaseOptions = DEFAULT_OPTIONS
+) -> Iterator[ComputeTarget]:
     """The :class:`ComputeTarget` for the estimator's ``scheduler`` parameter.
 
     Parameters
@@ -310,6 +295,9 @@ def compute_target(scheduler: Any = None) -> Iterator[ComputeTarget]:
         block ends.  Or a ``distributed.Client`` (for example one made with
         ``distributed.Client(address, security=distributed.Security(...))``).
 
+    options : ReleaseOptions
+        Where its releases run (bound once: every release on the target reads them).
+
     Raises
     ------
     ValueError
@@ -319,16 +307,16 @@ def compute_target(scheduler: Any = None) -> Iterator[ComputeTarget]:
     """
     check_scheduler(scheduler)
     if isinstance(scheduler, distributed.Client):
-        yield ClusterTarget(scheduler)
+        yield ClusterTarget(scheduler, options)
         return
     if scheduler is None:
-        yield ClusterTarget(active_client() or embedded_client())
+        yield ClusterTarget(active_client() or embedded_client(), options)
         return
     if scheduler in LOCAL_SCHEDULERS:
-        yield LocalScheduler(scheduler)
+        yield LocalScheduler(scheduler, options)
         return
     client = connect(scheduler)
     try:
-        yield ClusterTarget(client)
+        yield ClusterTarget(client, options)
     finally:
         client.close()

@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..compute import ClusterTarget, ComputeTarget, check_scheduler, compute_target
 from ..compute.budget_config import budgets_to_charge
+from ..compute.placement import ReleaseOptions
 from ..design import Design, DesignPlan, check_design, plan_blocks
 from ..graph import kernel_sum_graph
 from ..io import Records, is_lazy_input, open_records
@@ -247,7 +248,8 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         )
         self._take_feature_names(X, records)
         n_components = _check_n_components(params.n_components, records.shape[1])
-        with compute_target(params.scheduler) as target:
+        options = ReleaseOptions(params.trusted_worker, params.require_trusted, params.progress)
+        with compute_target(params.scheduler, options) as target:
             records = records.counted(target)
             n, d = records.shape
             _log_start(fit_id, records, params, target)
@@ -262,14 +264,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                 with self._reservation(mechanism, fit_id, records.dataset, target):
                     records, lane_sums = _lane_sums(records, target, plan, params, fit_id)
                     release, placement = target.release(
-                        mechanism,
-                        lane_sums,
-                        n_components,
-                        fit_id,
-                        trusted_worker=params.trusted_worker,
-                        require_trusted=params.require_trusted,
-                        progress=params.progress,
-                        dataset=records.dataset,
+                        mechanism, lane_sums, n_components, fit_id, dataset=records.dataset
                     )
             except BaseException as error:
                 _log_failure(fit_id, clock, error)

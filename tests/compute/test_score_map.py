@@ -18,6 +18,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dask_dppca.compute import TRUSTED_RESOURCE
+from dask_dppca.compute.placement import ReleaseOptions
 from dask_dppca.compute.score_map import release_score_map
 from dask_dppca.compute.target import ClusterTarget, LocalScheduler
 from dask_dppca.graph import sealed
@@ -116,7 +117,7 @@ def test_exact_counts_pickled_on_a_worker_open_only_on_workers(monkeypatch):
         pickle.loads(blob)
 
 
-def _stage(x, labels, target, **kwargs):
+def _stage(x, labels, target):
     mechanism = ScoreMapMechanism(
         x.shape[0],
         2.0,
@@ -133,7 +134,6 @@ def _stage(x, labels, target, **kwargs):
         labels=labels,
         gaussian_sampler=SeededSampler(1),
         integer_sampler=SeededDiscreteLaplace(2),
-        **kwargs,
     )
 
 
@@ -163,7 +163,7 @@ def test_the_stage_releases_a_map_on_a_local_scheduler(data):
     _check_map(score_map, x, labels)
     assert "this process" in score_map.privacy["released_on"]
     with pytest.raises(ValueError, match="require_trusted"):
-        _stage(x, labels, LocalScheduler("synchronous"), require_trusted=True)
+        _stage(x, labels, LocalScheduler("synchronous", ReleaseOptions(require_trusted=True)))
 
 
 @pytest.mark.cluster
@@ -179,7 +179,8 @@ def test_the_stage_releases_on_the_trusted_worker_of_a_cluster(data):
         ) as cluster,
         Client(cluster, set_as_default=False) as client,
     ):
-        score_map = _stage(x, pd.Series(labels), ClusterTarget(client), require_trusted=True)
+        trusted = ClusterTarget(client, ReleaseOptions(require_trusted=True))
+        score_map = _stage(x, pd.Series(labels), trusted)
     _check_map(score_map, x, labels)
     assert TRUSTED_RESOURCE in score_map.privacy["released_on"]
 

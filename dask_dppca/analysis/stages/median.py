@@ -64,7 +64,6 @@ class MedianStage:
                 f"{context.stage_id}-medians",
                 charge=mechanism,
                 stage_id=context.stage_id,
-                **context.placement.release_options(),
             )
         row = release_row(_STAGE, _RELEASE, mechanism.describe(), where)
         return StageOutput({"values": list(values), "private": seed is None}, [row])

@@ -281,7 +281,6 @@ class PrivateScoreMapStage:
                 gaussian_sampler=gaussian,
                 integer_sampler=integer,
                 stage_id=context.stage_id,
-                **context.placement.release_options(),
             )
         return StageOutput(score_map, _rows(mechanism, score_map))
 

@@ -122,7 +122,6 @@ class _Pass:
             f"{context.stage_id}-{label}",
             charge=charge,
             stage_id=context.stage_id,
-            **context.placement.release_options(),
         )
 
     def statistic(self, name: str, ranges: np.ndarray, mu: float) -> GaussianStatistic:
