@@ -2,10 +2,11 @@
 
 Layers, lowest first (README.md, "Layout"; :data:`dask_dppca.layers.LAYERS`): ``kernel``
 (numpy + numba block-pair sums), ``design`` (pair designs and block planning), ``io`` and
-``graph`` (inputs, the Dask task graph), ``privacy`` (calibration, noise, the mechanism,
-the budget; no Dask), ``compute`` (where and how a graph runs, the trusted release);
-``estimator``, ``reference``, ``metrics``, ``planning``, ``theory`` and ``cli`` are the
-shells over them.
+``graph`` (inputs, the Dask task graph), ``privacy`` (calibration, noise, the mechanisms,
+the budget; no Dask), ``compute`` (where and how a graph runs, the trusted release),
+``planning`` (plans before anything is read), ``decomposition`` (the estimator, result
+files), ``analysis`` (the stage contract, its registry, ``analyze``); ``app`` and ``cli``
+are the shells over them.
 
 The public names are imported on first use (PEP 562), so ``import dask_dppca`` and
 the command line's ``--help`` do not pay for Dask, numba and scikit-learn up front.
