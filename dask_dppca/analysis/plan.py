@@ -291,7 +291,7 @@ def plan_analysis(
 
 def _planned_stages(chosen: dict[str, Any], methods: Sequence[str], grouped: bool) -> list[Any]:
     """The stages ``analyze`` would run, as stand-ins that state their parts (nothing read)."""
-    from .stages import build_stage, stage_info
+    from .stages import build_stage, chosen_optional
     from .stages.directions import DirectionsStage
     from .stages.score_map import PrivateScoreMapStage
     from .stages.scree import ScreeStage
@@ -307,11 +307,7 @@ def _planned_stages(chosen: dict[str, Any], methods: Sequence[str], grouped: boo
                 methods=chosen["score_methods"],
             )
         )
-    names = [chosen["stages"]] if isinstance(chosen["stages"], str) else list(chosen["stages"])
-    for name in dict.fromkeys(names):
-        if not stage_info(name).optional:
-            raise ValueError(f"stages: {name!r} always runs; name only optional stages")
-        planned.append(build_stage(name))
+    planned += [build_stage(name) for name in chosen_optional(chosen["stages"])]
     return planned
 
 

@@ -44,7 +44,7 @@ from ..validation import integer_at_least
 from .features import input_feature_names
 from .result import PrivateAnalysis, privacy_table_text, split_rows
 from .stage import Stage, StageContext, StageOutput
-from .stages import build_stage, default_shares, stage_info
+from .stages import build_stage, chosen_optional, default_shares, stage_info
 from .stages.directions import DirectionsStage, check_spatial_sign
 from .stages.score_map import PrivateScoreMapStage, resolve_groups
 from .stages.scree import ScreeStage
@@ -158,7 +158,7 @@ def analyze(
     )
     chosen: list[Stage] = [DirectionsStage(fit_parameters), scree]
     chosen += [map_stage] if map_stage is not None else []
-    chosen += [build_stage(name, random_state=random_state) for name in _optional(stages)]
+    chosen += [build_stage(name, random_state=random_state) for name in chosen_optional(stages)]
     analysis_id = uuid.uuid4().hex
     records = open_records(  # metadata only
         X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
@@ -244,15 +244,6 @@ def _map_stage(
     if score_map is False or score_map is None:
         return X, None
     return X, score_map
-
-
-def _optional(stages: Sequence[str]) -> list[str]:
-    """The optional stages asked for, checked against the registry, in registry order."""
-    names = [stages] if isinstance(stages, str) else list(stages)
-    for name in names:
-        if not stage_info(name).optional:
-            raise ValueError(f"stages: {name!r} always runs; name only optional stages")
-    return list(dict.fromkeys(names))
 
 
 class _Released:

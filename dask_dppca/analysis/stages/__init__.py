@@ -13,7 +13,7 @@ when it runs.  Adding a stage is one module here and one entry below
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ __all__ = [
     "REGISTRY",
     "StageInfo",
     "build_stage",
+    "chosen_optional",
     "default_shares",
     "optional_stages",
     "stage_info",
@@ -85,6 +86,17 @@ def stage_info(name: str) -> StageInfo:
             return info
     known = ", ".join(info.name for info in REGISTRY)
     raise ValueError(f"stages: no stage {name!r} (known: {known})")
+
+
+def chosen_optional(names: str | Sequence[str]) -> list[str]:
+    """The optional stages asked for (``analyze(stages=...)``), each checked against the
+    registry, once each, in the order given.
+    """
+    chosen = [names] if isinstance(names, str) else list(names)
+    for name in chosen:
+        if not stage_info(name).optional:
+            raise ValueError(f"stages: {name!r} always runs; name only optional stages")
+    return list(dict.fromkeys(chosen))
 
 
 def optional_stages() -> tuple[StageInfo, ...]:
