@@ -466,9 +466,10 @@ class TestPairQuantiles(MechanismConformance):
     #: false alarm stays <= 1e-3 whatever the size).  Half the noise needs 1000 draws or
     #: more to certify above the claim (1.2 to 1.3 against 1 measured at 1000, epsilon = 1
     #: the best epsilon for it): those come from the two candidates that matter
-    #: (:meth:`broken_audit_draws`).
+    #: (:meth:`broken_audit_draws`).  The threshold is chosen on 300 of them: on 30 it
+    #: missed once in 12 runs (certified 0); on 300, 12 runs certified 1.27 to 1.36.
     audit_sizes = (20, 100)
-    broken_audit_sizes = (30, 2000)
+    broken_audit_sizes = (300, 2000)
 
     def make(self):
         n_pairs, degree = scree_design((SCREE_N,))
