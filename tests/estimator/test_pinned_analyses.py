@@ -43,7 +43,7 @@ def _differences(pinned, now, path=""):
             return [f"{path}: not a record"]
         out = [f"{path}/{k}: missing" for k in pinned if k not in now]
         out += [f"{path}/{k}: added" for k in now if k not in pinned and k not in ADDED]
-        for key in pinned.keys() & now.keys():
+        for key in (k for k in pinned if k in now):  # in the pinned record's order
             out += _differences(pinned[key], now[key], f"{path}/{key}")
         return out
     if isinstance(pinned, list):
