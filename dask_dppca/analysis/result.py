@@ -24,6 +24,7 @@ from .stages.score_map import plot_scores, resample_synthetic
 __all__ = [
     "PrivateAnalysis",
     "privacy_table_text",
+    "pve_topk",
     "split_rows",
 ]
 
@@ -387,6 +388,18 @@ def privacy_table_text(rows: list[dict[str, Any]], columns: Sequence[str] | None
     lines = ["  ".join(c.ljust(widths[c]) for c in cols).rstrip()]
     lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in shown]
     return "\n".join(lines)
+
+
+def pve_topk(values: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
+    """Each method's values over the sum of its non-negative ones: the PVE over the top k
+    (post-processing of released values; all zeros when none is positive).
+    """
+    out = {}
+    for method, released in values.items():
+        kept = np.maximum(np.asarray(released, dtype=np.float64), 0)
+        total = float(kept.sum())
+        out[method] = [float(v) for v in (kept / total if total > 0 else kept * 0.0)]
+    return out
 
 
 def split_rows(split: BudgetSplit) -> list[dict[str, Any]]:

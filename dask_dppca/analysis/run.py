@@ -42,7 +42,7 @@ from ..privacy.notices import directions_note, release_notices
 from ..privacy.parts import part_to_dict
 from ..validation import integer_at_least
 from .features import input_feature_names
-from .result import PrivateAnalysis, privacy_table_text, split_rows
+from .result import PrivateAnalysis, privacy_table_text, pve_topk, split_rows
 from .stage import Stage, StageContext, StageOutput
 from .stages import build_stage, chosen_optional, default_shares, stage_info
 from .stages.directions import DirectionsStage, check_spatial_sign
@@ -274,10 +274,9 @@ class _Released:
                 _title(stage.name) for stage in self.chosen if stage.name in self.outputs
             ]
         estimator = self.outputs["directions"].value
-        k = int(meta["n_components"])
         scree = self.outputs["scree"].value if "scree" in self.outputs else None
         scree = scree or {"values": {}, "design": None}
-        scree["pve_topk"] = {m: _pve_topk(np.asarray(v), k) for m, v in scree["values"].items()}
+        scree["pve_topk"] = pve_topk(scree["values"])
         meta["directions_fit_id"] = estimator.privacy_.get("fit_id")
         further = {
             name: output.value
@@ -296,13 +295,6 @@ class _Released:
         )
         result.notices = release_notices(result)  # post-processing of the released values
         return result
-
-
-def _pve_topk(values: np.ndarray, k: int) -> list[float]:
-    """Each value over the sum of the non-negative ones (PVE over the top k)."""
-    total = float(np.maximum(values, 0).sum())
-    shares = np.maximum(values, 0) / total if total > 0 else np.zeros(k)
-    return [float(v) for v in shares]
 
 
 def _title(name: str) -> str:

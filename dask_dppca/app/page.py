@@ -28,6 +28,7 @@ from ..analysis.report import (
     score_map_of,
     scree_figures,
 )
+from ..analysis.result import pve_topk
 from ..analysis.stages import REGISTRY, optional_stages
 from ..io.storage import display_location
 from ..privacy.budget import BudgetExceededError, PartsCharge, PrivacyBudget
@@ -85,10 +86,7 @@ def first_k(result: Any, k: int) -> Any:
     k = max(1, min(int(k), result.directions.shape[0]))
     values = {m: list(v)[:k] for m, v in result.scree["values"].items()}
     scree = dict(result.scree, values=values)
-    scree["pve_topk"] = {
-        m: (np.maximum(v, 0) / s if (s := float(np.maximum(v, 0).sum())) > 0 else v * 0).tolist()
-        for m, v in ((m, np.asarray(v, dtype=np.float64)) for m, v in values.items())
-    }
+    scree["pve_topk"] = pve_topk(values)
     if result.scree.get("pve_total") is not None:
         scree["pve_total"] = list(result.scree["pve_total"])[:k]
     return dataclasses.replace(result, directions=result.directions[:k], scree=scree)

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..analysis.stages import REGISTRY, optional_stages
 from .inputs import (
+    COMPONENT_HELP,
     STORE_HELP,
     add_columns_argument,
     add_storage_arguments,
@@ -46,7 +47,7 @@ def add_parser(commands) -> None:
 
 def _add_input_options(analyze: argparse.ArgumentParser) -> None:
     analyze.add_argument("store", help=STORE_HELP)
-    analyze.add_argument("--component", help="array inside a Zarr group")
+    analyze.add_argument("--component", help=COMPONENT_HELP)
     add_columns_argument(analyze)
     add_storage_arguments(
         analyze,
