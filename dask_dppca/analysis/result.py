@@ -18,6 +18,7 @@ import numpy as np
 from ..io.output import write_bytes, write_json
 from ..privacy.accounting import BudgetSplit
 from ..privacy.notices import release_notices, scree_default
+from ..privacy.scale import original_loadings
 from ..privacy.score_map import ScoreMap
 from .stages.score_map import plot_scores, resample_synthetic
 
@@ -77,6 +78,23 @@ class PrivateAnalysis:
     meta: dict[str, Any] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
     stages: dict[str, Any] = field(default_factory=dict)
+
+    def original_loadings(self) -> np.ndarray:
+        """The directions in the original units of the columns (post-processing, free).
+
+        With the scale stage (``scale="robust"``) the directions are unit vectors in the
+        scaled coordinates ``(x - centre) / scale``; the same linear forms of the
+        original columns have the coefficients ``v / scale``, returned renormalised per
+        direction.  Without it, the directions themselves.
+
+        Returns
+        -------
+        ndarray, shape (k, d)
+        """
+        scaling = self.stages.get("scale")
+        if not scaling:
+            return np.array(self.directions, dtype=np.float64)
+        return original_loadings(self.directions, scaling["scale"])
 
     # -- plots -------------------------------------------------------------------------
 

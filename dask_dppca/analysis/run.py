@@ -43,8 +43,8 @@ from ..privacy.parts import part_to_dict
 from ..validation import integer_at_least
 from .features import input_feature_names
 from .result import PrivateAnalysis, privacy_table_text, pve_topk, split_rows
-from .stage import Stage, StageContext, StageOutput
-from .stages import build_stage, chosen_optional, default_shares, stage_info
+from .stage import Stage, StageContext, StageOutput, stage_accuracy
+from .stages import build_stage, check_scale, chosen_optional, default_shares, stage_info
 from .stages.directions import DirectionsStage, check_spatial_sign
 from .stages.score_map import PrivateScoreMapStage, resolve_groups
 from .stages.scree import ScreeStage
@@ -70,6 +70,7 @@ def analyze(
     score_methods: Sequence[str] = ("additive",),
     mono: bool = False,
     stages: Sequence[str] = (),
+    scale: str = "none",
     design: Any = "auto",
     spatial_sign: str = "sphere",
     radius: float | None = None,
@@ -123,6 +124,18 @@ def analyze(
         Optional registered stages to add (:data:`~dask_dppca.analysis.stages.REGISTRY`),
         e.g. ``["median"]``: the private coordinate-wise median.  Their parts join the
         split; their releases are in ``result.stages``.
+    scale : {"none", "robust"}, default "none"
+        "robust": first release per column a private median (the centre) and a private
+        quantile range (the scale: q75 - q25, else q95 - q5, else q99 - q1, else 1), at
+        the scale stage's share, and analyse ``(x - centre) / scale``: for a table whose
+        columns are in different units (docs/privacy.md, "Private robust scaling").  The
+        directions are then unit vectors in the scaled coordinates
+        (``result.original_loadings()`` gives them in the original units) and
+        ``result.stages["scale"]`` holds the released centre and scale.  "none": the data
+        as they are; a notice says when one column carries a whole direction (the mark of
+        columns in different units).  Not the default: scaling changes what the
+        directions estimate and costs a share of the budget, which data in one unit
+        (images, sensors, embeddings) should not pay.
     spatial_sign : {"sphere", "winsor"}, default "sphere"
         The directions' spatial sign (:class:`~dask_dppca.decomposition.estimator.DPPCA`): "sphere"
         estimates the spatial Kendall matrix's eigenvectors (the covariance's for
@@ -153,12 +166,17 @@ def analyze(
         require_trusted=require_trusted, random_state=random_state, progress=progress,
     )  # fmt: skip
     scree = ScreeStage(methods, mono, random_state)
+    optional = chosen_optional([*stages, *(["scale"] if check_scale(scale) == "robust" else [])])
     X, map_stage = _map_stage(
         X, score_map, groups, group_domain, score_axes, bins, score_methods, random_state, component
     )
-    chosen: list[Stage] = [DirectionsStage(fit_parameters), scree]
+    first = [name for name in optional if stage_info(name).before_directions]
+    chosen: list[Stage] = [build_stage(name, random_state=random_state) for name in first]
+    chosen += [DirectionsStage(fit_parameters), scree]
     chosen += [map_stage] if map_stage is not None else []
-    chosen += [build_stage(name, random_state=random_state) for name in chosen_optional(stages)]
+    chosen += [
+        build_stage(name, random_state=random_state) for name in optional if name not in first
+    ]
     analysis_id = uuid.uuid4().hex
     records = open_records(  # metadata only
         X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
@@ -166,6 +184,9 @@ def analyze(
     planned = [part for stage in chosen for part in stage.planned_parts(k, records.shape[1])]
     shares = split if split is not None else default_shares([stage.name for stage in chosen])
     divided = split_budget(eps, dlt, planned, shares)
+    n_known, d = records.shape
+    if n_known == n_known:  # a DataFrame's n is counted on the cluster: checked there
+        _accurate_enough(chosen, divided, int(n_known), d)  # refused before it is shown
     budgets = _shown_and_checked(divided, analysis_id, show_split)
     meta = {
         "analysis_id": analysis_id,
@@ -178,6 +199,7 @@ def analyze(
         "methods": list(scree.methods),
         "private": random_state is None,
         "parts": [part_to_dict(p) for p in divided.all_parts],
+        "scaling": "robust" if "scale" in optional else "none",
         **_sign_meta(sign),
     }
     released = _Released(chosen, map_stage, meta)
@@ -336,6 +358,7 @@ def _run_stages(
             row_chunks=None if records.row_chunks is None else list(records.row_chunks),
         )
         client = target.client if isinstance(target, ClusterTarget) else scheduler
+        released.meta["accuracy"] = _accurate_enough(chosen, split, n, d)
         plan, transaction = _reserve_all(chosen, split, released, client, records, target, budgets)
         try:
             with transaction as reserved, ExitStack() as later_stages:
@@ -374,8 +397,7 @@ def _reserve_all(
     """The directions' block plan, and the transaction reserving every stage's charge:
     the directions' exact release, each other stage's parts of the split.
     """
-    directions = chosen[0]
-    assert isinstance(directions, DirectionsStage)
+    directions = _directions_stage(chosen)
     k = int(released.meta["n_components"])
     plan, release = directions.planned_release(k, split, client, records, target.n_threads)
     charges = [
@@ -405,17 +427,55 @@ def _run_each(
     X: Any,
 ) -> None:
     """Run the stages in turn, the store checked unchanged before each after the first."""
-    directions = chosen[0]
+    directions = _directions_stage(chosen)
     for stage in chosen:
-        if stage is not directions:
+        if stage is not chosen[0]:
             unchanged(f"the {_title(stage.name)}")
         output = stage.run(replace(context, stage_id=reserved.stage_id(stage.name)))
         released.add(stage.name, output)
+        if output.rereads is not None:  # every later stage reads what this one says
+            context = _reading(context, output.rereads(context.records))
         if stage is directions:
             context = replace(context, directions=_directions_of(output.value))
             released.meta["feature_names"] = _feature_names(context.records, X, output.value)
             # The directions' release warned of an untrusted worker, if any: once.
             keep_until_done(untrusted_warning_given())
+
+
+def _directions_stage(chosen: list[Stage]) -> DirectionsStage:
+    """The analysis's directions stage (every analysis has one)."""
+    return next(stage for stage in chosen if isinstance(stage, DirectionsStage))
+
+
+def _reading(context: StageContext, records: Any) -> StageContext:
+    """``context`` reading ``records`` (the same blocks and passes, read through them)."""
+    blocks = records.blocks(context.block_sizes)
+    passes = partial(
+        _pass_blocks, records, blocks, context.block_sizes, context.n_features,
+        context.target.n_threads,
+    )  # fmt: skip
+    return replace(context, records=records, blocks=blocks, pass_blocks=passes)
+
+
+def _accurate_enough(chosen: list[Stage], split: BudgetSplit, n: int, d: int) -> dict[str, Any]:
+    """Each stage's public accuracy statement; a stage whose release would be useless at
+    this ``n`` and its share of epsilon is refused here, before anything is reserved.
+    """
+    stated = {}
+    for stage in chosen:
+        accuracy = stage_accuracy(stage, split, n, d)
+        if accuracy is None:
+            continue
+        if accuracy["useless"]:
+            bound = max(accuracy["rank_error_95"].values())
+            raise ValueError(
+                f"epsilon: at n = {n} the {_title(stage.name)} stage's share of epsilon locates "
+                f"its quantiles only to within {bound:.0f} records (95 %), at least half the "
+                f"records: its release could be any value; nothing was reserved or spent. "
+                "Raise epsilon or the stage's --split share, or leave the stage out"
+            )
+        stated[stage.name] = accuracy
+    return stated
 
 
 def _pass_blocks(

@@ -33,6 +33,7 @@ __all__ = [
     "StageOutput",
     "claim_stage_parts",
     "release_row",
+    "stage_accuracy",
 ]
 
 
@@ -92,10 +93,16 @@ class StageContext:
 
 @dataclass
 class StageOutput:
-    """A stage's release: its value (released or public only) and its privacy-table rows."""
+    """A stage's release: its value (released or public only) and its privacy-table rows.
+
+    ``rereads``, when a stage changes what the later stages read (the scale stage), maps
+    the records to the records they read instead (a function of released values only,
+    applied inside every later block read: :meth:`~dask_dppca.io.records.Records.scaled`).
+    """
 
     value: Any
     rows: list[dict[str, Any]]
+    rereads: Callable[[Any], Any] | None = None
 
 
 @runtime_checkable
@@ -121,6 +128,17 @@ class Stage(Protocol):
     def run(self, context: StageContext) -> StageOutput:
         """Claim its reservation, release, and return what it released."""
         ...
+
+
+def stage_accuracy(stage: Any, split: BudgetSplit, n_samples: int, n_features: int) -> Any:
+    """A stage's public accuracy statement (its ``accuracy(split, n, d)``), or None.
+
+    A stage whose release can be useless at a small ``n epsilon`` (a private quantile
+    whose rank bound reaches its scan's start) says so here, from public values only,
+    before anything is reserved: ``{"rank_error_95": ..., "useless": [...]}``.
+    """
+    accuracy = getattr(stage, "accuracy", None)
+    return None if accuracy is None else accuracy(split, n_samples, n_features)
 
 
 @contextmanager

@@ -37,6 +37,7 @@ __all__ = [
     "is_lazy_input",
     "open_records",
     "records_of_table",
+    "scale_rows",
 ]
 
 
@@ -79,6 +80,9 @@ class Records:
         (:meth:`with_resident`); :meth:`blocks` gives them for those block sizes.
     feature_names : tuple of str, optional
         The columns' names of a table or DataFrame input (public, like its dtypes).
+    affine : (ndarray, ndarray), optional
+        A released ``(centre, scale)`` per column (:meth:`scaled`): every read then gives
+        ``(x - centre) / scale``, block by block (no second copy of the data).
     """
 
     source: Any
@@ -88,6 +92,7 @@ class Records:
     own_chunks: bool = True
     resident: Any = None
     feature_names: tuple[str, ...] | None = None
+    affine: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def dataset(self) -> str:
@@ -119,8 +124,36 @@ class Records:
     def array(self) -> da.Array:
         """The rows as a dask array in the input's own chunks (one chunk if in memory)."""
         if self.in_memory:
-            return _in_memory(self.source, self.source.shape)
-        return self.source
+            return self._read(_in_memory(self.source, self.source.shape))
+        return self._read(self.source)
+
+    def scaled(self, centre: Any, scale: Any) -> Records:
+        """These records read as ``(x - centre) / scale`` (released values, one per column).
+
+        Every later read (:attr:`array`, :meth:`blocks`, rows kept on the workers
+        included) applies it inside its block's task, in float64: a NaN stays NaN and an
+        overflow gives +-inf, which the kernel treats as it treats any non-finite value.
+
+        Parameters
+        ----------
+        centre, scale : array_like, shape (d,)
+            Finite; ``scale > 0`` (a :class:`~dask_dppca.privacy.scale.RobustScaling`'s).
+        """
+        c = np.asarray(centre, dtype=np.float64).reshape(-1)
+        s = np.asarray(scale, dtype=np.float64).reshape(-1)
+        d = self.shape[1]
+        if c.shape != (d,) or s.shape != (d,):
+            raise ValueError(f"centre, scale: expected {d} values each, got {c.size}, {s.size}")
+        if not (np.all(np.isfinite(c)) and np.all(np.isfinite(s)) and np.all(s > 0)):
+            raise ValueError("centre, scale: must be finite, with every scale > 0")
+        return replace(self, affine=(c, s))
+
+    def _read(self, rows: da.Array) -> da.Array:
+        """``rows`` as later stages read them: scaled when :attr:`affine` is set."""
+        if self.affine is None:
+            return rows
+        centre, scale = self.affine
+        return rows.map_blocks(scale_rows, centre, scale, dtype=np.float64)
 
     def counted(self, target: RowCounter) -> Records:
         """These records with a DataFrame's partition lengths counted on ``target``.
@@ -165,20 +198,30 @@ class Records:
             self.resident is not None and tuple(self.resident.chunks[0]) == sizes
         ):
             return self
-        return self.with_resident(target.persist(self.blocks(sizes)))
+        # The rows as stored: a scaling is applied on every read of them.
+        return self.with_resident(target.persist(replace(self, affine=None).blocks(sizes)))
 
     def blocks(self, block_sizes: tuple[int, ...]) -> da.Array:
         """The rows with one chunk per block of ``block_sizes`` and all columns in one."""
-        if self.resident is not None and tuple(self.resident.chunks[0]) == tuple(block_sizes):
+        return self._read(self._stored_blocks(tuple(block_sizes)))
+
+    def _stored_blocks(self, block_sizes: tuple[int, ...]) -> da.Array:
+        if self.resident is not None and tuple(self.resident.chunks[0]) == block_sizes:
             return self.resident
         if self.in_memory:
             return _in_memory(self.source, (block_sizes, -1))
         data = self.source
-        if tuple(data.chunks[0]) == tuple(block_sizes) and len(data.chunks[1]) == 1:
+        if tuple(data.chunks[0]) == block_sizes and len(data.chunks[1]) == 1:
             return data
         # A Zarr store read in the blocks, one read per block; other inputs by a rechunk.
-        merged = read_in_blocks(data, tuple(block_sizes))
+        merged = read_in_blocks(data, block_sizes)
         return merged if merged is not None else data.rechunk({0: block_sizes, 1: -1})
+
+
+def scale_rows(block: np.ndarray, centre: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(block - centre) / scale`` in float64 (NaN stays NaN; an overflow is +-inf)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (np.asarray(block, dtype=np.float64) - centre) / scale
 
 
 def open_records(

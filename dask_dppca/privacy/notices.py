@@ -18,8 +18,10 @@ from ..kernel.scree_stats import GRID_HALF_WIDTH, GRID_STEPS_PER_OCTAVE
 from .score_map import OTHER_GROUP
 
 __all__ = [
+    "COARSE_RANK_SHARE",
     "FRAME_BOUND",
     "NOISE_MULTIPLE",
+    "ONE_COLUMN_SHARE",
     "SCREE_DEFAULT_ORDER",
     "directions_note",
     "notes_html",
@@ -179,6 +181,79 @@ def _score_map_notices(score_map: Any, privacy: Sequence[Mapping[str, Any]]) -> 
     return notes
 
 
+#: A direction this much of whose squared length is one column is that column alone.
+ONE_COLUMN_SHARE = 0.99
+#: A quantile located to within more than this share of the records (95 %) is said to be
+#: coarse in a notice.
+COARSE_RANK_SHARE = 0.05
+
+
+def _names(meta: Mapping[str, Any], d: int) -> list[str]:
+    named = meta.get("feature_names")
+    return [str(v) for v in named] if named and len(named) == d else [f"x{j}" for j in range(d)]
+
+
+def _units_notices(record: Any) -> list[str]:
+    """A direction carried by one column, on data not scaled: the mark of mixed units."""
+    meta = _get(record, "meta") or {}
+    directions = _get(record, "directions")
+    if meta.get("scaling", "none") != "none" or directions is None:
+        return []
+    rows = [[float(v) for v in row] for row in directions]
+    if not rows or len(rows[0]) < 2:
+        return []
+    names = _names(meta, len(rows[0]))
+    notes = []
+    for c, row in enumerate(rows):
+        total = math.fsum(v * v for v in row)
+        j = max(range(len(row)), key=lambda i: abs(row[i]))
+        if total > 0 and row[j] ** 2 / total >= ONE_COLUMN_SHARE:
+            notes.append(
+                f"PC{c + 1} is the column {names[j]!r} alone ({row[j] ** 2 / total:.3f} of it): "
+                "the columns are likely in different units and the direction follows the "
+                "largest; analyze with scale='robust' (--scale robust) to put them on one "
+                "scale first."
+            )
+    return notes
+
+
+def _scale_notices(record: Any) -> list[str]:
+    """Columns whose interquartile range collapsed, and coarse quantiles (released and
+    public values only).
+    """
+    stages = _get(record, "stages") or {}
+    meta = _get(record, "meta") or {}
+    notes = []
+    scale = stages.get("scale") if isinstance(stages, Mapping) else None
+    if isinstance(scale, Mapping) and scale.get("rule"):
+        rules = [str(r) for r in scale["rule"]]
+        names = _names(meta, len(rules))
+        by_rule: dict[str, list[str]] = {}
+        for name, rule in zip(names, rules):
+            if not rule.startswith("q75-q25"):
+                by_rule.setdefault(rule, []).append(name)
+        for rule, columns in by_rule.items():
+            shown = ", ".join(repr(c) for c in columns[:8])
+            more = f" and {len(columns) - 8} more" if len(columns) > 8 else ""
+            what = "a scale of 1" if rule.startswith("1") else f"the range {rule}"
+            notes.append(
+                f"The released quartiles of {shown}{more} coincide (a column that is mostly "
+                f"one value, such as zero): scaled by {what} instead of q75-q25. Robust "
+                "directions then answer a different question than PCA's on those columns "
+                "(they weigh the rare values, not the variance)."
+            )
+    n = meta.get("n_samples")
+    for stage, stated in (meta.get("accuracy") or {}).items():
+        bound = max((stated.get("rank_error_95") or {}).values(), default=0.0)
+        if n and bound > COARSE_RANK_SHARE * float(n):
+            notes.append(
+                f"The {stage} stage's quantiles are located to within {bound:.0f} records "
+                f"({bound / float(n):.0%} of them) with 95 % probability: coarse at this n and "
+                "share of epsilon."
+            )
+    return notes
+
+
 def release_notices(record: Any) -> list[str]:
     """Plain sentences on what in a release is pure noise, from released values alone.
 
@@ -200,11 +275,18 @@ def release_notices(record: Any) -> list[str]:
         * a score-map frame that is not finite, at its bound (``2^1020``) or of zero
           width;
         * a group whose noisy size is below :data:`NOISE_MULTIPLE` times its noise scale
-          (a label with no record: a typo in the domain, or an empty "other").
+          (a label with no record: a typo in the domain, or an empty "other");
+        * on data not scaled, a direction that is one column alone
+          (:data:`ONE_COLUMN_SHARE` of it): columns in different units;
+        * with the scale stage, the columns whose released quartiles coincide (their
+          scale is a wider range, or 1);
+        * a stage whose quantiles are located only to within more than
+          :data:`COARSE_RANK_SHARE` of the records (its public rank bound).
     """
     privacy = list(_get(record, "privacy") or [])
     notes = _scree_notices(_get(record, "scree") or {}, privacy)
-    return notes + _score_map_notices(_get(record, "score_map"), privacy)
+    notes += _score_map_notices(_get(record, "score_map"), privacy)
+    return notes + _units_notices(record) + _scale_notices(record)
 
 
 def notes_html(result: Any) -> str:

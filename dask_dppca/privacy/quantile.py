@@ -32,6 +32,15 @@ it depends on ``n`` and epsilon only), where an overshoot of ``k`` candidates ha
 probability about ``e^-top_margin / k``.  Nothing here knows about Dask; the
 counts are computed by :func:`dask_dppca.kernel.score_stats.count_at_most` block by
 block and added up (one pass).
+
+A low quantile has the opposite problem at the bottom: the scan from ``-max`` passes
+tens of thousands of candidates below every record (count 0), and when ``q n`` is only a
+few noise scales it stops among them (``-1e308`` at n = 300).  ``from_top`` scans down
+from ``+inf`` instead, over ``n - c_j`` (the records above each candidate, again monotone
+with sensitivity 1, so the same guarantee), towards ``(1 - q) n``: the scan's target is
+then at least ``n / 2`` records from where it starts.  :meth:`PrivateQuantile.rank_error`
+states the accuracy from public parameters only; :meth:`PrivateQuantile.is_useless` says
+when that bound reaches the scan's start (the release may then be anything).
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from .laplace import IntegerNoise, integer_scale
 from .parts import PrivacyPart, PureDPPart
 
 __all__ = [
+    "DEFAULT_ACCURACY_BETA",
     "DEFAULT_STEPS_PER_OCTAVE",
     "DEFAULT_TOP_MARGIN",
     "PrivateQuantile",
@@ -64,6 +74,9 @@ DEFAULT_STEPS_PER_OCTAVE = 32
 #: and an overshoot of ``k`` candidates past the top has probability about ``e^-6 / k``
 #: (module docstring; docs/privacy.md, "Accuracy").
 DEFAULT_TOP_MARGIN = 6.0
+
+#: The failure probability of the accuracy bound stated in plans, notices and records.
+DEFAULT_ACCURACY_BETA = 0.05
 
 #: Candidates scanned in the first batch of noise draws, doubled batch after batch up to
 #: ``_MAX_BATCH`` (the scan stops at the first hit; unused draws are discarded).
@@ -132,6 +145,13 @@ class PrivateQuantile:
     top_margin : float, default 6.0
         The target rank is ``min(q n, max(n - top_margin t / s_c, n / 2))``: one the
         noise lets the scan reach (module docstring).
+    from_top : bool, default False
+        Scan downwards from ``+inf`` over ``n - c_j`` (the records above each candidate)
+        towards the ``(1 - q) n`` records above the quantile: for ``q < 1/2`` the scan's
+        target is then at least ``n / 2`` records from where it starts, so the long run
+        of empty candidates below the data cannot stop it early (module docstring).  The
+        release is the candidate above the one the scan stops at: the first ``t_j`` with
+        ``c_j > q n``, as the upward scan's.  ``-inf`` only through the noise.
 
     Attributes
     ----------
@@ -147,6 +167,7 @@ class PrivateQuantile:
     signed: bool = True
     steps_per_octave: int = DEFAULT_STEPS_PER_OCTAVE
     top_margin: float = DEFAULT_TOP_MARGIN
+    from_top: bool = False
     multiplier: int = field(init=False)
     noise_scale: int = field(init=False)
 
@@ -168,6 +189,7 @@ class PrivateQuantile:
         object.__setattr__(self, "quantile", q)
         object.__setattr__(self, "epsilon", eps)
         object.__setattr__(self, "signed", bool(self.signed))
+        object.__setattr__(self, "from_top", bool(self.from_top))
         object.__setattr__(self, "multiplier", multiplier)
         object.__setattr__(self, "noise_scale", noise_scale)
 
@@ -190,12 +212,59 @@ class PrivateQuantile:
         """
         s, n = self.multiplier, self.n_samples
         reachable = max(s * n - self.top_margin * self.noise_scale, s * n / 2.0)
-        return math.floor(min(s * self.quantile * n, reachable))
+        return math.floor(min(s * self._scanned_quantile * n, reachable))
+
+    @property
+    def _scanned_quantile(self) -> float:
+        """The share of records the scan counts up to: ``q``, or ``1 - q`` from the top."""
+        return 1.0 - self.quantile if self.from_top else self.quantile
 
     @property
     def target_quantile(self) -> float:
-        """``T / (s_c n)``: the quantile actually aimed at (``quantile`` or less)."""
-        return self.threshold / (self.multiplier * self.n_samples)
+        """The quantile actually aimed at: ``T / (s_c n)`` (``quantile`` or less), or
+        ``1 - T / (s_c n)`` from the top (``quantile`` or more).
+        """
+        share = self.threshold / (self.multiplier * self.n_samples)
+        return 1.0 - share if self.from_top else share
+
+    def rank_error(self, beta: float = DEFAULT_ACCURACY_BETA) -> float:
+        """``alpha``: with probability at least ``1 - beta`` the release is between the
+        records of ranks ``r - alpha`` and ``r + alpha``, ``r`` the target rank.
+
+        From the discrete Laplace tails ``P(|Y| >= k) < 2 e^(-k / t)``: the threshold's
+        noise is below ``t ln(4 / beta)`` and every one of the ``G`` candidates' below
+        ``t ln(4 G / beta)`` together with probability ``1 - beta``; the scan then stops
+        at a candidate whose count is within their sum of ``s_c r``, and not before one
+        is (docs/privacy.md, "Accuracy").  Public: ``n``, epsilon, the grid and ``beta``.
+
+        Parameters
+        ----------
+        beta : float, default 0.05
+            The probability the bound may fail, in (0, 1).
+
+        Returns
+        -------
+        float
+            In records (ranks).
+        """
+        b = real_number("beta", beta)
+        if not 0.0 < b < 1.0:
+            raise ValueError(f"beta: must be in (0, 1), got {beta!r}")
+        size = self.candidates.size
+        return self.noise_scale / self.multiplier * (math.log(4 / b) + math.log(4 * size / b))
+
+    @property
+    def scan_start_distance(self) -> float:
+        """Records between the scan's start and its target (``T / s_c``): a rank error
+        as large means the scan may stop before it meets any record (a useless release).
+        """
+        return self.threshold / self.multiplier
+
+    def is_useless(self, beta: float = DEFAULT_ACCURACY_BETA) -> bool:
+        """Whether the rank bound (:meth:`rank_error`) reaches the scan's start: the release
+        may then be any grid value below (above, from the top) every record.
+        """
+        return self.rank_error(beta) >= self.scan_start_distance
 
     @property
     def realised_epsilon(self) -> float:
@@ -228,7 +297,10 @@ class PrivateQuantile:
                 f"exact_counts: expected integers of shape {grid.shape}, got "
                 f"{counts.dtype} {counts.shape}"
             )
-        scaled = counts.astype(np.int64) * np.int64(self.multiplier)
+        counted = counts.astype(np.int64)
+        if self.from_top:  # records above each candidate, from the top candidate down
+            counted = np.int64(self.n_samples) - counted[::-1]
+        scaled = counted * np.int64(self.multiplier)
         level = self.threshold + int(noise.draw(self.noise_scale, 1)[0])
         start, batch = 0, _FIRST_BATCH
         while start < grid.size:
@@ -236,9 +308,19 @@ class PrivateQuantile:
             noisy = scaled[start:stop] + noise.draw(self.noise_scale, stop - start)
             hits = np.flatnonzero(noisy >= level)
             if hits.size:
-                return float(grid[start + hits[0]])
+                return self._candidate(start + int(hits[0]))
             start, batch = stop, min(2 * batch, _MAX_BATCH)
-        return math.inf
+        return -math.inf if self.from_top else math.inf
+
+    def _candidate(self, scanned: int) -> float:
+        """The released candidate for the scan's stop at position ``scanned``: that one,
+        or from the top the one above it (the first with more than ``q n`` at or below).
+        """
+        grid = self.candidates
+        if not self.from_top:
+            return float(grid[scanned])
+        above = grid.size - scanned  # the increasing index of the stop, plus one
+        return float(grid[above]) if above < grid.size else math.inf
 
     def describe(self) -> dict[str, Any]:
         """The public record: everything needed to re-derive the cost."""
@@ -258,4 +340,6 @@ class PrivateQuantile:
             "top_margin": self.top_margin,
             "target_quantile": self.target_quantile,
             "neighbours": "replace-one",
+            "rank_error_95": self.rank_error(),
+            **({"from_top": True} if self.from_top else {}),
         }

@@ -19,8 +19,10 @@ from typing import Any
 
 __all__ = [
     "REGISTRY",
+    "SCALINGS",
     "StageInfo",
     "build_stage",
+    "check_scale",
     "chosen_optional",
     "default_shares",
     "optional_stages",
@@ -47,6 +49,8 @@ class StageInfo:
         One line for the CLI and the app.
     factory : str
         ``"module:Class"`` of the stage, relative to this package.
+    before_directions : bool, default False
+        Runs before the directions (a stage whose output the directions read: the scale).
     """
 
     name: str
@@ -55,10 +59,17 @@ class StageInfo:
     optional: bool
     help: str
     factory: str
+    before_directions: bool = False
 
 
 #: The registered stages, in the order they run (the optional ones only when asked for).
 REGISTRY: tuple[StageInfo, ...] = (
+    StageInfo(
+        "scale", "scale", 0.2, True,
+        "private robust scaling: per column a private median and quantile range, read by "
+        "every later stage (analyze(scale='robust'), --scale robust)",
+        ".scale:ScaleStage", before_directions=True,
+    ),
     StageInfo(
         "directions", "directions", 0.5, False,
         "the private principal directions (a DPPCA fit)", ".directions:DirectionsStage",
@@ -77,6 +88,17 @@ REGISTRY: tuple[StageInfo, ...] = (
         ".median:MedianStage",
     ),
 )  # fmt: skip
+
+
+#: ``analyze(scale=...)``: private robust scaling (the scale stage), or the data as they are.
+SCALINGS = ("robust", "none")
+
+
+def check_scale(scale: object) -> str:
+    """``scale`` checked: one of :data:`SCALINGS` (a clear error naming the parameter)."""
+    if scale not in SCALINGS:
+        raise ValueError(f"scale: expected one of {', '.join(map(repr, SCALINGS))}, got {scale!r}")
+    return str(scale)
 
 
 def stage_info(name: str) -> StageInfo:
