@@ -470,8 +470,18 @@ def release_dispatched(fit_id: str) -> None:
     ------
     LedgerError
         If a ledger no longer holds the row as reserved (``budget resolve`` cancelled
-        it) or cannot be written: the release must not draw then.
+        it) or cannot be written: the release must not draw then.  Also for a stage of
+        the analysis this thread runs that was reserved but never claimed
+        (:func:`reserve_release` with its id): its rows would be given back as never
+        drawn, so the draw is refused.
     """
+    transaction = _TRANSACTION.get()
+    if transaction is not None and fit_id in transaction.unclaimed():
+        raise LedgerError(
+            f"stage {fit_id}: reserved by the analysis but never claimed; a stage draws "
+            "only inside its claim (claim_stage_parts, or reserve_release with its id): "
+            "refused before anything was drawn"
+        )
     with _UNDISPATCHED_LOCK:
         reservations = _UNDISPATCHED.pop(fit_id, ())
     for reservation in reservations:

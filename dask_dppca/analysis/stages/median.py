@@ -14,7 +14,7 @@ from typing import Any
 
 from ...compute.release import release_statistic
 from ...graph.score_stats import quantile_counts_graph
-from ...privacy.accounting import PlannedPart
+from ...privacy.accounting import BudgetSplit, PlannedPart
 from ...privacy.laplace import DiscreteLaplaceSampler, IntegerNoise, SeededDiscreteLaplace
 from ...privacy.median import CoordinateMedian
 from ...privacy.parts import PureDPPart
@@ -42,6 +42,16 @@ class MedianStage:
     def planned_parts(self, n_components: int, n_features: int) -> list[PlannedPart]:
         """One pure-DP part per feature."""
         return [PlannedPart(_STAGE, _RELEASE, "pure", count=n_features)]
+
+    def accuracy(self, split: BudgetSplit, n_samples: int, n_features: int) -> dict[str, Any]:
+        """Its public accuracy: the medians' rank bound, and whether it is useless."""
+        part = split.part(_STAGE, _RELEASE)
+        assert isinstance(part, PureDPPart)
+        column = CoordinateMedian(n_samples, n_features, part.epsilon).column
+        return {
+            "rank_error_95": {"q50": column.rank_error()},
+            "useless": ["q50"] if column.is_useless() else [],
+        }
 
     def run(self, context: StageContext) -> StageOutput:
         """Count every column below every candidate (one pass); release the medians."""

@@ -57,11 +57,7 @@ class ScaleStage:
     def accuracy(self, split: BudgetSplit, n_samples: int, n_features: int) -> dict[str, Any]:
         """Its public accuracy: each level's rank bound and the levels it cannot locate."""
         mechanism = scale_mechanism(split, n_samples, n_features)
-        return {
-            "rank_error_95": mechanism.rank_errors(),
-            "useless": mechanism.useless_levels(),
-            "centre_useless": "q50" in mechanism.useless_levels(),
-        }
+        return {"rank_error_95": mechanism.rank_errors(), "useless": mechanism.useless_levels()}
 
     def run(self, context: StageContext) -> StageOutput:
         """Count every column below every candidate (one pass); release and scale."""
