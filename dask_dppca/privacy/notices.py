@@ -23,6 +23,7 @@ __all__ = [
     "NOISE_MULTIPLE",
     "ONE_COLUMN_SHARE",
     "SCREE_DEFAULT_ORDER",
+    "UNITS_NOTICE",
     "directions_note",
     "notes_html",
     "release_notices",
@@ -183,6 +184,8 @@ def _score_map_notices(score_map: Any, privacy: Sequence[Mapping[str, Any]]) -> 
 
 #: A direction this much of whose squared length is one column is that column alone.
 ONE_COLUMN_SHARE = 0.99
+#: How the notice of single-column directions begins (a test of pinned records knows it).
+UNITS_NOTICE = "Directions that are one column alone"
 #: A quantile located to within more than this share of the records (95 %) is said to be
 #: coarse in a notice.
 COARSE_RANK_SHARE = 0.05
@@ -203,18 +206,19 @@ def _units_notices(record: Any) -> list[str]:
     if not rows or len(rows[0]) < 2:
         return []
     names = _names(meta, len(rows[0]))
-    notes = []
+    alone = []
     for c, row in enumerate(rows):
         total = math.fsum(v * v for v in row)
         j = max(range(len(row)), key=lambda i: abs(row[i]))
         if total > 0 and row[j] ** 2 / total >= ONE_COLUMN_SHARE:
-            notes.append(
-                f"PC{c + 1} is the column {names[j]!r} alone ({row[j] ** 2 / total:.3f} of it): "
-                "the columns are likely in different units and the direction follows the "
-                "largest; analyze with scale='robust' (--scale robust) to put them on one "
-                "scale first."
-            )
-    return notes
+            alone.append(f"PC{c + 1} is {names[j]!r} ({row[j] ** 2 / total:.3f})")
+    if not alone:
+        return []
+    return [
+        f"{UNITS_NOTICE}: {'; '.join(alone)}. If the columns are in different units, "
+        "the directions follow the largest unit, not the data's structure: analyze with "
+        "scale='robust' (--scale robust) to put the columns on one scale first."
+    ]
 
 
 def _scale_notices(record: Any) -> list[str]:
