@@ -153,7 +153,8 @@ class Records:
         if self.affine is None:
             return rows
         centre, scale = self.affine
-        return rows.map_blocks(scale_rows, centre, scale, dtype=np.float64)
+        scaled: da.Array = da.map_blocks(scale_rows, rows, centre, scale, dtype=np.float64)
+        return scaled
 
     def counted(self, target: RowCounter) -> Records:
         """These records with a DataFrame's partition lengths counted on ``target``.

@@ -108,7 +108,8 @@ def original_loadings(directions: ArrayLike, scale: ArrayLike) -> NDArray[np.flo
     """
     v = np.array(directions, dtype=np.float64, ndmin=2) / np.asarray(scale, dtype=np.float64)
     norms = np.linalg.norm(v, axis=1, keepdims=True)
-    return np.divide(v, norms, out=np.zeros_like(v), where=norms > 0)
+    unit: NDArray[np.float64] = np.divide(v, norms, out=np.zeros_like(v), where=norms > 0)
+    return unit
 
 
 def _level_name(q: float) -> str:
@@ -235,9 +236,10 @@ class RobustScale:
                 f"exact_counts: expected {self.n_features} rows of counts, got {counts.shape}"
             )
         releases = self.quantile_releases
-        return np.array(
+        values: NDArray[np.float64] = np.array(
             [[q.release(row, noise) for q in releases] for row in counts], dtype=np.float64
         )
+        return values
 
     def describe(self) -> dict[str, Any]:
         """The public record: everything needed to re-derive the cost and the accuracy."""
