@@ -27,6 +27,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 #: Public name -> module that defines it.
 _PUBLIC = {
     "DPPCA": "decomposition.estimator",
+    "PrivateRobustScaler": "decomposition.scaler",
     "analyze": "analysis.run",
     "PrivateAnalysis": "analysis.result",
     "plan_analysis": "analysis.plan",
@@ -68,6 +69,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .decomposition.metrics import sin_theta  # noqa: F401
     from .decomposition.reference import kendall_matrix  # noqa: F401
     from .decomposition.results import load_result  # noqa: F401
+    from .decomposition.scaler import PrivateRobustScaler  # noqa: F401
     from .design import CompleteDesign, RegularDesign  # noqa: F401
     from .kernel.spatial_sign import SpatialSign, custom, sphere, winsor  # noqa: F401
     from .privacy.advice import LargeDeltaWarning, NoisyReleaseWarning, PrivacyWarning  # noqa: F401
