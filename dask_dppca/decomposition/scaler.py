@@ -34,7 +34,8 @@ from ..privacy.scale import LEVELS, RobustScale, robust_scaling
 __all__ = ["PrivateRobustScaler"]
 
 
-class PrivateRobustScaler(BudgetCarrier, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+# scikit-learn ships no type information: its bases are Any to mypy (misc: subclassing Any).
+class PrivateRobustScaler(BudgetCarrier, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):  # type: ignore[misc]
     """Scale each column by a private median and a private quantile range.
 
     ``transform(X) = (X - centre_) / scale_``; the centre is each column's private median,
