@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -126,6 +126,7 @@ class AnalysisPlan:
     split_text: str
     scree_design: dict[str, int]
     machine_model: str
+    accuracy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def wall_seconds(self) -> float:
@@ -167,6 +168,7 @@ class AnalysisPlan:
             "machine_model": self.machine_model,
             "directions": self.directions.describe(),
             "fits": self.fits,
+            "accuracy": self.accuracy,
         }
 
     def to_json(self) -> str:
@@ -201,6 +203,7 @@ def plan_analysis(
     storage_options: dict[str, Any] | None = None,
     allow_fill_values: bool = False,
     stages: Sequence[str] | None = None,
+    scale: str | None = None,
 ) -> AnalysisPlan:
     """The plan of ``analyze(X, ...)``: each stage's tasks, time and memory, and the split.
 
@@ -211,6 +214,7 @@ def plan_analysis(
     ----------
     X, n_components, epsilon, delta, split, methods, score_axes, score_methods, design,
     spatial_sign, radius, scheduler, component, storage_options, allow_fill_values, stages
+    scale
         As for :func:`~dask_dppca.analysis.run.analyze`.
     score_map : bool, optional
         Whether the default score map is planned (``analyze``'s default: yes).
@@ -228,7 +232,7 @@ def plan_analysis(
     AnalysisPlan
     """
     from .result import privacy_table_text, split_rows
-    from .stages import default_shares
+    from .stages import default_shares, stage_info
     from .stages.directions import check_spatial_sign
     from .stages.scree import check_methods
 
@@ -243,6 +247,7 @@ def plan_analysis(
         "design": design,
         "spatial_sign": spatial_sign,
         "stages": stages,
+        "scale": scale,
     }
     defaults = analyze_defaults()
     chosen = {name: defaults[name] if v is None else v for name, v in given.items()}
@@ -267,8 +272,12 @@ def plan_analysis(
     design_plan, in_memory, itemsize = _design_plan(records, fit, chosen["design"])
     scree, scree_design = _scree_stage(fit, design_plan, scree_methods, k, model, itemsize)
     plans = [_directions_stage(fit), scree]
-    for name in names[2:]:  # the score map and the optional stages: passes over the rows
-        plans.append(_row_pass_stage(name, fit, design_plan, in_memory, model, itemsize))
+    for name in names:  # the score map and the optional stages: passes over the rows
+        if name not in ("directions", "scree"):
+            row_pass = _row_pass_stage(name, fit, design_plan, in_memory, model, itemsize)
+            plans.insert(0, row_pass) if stage_info(name).before_directions else plans.append(
+                row_pass
+            )
     return AnalysisPlan(
         parameters={
             "n_components": k,
@@ -286,12 +295,28 @@ def plan_analysis(
         split_text=f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}",
         scree_design=scree_design,
         machine_model=model.source,
+        accuracy=_accuracy(planned_stages, divided, records.shape),
     )
+
+
+def _accuracy(stages: list[Any], split: BudgetSplit, shape: tuple[int, int]) -> dict[str, Any]:
+    """Each quantile stage's public accuracy (its rank bound), when n is known."""
+    from .stage import stage_accuracy
+
+    n, d = shape
+    if n != n:  # a DataFrame's n is counted on the cluster: stated by the analysis
+        return {}
+    stated = {}
+    for stage in stages:
+        accuracy = stage_accuracy(stage, split, int(n), int(d))
+        if accuracy is not None:
+            stated[stage.name] = accuracy
+    return stated
 
 
 def _planned_stages(chosen: dict[str, Any], methods: Sequence[str], grouped: bool) -> list[Any]:
     """The stages ``analyze`` would run, as stand-ins that state their parts (nothing read)."""
-    from .stages import build_stage, chosen_optional
+    from .stages import build_stage, check_scale, chosen_optional, stage_info
     from .stages.directions import DirectionsStage
     from .stages.score_map import PrivateScoreMapStage
     from .stages.scree import ScreeStage
@@ -307,8 +332,14 @@ def _planned_stages(chosen: dict[str, Any], methods: Sequence[str], grouped: boo
                 methods=chosen["score_methods"],
             )
         )
-    planned += [build_stage(name) for name in chosen_optional(chosen["stages"])]
-    return planned
+    scaled = ["scale"] if check_scale(chosen["scale"]) == "robust" else []
+    optional = chosen_optional([*chosen["stages"], *scaled])
+    first = [build_stage(name) for name in optional if stage_info(name).before_directions]
+    return (
+        first
+        + planned
+        + [build_stage(name) for name in optional if not stage_info(name).before_directions]
+    )
 
 
 def _directions_plan(
@@ -500,6 +531,24 @@ def _row_runs(
     return tuple(runs), seconds
 
 
+def _accuracy_lines(accuracy: dict[str, Any], n: Any) -> list[str]:
+    """The quantile stages' rank bounds in words; a useless one says analyze refuses it."""
+    lines = []
+    for name, stated in accuracy.items():
+        bound = max(stated["rank_error_95"].values())
+        line = (
+            f"{name}: each quantile within {bound:.0f} records of its rank "
+            f"({bound / float(n):.1%} of n) with 95 % probability"
+        )
+        if stated["useless"]:
+            line += (
+                " -- USELESS at this n and share (the release could be any value): "
+                "analyze refuses it; raise epsilon or the stage's share"
+            )
+        lines.append(line)
+    return lines
+
+
 def _text(plan: AnalysisPlan) -> str:
     p, f = plan.parameters, plan.directions
     n, d = f.input["shape"]
@@ -541,6 +590,7 @@ def _text(plan: AnalysisPlan) -> str:
             *header,
             *table,
             plan.split_text,
+            *_accuracy_lines(plan.accuracy, n),
             f"machine model: {plan.machine_model}",
             *directions,
         ]

@@ -18,6 +18,8 @@ from ..kernel.scree_stats import GRID_HALF_WIDTH, GRID_STEPS_PER_OCTAVE
 from .score_map import OTHER_GROUP
 
 __all__ = [
+    "ACCURACY_NOTICE",
+    "COARSE_FRAME_SHARE",
     "COARSE_RANK_SHARE",
     "FRAME_BOUND",
     "NOISE_MULTIPLE",
@@ -186,9 +188,12 @@ def _score_map_notices(score_map: Any, privacy: Sequence[Mapping[str, Any]]) -> 
 ONE_COLUMN_SHARE = 0.99
 #: How the notice of single-column directions begins (a test of pinned records knows it).
 UNITS_NOTICE = "Directions that are one column alone"
+#: How the notice of coarse quantiles begins.
+ACCURACY_NOTICE = "Quantiles located coarsely"
 #: A quantile located to within more than this share of the records (95 %) is said to be
-#: coarse in a notice.
+#: coarse in a notice; the score map's frame from :data:`COARSE_FRAME_SHARE`.
 COARSE_RANK_SHARE = 0.05
+COARSE_FRAME_SHARE = 0.25
 
 
 def _names(meta: Mapping[str, Any], d: int) -> list[str]:
@@ -249,11 +254,15 @@ def _scale_notices(record: Any) -> list[str]:
     n = meta.get("n_samples")
     for stage, stated in (meta.get("accuracy") or {}).items():
         bound = max((stated.get("rank_error_95") or {}).values(), default=0.0)
-        if n and bound > COARSE_RANK_SHARE * float(n):
+        # The score map's frame only frames a picture (a coarse one has wider cells):
+        # said when it may miss the scores' middle half, the others from 5 %.
+        share = COARSE_FRAME_SHARE if stage == "score_map" else COARSE_RANK_SHARE
+        if n and bound > share * float(n):
             notes.append(
-                f"The {stage} stage's quantiles are located to within {bound:.0f} records "
-                f"({bound / float(n):.0%} of them) with 95 % probability: coarse at this n and "
-                "share of epsilon."
+                f"{ACCURACY_NOTICE}: the {stage.replace('_', ' ')} stage's quantiles are within "
+                f"{bound:.0f} records ({bound / float(n):.0%} of them) of their ranks with 95 % "
+                "probability, at this n and share of epsilon (docs/privacy.md, 'Accuracy of a "
+                "private quantile')."
             )
     return notes
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from dask_dppca.privacy.notices import UNITS_NOTICE
+from dask_dppca.privacy.notices import ACCURACY_NOTICE, UNITS_NOTICE
 
 DATA = Path(__file__).parent / "data"
 PINNED = json.loads((DATA / "pinned_analyses.json").read_text())
@@ -50,9 +50,10 @@ def _maker():
 
 def _differences(pinned, now, path=""):
     if path == "/notices" and isinstance(now, list):
-        # The scale stage's notice of single-column directions may be added (these
-        # analyses' data have axis-aligned scatter): every pinned notice must stay.
-        now = [n for n in now if not str(n).startswith(UNITS_NOTICE)]
+        # The scale stage's notices may be added: single-column directions (these
+        # analyses' data have axis-aligned scatter) and the frame's accuracy statement.
+        # Every pinned notice must stay.
+        now = [n for n in now if not str(n).startswith((UNITS_NOTICE, ACCURACY_NOTICE))]
     if isinstance(pinned, dict):
         if not isinstance(now, dict):
             return [f"{path}: not a record"]

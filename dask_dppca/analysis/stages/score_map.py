@@ -35,6 +35,7 @@ from ...compute.score_map import release_score_map
 from ...graph.score_stats import project_scores
 from ...privacy.accounting import BudgetSplit, PlannedPart
 from ...privacy.charging import reserve_release
+from ...privacy.frame import FrameMechanism
 from ...privacy.laplace import SeededDiscreteLaplace
 from ...privacy.noise import SeededSampler
 from ...privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
@@ -214,6 +215,18 @@ class PrivateScoreMapStage:
                     )
                 )
         return plan
+
+    def accuracy(self, split: BudgetSplit, n_samples: int, n_features: int) -> dict[str, Any]:
+        """The frame's public accuracy: its centre's and radius's rank bounds.
+
+        Never refused for it: a coarse frame still frames the map (its cells are wider),
+        and the notices say how coarse.
+        """
+        frame = split.part(_STAGE, "frame quantiles")
+        assert isinstance(frame, PureDPPart)
+        mechanism = FrameMechanism(n_samples, 4.0 * frame.epsilon)
+        bounds = {"centre": mechanism.centre.rank_error(), "radius": mechanism.radius.rank_error()}
+        return {"rank_error_95": bounds, "useless": []}
 
     def mechanism(self, n_samples: int, split: BudgetSplit) -> ScoreMapMechanism:
         """The map's mechanism with exactly the split's parameters (public)."""
