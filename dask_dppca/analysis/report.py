@@ -17,9 +17,7 @@ nothing: it only reads the released values.
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import math
 import os
 import time
@@ -31,6 +29,10 @@ import numpy as np
 from ..privacy.notices import notes_html
 from ..version import installed_version
 from .features import feature_names_for
+from .figures import figure_html as _figure
+from .figures import figure_png
+from .figures import matplotlib_agg as _matplotlib
+from .loadings import loadings_html
 
 __all__ = [
     "NOT_PRIVATE",
@@ -60,16 +62,6 @@ figcaption{font-size:.8rem;color:#444;max-width:34rem}.note{font-size:.85rem;col
 """
 
 
-def figure_png(figure: Any, dpi: int = 100) -> str:
-    """A matplotlib figure as a ``data:image/png;base64`` URL (the figure is closed)."""
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
-    plt.close(figure)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
 def _e(value: Any) -> str:
     return html.escape(str(value))
 
@@ -82,22 +74,6 @@ def _num(value: Any, digits: int = 6) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}g}"
     return str(value)
-
-
-def _figure(src: str, caption: str, alt: str) -> str:
-    return (
-        f'<figure><img src="{src}" alt="{_e(alt)}"><figcaption>{_e(caption)}</figcaption></figure>'
-    )
-
-
-def _matplotlib() -> Any:
-    import matplotlib
-
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def scree_figures(
@@ -129,87 +105,6 @@ def score_map_of(result: Any) -> Any:
     if isinstance(found, dict) and "histograms" in found:
         return ScoreMap.from_dict(found)
     return None
-
-
-#: At most this many features in the loadings table and plot (the largest first beyond).
-MAX_LOADINGS_ROWS = 60
-
-
-def _loading_rows(directions: np.ndarray) -> tuple[list[int], bool]:
-    d = directions.shape[1]
-    if d <= MAX_LOADINGS_ROWS:
-        return list(range(d)), False
-    strongest = np.argsort(-np.abs(directions).max(axis=0), kind="stable")[:MAX_LOADINGS_ROWS]
-    return sorted(int(j) for j in strongest), True
-
-
-def loadings_figure(result: Any, names: Sequence[str]) -> tuple[str, str, str]:
-    """The loadings as a heat map (features x components) with their values written."""
-    plt = _matplotlib()
-    v = np.asarray(result.directions, dtype=np.float64)
-    rows, cut = _loading_rows(v)
-    k = v.shape[0]
-    image = v[:, rows].T
-    figure, ax = plt.subplots(figsize=(1.2 + 0.75 * k, 0.9 + 0.26 * len(rows)))
-    mesh = ax.imshow(image, cmap="RdBu_r", vmin=-1.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(k), [f"PC{i + 1}" for i in range(k)])
-    ax.set_yticks(range(len(rows)), [names[j] for j in rows], fontsize=8)
-    if len(rows) * k <= 400:
-        for (i, j), value in np.ndenumerate(image):
-            colour = "white" if abs(value) > 0.6 else "black"
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7, color=colour)
-    figure.colorbar(mesh, ax=ax, label="loading")
-    ax.set_title("private loadings (released directions)")
-    caption = (
-        "Each column is a released direction (unit length; its sign is arbitrary): the "
-        "weight of each feature in it. Red: positive, blue: negative; the noise of the "
-        "release is in every value (the privacy table gives its scale)."
-        + (f" Only the {len(rows)} features with the largest loadings are drawn." if cut else "")
-    )
-    return figure_png(figure), caption, "loadings plot"
-
-
-def loadings_html(result: Any, feature_names: Sequence[str] | None = None) -> str:
-    """The loadings section: a table (features x components) and its plot."""
-    names = feature_names_for(result, feature_names)
-    v = np.asarray(result.directions, dtype=np.float64)
-    rows, cut = _loading_rows(v)
-    head = "<th>feature</th>" + "".join(f"<th>PC{i + 1}</th>" for i in range(v.shape[0]))
-    body = "".join(
-        f"<tr><th>{_e(names[j])}</th>"
-        + "".join(
-            f'<td class="num" data-value="{float(v[i, j])!r}">{v[i, j]:.4f}</td>'
-            for i in range(v.shape[0])
-        )
-        + "</tr>"
-        for j in rows
-    )
-    where = (
-        "the input's column names"
-        if feature_names is None and result.meta.get("feature_names") is not None
-        else "as given"
-        if feature_names is not None
-        else "x0 .. x{d-1}: the input had no column names (--feature-names names them)"
-    )
-    note = (
-        f"<p class='note'>The released directions (loadings), one column per component, "
-        f"one row per feature (names: {_e(where)}). A direction's sign is arbitrary: "
-        "flipping a whole column describes the same component."
-        + (
-            f" Only the {len(rows)} features with the largest loadings are listed; "
-            "analysis.json holds them all."
-            if cut
-            else ""
-        )
-        + "</p>"
-    )
-    return (
-        note
-        + '<div class="figs">'
-        + _figure(*loadings_figure(result, names))
-        + "</div>"
-        + f"<table id='loadings'><tr>{head}</tr>{body}</table>"
-    )
 
 
 def _map_caption(score_map: Any) -> str:

@@ -469,10 +469,11 @@ def _accurate_enough(chosen: list[Stage], split: BudgetSplit, n: int, d: int) ->
         if accuracy["useless"]:
             bound = max(accuracy["rank_error_95"].values())
             raise ValueError(
-                f"epsilon: at n = {n} the {_title(stage.name)} stage's share of epsilon locates "
-                f"its quantiles only to within {bound:.0f} records (95 %), at least half the "
-                f"records: its release could be any value; nothing was reserved or spent. "
-                "Raise epsilon or the stage's --split share, or leave the stage out"
+                f"epsilon: at n = {n} the {_title(stage.name)} stage's share of epsilon is too "
+                "small: its quantiles' scans may stop before they meet any record (5 % or "
+                f"more; within {bound:.0f} records of their ranks at 95 %), so its release "
+                "could be any value; nothing was reserved or spent. Raise epsilon or the "
+                "stage's --split share, or leave the stage out"
             )
         stated[stage.name] = accuracy
     return stated

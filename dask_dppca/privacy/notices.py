@@ -191,8 +191,10 @@ UNITS_NOTICE = "Directions that are one column alone"
 #: How the notice of coarse quantiles begins.
 ACCURACY_NOTICE = "Quantiles located coarsely"
 #: A quantile located to within more than this share of the records (95 %) is said to be
-#: coarse in a notice; the score map's frame from :data:`COARSE_FRAME_SHARE`.
+#: coarse in a notice (the score map's frame: :data:`COARSE_FRAME_SHARE`).
 COARSE_RANK_SHARE = 0.05
+#: The score map's frame is said to be coarse from this share of the records (it only
+#: frames a picture: a coarse frame has wider cells).
 COARSE_FRAME_SHARE = 0.25
 
 

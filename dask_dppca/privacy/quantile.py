@@ -40,7 +40,7 @@ from ``+inf`` instead, over ``n - c_j`` (the records above each candidate, again
 with sensitivity 1, so the same guarantee), towards ``(1 - q) n``: the scan's target is
 then at least ``n / 2`` records from where it starts.  :meth:`PrivateQuantile.rank_error`
 states the accuracy from public parameters only; :meth:`PrivateQuantile.is_useless` says
-when that bound reaches the scan's start (the release may then be anything).
+when the scan may stop before it meets any record (the release may then be anything).
 """
 
 from __future__ import annotations
@@ -254,17 +254,39 @@ class PrivateQuantile:
         return self.noise_scale / self.multiplier * (math.log(4 / b) + math.log(4 * size / b))
 
     @property
-    def scan_start_distance(self) -> float:
-        """Records between the scan's start and its target (``T / s_c``): a rank error
-        as large means the scan may stop before it meets any record (a useless release).
+    def stop_before_data_probability(self) -> float:
+        """The probability that the scan stops before it meets any record, at most.
+
+        The worst case (public: ``n``, epsilon, the grid) is every candidate the scan can
+        pass before the data having count 0: it stops there when one of the ``G``
+        queries' noise reaches ``T + rho``, with probability
+        ``sum_rho P(rho) (1 - (1 - P(nu >= T + rho))^G)``, summed over the threshold's
+        noise exactly (integers within 60 scales; beyond 2000 the continuous law, whose
+        tails the discrete one's match to 1e-3).  Such a release is a grid value below
+        (from the top: above) every record: ``-1e308`` at n = 300.
         """
-        return self.threshold / self.multiplier
+        t, size, level = float(self.noise_scale), self.candidates.size, float(self.threshold)
+        q = math.exp(-1.0 / t)
+        if t <= 2000:
+            rho = np.arange(-math.ceil(60 * t), math.ceil(60 * t) + 1, dtype=np.float64)
+            weight = (1 - q) / (1 + q) * np.exp(-np.abs(rho) / t)
+        else:  # the continuous law on a fine grid
+            rho = np.linspace(-60 * t, 60 * t, 240_001)
+            weight = np.exp(-np.abs(rho) / t) * (rho[1] - rho[0]) / (2 * t)
+        x = level + rho  # a query's noise must reach this
+        with np.errstate(over="ignore"):
+            tail = np.where(
+                x >= 0, np.exp(-np.maximum(x, 0) / t) / (1 + q), 1 - q ** (1 - x) / (1 + q)
+            )
+        stops = -np.expm1(size * np.log1p(-np.clip(tail, 0.0, 1.0 - 1e-16)))
+        return float(min(1.0, np.sum(weight * stops)))
 
     def is_useless(self, beta: float = DEFAULT_ACCURACY_BETA) -> bool:
-        """Whether the rank bound (:meth:`rank_error`) reaches the scan's start: the release
-        may then be any grid value below (above, from the top) every record.
+        """Whether the scan may stop before it meets any record with probability at least
+        ``beta`` (:attr:`stop_before_data_probability`): the release is then as likely
+        as that a grid value below (from the top: above) every record.
         """
-        return self.rank_error(beta) >= self.scan_start_distance
+        return self.stop_before_data_probability >= beta
 
     @property
     def realised_epsilon(self) -> float:

@@ -126,6 +126,7 @@ def test_the_scale_stage_is_charged_in_the_transaction_and_round_trips(table, tm
     assert np.array_equal(loaded.original_loadings(), result.original_loadings())
     html = loaded.to_html()
     assert "scale quantiles" in html and "q75-q25" in html
+    assert "id='loadings-original'" in html and "Private scale" in html
 
 
 def test_parameters_are_refused_by_name(table):
