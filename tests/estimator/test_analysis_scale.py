@@ -204,3 +204,23 @@ def test_analyze_scale_robust_on_a_csv_table_as_typed(tmp_path):
     result = PrivateAnalysis.load(tmp_path / "result.json")
     assert result.stages["scale"]["private"] is True
     assert dd.sin_theta(result.directions.T, _standardised_pca(x, 2).T) < 0.5
+
+
+@pytest.mark.slow
+def test_the_app_offers_the_scale_and_shows_the_released_centre_and_scale(tmp_path):
+    pytest.importorskip("panel")
+    import zarr
+
+    from dask_dppca.app.page import AppPage
+
+    x = mixed_units(4000, seed=4)
+    zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=x.shape, chunks=(1000, 3))[:] = x
+    page = AppPage(store=str(tmp_path / "x.zarr"), scheduler="synchronous", epsilon=10.0)
+    assert page.shares["scale"].value == 0.0  # optional: off until given a share
+    page.shares["scale"].value = 0.2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = page._run_release()
+    assert result.stages["scale"]["rule"] == ["q75-q25"] * 3
+    page._show(result)
+    assert "Private scale" in page.table.object and "centre" in page.table.object
