@@ -37,6 +37,7 @@ from .quantile import DEFAULT_ACCURACY_BETA, DEFAULT_STEPS_PER_OCTAVE, PrivateQu
 
 __all__ = [
     "LEVELS",
+    "MIN_RANGE_RATIO",
     "RANGES",
     "RobustScale",
     "RobustScaling",
@@ -48,8 +49,19 @@ __all__ = [
 LEVELS = (0.5, 0.25, 0.75, 0.05, 0.95, 0.01, 0.99)
 
 #: The public rule's ranges, in the order tried: the first whose released ends give a
-#: finite, positive width is the column's scale; none: a scale of 1 (said in a notice).
+#: finite, positive width (and not below :data:`MIN_RANGE_RATIO` of the next range's) is
+#: the column's scale; none: a scale of 1 (said in a notice).
 RANGES = ((0.25, 0.75), (0.05, 0.95), (0.01, 0.99))
+
+#: A range narrower than this share of the next, wider, released range counts as
+#: collapsed.  The grid is fine at every magnitude, so between an atom (a count column's
+#: zeros) and the next value lie tens of thousands of tiny candidates (2^-1022 to 1)
+#: whose counts all sit at the atom's: a scan for a quantile just above the atom can stop
+#: among them and release 1e-308 for what is 1.  Scaled by such a width, the column's
+#: other values would be 10^300 and own every direction.  A true width a million times
+#: narrower than the next range would do the same (its rare values would dominate), so
+#: the wider range serves both better.
+MIN_RANGE_RATIO = 2.0**-20
 
 
 @dataclass(frozen=True)
@@ -118,7 +130,8 @@ def _level_name(q: float) -> str:
 
 def robust_scaling(quantiles: ArrayLike) -> RobustScaling:
     """The public rule: centre = median, scale = the first positive finite range of
-    :data:`RANGES`, else 1; a non-finite median is replaced by 0.
+    :data:`RANGES` (not below :data:`MIN_RANGE_RATIO` of the next), else 1; a non-finite
+    median is replaced by 0.
 
     Post-processing of released quantiles only (free).  Each column's quantiles are
     first sorted into :data:`LEVELS`' order (released values may cross under the noise).
@@ -143,10 +156,15 @@ def robust_scaling(quantiles: ArrayLike) -> RobustScaling:
     centre, scale, rule = np.zeros(d), np.ones(d), []
     for k in range(d):
         said = "1"
-        for lo, hi in RANGES:
-            with np.errstate(over="ignore", invalid="ignore"):
-                width = float(at[hi][k] - at[lo][k])
-            if math.isfinite(width) and width > 0.0:
+        with np.errstate(over="ignore", invalid="ignore"):
+            widths = [float(at[hi][k] - at[lo][k]) for lo, hi in RANGES]
+        for i, ((lo, hi), width) in enumerate(zip(RANGES, widths)):
+            wider = [w for w in widths[i + 1 : i + 2] if math.isfinite(w) and w > 0.0]
+            if (
+                math.isfinite(width)
+                and width > 0.0
+                and all(width >= MIN_RANGE_RATIO * w for w in wider)
+            ):
                 scale[k], said = width, f"{_level_name(hi)}-{_level_name(lo)}"
                 break
         median = float(at[0.5][k])

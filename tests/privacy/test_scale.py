@@ -197,3 +197,13 @@ def test_original_loadings_are_the_same_linear_forms_renormalised():
     for c in range(2):  # proportional: the same direction in the original units
         ratio = again[:, c] / scores[:, c]
         assert np.allclose(ratio, ratio[0], rtol=1e-10)
+
+
+def test_a_width_a_million_times_narrower_than_the_next_range_counts_as_collapsed():
+    """A count column, q05 = 0 and a true q95 of 1: the scan just above the zeros may stop
+    among the tiny candidates (2e-308 seen on real tables); q99 - q1 is the scale then."""
+    values = {0.5: 0.0, 0.25: 0.0, 0.75: 0.0, 0.05: 0.0, 0.95: 2e-308, 0.01: 0.0, 0.99: 3.0}
+    scaling = robust_scaling([[values[q] for q in LEVELS]])
+    assert scaling.rule == ["q99-q1"] and scaling.scale[0] == 3.0
+    values[0.95] = 1.0  # the true one: kept
+    assert robust_scaling([[values[q] for q in LEVELS]]).rule == ["q95-q5"]
