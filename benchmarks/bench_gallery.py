@@ -70,6 +70,7 @@ MAX_MISSING = 0.2  # a column missing in more than 20 % of the rows is dropped
 SMOKE_ROWS = 6000
 SEED = 45  # NOT PRIVATE: seed for reproducible benchmark only (the row subsamples)
 GOAL_MEDIAN, GOAL_MAX = 0.15, 0.5
+COLLAPSED = 1e-6  # a released scale under 1e-6 times the exact one is reported (benchmark only)
 ZERO_INFLATED, SCREE_GOAL = 0.92, 0.25  # issue 45, item 4: a real table with 92-99 % zeros
 QUANTILE_RANGES = ((0.25, 0.75), (0.05, 0.95), (0.01, 0.99))  # the public scaling rule
 ROOT = Path(__file__).resolve().parents[1]
@@ -443,8 +444,11 @@ def scree_errors(X: np.ndarray, run: dict[str, Any]) -> dict[str, float]:
     """Per scree method: the largest relative error of its first k values against the
     variance of the rows, scaled as released, along the released directions.
     """
-    scores = ((X - run["centre"]) / run["scale"]) @ run["directions"]
-    truth = np.var(scores, axis=0, ddof=1)
+    with np.errstate(over="ignore", invalid="ignore"):  # a collapsed scale: inf, said so
+        scores = ((X - run["centre"]) / run["scale"]) @ run["directions"]
+        truth = np.var(scores, axis=0, ddof=1)
+    if not np.all(np.isfinite(truth)):
+        return {method: float("inf") for method in run["scree"]}
     return {
         method: float(np.max(np.abs(np.asarray(values[:K]) - truth) / truth))
         for method, values in run["scree"].items()
@@ -461,6 +465,7 @@ def measure(table: Table, exact: dict[str, Any], runs: int) -> dict[str, Any]:
     V, scale = exact["directions"], exact["scale"]
     records: list[dict[str, Any]] = []
     refused = None
+    record_collapse: list[int] = []  # columns whose released scale is absurdly small
     for _ in range(runs):
         record: dict[str, Any] = {}
         if refused is None:
@@ -470,6 +475,14 @@ def measure(table: Table, exact: dict[str, Any], runs: int) -> dict[str, Any]:
                 refused = str(error)
                 print(f"{table.name}: scale='robust' refused: {refused}", flush=True)
             else:
+                collapsed = robust["scale"] < COLLAPSED * scale
+                if collapsed.any() and not record_collapse:
+                    record_collapse.extend(np.flatnonzero(collapsed).tolist())
+                    shown = ", ".join(
+                        f"{table.columns[j]} {robust['scale'][j]:.3g} (exact {scale[j]:.3g})"
+                        for j in record_collapse
+                    )
+                    print(f"{table.name}: released scale collapsed: {shown}", flush=True)
                 mine = in_coordinates(robust["directions"], robust["scale"], scale)
                 record = {
                     "privacy_cost": dd.sin_theta(V, mine),
@@ -495,7 +508,8 @@ def measure(table: Table, exact: dict[str, Any], runs: int) -> dict[str, Any]:
         method: float(np.median([r["scree"][method] for r in records if "scree" in r]))
         for method in methods
     }
-    return {"runs": records, "median": median, "refused": refused}
+    collapsed = [table.columns[j] for j in record_collapse]
+    return {"runs": records, "median": median, "refused": refused, "collapsed_scale": collapsed}
 
 
 def zero_inflation(table: Table) -> tuple[float, str]:
@@ -512,6 +526,8 @@ SCREE_SHORT = {"robust": "rob", "clipped": "clip", "winsorized": "wins", "huber"
 
 def figure(value: float) -> str:
     """A figure in 5 characters (a scree error at tiny n can be astronomically off)."""
+    if not np.isfinite(value):
+        return f"{value!s:>5}"
     return f"{value:5.3f}" if abs(value) < 10 else f"{value:5.0e}"
 
 
