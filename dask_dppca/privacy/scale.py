@@ -38,6 +38,7 @@ from .quantile import DEFAULT_ACCURACY_BETA, DEFAULT_STEPS_PER_OCTAVE, PrivateQu
 __all__ = [
     "LEVELS",
     "MIN_RANGE_RATIO",
+    "MIN_WIDTH",
     "RANGES",
     "RobustScale",
     "RobustScaling",
@@ -62,6 +63,12 @@ RANGES = ((0.25, 0.75), (0.05, 0.95), (0.01, 0.99))
 #: narrower than the next range would do the same (its rare values would dominate), so
 #: the wider range serves both better.
 MIN_RANGE_RATIO = 2.0**-20
+
+#: A width below this (about 7e-155) counts as collapsed whatever the next range: when
+#: every range of a count column stops among the tiny candidates (q99 too: 95 % zeros and
+#: the rest 1 at n = 10 000), all are 1e-308 to 1e-270.  No table's spread is this small
+#: in any real unit; a column that is should be multiplied by a PUBLIC constant first.
+MIN_WIDTH = 2.0**-512
 
 
 @dataclass(frozen=True)
@@ -130,8 +137,8 @@ def _level_name(q: float) -> str:
 
 def robust_scaling(quantiles: ArrayLike) -> RobustScaling:
     """The public rule: centre = median, scale = the first positive finite range of
-    :data:`RANGES` (not below :data:`MIN_RANGE_RATIO` of the next), else 1; a non-finite
-    median is replaced by 0.
+    :data:`RANGES` (at least :data:`MIN_WIDTH` and not below :data:`MIN_RANGE_RATIO` of
+    the next), else 1; a non-finite median is replaced by 0.
 
     Post-processing of released quantiles only (free).  Each column's quantiles are
     first sorted into :data:`LEVELS`' order (released values may cross under the noise).
@@ -159,10 +166,10 @@ def robust_scaling(quantiles: ArrayLike) -> RobustScaling:
         with np.errstate(over="ignore", invalid="ignore"):
             widths = [float(at[hi][k] - at[lo][k]) for lo, hi in RANGES]
         for i, ((lo, hi), width) in enumerate(zip(RANGES, widths)):
-            wider = [w for w in widths[i + 1 : i + 2] if math.isfinite(w) and w > 0.0]
+            wider = [w for w in widths[i + 1 : i + 2] if math.isfinite(w) and w >= MIN_WIDTH]
             if (
                 math.isfinite(width)
-                and width > 0.0
+                and width >= MIN_WIDTH
                 and all(width >= MIN_RANGE_RATIO * w for w in wider)
             ):
                 scale[k], said = width, f"{_level_name(hi)}-{_level_name(lo)}"

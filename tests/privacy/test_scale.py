@@ -207,3 +207,5 @@ def test_a_width_a_million_times_narrower_than_the_next_range_counts_as_collapse
     assert scaling.rule == ["q99-q1"] and scaling.scale[0] == 3.0
     values[0.95] = 1.0  # the true one: kept
     assert robust_scaling([[values[q] for q in LEVELS]]).rule == ["q95-q5"]
+    values[0.95], values[0.99] = 2.3e-308, 4.6e-271  # every range stopped among them
+    assert robust_scaling([[values[q] for q in LEVELS]]).rule == ["1"]
