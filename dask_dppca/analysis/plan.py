@@ -232,7 +232,7 @@ def plan_analysis(
     AnalysisPlan
     """
     from .result import privacy_table_text, split_rows
-    from .stages import default_shares, stage_info
+    from .stages import default_shares
     from .stages.directions import check_spatial_sign
     from .stages.scree import check_methods
 
@@ -271,13 +271,12 @@ def plan_analysis(
     )  # fmt: skip
     design_plan, in_memory, itemsize = _design_plan(records, fit, chosen["design"])
     scree, scree_design = _scree_stage(fit, design_plan, scree_methods, k, model, itemsize)
-    plans = [_directions_stage(fit), scree]
-    for name in names:  # the score map and the optional stages: passes over the rows
-        if name not in ("directions", "scree"):
-            row_pass = _row_pass_stage(name, fit, design_plan, in_memory, model, itemsize)
-            plans.insert(0, row_pass) if stage_info(name).before_directions else plans.append(
-                row_pass
-            )
+    plans = [
+        (_directions_stage(fit) if name == "directions" else scree)
+        if name in ("directions", "scree")  # the others: passes over the rows
+        else _row_pass_stage(name, fit, design_plan, in_memory, model, itemsize)
+        for name in names
+    ]
     return AnalysisPlan(
         parameters={
             "n_components": k,
@@ -316,7 +315,7 @@ def _accuracy(stages: list[Any], split: BudgetSplit, shape: tuple[int, int]) -> 
 
 def _planned_stages(chosen: dict[str, Any], methods: Sequence[str], grouped: bool) -> list[Any]:
     """The stages ``analyze`` would run, as stand-ins that state their parts (nothing read)."""
-    from .stages import build_stage, check_scale, chosen_optional, stage_info
+    from .stages import build_stage, chosen_around_directions
     from .stages.directions import DirectionsStage
     from .stages.score_map import PrivateScoreMapStage
     from .stages.scree import ScreeStage
@@ -332,14 +331,8 @@ def _planned_stages(chosen: dict[str, Any], methods: Sequence[str], grouped: boo
                 methods=chosen["score_methods"],
             )
         )
-    scaled = ["scale"] if check_scale(chosen["scale"]) == "robust" else []
-    optional = chosen_optional([*chosen["stages"], *scaled])
-    first = [build_stage(name) for name in optional if stage_info(name).before_directions]
-    return (
-        first
-        + planned
-        + [build_stage(name) for name in optional if not stage_info(name).before_directions]
-    )
+    before, after = chosen_around_directions(chosen["stages"], chosen["scale"])
+    return [*map(build_stage, before), *planned, *map(build_stage, after)]
 
 
 def _directions_plan(

@@ -44,7 +44,7 @@ from ..validation import integer_at_least
 from .features import input_feature_names
 from .result import PrivateAnalysis, privacy_table_text, pve_topk, split_rows
 from .stage import Stage, StageContext, StageOutput, stage_accuracy
-from .stages import build_stage, check_scale, chosen_optional, default_shares, stage_info
+from .stages import build_stage, chosen_around_directions, default_shares, stage_info
 from .stages.directions import DirectionsStage, check_spatial_sign
 from .stages.score_map import PrivateScoreMapStage, resolve_groups
 from .stages.scree import ScreeStage
@@ -166,17 +166,14 @@ def analyze(
         require_trusted=require_trusted, random_state=random_state, progress=progress,
     )  # fmt: skip
     scree = ScreeStage(methods, mono, random_state)
-    optional = chosen_optional([*stages, *(["scale"] if check_scale(scale) == "robust" else [])])
+    before, after = chosen_around_directions(stages, scale)
     X, map_stage = _map_stage(
         X, score_map, groups, group_domain, score_axes, bins, score_methods, random_state, component
     )
-    first = [name for name in optional if stage_info(name).before_directions]
-    chosen: list[Stage] = [build_stage(name, random_state=random_state) for name in first]
+    chosen: list[Stage] = [build_stage(name, random_state=random_state) for name in before]
     chosen += [DirectionsStage(fit_parameters), scree]
     chosen += [map_stage] if map_stage is not None else []
-    chosen += [
-        build_stage(name, random_state=random_state) for name in optional if name not in first
-    ]
+    chosen += [build_stage(name, random_state=random_state) for name in after]
     analysis_id = uuid.uuid4().hex
     records = open_records(  # metadata only
         X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
@@ -199,7 +196,7 @@ def analyze(
         "methods": list(scree.methods),
         "private": random_state is None,
         "parts": [part_to_dict(p) for p in divided.all_parts],
-        "scaling": "robust" if "scale" in optional else "none",
+        "scaling": "robust" if "scale" in before else "none",
         **_sign_meta(sign),
     }
     released = _Released(chosen, map_stage, meta)

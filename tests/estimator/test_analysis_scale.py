@@ -224,3 +224,14 @@ def test_the_app_offers_the_scale_and_shows_the_released_centre_and_scale(tmp_pa
     assert result.stages["scale"]["rule"] == ["q75-q25"] * 3
     page._show(result)
     assert "Private scale" in page.table.object and "centre" in page.table.object
+
+
+def test_the_plan_plans_the_scale_first_and_states_its_accuracy(table):
+    plan = dd.plan_analysis(table, 2, epsilon=2.0, delta=1e-9, scale="robust")
+    assert [s.stage for s in plan.stages][:2] == ["scale", "directions"]
+    assert plan.parameters["stages"][0] == "scale"
+    stated = plan.accuracy["scale"]
+    assert stated["useless"] == [] and 0 < max(stated["rank_error_95"].values()) < 2000
+    assert "scale: each quantile within" in str(plan)
+    small = dd.plan_analysis(np.ones((300, 4)), 2, epsilon=1.0, scale="robust")
+    assert small.accuracy["scale"]["useless"] and "USELESS" in str(small)

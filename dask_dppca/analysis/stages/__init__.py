@@ -23,6 +23,7 @@ __all__ = [
     "StageInfo",
     "build_stage",
     "check_scale",
+    "chosen_around_directions",
     "chosen_optional",
     "default_shares",
     "optional_stages",
@@ -119,6 +120,18 @@ def chosen_optional(names: str | Sequence[str]) -> list[str]:
         if not stage_info(name).optional:
             raise ValueError(f"stages: {name!r} always runs; name only optional stages")
     return list(dict.fromkeys(chosen))
+
+
+def chosen_around_directions(
+    stages: str | Sequence[str], scale: object = "none"
+) -> tuple[list[str], list[str]]:
+    """The optional stages asked for (``stages=``, and ``"scale"`` for ``scale="robust"``),
+    checked, as (those that run before the directions, those after), in order.
+    """
+    names = chosen_optional([*([stages] if isinstance(stages, str) else stages)])
+    names += ["scale"] if check_scale(scale) == "robust" and "scale" not in names else []
+    before = [name for name in names if stage_info(name).before_directions]
+    return before, [name for name in names if name not in before]
 
 
 def optional_stages() -> tuple[StageInfo, ...]:
