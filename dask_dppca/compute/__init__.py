@@ -23,7 +23,7 @@ from ..lazy import lazy_exports
 #: Public name -> the submodule defining it (imported on first use: :mod:`dask_dppca.lazy`).
 _EXPORTS = {
     "TRUSTED_RESOURCE": ".cluster",
-    "check_scheduler": ".cluster",
+    "check_scheduler": ".schedulers",
     "close_embedded_cluster": ".cluster",
     "tls_config": ".cluster",
     "SchedulerLostError": ".failures",
@@ -41,10 +41,11 @@ _EXPORTS = {
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from .cluster import TRUSTED_RESOURCE, check_scheduler, close_embedded_cluster, tls_config
+    from .cluster import TRUSTED_RESOURCE, close_embedded_cluster, tls_config
     from .failures import SchedulerLostError, WorkerDiedError
     from .placement import UntrustedReleaseWarning
     from .release import release_statistic
+    from .schedulers import check_scheduler
     from .target import ClusterTarget, ComputeTarget, LocalScheduler, compute_target
     from .waits import STALL_TIMEOUT_KEY, ClusterStalledError
 

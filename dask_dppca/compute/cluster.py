@@ -23,6 +23,8 @@ from typing import Any
 import dask
 import distributed
 
+from .schedulers import LOCAL_SCHEDULERS, check_scheduler
+
 __all__ = [
     "DASHBOARD_KEY",
     "LOCAL_SCHEDULERS",
@@ -39,15 +41,6 @@ __all__ = [
     "workers_in_this_process",
 ]
 
-#: Dask's in-process schedulers, accepted by name.
-LOCAL_SCHEDULERS = {
-    "synchronous": "synchronous",
-    "sync": "synchronous",
-    "single-threaded": "synchronous",
-    "threads": "threads",
-    "threading": "threads",
-    "processes": "processes",
-}
 #: Seconds to wait for a scheduler address to answer before giving up.
 CONNECT_TIMEOUT = 10
 #: Worker resource that marks the trusted node (``dask worker --resources "dppca-trusted=1"``).
@@ -64,27 +57,6 @@ TLS_CONFIG_KEYS = {
 
 _embedded: dict[str, Any] = {}
 _embedded_lock = threading.Lock()
-
-
-def check_scheduler(scheduler: Any) -> None:
-    """Raise ValueError unless ``scheduler`` is a value
-    :func:`~dask_dppca.compute.target.compute_target` takes.
-
-    Checks the value only: nothing is started and no address is contacted.
-    """
-    if scheduler is None or isinstance(scheduler, distributed.Client):
-        return
-    if isinstance(scheduler, str) and (scheduler in LOCAL_SCHEDULERS or _is_address(scheduler)):
-        return
-    raise ValueError(
-        f"scheduler: unknown value {scheduler!r}; expected None (embedded LocalCluster), "
-        f"one of {sorted(set(LOCAL_SCHEDULERS))}, an address such as 'tcp://host:8786', "
-        "or a distributed.Client"
-    )
-
-
-def _is_address(value: str) -> bool:
-    return "://" in value or ":" in value
 
 
 def connect(address: str) -> distributed.Client:

@@ -4,6 +4,11 @@
 read), open the input (metadata only), plan the blocks and the release from public
 inputs, reserve it in every active budget, build the graph, run the release on the
 compute target, commit the reservation, set the fitted attributes.
+
+This module imports neither Dask nor distributed, Zarr or fsspec: the inputs, the graph
+and the compute target are imported inside the methods, after the parameters are
+checked, so a bad parameter is refused at once (as scikit-learn validates at the top of
+``fit``), not after a second of imports (``tests/estimator/test_validation_first.py``).
 """
 
 from __future__ import annotations
@@ -23,13 +28,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..compute import ClusterTarget, ComputeTarget, check_scheduler, compute_target
-from ..compute.budget_config import budgets_to_charge
-from ..compute.placement import ReleaseOptions
+from ..compute.schedulers import check_scheduler
 from ..design import Design, DesignPlan, check_design, plan_blocks
-from ..graph import kernel_sum_graph
-from ..io import Records, is_lazy_input, open_records
-from ..io.records import check_unmasked
 from ..kernel import SpatialSign, resolve_spatial_sign
 from ..privacy import PrivacyTarget, PrivateRelease, ReleaseMechanism
 from ..privacy.advice import release_warnings
@@ -37,10 +37,12 @@ from ..privacy.charging import BudgetCarrier, reserve_release, transaction_stage
 from ..privacy.noise import NoiseSampler, SeededSampler, default_sampler
 from ..privacy.report import PrivacyReport
 from ..validation import boolean, integer_at_least, optional_string
-from .provenance import fit_provenance
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed
+
+    from ..compute import ComputeTarget
+    from ..io import Records
 
 __all__ = ["DPPCA", "PARAMETER_CONSTRAINTS"]
 
@@ -239,7 +241,12 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         -------
         self
         """
-        params = self._validated()
+        params = self._validated()  # before the heavy imports below: refused at once
+        from ..compute import compute_target
+        from ..compute.placement import ReleaseOptions
+        from ..io import open_records
+        from .provenance import fit_provenance
+
         started, clock = datetime.now(UTC), time.monotonic()
         # Inside an analysis, the fit is its "directions" stage, reserved with the rest.
         fit_id = transaction_stage_id("directions") or uuid.uuid4().hex
@@ -283,6 +290,8 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         """Check and keep the input's column names, from metadata only (a store has none,
         so none is kept from an earlier fit).
         """
+        from ..io import is_lazy_input
+
         if hasattr(X, "shape") or not is_lazy_input(X):  # metadata only: names and width
             validate_data(self, X, reset=True, skip_check_array=True)
         if records.feature_names is not None:  # a table's or dask DataFrame's columns
@@ -296,6 +305,8 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         """The release reserved in every budget this estimator carries or the
         configuration names, committed after the draw (abandoned on the target if not).
         """
+        from ..compute.budget_config import budgets_to_charge
+
         return reserve_release(
             mechanism,
             fit_id=fit_id,
@@ -405,10 +416,11 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         -------
         FitPlan
         """
+        params = self._validated()
+        from ..io import open_records
         from ..planning.fit_plan import PlanDoesNotFitError, plan_fit
         from ..planning.inputs import planned_cluster, planned_machine, planned_spectrum
 
-        params = self._validated()
         records = open_records(
             X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
         )
@@ -466,6 +478,9 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
             A dask array for dask or Zarr input, else numpy.
         """
         check_is_fitted(self, "components_")
+        from ..io import is_lazy_input, open_records
+        from ..io.records import check_unmasked
+
         check_unmasked(X)
         if is_lazy_input(X):
             records = open_records(
@@ -614,6 +629,9 @@ def _lane_sums(
     """The records (rows in memory kept on a cluster, in the plan's blocks) and the
     graph of their exact pair sums.
     """
+    from ..compute import ClusterTarget
+    from ..graph import kernel_sum_graph
+
     if isinstance(target, ClusterTarget):  # rows in memory: scattered
         records = records.kept_on(target, plan.block_sizes)
     lane_sums = kernel_sum_graph(

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
 import dask_dppca as dd
+from dask_dppca import compute, io
 from dask_dppca.compute import target as target_module
 from dask_dppca.decomposition import estimator
 from tests.estimator.test_parameters import MAY_HANG, ROWS, _needles, evaluate_input
@@ -53,9 +58,10 @@ def nothing_may_start(monkeypatch):
         started.append(args)
         raise AssertionError("fit started something before validating its parameters")
 
-    monkeypatch.setattr(estimator, "compute_target", refuse)
+    # fit imports them after validating (from the packages: patched there).
+    monkeypatch.setattr(compute, "compute_target", refuse)
     monkeypatch.setattr(target_module, "embedded_client", refuse)
-    monkeypatch.setattr(estimator, "open_records", refuse)
+    monkeypatch.setattr(io, "open_records", refuse)
     return started
 
 
@@ -92,3 +98,38 @@ def test_every_parameter_has_a_constraint():
     # the privacy target (PrivacyTarget.of) and the spatial sign (resolve_spatial_sign)
     checked_elsewhere = {"epsilon", "delta", "calibration", "spatial_sign", "radius"}
     assert names == set(estimator.PARAMETER_CONSTRAINTS) | checked_elsewhere
+
+
+#: What a refusal must not wait for: the input, graph and cluster libraries.
+HEAVY = ("dask", "distributed", "zarr", "fsspec")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_bad_parameter_is_refused_before_dask_zarr_or_fsspec_is_imported():
+    """In a fresh interpreter, as a user's script: fit and plan refuse a bad calibration
+    before the heavy libraries load (the issue measured 1.1-2.9 s and 856-2107 modules)."""
+    script = textwrap.dedent(f"""
+        import sys
+        import numpy as np
+        from dask_dppca import DPPCA
+        for method in ("fit", "plan"):
+            try:
+                getattr(DPPCA(2, calibration="loose"), method)(np.ones((10, 3)))
+            except ValueError as error:
+                print(method, error)
+        print("imported:", [name for name in {HEAVY!r} if name in sys.modules])
+        from dask_dppca.io import open_records  # what a valid fit opens first
+        open_records(np.ones((10, 3)))
+        print("then:", [name for name in {HEAVY!r} if name in sys.modules])
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for method, line in zip(("fit", "plan"), lines, strict=False):
+        assert line.startswith(f"{method} calibration: unknown value 'loose'"), done.stdout
+    assert lines[-2] == "imported: []", done.stdout
+    assert lines[-1] == f"then: {list(HEAVY)}", done.stdout  # the check can fail
+

@@ -370,16 +370,16 @@ def test_a_real_fit_whose_ledger_is_replaced_before_the_draw_fails_and_releases_
     import numpy as np
 
     import dask_dppca as dd
-    from dask_dppca.decomposition import estimator
+    from dask_dppca import graph as graphs  # fit imports kernel_sum_graph from it
 
     budget = PrivacyBudget(20.0, 1e-5, ledger=ledger, create=True)
-    graph = estimator.kernel_sum_graph
+    graph = graphs.kernel_sum_graph
 
     def swapped_then_graph(*args, **kwargs):
         _replace(ledger, reserve_other=True, epsilon=20.0)
         return graph(*args, **kwargs)
 
-    monkeypatch.setattr(estimator, "kernel_sum_graph", swapped_then_graph)
+    monkeypatch.setattr(graphs, "kernel_sum_graph", swapped_then_graph)
     x = da.from_array(np.random.default_rng(0).standard_normal((40, 3)), chunks=20)  # test data
     model = dd.DPPCA(n_components=1, epsilon=1.0, delta=1e-6, scheduler="threads")
     with budget, pytest.raises(LedgerReplacedError) as error:
