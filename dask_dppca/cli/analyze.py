@@ -11,11 +11,11 @@ from typing import Any
 
 from ..analysis.stages import REGISTRY, SCALINGS, optional_stages
 from .inputs import (
-    COMPONENT_HELP,
-    STORE_HELP,
-    add_columns_argument,
-    add_storage_arguments,
+    STORE_OPTION_HELP,
+    add_input_arguments,
+    check_components,
     input_location,
+    input_storage_options,
     open_input,
     shares,
 )
@@ -46,20 +46,7 @@ def add_parser(commands) -> None:
 
 
 def _add_input_options(analyze: argparse.ArgumentParser) -> None:
-    analyze.add_argument("store", help=STORE_HELP)
-    analyze.add_argument("--component", help=COMPONENT_HELP)
-    add_columns_argument(analyze)
-    add_storage_arguments(
-        analyze,
-        "fsspec option for a STORE URL, repeatable (as for 'fit'); nested keys with dots",
-        "JSON object of fsspec options (--storage-option entries override it)",
-    )
-    analyze.add_argument(
-        "--allow-fill-values",
-        action="store_true",
-        help="read chunks missing from the store as its fill value (a store "
-        "written sparsely on purpose); by default a missing chunk stops the analysis",
-    )
+    add_input_arguments(analyze, STORE_OPTION_HELP, "the analysis")
 
 
 def _add_privacy_options(analyze: argparse.ArgumentParser) -> None:
@@ -207,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check_outputs(args)
     records, score_options = _inputs(args)
+    check_components(args.n_components, records)  # before the split table and any ledger
     budget = open_ledger(args.budget) if args.budget else None
     args.charged_budgets = [] if budget is None else [budget]  # for a stopped run's line
     with nullcontext() if budget is None else budget, kept_if_released(args):
@@ -260,14 +248,18 @@ def run(args: argparse.Namespace) -> int:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Every file and folder the command writes, checked before anything is read."""
     from ..io import check_writable
-    from .fit import FORCE_HINT
+    from .fit import FORCE_HINT, force_hint
 
     check_writable(
         args.output, None, name="--output", overwrite=args.force, overwrite_hint=FORCE_HINT
     )
     if args.report is not None:
         check_writable(
-            args.report, None, name="--report", overwrite=args.force, overwrite_hint=FORCE_HINT
+            args.report,
+            None,
+            name="--report",
+            overwrite=args.force,
+            overwrite_hint=force_hint("--report"),
         )
     if args.plots is not None:
         plots = os.path.expanduser(args.plots)
@@ -284,16 +276,10 @@ def _inputs(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     prints and before any cluster starts).
     """
     from ..analysis.stages.score_map import group_domain_from_text, resolve_groups
-    from ..io.storage import is_url
     from ..io.tables import table_format
-    from .fit import storage_options
 
     store = input_location(args.store)
-    options = storage_options(args.storage_options_json, args.storage_option)
-    if options and not is_url(store):
-        raise ValueError(
-            "--storage-option: fsspec options apply to a STORE URL (s3://, gs://, ...)"
-        )
+    options = input_storage_options(args)
     if args.groups is not None and args.no_score_map:
         raise ValueError("--groups: needs the score map (drop --no-score-map)")
     if args.groups is not None and args.group_domain is None:

@@ -7,14 +7,7 @@ import json
 import sys
 from typing import Any
 
-from .inputs import (
-    COMPONENT_HELP,
-    STORE_HELP,
-    add_columns_argument,
-    add_storage_arguments,
-    input_location,
-    open_input,
-)
+from .inputs import add_input_arguments, input_location, open_input
 
 
 def add_parser(commands) -> None:
@@ -25,22 +18,13 @@ def add_parser(commands) -> None:
         description="Fit g-DPPCA on the records (rows) of a Zarr array or a Parquet or CSV "
         "table and release the result.",
     )
-    fit.add_argument("store", help=STORE_HELP)
-    fit.add_argument("--component", help=COMPONENT_HELP)
-    add_columns_argument(fit)
-    add_storage_arguments(
+    add_input_arguments(
         fit,
         "fsspec option for URLs (input and --output), repeatable; nested "
         "keys with dots (client_kwargs.endpoint_url=http://host:9000); VALUE is "
         "read as JSON when it parses (true, 3), else as text. Secrets are better "
         "kept in --storage-options-json or the backend's own configuration",
-        "JSON object of fsspec options (--storage-option entries override it)",
-    )
-    fit.add_argument(
-        "--allow-fill-values",
-        action="store_true",
-        help="read chunks missing from the store as its fill value (a store "
-        "written sparsely on purpose); by default a missing chunk stops the fit",
+        "the fit",
     )
     _add_privacy_arguments(fit)
     add_mechanism_arguments(fit)
@@ -267,8 +251,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-#: How the command line says "replace it".
-FORCE_HINT = "pass --force to replace it (or choose another --output)"
+def force_hint(flag: str) -> str:
+    """How the command line says "replace it", for the file ``flag`` names."""
+    return f"pass --force to replace it (or choose another {flag})"
+
+
+#: How the command line says "replace it" of the ``--output`` file.
+FORCE_HINT = force_hint("--output")
 
 
 def storage_options(json_file: str | None, entries: list[str]) -> dict:

@@ -19,6 +19,11 @@ STORE_HELP = (
 )
 
 
+#: ``--storage-option``'s help for a command whose only URL is STORE.
+STORE_OPTION_HELP = (
+    "fsspec option for a STORE URL, repeatable (as for 'fit'); nested keys with dots"
+)
+
 #: ``--component``, for the commands' help.
 COMPONENT_HELP = "array inside a Zarr group (nested paths: sub/X)"
 
@@ -33,6 +38,41 @@ def add_storage_arguments(
         "--storage-option", action="append", default=[], metavar="KEY=VALUE", help=option_help
     )
     parser.add_argument("--storage-options-json", metavar="FILE", help=json_help)
+
+
+def add_input_arguments(parser: argparse.ArgumentParser, option_help: str, stops: str) -> None:
+    """STORE and the flags that say how to read it, alike for ``fit``, ``analyze`` and
+    ``plan`` (each reads its input with :func:`open_input`): ``--component``,
+    ``--columns``, the storage options (``option_help``: what they apply to) and
+    ``--allow-fill-values`` (``stops``: what a missing chunk stops).
+    """
+    parser.add_argument("store", help=STORE_HELP)
+    parser.add_argument("--component", help=COMPONENT_HELP)
+    add_columns_argument(parser)
+    add_storage_arguments(
+        parser, option_help, "JSON object of fsspec options (--storage-option entries override it)"
+    )
+    parser.add_argument(
+        "--allow-fill-values",
+        action="store_true",
+        help="read chunks missing from the store as its fill value (a store "
+        f"written sparsely on purpose); by default a missing chunk stops {stops}",
+    )
+
+
+def input_storage_options(args: argparse.Namespace) -> dict:
+    """The fsspec options of STORE (``--storage-option``, ``--storage-options-json``);
+    refused for a local path, which takes none.
+    """
+    from ..io.storage import is_url
+    from .fit import storage_options
+
+    options = storage_options(args.storage_options_json, args.storage_option)
+    if options and not is_url(input_location(args.store)):
+        raise ValueError(
+            "--storage-option: fsspec options apply to a STORE URL (s3://, gs://, ...)"
+        )
+    return options
 
 
 def shares(entries: list[str]) -> dict[str, float] | None:
@@ -78,6 +118,15 @@ def add_columns_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_components(n_components: int | None, records: Any) -> None:
+    """Refuse ``-k`` above the input's width, from its metadata (the records opened),
+    before a split table prints or a budget reserves anything.
+    """
+    d = int(records.shape[1])
+    if n_components is not None and n_components > d:
+        raise ValueError(f"-k: must be in 1..{d} (the input has {d} features), got {n_components}")
+
+
 def input_location(store: str) -> str:
     """STORE as given, ``~`` expanded for a local path (never inside a URL)."""
     from ..io.storage import is_url
@@ -89,6 +138,7 @@ def open_input(
     args: argparse.Namespace,
     storage_options: dict | None = None,
     label_column: str | None = None,
+    count_rows: bool = False,
 ) -> tuple[Any, Any]:
     """``(records, labels)`` of STORE: labels from ``label_column`` of a table, else None.
 
@@ -100,6 +150,9 @@ def open_input(
         fsspec options for a URL.
     label_column : str, optional
         The column of a table holding the group labels (``analyze --groups COLUMN``).
+    count_rows : bool, default False
+        Count a table's rows here (``plan``: a Parquet table's from its footers, a CSV's
+        in one pass); by default the fit counts them on its cluster.
     """
     from ..io import open_records
     from ..io.records import records_of_table
@@ -111,7 +164,7 @@ def open_input(
         if args.component is not None:
             raise ValueError("--component: names an array in a Zarr group; STORE is a table")
         table = open_table(location, columns, label_column, storage_options)
-        return records_of_table(table), table.labels
+        return records_of_table(table, counted=count_rows), table.labels
     if columns is not None:
         raise ValueError(
             "--columns: chooses the features of a Parquet or CSV table; STORE is read as a "

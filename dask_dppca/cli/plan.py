@@ -19,9 +19,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from .fit import add_mechanism_arguments, estimator_parameters
-from .inputs import COMPONENT_HELP, add_storage_arguments, shares
+from .inputs import (
+    STORE_OPTION_HELP,
+    add_input_arguments,
+    check_components,
+    open_input,
+    shares,
+)
 
 #: A plain plan's defaults: a fit's ('dask-dppca fit'); with --analysis, analyze's.
 FIT_DEFAULTS = {"n_components": 2, "epsilon": 1.0, "delta": 1e-6}
@@ -33,7 +40,9 @@ def add_parser(commands) -> None:
         "plan",
         help="predict a fit's design, tasks, memory, time and accuracy (reads no data)",
         description=(
-            "Plan a fit of the records (rows) of a Zarr array without reading any of them: "
+            "Plan a fit of the records (rows) of a Zarr array or a Parquet or CSV table "
+            "without reading any of them (a CSV table's rows are counted in one pass; a "
+            "Parquet table's come from its files' footers): "
             "the design 'auto' picks, blocks and tasks, bytes read, peak memory per worker, "
             "the scheduler's task count, predicted wall time (machine model from "
             "'dask-dppca bench --save', else a built-in default) and, with --spectrum or "
@@ -43,13 +52,8 @@ def add_parser(commands) -> None:
             "(kept) gives the times. Exit 2 when the plan does not fit."
         ),
     )
-    plan.add_argument("store", help="Zarr store (local path or fsspec URL) holding an n x d array")
-    plan.add_argument("--component", help=COMPONENT_HELP)
-    add_storage_arguments(
-        plan,
-        "fsspec option for a URL, repeatable (as for 'fit')",
-        "JSON object of fsspec options",
-    )
+    # The input and its flags as 'analyze' and 'fit' read them.
+    add_input_arguments(plan, STORE_OPTION_HELP, "the fit or analysis")
     plan.add_argument(
         "--analysis",
         action="store_true",
@@ -111,7 +115,15 @@ def _add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     analysis.add_argument("--methods", help="comma-separated scree estimators")
     analysis.add_argument("--no-score-map", action="store_true", help="plan no score map")
     analysis.add_argument(
-        "--groups", metavar="NAME", help="a per-group score map (the labels are not read)"
+        "--groups",
+        metavar="LABELS",
+        help="a per-group score map, as for 'analyze' (a table's column: not a feature; the "
+        "labels are not read)",
+    )
+    analysis.add_argument(
+        "--group-domain",
+        metavar="A,B,C",
+        help="the PUBLIC labels of --groups, as for 'analyze' (the plan does not depend on them)",
     )
 
 
@@ -134,11 +146,8 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the plan; exit 2 (after printing it) when it does not fit."""
     from .. import DPPCA
-    from ..io.storage import is_url
     from ..planning.machine import planning_model
-    from .fit import storage_options
 
-    options = storage_options(args.storage_options_json, args.storage_option)
     if args.scheduler is not None and (args.workers or args.threads or args.memory_limit):
         raise ValueError("--scheduler: give a scheduler or --workers/--threads, not both")
     spectrum = None
@@ -148,23 +157,22 @@ def run(args: argparse.Namespace) -> int:
         except ValueError:
             raise ValueError("--spectrum: expected comma-separated numbers") from None
     if args.analysis:
-        return _run_analysis(args, options, cluster_options(args))
+        return _run_analysis(args, cluster_options(args))
     for name, default in FIT_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
-    if args.split or args.methods or args.no_score_map or args.groups:
-        raise ValueError("--split, --methods, --no-score-map and --groups go with --analysis")
+    if args.split or args.methods or args.no_score_map or args.groups or args.group_domain:
+        raise ValueError(
+            "--split, --methods, --no-score-map, --groups and --group-domain go with --analysis"
+        )
     pilot = None
     if args.pilot is not None:
         import zarr
 
         pilot = zarr.open_array(os.path.expanduser(args.pilot), mode="r")[:]
     est = DPPCA(**estimator_parameters(args), scheduler=args.scheduler)
-    store = args.store if is_url(args.store) else os.path.expanduser(args.store)
     plan = est.plan(
-        store,
-        component=args.component,
-        storage_options=options if is_url(args.store) else None,
+        _records(args, args.n_components),
         spectrum=spectrum,
         pilot=pilot,
         machine=planning_model(args.machine),
@@ -190,10 +198,25 @@ def cluster_options(args: argparse.Namespace) -> dict:
     }
 
 
-def _run_analysis(args: argparse.Namespace, options: dict, cluster: dict) -> int:
+def _records(args: argparse.Namespace, n_components: int) -> Any:
+    """STORE opened as 'analyze' and 'fit' open it, with the same flags (metadata only; a
+    table's rows counted here: :func:`~dask_dppca.io.tables.table_row_counts`).  A table's
+    ``--groups`` column is checked and kept out of the features; its labels are not read.
+    """
+    from ..io.tables import table_format
+    from .inputs import input_location, input_storage_options
+
+    options = input_storage_options(args)
+    is_table = table_format(input_location(args.store)) is not None
+    label_column = args.groups if is_table else None
+    records, _ = open_input(args, options or None, label_column=label_column, count_rows=True)
+    check_components(n_components, records)
+    return records
+
+
+def _run_analysis(args: argparse.Namespace, cluster: dict) -> int:
     """``plan --analysis``: print the analysis's plan; exit 2 when it does not fit."""
-    from ..analysis.plan import plan_analysis
-    from ..io.storage import is_url
+    from ..analysis.plan import analyze_defaults, plan_analysis
     from .fit import design_of
 
     if args.spectrum is not None or args.pilot is not None:
@@ -202,14 +225,16 @@ def _run_analysis(args: argparse.Namespace, options: dict, cluster: dict) -> int
         raise ValueError("--calibration: an analysis calibrates its own parts (drop it)")
     if args.groups is not None and args.no_score_map:
         raise ValueError("--groups: needs the score map (drop --no-score-map)")
+    if args.group_domain is not None and args.groups is None:
+        raise ValueError("--group-domain: given without --groups")
     methods = (
         None
         if args.methods is None
         else tuple(m.strip() for m in args.methods.split(",") if m.strip())
     )
-    store = args.store if is_url(args.store) else os.path.expanduser(args.store)
+    k = args.n_components if args.n_components is not None else analyze_defaults()["n_components"]
     plan = plan_analysis(
-        store,
+        _records(args, k),
         args.n_components,
         epsilon=args.epsilon,
         delta=args.delta,
@@ -222,8 +247,6 @@ def _run_analysis(args: argparse.Namespace, options: dict, cluster: dict) -> int
         radius=args.radius,
         scheduler=args.scheduler,
         machine=args.machine,
-        component=args.component,
-        storage_options=options if is_url(args.store) else None,
         **cluster,
     )
     print(plan.to_json() if args.json else plan)

@@ -22,7 +22,14 @@ import dask.array as da
 
 from ..validation import is_real_numeric_dtype
 
-__all__ = ["check_frame_dtypes", "frame_rows", "from_xarray", "is_dask_frame", "is_xarray"]
+__all__ = [
+    "check_frame_dtypes",
+    "frame_rows",
+    "from_xarray",
+    "is_dask_frame",
+    "is_xarray",
+    "optimized_frame",
+]
 
 
 def is_xarray(data: Any) -> bool:
@@ -91,10 +98,21 @@ def check_frame_dtypes(frame: Any) -> None:
         raise ValueError(f"X: the DataFrame's columns must be numeric; not numeric: {bad}")
 
 
+def optimized_frame(frame: Any) -> Any:
+    """``frame`` with its partitions as dask computes them (``optimize()``: small
+    Parquet files fused into one partition), so that counted lengths match them.
+    """
+    optimize = getattr(frame, "optimize", None)
+    return frame if optimize is None else optimize()
+
+
 def frame_rows(frame: Any, target: Any) -> da.Array:
     """Rows of a dask DataFrame (or one column, a Series), partition lengths counted on
     ``target`` (``target.compute(collections, label)``, bounded), never on the client.
     """
+    # The partitions as they are computed: dask may fuse a Parquet folder's small files
+    # into fewer partitions than the frame states, and the lengths must be of those.
+    frame = optimized_frame(frame)
     counts = [dask.delayed(len, pure=True)(part) for part in frame.to_delayed()]
     lengths = [int(length) for length in target.compute(counts, "counting the DataFrame's rows")]
     array = frame.to_dask_array(lengths=lengths)

@@ -406,12 +406,29 @@ def _open_in_memory(data: Any, request: _Request) -> Records:
     return _records(data, _as_array(data))
 
 
-def records_of_table(table: Table) -> Records:
-    """The records of a table opened by :func:`~.tables.open_table` (its features)."""
+def records_of_table(table: Table, *, counted: bool = False) -> Records:
+    """The records of a table opened by :func:`~.tables.open_table` (its features).
+
+    Parameters
+    ----------
+    table : Table
+    counted : bool, default False
+        Count the rows here (:func:`~.tables.table_row_counts`: a Parquet table's from
+        its footers, a CSV's in one pass), for a plan; by default a fit counts them on
+        its cluster (:meth:`Records.counted`).
+    """
+    kind = table.input_type
+    if counted:
+        from .labelled import optimized_frame
+        from .tables import table_row_counts
+
+        lengths = table_row_counts(table)
+        array = optimized_frame(table.frame).to_dask_array(lengths=list(lengths))
+        return Records(array, table.location, kind, feature_names=table.feature_names)
     return Records(
         _frame_placeholder(table.frame),
         table.location,
-        f"{'Parquet' if table.kind == 'parquet' else 'CSV'} table",
+        kind,
         frame=table.frame,
         feature_names=table.feature_names,
     )

@@ -23,6 +23,7 @@ __all__ = [
     "filesystem",
     "is_url",
     "mask_locations",
+    "missing_backend",
     "remote_error",
     "storage_kind",
 ]
@@ -165,7 +166,7 @@ def filesystem(location: str, storage_options: dict | None, name: str = "X"):
     try:
         return fsspec.core.url_to_fs(location, **(storage_options or {}))
     except ImportError as error:
-        raise ValueError(_missing_backend(location, name, error)) from None
+        raise ValueError(missing_backend(location, name, error)) from None
     except Exception as error:
         raise ValueError(
             f"{name}: cannot use {display_location(location)!r} "
@@ -205,7 +206,10 @@ def _secrets(options: Mapping) -> list[str]:
     return found
 
 
-def _missing_backend(location: str, name: str, error: ImportError) -> str:
+def missing_backend(location: str, name: str, error: ImportError) -> str:
+    """The one line for a URL whose fsspec backend is not installed: the extra to install
+    (``pip install 'dask-dppca[s3]'``), else the backend's own message.
+    """
     schemes = [part.split("://", 1)[0] for part in location.split("::") if "://" in part]
     extras = sorted({BACKEND_EXTRAS[s] for s in schemes if s in BACKEND_EXTRAS})
     if extras:

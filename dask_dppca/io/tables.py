@@ -26,9 +26,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..validation import is_real_numeric_dtype
-from .storage import describe_error, display_location, is_url
+from .storage import describe_error, display_location, is_url, missing_backend
 
-__all__ = ["FORMATS_READ", "Table", "open_table", "parse_columns", "table_format"]
+__all__ = [
+    "FORMATS_READ",
+    "TABLE_TYPES",
+    "Table",
+    "open_table",
+    "parse_columns",
+    "table_format",
+    "table_row_counts",
+]
 
 #: Name endings that make a path a table, by format.
 _SUFFIXES = {
@@ -41,6 +49,8 @@ FORMATS_READ = (
     "a glob) and CSV (.csv, also .csv.gz, .csv.bz2, .csv.xz, .csv.zst)"
 )
 _GLOB_CHARACTERS = frozenset("*?[")
+#: A table's input type (as its records and a result file name it) -> its format.
+TABLE_TYPES = {"Parquet table": "parquet", "CSV table": "csv"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,11 @@ class Table:
     def feature_names(self) -> tuple[str, ...]:
         """The feature columns' names, in order."""
         return tuple(str(name) for name in self.frame.columns)
+
+    @property
+    def input_type(self) -> str:
+        """``"Parquet table"`` or ``"CSV table"`` (:data:`TABLE_TYPES`)."""
+        return next(name for name, kind in TABLE_TYPES.items() if kind == self.kind)
 
 
 def table_format(location: Any) -> str | None:
@@ -134,7 +149,15 @@ def open_table(
     schema = _read(kind, text, storage_options, shown, None)
     names = [str(name) for name in schema.columns]
     features = _features(names, columns, label_column, shown)
-    _check_numeric(schema, features, shown)
+    try:
+        _check_numeric(schema, features, shown)
+    except ValueError:
+        # A CSV's dtypes are inferred from its first rows: with none, every column is text.
+        if kind == "csv" and _csv_has_no_rows(text, storage_options):
+            raise ValueError(
+                f"X: {shown!r} has no rows (a header line only): nothing to analyse"
+            ) from None
+        raise
     if kind == "csv":  # the features as float64 from here on (see the module's note)
         dtypes = dict.fromkeys(features, "float64")
         if label_column is not None:
@@ -148,6 +171,76 @@ def open_table(
     # One dtype for the rows (a bool and a float column would otherwise give objects).
     cast = {name: "float64" for name, dtype in frame.dtypes.items() if name in features}
     return Table(frame[features].astype(cast), labels, shown, kind)
+
+
+def table_row_counts(table: Table) -> tuple[int, ...]:
+    """The rows of each partition of ``table`` as dask computes it, in this process.
+
+    A Parquet table's come from its files' footers (the row counts pyarrow reads there;
+    no row is read), grouped as dask fuses small files into one partition.  A CSV file
+    states no count: its partitions are counted in one pass that parses one column
+    (the rows' number is public, like a Zarr array's shape; no value is kept).  This is
+    what ``dask-dppca plan`` needs of a table; a fit counts on its cluster instead.
+
+    Parameters
+    ----------
+    table : Table
+        As :func:`open_table` returns it.
+
+    Returns
+    -------
+    tuple of int
+        One count per partition of ``optimize()``'d ``table.frame``.
+    """
+    from .labelled import optimized_frame
+
+    computed = optimized_frame(table.frame)
+    lengths = (
+        _footer_lengths(table.frame, computed.npartitions) if table.kind == "parquet" else None
+    )
+    if lengths is None:
+        lengths = _counted_lengths(computed)
+    return lengths
+
+
+def _footer_lengths(frame: Any, npartitions: int) -> tuple[int, ...] | None:
+    """A Parquet frame's partition lengths from the files' footers (dask's statistics of
+    its read), summed over the read's partitions that dask fuses into one; None where
+    dask does not give them (filters, another version's internals).
+    """
+    try:
+        from dask.dataframe.dask_expr._repartition import RepartitionToFewer
+        from dask.dataframe.dask_expr.io.parquet import ReadParquet
+
+        reads = list(frame.expr.find_operations(ReadParquet))
+        if len(reads) != 1:
+            return None
+        per_read = reads[0]._get_lengths()  # the footers' row counts, one per partition
+        if per_read is None or len(per_read) != frame.npartitions:
+            return None
+        if npartitions == len(per_read):
+            return tuple(int(n) for n in per_read)
+        # Fused as dask fuses them (FusedIO._fusion_buckets: RepartitionToFewer's bounds).
+        bounds = RepartitionToFewer._compute_partition_boundaries(npartitions, len(per_read))
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+    fused = tuple(int(sum(per_read[a:b])) for a, b in zip(bounds, bounds[1:], strict=False))
+    return fused if len(fused) == npartitions else None
+
+
+def _counted_lengths(frame: Any) -> tuple[int, ...]:
+    """Each partition's rows, counted in this process (one column parsed, if that keeps
+    the partitions as they are).
+    """
+    import dask
+
+    from .labelled import optimized_frame
+
+    narrow = optimized_frame(frame[list(frame.columns[:1])])
+    if narrow.npartitions != frame.npartitions:
+        narrow = frame
+    counts = [dask.delayed(len, pure=True)(part) for part in narrow.to_delayed()]
+    return tuple(int(n) for n in dask.compute(*counts, scheduler="threads"))
 
 
 def _read(kind: str, location: str, storage_options: dict | None, shown: str, dtypes):
@@ -170,12 +263,47 @@ def _read(kind: str, location: str, storage_options: dict | None, shown: str, dt
     except FileNotFoundError:
         raise ValueError(f"X: {shown!r} does not exist") from None
     except ImportError as error:
+        if is_url(location):  # the URL's fsspec backend: name the extra that installs it
+            raise ValueError(missing_backend(location, "X", error)) from None
         raise ValueError(f"X: reading {shown!r} needs {describe_error(error)}") from None
     except Exception as error:
+        if _is_empty_data(error):  # pandas' EmptyDataError: not even a header line
+            raise ValueError(
+                f"X: {shown!r} is empty: a CSV table needs a header line naming its "
+                "columns, then one record per line"
+            ) from None
         raise ValueError(
             f"X: cannot read {shown!r} as {'Parquet' if kind == 'parquet' else 'CSV'} "
             f"({describe_error(error, storage_options)})"
         ) from None
+
+
+def _is_empty_data(error: BaseException) -> bool:
+    """Whether ``error`` is pandas' EmptyDataError (a file with no columns to parse)."""
+    from pandas.errors import EmptyDataError  # dask.dataframe's dependency
+
+    return isinstance(error, EmptyDataError)
+
+
+def _csv_has_no_rows(location: str, storage_options: dict | None) -> bool:
+    """Whether the (first) CSV file of ``location`` holds a header line and no record.
+
+    Read only when its columns were refused as not numeric: dask infers a CSV's dtypes
+    from its first rows, so a header-only file has text columns only.
+    """
+    import fsspec
+    import pandas as pd
+
+    try:
+        files = fsspec.open_files(
+            location, mode="rb", compression="infer", **(storage_options or {})
+        )
+        if not files:
+            return False
+        with files[0] as stream:
+            return len(pd.read_csv(stream, nrows=1)) == 0
+    except Exception:  # unreadable here: the numeric check's message stands
+        return False
 
 
 def _exact_floats() -> dict[str, str]:

@@ -37,6 +37,7 @@ from ..graph import graph_layout
 from ..graph.lanes import GraphLayout
 from ..io.records import Records
 from ..io.storage import storage_kind
+from ..io.tables import TABLE_TYPES
 from ..io.zarr_input import chunk_reader
 from ..kernel import SpatialSign, tile_rows_for_budget, tile_scratch_bytes
 from ..privacy import PrivacyTarget, ReleaseMechanism
@@ -333,6 +334,8 @@ def _chunks(row_chunks: tuple[int, ...] | None) -> dict[str, int] | None:
 def _storage_and_codec(records: Records, blocks: Any) -> tuple[str, str]:
     """Where the blocks are read from ("memory", "local", a URL's protocol) and the codec."""
     reader = chunk_reader(records.array) or chunk_reader(blocks)
+    if reader is None and records.input_type in TABLE_TYPES:  # read in its own tasks
+        return storage_kind(records.location or ""), TABLE_TYPES[records.input_type]
     if reader is None:
         return "memory", "none"
     location = records.location or ""

@@ -132,4 +132,3 @@ def test_a_bad_parameter_is_refused_before_dask_zarr_or_fsspec_is_imported():
         assert line.startswith(f"{method} calibration: unknown value 'loose'"), done.stdout
     assert lines[-2] == "imported: []", done.stdout
     assert lines[-1] == f"then: {list(HEAVY)}", done.stdout  # the check can fail
-

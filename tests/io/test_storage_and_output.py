@@ -80,7 +80,13 @@ def test_messages_mask_secrets_and_url_passwords():
 
 
 @pytest.mark.parametrize(
-    "url, extra", [("s3://bucket/x.zarr", "s3"), ("simplecache::s3://bucket/x.zarr", "s3")]
+    "url, extra",
+    [
+        ("s3://bucket/x.zarr", "s3"),
+        ("simplecache::s3://bucket/x.zarr", "s3"),
+        ("s3://bucket/table.parquet", "s3"),  # a table: dask's read, not Zarr's (issue 46)
+        ("gs://bucket/table.csv", "gcs"),
+    ],
 )
 @pytest.mark.slow
 def test_a_missing_backend_names_the_extra(url, extra, tmp_path):
@@ -88,6 +94,7 @@ def test_a_missing_backend_names_the_extra(url, extra, tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.modules["s3fs"] = None          # as if s3fs were not installed
+        sys.modules["gcsfs"] = None         # nor gcsfs
         from dask_dppca.cli import main
         from dask_dppca.io import open_records
         try:

@@ -156,3 +156,72 @@ def test_an_analysis_of_a_table_path_records_its_feature_names(tmp_path, frame):
         result = dd.analyze(str(path), 2, score_map=False, scheduler="synchronous", random_state=0)
     assert result.meta["feature_names"] == ["a", "b", "c"]
     assert result.meta["dataset"] == str(path) and result.meta["n_samples"] == N
+
+
+# -- empty tables, and the rows counted for a plan (issue 46) ----------------------------
+
+
+def test_an_empty_csv_and_a_header_only_csv_say_so(tmp_path, frame):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(
+        ValueError, match=r"^X: '.*empty\.csv' is empty: a CSV table needs a header"
+    ):
+        open_table(empty)
+    header = tmp_path / "header.csv"
+    frame.iloc[:0].to_csv(header, index=False)
+    with pytest.raises(ValueError, match=r"^X: '.*header\.csv' has no rows \(a header line only\)"):
+        open_table(header, ["a", "b"])
+    text = tmp_path / "text.csv"  # rows, and a text column: still the column's message
+    frame.to_csv(text, index=False)
+    with pytest.raises(ValueError, match="not numeric .*'city'"):
+        open_table(text, ["a", "city"])
+
+
+def _many_files(folder, frame, files=12):
+    """A Parquet folder of ``files`` small files (row groups of 50): dask fuses them."""
+    folder.mkdir()
+    rows = np.array_split(np.arange(len(frame)), files)
+    for i, index in enumerate(rows):
+        frame.iloc[index].to_parquet(folder / f"part{i:02d}.parquet", row_group_size=50)
+    return folder
+
+
+class _Here:
+    """A compute target of this process (synchronous), as a fit's counting uses one."""
+
+    def compute(self, collections, label):
+        return dask.compute(*collections, scheduler="synchronous")
+
+
+@pytest.mark.parametrize("columns", [["a"], ["a", "b", "c"], None])
+def test_a_parquet_folder_s_rows_come_from_its_footers_as_dask_fuses_its_files(
+    tmp_path, frame, columns
+):
+    """The footers' counts, grouped as dask fuses small files (fewer partitions than
+    files when few columns are read), equal the counts a fit makes on its cluster."""
+    from dask_dppca.io.labelled import frame_rows
+    from dask_dppca.io.tables import _footer_lengths, table_row_counts
+
+    numeric = frame.drop(columns="city")
+    table = open_table(_many_files(tmp_path / "many.parquet", numeric), columns, "g")
+    lengths = table_row_counts(table)
+    assert sum(lengths) == N
+    assert frame_rows(table.frame, _Here()).chunks[0] == lengths  # what a fit counts
+    assert _footer_lengths(table.frame, len(lengths)) == lengths  # no row read
+    if columns == ["a"]:
+        assert len(lengths) < 12  # fused: the case that must be grouped
+    counted = records_of_table(table, counted=True)
+    assert counted.shape == (N, len(table.feature_names)) and counted.row_chunks == lengths
+    assert counted.frame is None and counted.input_type == "Parquet table"
+
+
+def test_a_csv_s_rows_are_counted_in_one_pass(tmp_path, frame):
+    from dask_dppca.io.tables import table_row_counts
+
+    path = _write(frame, tmp_path, "csv")
+    table = open_table(path, ["a", "c"], "g")
+    assert table_row_counts(table) == (N,)
+    counted = records_of_table(table, counted=True)
+    assert counted.shape == (N, 2) and counted.input_type == "CSV table"
+    assert np.array_equal(counted.array.compute(), frame[["a", "c"]].to_numpy())
