@@ -92,9 +92,9 @@ def _facts(
         (
             "spent",
             f"epsilon={arithmetic.spent_epsilon(counted):.6g} at delta={delta:g} "
-            f"(mu={arithmetic.spent_mu(counted):.6g}; stated at the "
-            "ledger's delta: a release made at a larger delta shows a smaller epsilon "
-            "here than its own total)",
+            f"(mu={arithmetic.spent_mu(counted):.6g}; {_composed_text(arithmetic, counted)}"
+            "stated at the ledger's delta: a release made at a larger delta shows a smaller "
+            "epsilon here than its own total)",
         ),
         (
             "remaining",
@@ -102,6 +102,22 @@ def _facts(
             f"{delta:g}, or {plans}",
         ),
     ]
+
+
+def _composed_text(arithmetic: BudgetArithmetic, counted: Sequence[Release]) -> str:
+    """Why the spent total is less than the releases' epsilons added up: they compose
+    tightly at the ledger's delta (their Gaussian parts' mu add in squares, the rest by
+    their privacy profiles), with that sum beside it when there are several releases
+    (an analysis's stages count as one release).
+    """
+    releases = _by_analysis(counted)
+    if len(releases) < 2:
+        return ""
+    added = sum(arithmetic.spent_epsilon(release) for release in releases)
+    return (
+        f"the {len(releases)} releases compose tightly at the ledger's delta, so this is "
+        f"less than their epsilons at that delta added up ({added:.6g}); "
+    )
 
 
 def _cells(row: Release) -> tuple[str, ...]:

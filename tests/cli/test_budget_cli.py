@@ -135,3 +135,36 @@ def test_ledger_arguments_take_file_urls_as_the_ledger_does(tmp_path, capsys):
     assert "0 counted" in capsys.readouterr().out
     assert main(["budget", "create", url, "--epsilon", "2", "--delta", "1e-5"]) == EXIT_USAGE
     assert "already exists" in capsys.readouterr().err
+
+
+def test_budget_show_says_why_the_spent_total_is_less_than_the_releases_added_up(tmp_path, capsys):
+    """Issue 46, item 8: an analysis (two stages, one release) and a fit; the spent line
+    says they compose tightly at the ledger's delta, beside their epsilons added up."""
+    from dask_dppca.privacy.budget import GaussianCharge, PartsCharge
+    from dask_dppca.privacy.parts import GaussianPart
+
+    ledger = str(tmp_path / "study.ledger")
+    assert main(["budget", "create", ledger, "--epsilon", "20", "--delta", "1e-5"]) == 0
+    analysis = [
+        ("a1.directions", PartsCharge((GaussianPart(0.5),)), "directions"),
+        ("a1.scree", PartsCharge((GaussianPart(0.3),)), "scree"),
+    ]
+    fit = GaussianCharge(1.0, 2.0)
+    budget = PrivacyBudget.open(ledger)
+    budget.reserve_together(analysis)
+    budget.spend(fit, label="a fit")
+    # Each release alone, in a budget of its own: their epsilons at the same delta.
+    alone = PrivacyBudget(20.0, 1e-5)
+    alone.reserve_together(analysis)
+    other = PrivacyBudget(20.0, 1e-5)
+    other.spend(fit)
+    added = alone.spent_epsilon + other.spent_epsilon
+    capsys.readouterr()
+    assert main(["budget", "show", ledger]) == 0
+    (spent,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("spent:")]
+    assert spent.startswith(f"spent:     epsilon={PrivacyBudget.open(ledger).spent_epsilon:.6g} ")
+    assert (
+        "the 2 releases compose tightly at the ledger's delta, so this is less than their "
+        f"epsilons at that delta added up ({added:.6g})"
+    ) in spent
+    assert PrivacyBudget.open(ledger).spent_epsilon < added
