@@ -305,6 +305,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 def _print_summary(args: argparse.Namespace, result: Any, where: str) -> None:
     """The privacy table, what was written, every further stage's release, the notices."""
     from ..analysis.stages import stage_class, stage_info
+    from .notices import notice_lines
 
     print(result.privacy_table())
     print(
@@ -320,8 +321,8 @@ def _print_summary(args: argparse.Namespace, result: Any, where: str) -> None:
     for name, value in result.stages.items():
         print(f"private {stage_info(name).title}:")
         print(stage_class(name).summary(value, names))
-    for notice in result.notices:
-        print(f"notice: {notice}")
+    for line in notice_lines(result.notices, where):  # many groups' notices: one line
+        print(line)
 
 
 def _write_plots(folder: str, result: Any) -> None:

@@ -186,3 +186,62 @@ def test_too_many_components_are_refused_before_the_split_or_the_ledger(tmp_path
     )
     assert (tmp_path / "study.ledger").read_bytes() == before  # no row, cancelled or not
     assert not (tmp_path / "analysis.json").exists()
+
+
+# -- many groups' notices: one line ---------------------------------------------------
+
+
+def _record(groups: list[str], sizes: list[float]) -> dict:
+    """A released record's parts the notices read (a score map of ``groups``)."""
+    return {
+        "privacy": [{"release": f"noisy group sizes ({len(groups)} groups)", "noise": 10.0}],
+        "scree": {},
+        "score_map": {
+            "frame": {"centre": [0.0, 0.0], "half_width": [1.0, 1.0]},
+            "groups": groups,
+            "group_counts": sizes,
+        },
+    }
+
+
+def test_many_empty_groups_notices_are_one_line_and_a_few_stay_whole():
+    from dask_dppca.cli.notices import SHOWN_EACH, notice_lines
+    from dask_dppca.privacy.notices import release_notices
+
+    names = ["north", "o'brien", *[f"g{i}" for i in range(40)], "other"]
+    sizes = [900.0, 3.5, *[float(i % 7 - 3) for i in range(40)], -2.0]
+    notices = release_notices(_record(names, sizes))
+    assert len(notices) == 42  # every group but north
+    lines = notice_lines(notices, "analysis.json")
+    assert lines == [
+        "notice: 41 groups, e.g. \"o'brien\" (3.5), 'g0' (-3), 'g1' (-2): each one's noisy size "
+        "is below 3 times its noise scale (10): it may hold no record (a label missing from "
+        "the data, or a typo in the domain); its panels are noise. All 41 are listed in the "
+        "notices of analysis.json.",
+        f"notice: {notices[-1]}",  # 'other': a kind of its own
+    ]
+    few = release_notices(_record(names[: SHOWN_EACH + 1], sizes[: SHOWN_EACH + 1]))
+    assert len(few) == SHOWN_EACH
+    assert notice_lines(few, "analysis.json") == [f"notice: {n}" for n in few]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_large_group_domain_prints_one_notice_line_for_its_empty_groups(
+    tmp_path, monkeypatch, capsys
+):
+    """The issue's 5000 labels printed 4992 notice lines: here 300 labels, 3 in the data."""
+    monkeypatch.chdir(tmp_path)
+    write_tables(tmp_path)
+    domain = ",".join(["north", "south", "west", *[f"site{i}" for i in range(297)]])
+    argv = ["analyze", "table.parquet", "--groups", "site", "--group-domain", domain]
+    assert main([*argv, "-k", "2", "--scheduler", "synchronous", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    notices = [line for line in out.splitlines() if line.startswith("notice: ")]
+    kept = json.loads((tmp_path / "analysis.json").read_text())["notices"]
+    assert len(kept) >= 290 and len(notices) <= 3  # the result keeps every one
+    (summary,) = [line for line in notices if " groups, e.g. 'site0' (" in line]
+    empty = sum(notice.startswith("Group 'site") for notice in kept)
+    assert summary.startswith(f"notice: {empty} groups, e.g. 'site0' (")
+    where = tmp_path / "analysis.json"
+    assert summary.endswith(f"All {empty} are listed in the notices of {where}.")
