@@ -178,6 +178,8 @@ def analyze(
     records = open_records(  # metadata only
         X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
     )
+    if k > (d := records.shape[1]):  # before the split is shown or any budget reserves it
+        raise ValueError(f"n_components: must be in 1..{d} (d = {d}), got {k}")
     planned = [part for stage in chosen for part in stage.planned_parts(k, records.shape[1])]
     shares = split if split is not None else default_shares([stage.name for stage in chosen])
     divided = split_budget(eps, dlt, planned, shares)

@@ -13,7 +13,6 @@ from ..analysis.stages import REGISTRY, SCALINGS, optional_stages
 from .inputs import (
     STORE_OPTION_HELP,
     add_input_arguments,
-    check_components,
     input_location,
     input_storage_options,
     open_input,
@@ -194,7 +193,6 @@ def run(args: argparse.Namespace) -> int:
 
     _check_outputs(args)
     records, score_options = _inputs(args)
-    check_components(args.n_components, records)  # before the split table and any ledger
     budget = open_ledger(args.budget) if args.budget else None
     args.charged_budgets = [] if budget is None else [budget]  # for a stopped run's line
     with nullcontext() if budget is None else budget, kept_if_released(args):

@@ -118,15 +118,6 @@ def add_columns_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def check_components(n_components: int | None, records: Any) -> None:
-    """Refuse ``-k`` above the input's width, from its metadata (the records opened),
-    before a split table prints or a budget reserves anything.
-    """
-    d = int(records.shape[1])
-    if n_components is not None and n_components > d:
-        raise ValueError(f"-k: must be in 1..{d} (the input has {d} features), got {n_components}")
-
-
 def input_location(store: str) -> str:
     """STORE as given, ``~`` expanded for a local path (never inside a URL)."""
     from ..io.storage import is_url

@@ -25,7 +25,6 @@ from .fit import add_mechanism_arguments, estimator_parameters
 from .inputs import (
     STORE_OPTION_HELP,
     add_input_arguments,
-    check_components,
     open_input,
     shares,
 )
@@ -172,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         pilot = zarr.open_array(os.path.expanduser(args.pilot), mode="r")[:]
     est = DPPCA(**estimator_parameters(args), scheduler=args.scheduler)
     plan = est.plan(
-        _records(args, args.n_components),
+        _records(args),
         spectrum=spectrum,
         pilot=pilot,
         machine=planning_model(args.machine),
@@ -198,7 +197,7 @@ def cluster_options(args: argparse.Namespace) -> dict:
     }
 
 
-def _records(args: argparse.Namespace, n_components: int) -> Any:
+def _records(args: argparse.Namespace) -> Any:
     """STORE opened as 'analyze' and 'fit' open it, with the same flags (metadata only; a
     table's rows counted here: :func:`~dask_dppca.io.tables.table_row_counts`).  A table's
     ``--groups`` column is checked and kept out of the features; its labels are not read.
@@ -210,13 +209,12 @@ def _records(args: argparse.Namespace, n_components: int) -> Any:
     is_table = table_format(input_location(args.store)) is not None
     label_column = args.groups if is_table else None
     records, _ = open_input(args, options or None, label_column=label_column, count_rows=True)
-    check_components(n_components, records)
     return records
 
 
 def _run_analysis(args: argparse.Namespace, cluster: dict) -> int:
     """``plan --analysis``: print the analysis's plan; exit 2 when it does not fit."""
-    from ..analysis.plan import analyze_defaults, plan_analysis
+    from ..analysis.plan import plan_analysis
     from .fit import design_of
 
     if args.spectrum is not None or args.pilot is not None:
@@ -232,9 +230,8 @@ def _run_analysis(args: argparse.Namespace, cluster: dict) -> int:
         if args.methods is None
         else tuple(m.strip() for m in args.methods.split(",") if m.strip())
     )
-    k = args.n_components if args.n_components is not None else analyze_defaults()["n_components"]
     plan = plan_analysis(
-        _records(args, k),
+        _records(args),
         args.n_components,
         epsilon=args.epsilon,
         delta=args.delta,
