@@ -21,6 +21,7 @@ import dask.array as da
 import numpy as np
 from dask.delayed import Delayed
 
+from ..io.labelled import optimized_frame
 from ..kernel import score_stats
 from .sealed import seal
 
@@ -229,8 +230,8 @@ def label_codes(labels: Any, domain: Sequence[Any], row_chunks: tuple[int, ...])
         values = da.from_zarr(values)  # a Zarr array of labels (a path or the array): lazy
     if hasattr(values, "variable") and hasattr(values, "dims"):  # xarray
         values = values.data
-    if hasattr(values, "to_dask_array"):  # dask Series
-        values = values.astype(object).to_dask_array(lengths=True)
+    if hasattr(values, "to_dask_array"):  # dask Series, in the partitions dask computes
+        values = optimized_frame(values.astype(object)).to_dask_array(lengths=True)
     elif hasattr(values, "cat") or type(values).__name__ == "Series":  # pandas Series
         values = np.asarray(values.astype(object))
     if not isinstance(values, da.Array):

@@ -94,7 +94,8 @@ def test_plan_takes_analyze_s_input_flags(tmp_path, model_folder, capsys, kind):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["TABLE", "-k", "30", "--columns", ",".join(FEATURES)], "-k: must be in 1..6 (the"),
+        (["TABLE", "-k", "30", "--columns", ",".join(FEATURES)], "n_components: must be in 1..6"),
+        (["TABLE", "--analysis", "-k", "30", "--columns", "c0,c1"], "must be in 1..2 (d = 2)"),
         (["TABLE", "--analysis", "--groups", "nolabels"], "['nolabels'] not in"),
         (["TABLE", "--analysis", "--storage-option", "anon=true"], "--storage-option"),
         (["TABLE", "--analysis", "--group-domain", "a", "--columns", "c0,c1"], "without --groups"),
@@ -181,11 +182,26 @@ def test_too_many_components_are_refused_before_the_split_or_the_ledger(tmp_path
     )  # fmt: skip
     assert done.returncode == EXIT_USAGE, done.stderr
     assert done.stdout == ""  # no split table
-    assert (
-        done.stderr == "dask-dppca: error: -k: must be in 1..6 (the input has 6 features), got 30\n"
-    )
+    refusal = "n_components: must be in 1..6 (d = 6), got 30"
+    assert done.stderr == f"dask-dppca: error: {refusal}\n"
     assert (tmp_path / "study.ledger").read_bytes() == before  # no row, cancelled or not
     assert not (tmp_path / "analysis.json").exists()
+
+
+def test_the_api_refuses_too_many_components_before_the_split_or_the_ledger(tmp_path):
+    """The same through ``analyze``: nothing shown, nothing reserved (refused after its
+    parameters are checked and its input opened, before the split)."""
+    import dask_dppca as dd
+
+    ledger = tmp_path / "study.ledger"
+    budget = dd.PrivacyBudget(epsilon=9, delta=1e-5, ledger=ledger, create=True)
+    before, shown = ledger.read_bytes(), []
+    rows = np.random.default_rng(0).standard_normal((50, 3))  # test data
+    with budget, pytest.raises(ValueError, match=r"^n_components: must be in 1\.\.3 \(d = 3\)"):
+        dd.analyze(rows, n_components=4, show_split=shown.append, scheduler="synchronous")
+    assert shown == [] and ledger.read_bytes() == before
+    with pytest.raises(ValueError, match="^epsilon"):  # a bad parameter is named first
+        dd.analyze(rows, n_components=4, epsilon=-1.0, scheduler="synchronous")
 
 
 # -- many groups' notices: one line ---------------------------------------------------
@@ -245,3 +261,28 @@ def test_a_large_group_domain_prints_one_notice_line_for_its_empty_groups(
     assert summary.startswith(f"notice: {empty} groups, e.g. 'site0' (")
     where = tmp_path / "analysis.json"
     assert summary.endswith(f"All {empty} are listed in the notices of {where}.")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_parquet_folder_of_small_files_is_planned_and_analysed_with_its_groups(
+    tmp_path, model_folder, monkeypatch, capsys
+):
+    """Dask fuses a folder's small files into fewer partitions than files when few
+    columns are read: the rows and the labels are counted in those partitions (analyze
+    failed after its split table: "The number of items in 'lengths' does not match the
+    number of partitions. 3 != 12")."""
+    monkeypatch.chdir(tmp_path)
+    frame = pd.read_parquet(write_tables(tmp_path)["parquet"])
+    (tmp_path / "folder.parquet").mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(N), 12)):
+        frame.iloc[rows].to_parquet(tmp_path / "folder.parquet" / f"part{i:02d}.parquet")
+    argv = ["folder.parquet", "--columns", "c0,c1", "--groups", "site"]
+    assert main(["plan", *argv, "--analysis", "-k", "2", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["directions"]["input"]
+    assert planned["shape"] == [N, 2] and planned["row_chunks"]["count"] <= 12
+    domain = ["--group-domain", "north,south", "-k", "2", "--scheduler", "synchronous"]
+    assert main(["analyze", *argv, *domain, "--no-progress"]) == 0
+    result = json.loads((tmp_path / "analysis.json").read_text())
+    assert result["meta"]["n_samples"] == N
+    assert result["score_map"]["groups"] == ["north", "south", "other"]
