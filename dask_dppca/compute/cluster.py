@@ -23,14 +23,10 @@ from typing import Any
 import dask
 import distributed
 
-from .schedulers import LOCAL_SCHEDULERS, check_scheduler
-
 __all__ = [
     "DASHBOARD_KEY",
-    "LOCAL_SCHEDULERS",
     "TRUSTED_RESOURCE",
     "active_client",
-    "check_scheduler",
     "close_embedded_cluster",
     "connect",
     "dashboard_requested",

@@ -16,12 +16,11 @@ import distributed
 from distributed.system import MEMORY_LIMIT
 
 from .cluster import (
-    LOCAL_SCHEDULERS,
     active_client,
-    check_scheduler,
     connect,
     workers_in_this_process,
 )
+from .schedulers import LOCAL_SCHEDULERS, check_scheduler
 
 __all__ = ["ClusterShape", "cluster_shape"]
 

@@ -24,9 +24,7 @@ import distributed
 
 from ..privacy import PrivateRelease, ReleaseMechanism
 from .cluster import (
-    LOCAL_SCHEDULERS,
     active_client,
-    check_scheduler,
     connect,
     embedded_client,
     workers_in_this_process,
@@ -41,6 +39,7 @@ from .logs import quiet_own_task_failures
 from .placement import DEFAULT_OPTIONS, ReleaseOptions
 from .progress import cluster_progress, local_progress
 from .release import Draw, release_here, release_locally, release_on_cluster, release_on_workers
+from .schedulers import LOCAL_SCHEDULERS, check_scheduler
 from .tickets import abandon_release
 from .waits import await_result
 from .workers import prepare_workers, single_threaded_blas
