@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from .fit import storage_options
+from .inputs import storage_options
 
 
 def add_parser(commands) -> None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from .inputs import add_input_arguments, input_location, open_input
+from .inputs import add_input_arguments, input_location, open_input, storage_options
 
 
 def add_parser(commands) -> None:
@@ -258,51 +257,3 @@ def force_hint(flag: str) -> str:
 
 #: How the command line says "replace it" of the ``--output`` file.
 FORCE_HINT = force_hint("--output")
-
-
-def storage_options(json_file: str | None, entries: list[str]) -> dict:
-    """Fsspec options from ``--storage-options-json FILE`` and ``--storage-option K=V``.
-
-    ``a.b=v`` sets ``{"a": {"b": v}}``; entries override the file's values.  Values are
-    never echoed in errors (they may be secrets).
-    """
-    options: dict = {}
-    if json_file is not None:
-        try:
-            with open(json_file) as stream:
-                options = json.load(stream)
-        except (OSError, ValueError) as error:
-            raise ValueError(
-                f"--storage-options-json: cannot read {json_file!r} "
-                f"({type(error).__name__}: {error})"
-            ) from None
-        if not isinstance(options, dict):
-            raise ValueError(
-                f"--storage-options-json: {json_file!r} must hold a JSON object, "
-                f"got {type(options).__name__}"
-            )
-    for entry in entries:
-        key, sep, text = entry.partition("=")
-        names = key.strip().split(".")
-        if not sep or not all(names):
-            raise ValueError(
-                "--storage-option: expected KEY=VALUE with a non-empty KEY "
-                "(nested: client_kwargs.endpoint_url=URL)"
-            )
-        level = options
-        for depth, name in enumerate(names[:-1]):
-            level = level.setdefault(name, {})
-            if not isinstance(level, dict):
-                raise ValueError(
-                    f"--storage-option: {'.'.join(names[: depth + 1])!r} is "
-                    "already set to a value, not a group of options"
-                )
-        level[names[-1]] = _option_value(text)
-    return options
-
-
-def _option_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text

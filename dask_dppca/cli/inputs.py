@@ -9,6 +9,7 @@ fit reads (no second opening).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from typing import Any
 
@@ -32,7 +33,7 @@ def add_storage_arguments(
     parser: argparse.ArgumentParser, option_help: str, json_help: str
 ) -> None:
     """``--storage-option KEY=VALUE`` (repeatable) and ``--storage-options-json FILE``,
-    with each command's own help (read by :func:`~.fit.storage_options`).
+    with each command's own help (read by :func:`storage_options`).
     """
     parser.add_argument(
         "--storage-option", action="append", default=[], metavar="KEY=VALUE", help=option_help
@@ -65,7 +66,6 @@ def input_storage_options(args: argparse.Namespace) -> dict:
     refused for a local path, which takes none.
     """
     from ..io.storage import is_url
-    from .fit import storage_options
 
     options = storage_options(args.storage_options_json, args.storage_option)
     if options and not is_url(input_location(args.store)):
@@ -73,6 +73,54 @@ def input_storage_options(args: argparse.Namespace) -> dict:
             "--storage-option: fsspec options apply to a STORE URL (s3://, gs://, ...)"
         )
     return options
+
+
+def storage_options(json_file: str | None, entries: list[str]) -> dict:
+    """Fsspec options from ``--storage-options-json FILE`` and ``--storage-option K=V``.
+
+    ``a.b=v`` sets ``{"a": {"b": v}}``; entries override the file's values.  Values are
+    never echoed in errors (they may be secrets).
+    """
+    options: dict = {}
+    if json_file is not None:
+        try:
+            with open(json_file) as stream:
+                options = json.load(stream)
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"--storage-options-json: cannot read {json_file!r} "
+                f"({type(error).__name__}: {error})"
+            ) from None
+        if not isinstance(options, dict):
+            raise ValueError(
+                f"--storage-options-json: {json_file!r} must hold a JSON object, "
+                f"got {type(options).__name__}"
+            )
+    for entry in entries:
+        key, sep, text = entry.partition("=")
+        names = key.strip().split(".")
+        if not sep or not all(names):
+            raise ValueError(
+                "--storage-option: expected KEY=VALUE with a non-empty KEY "
+                "(nested: client_kwargs.endpoint_url=URL)"
+            )
+        level = options
+        for depth, name in enumerate(names[:-1]):
+            level = level.setdefault(name, {})
+            if not isinstance(level, dict):
+                raise ValueError(
+                    f"--storage-option: {'.'.join(names[: depth + 1])!r} is "
+                    "already set to a value, not a group of options"
+                )
+        level[names[-1]] = _option_value(text)
+    return options
+
+
+def _option_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def shares(entries: list[str]) -> dict[str, float] | None:
