@@ -279,20 +279,25 @@ def _read(kind: str, location: str, storage_options: dict | None, shown: str, dt
 
 
 def _is_empty_data(error: BaseException) -> bool:
-    """Whether ``error`` is pandas' EmptyDataError (a file with no columns to parse)."""
-    from pandas.errors import EmptyDataError  # dask.dataframe's dependency
-
-    return isinstance(error, EmptyDataError)
+    """Whether ``error`` is pandas' EmptyDataError (a file with no columns to parse),
+    told by its class, without importing pandas (dask.dataframe's dependency).
+    """
+    return any(
+        cls.__name__ == "EmptyDataError" and cls.__module__.startswith("pandas")
+        for cls in type(error).__mro__
+    )
 
 
 def _csv_has_no_rows(location: str, storage_options: dict | None) -> bool:
-    """Whether the (first) CSV file of ``location`` holds a header line and no record.
+    """Whether the (first) CSV file of ``location`` holds a header line and no record
+    (blank lines are no records, as for the reader).
 
     Read only when its columns were refused as not numeric: dask infers a CSV's dtypes
     from its first rows, so a header-only file has text columns only.
     """
+    import io
+
     import fsspec
-    import pandas as pd
 
     try:
         files = fsspec.open_files(
@@ -301,7 +306,9 @@ def _csv_has_no_rows(location: str, storage_options: dict | None) -> bool:
         if not files:
             return False
         with files[0] as stream:
-            return len(pd.read_csv(stream, nrows=1)) == 0
+            lines = io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
+            lines.readline()  # the header
+            return not any(line.strip() for line in lines)
     except Exception:  # unreadable here: the numeric check's message stands
         return False
 
