@@ -8,10 +8,12 @@ bench --save`` the time figures come from a short calibration, kept per machine;
 plan says which model it used.
 
 Reads the store's public metadata only (shape, chunks, dtype, codec; never a chunk, never
-a ledger) and prints the design, blocks and tasks, bytes read, peak memory per worker,
-predicted wall time and, for a stated spectrum or a public pilot, the expected accuracy
-(:class:`dask_dppca.planning.fit_plan.FitPlan`).  A plan that does not fit the cluster is printed,
-then refused with one line naming what to change (exit 2).
+a ledger; a Parquet or CSV table as ``analyze`` opens it, with the same flags, its rows
+counted by :func:`~dask_dppca.io.tables.table_row_counts`) and prints the design, blocks
+and tasks, bytes read, peak memory per worker, predicted wall time and, for a stated
+spectrum or a public pilot, the expected accuracy
+(:class:`dask_dppca.planning.fit_plan.FitPlan`).  A plan that does not fit the cluster is
+printed, then refused with one line naming what to change (exit 2).
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ def add_parser(commands) -> None:
         help="predict a fit's design, tasks, memory, time and accuracy (reads no data)",
         description=(
             "Plan a fit of the records (rows) of a Zarr array or a Parquet or CSV table "
-            "without reading any of them (a CSV table's rows are counted in one pass; a "
-            "Parquet table's come from its files' footers): "
+            "from public metadata only (a Parquet table's row count from its files' "
+            "footers; a CSV table's rows counted in one pass that keeps no value): "
             "the design 'auto' picks, blocks and tasks, bytes read, peak memory per worker, "
             "the scheduler's task count, predicted wall time (machine model from "
             "'dask-dppca bench --save', else a built-in default) and, with --spectrum or "
