@@ -9,10 +9,12 @@ import os
 import sys
 from typing import Any
 
-from ..analysis.stages import REGISTRY, SCALINGS, optional_stages
+from ..analysis.stages import REGISTRY
 from .inputs import (
     STORE_OPTION_HELP,
     add_input_arguments,
+    add_stage_arguments,
+    chosen_stages,
     input_location,
     input_storage_options,
     open_input,
@@ -69,23 +71,7 @@ def _add_privacy_options(analyze: argparse.ArgumentParser) -> None:
         help=f"public share of a stage ({names}), repeatable "
         f"(default {defaults}; the shares of the stages that run are renormalised)",
     )
-    analyze.add_argument(
-        "--scale",
-        choices=SCALINGS,
-        default="none",
-        help="robust: first release a private centre (median) and scale (quantile range) "
-        "per column and analyse the scaled columns, for a table whose columns are in "
-        "different units; none (default): the data as they are (a notice says when one "
-        "column carries a whole direction)",
-    )
-    for info in optional_stages():
-        if info.name == "scale":  # its own --scale robust|none above
-            continue
-        analyze.add_argument(
-            f"--{info.name.replace('_', '-')}",
-            action="store_true",
-            help=f"also release {info.help}",
-        )
+    add_stage_arguments(analyze)
     analyze.add_argument(
         "--methods",
         default="clipped,winsorized,huber,robust",
@@ -203,11 +189,7 @@ def run(args: argparse.Namespace) -> int:
             delta=args.delta,
             split=shares(args.split),
             methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
-            stages=[
-                info.name
-                for info in optional_stages()
-                if info.name != "scale" and getattr(args, info.name)
-            ],
+            stages=chosen_stages(args),
             scale=args.scale,
             spatial_sign=args.spatial_sign,
             radius=args.radius,

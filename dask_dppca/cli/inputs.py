@@ -156,6 +156,41 @@ def shares(entries: list[str]) -> dict[str, float] | None:
     return split
 
 
+def add_stage_arguments(parser: Any) -> None:
+    """``--scale robust|none`` and one ``--NAME`` flag per other optional registered stage
+    (``analyze``, and ``plan --analysis`` to plan the same run).
+    """
+    from ..analysis.stages import SCALINGS, optional_stages
+
+    parser.add_argument(
+        "--scale",
+        choices=SCALINGS,
+        default="none",
+        help="robust: first release a private centre (median) and scale (quantile range) "
+        "per column and analyse the scaled columns, for a table whose columns are in "
+        "different units; none (default): the data as they are (a notice says when one "
+        "column carries a whole direction)",
+    )
+    for info in optional_stages():
+        if info.name != "scale":  # its own --scale robust|none above
+            parser.add_argument(
+                f"--{info.name.replace('_', '-')}",
+                action="store_true",
+                help=f"also release {info.help}",
+            )
+
+
+def chosen_stages(args: argparse.Namespace) -> list[str]:
+    """The optional stages the flags of :func:`add_stage_arguments` ask for (not the scale:
+    ``args.scale``).
+    """
+    from ..analysis.stages import optional_stages
+
+    return [
+        info.name for info in optional_stages() if info.name != "scale" and getattr(args, info.name)
+    ]
+
+
 def add_columns_argument(parser: argparse.ArgumentParser) -> None:
     """``--columns A,B,C``: the features of a table."""
     parser.add_argument(
@@ -190,8 +225,8 @@ def open_input(
     label_column : str, optional
         The column of a table holding the group labels (``analyze --groups COLUMN``).
     count_rows : bool, default False
-        Count a table's rows here (``plan``: a Parquet table's from its footers, a CSV's
-        in one pass); by default the fit counts them on its cluster.
+        Count a table's rows here (``plan``: one pass over one column); by default the
+        fit counts them on its cluster.
     """
     from ..io import open_records
     from ..io.records import records_of_table

@@ -27,6 +27,8 @@ from .fit import add_mechanism_arguments, estimator_parameters
 from .inputs import (
     STORE_OPTION_HELP,
     add_input_arguments,
+    add_stage_arguments,
+    chosen_stages,
     open_input,
     shares,
 )
@@ -42,8 +44,8 @@ def add_parser(commands) -> None:
         help="predict a fit's design, tasks, memory, time and accuracy (reads no data)",
         description=(
             "Plan a fit of the records (rows) of a Zarr array or a Parquet or CSV table "
-            "from public metadata only (a Parquet table's row count from its files' "
-            "footers; a CSV table's rows counted in one pass that keeps no value): "
+            "from public metadata only (a Parquet or CSV table's rows counted in one "
+            "pass over one column that keeps no value): "
             "the design 'auto' picks, blocks and tasks, bytes read, peak memory per worker, "
             "the scheduler's task count, predicted wall time (machine model from "
             "'dask-dppca bench --save', else a built-in default) and, with --spectrum or "
@@ -115,6 +117,7 @@ def _add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     )
     analysis.add_argument("--methods", help="comma-separated scree estimators")
     analysis.add_argument("--no-score-map", action="store_true", help="plan no score map")
+    add_stage_arguments(analysis)
     analysis.add_argument(
         "--groups",
         metavar="LABELS",
@@ -162,9 +165,11 @@ def run(args: argparse.Namespace) -> int:
     for name, default in FIT_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
-    if args.split or args.methods or args.no_score_map or args.groups or args.group_domain:
+    asked = args.split or args.methods or args.no_score_map or args.groups or args.group_domain
+    if asked or args.scale != "none" or chosen_stages(args):
         raise ValueError(
-            "--split, --methods, --no-score-map, --groups and --group-domain go with --analysis"
+            "--split, --methods, --no-score-map, --groups, --group-domain, --scale and the "
+            "optional stages go with --analysis"
         )
     pilot = None
     if args.pilot is not None:
@@ -241,6 +246,8 @@ def _run_analysis(args: argparse.Namespace, cluster: dict) -> int:
         methods=methods,
         score_map=False if args.no_score_map else None,
         grouped=args.groups is not None,
+        stages=chosen_stages(args),
+        scale=args.scale,
         design=design_of(args),
         spatial_sign=args.spatial_sign,
         radius=args.radius,

@@ -413,9 +413,9 @@ def records_of_table(table: Table, *, counted: bool = False) -> Records:
     ----------
     table : Table
     counted : bool, default False
-        Count the rows here (:func:`~.tables.table_row_counts`: a Parquet table's from
-        its footers, a CSV's in one pass), for a plan; by default a fit counts them on
-        its cluster (:meth:`Records.counted`).
+        Count the rows here (:func:`~.tables.table_row_counts`: one pass over one
+        column), for a plan; by default a fit counts them on its cluster
+        (:meth:`Records.counted`).
     """
     kind = table.input_type
     if counted:

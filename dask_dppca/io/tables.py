@@ -176,10 +176,11 @@ def open_table(
 def table_row_counts(table: Table) -> tuple[int, ...]:
     """The rows of each partition of ``table`` as dask computes it, in this process.
 
-    A Parquet table's come from its files' footers (the row counts pyarrow reads there;
-    no row is read), grouped as dask fuses small files into one partition.  A CSV file
-    states no count: its partitions are counted in one pass that parses one column
-    (the rows' number is public, like a Zarr array's shape; no value is kept).  This is
+    Counted in one pass that reads one column (a Parquet file's one column chunk, a CSV's
+    lines parsed for one field), in the partitions dask computes (small Parquet files
+    fused into one): the rows' number is public, like a Zarr array's shape, and no value
+    is kept.  Parquet footers state the counts too, but dask's partitions of them are
+    known only through its private modules, which this package does not use.  This is
     what ``dask-dppca plan`` needs of a table; a fit counts on its cluster instead.
 
     Parameters
@@ -194,38 +195,7 @@ def table_row_counts(table: Table) -> tuple[int, ...]:
     """
     from .labelled import optimized_frame
 
-    computed = optimized_frame(table.frame)
-    lengths = (
-        _footer_lengths(table.frame, computed.npartitions) if table.kind == "parquet" else None
-    )
-    if lengths is None:
-        lengths = _counted_lengths(computed)
-    return lengths
-
-
-def _footer_lengths(frame: Any, npartitions: int) -> tuple[int, ...] | None:
-    """A Parquet frame's partition lengths from the files' footers (dask's statistics of
-    its read), summed over the read's partitions that dask fuses into one; None where
-    dask does not give them (filters, another version's internals).
-    """
-    try:
-        from dask.dataframe.dask_expr._repartition import RepartitionToFewer
-        from dask.dataframe.dask_expr.io.parquet import ReadParquet
-
-        reads = list(frame.expr.find_operations(ReadParquet))
-        if len(reads) != 1:
-            return None
-        per_read = reads[0]._get_lengths()  # the footers' row counts, one per partition
-        if per_read is None or len(per_read) != frame.npartitions:
-            return None
-        if npartitions == len(per_read):
-            return tuple(int(n) for n in per_read)
-        # Fused as dask fuses them (FusedIO._fusion_buckets: RepartitionToFewer's bounds).
-        bounds = RepartitionToFewer._compute_partition_boundaries(npartitions, len(per_read))
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return None
-    fused = tuple(int(sum(per_read[a:b])) for a, b in zip(bounds, bounds[1:], strict=False))
-    return fused if len(fused) == npartitions else None
+    return _counted_lengths(optimized_frame(table.frame))
 
 
 def _counted_lengths(frame: Any) -> tuple[int, ...]:

@@ -56,7 +56,7 @@ def model_folder(tmp_path, monkeypatch):
 @pytest.mark.timeout(180)
 def test_the_issue_s_plan_line_plans_the_table_as_typed(tmp_path, model_folder):
     """``dask-dppca plan table.parquet --analysis -k 4 --groups site``: the six numeric
-    columns (site is the labels, not a feature), rows from the Parquet footer."""
+    columns (site is the labels, not a feature), rows counted in one pass."""
     write_tables(tmp_path)
     done = subprocess.run(
         [CONSOLE_SCRIPT, "plan", "table.parquet", "--analysis", "-k", "4", "--groups", "site"],

@@ -190,6 +190,16 @@ def test_analyze_scale_robust_on_a_csv_table_as_typed(tmp_path):
     x = mixed_units(6000, seed=1)
     header = "age,income,hours"
     np.savetxt(tmp_path / "people.csv", x, delimiter=",", header=header, comments="", fmt="%.6f")
+    planned = subprocess.run(
+        f"{CONSOLE_SCRIPT} plan people.csv --analysis -k 2 --scale robust".split(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert planned.returncode == 0, planned.stderr
+    assert "scale: each quantile within" in planned.stdout
+    assert planned.stdout.index("scale ") < planned.stdout.index("directions ")
     done = subprocess.run(
         f"{CONSOLE_SCRIPT} analyze people.csv -k 2 --scale robust --output result.json".split(),
         capture_output=True,

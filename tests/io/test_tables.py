@@ -195,20 +195,17 @@ class _Here:
 
 
 @pytest.mark.parametrize("columns", [["a"], ["a", "b", "c"], None])
-def test_a_parquet_folder_s_rows_come_from_its_footers_as_dask_fuses_its_files(
-    tmp_path, frame, columns
-):
-    """The footers' counts, grouped as dask fuses small files (fewer partitions than
-    files when few columns are read), equal the counts a fit makes on its cluster."""
+def test_a_parquet_folder_s_rows_are_counted_as_dask_fuses_its_files(tmp_path, frame, columns):
+    """The counts in dask's partitions (fewer than the files when few columns are read:
+    small files fused) equal the counts a fit makes on its cluster."""
     from dask_dppca.io.labelled import frame_rows
-    from dask_dppca.io.tables import _footer_lengths, table_row_counts
+    from dask_dppca.io.tables import table_row_counts
 
     numeric = frame.drop(columns="city")
     table = open_table(_many_files(tmp_path / "many.parquet", numeric), columns, "g")
     lengths = table_row_counts(table)
     assert sum(lengths) == N
     assert frame_rows(table.frame, _Here()).chunks[0] == lengths  # what a fit counts
-    assert _footer_lengths(table.frame, len(lengths)) == lengths  # no row read
     if columns == ["a"]:
         assert len(lengths) < 12  # fused: the case that must be grouped
     counted = records_of_table(table, counted=True)
