@@ -137,7 +137,7 @@ class PrivateRobustScaler(BudgetCarrier, OneToOneFeatureMixin, TransformerMixin,
                     dataset=records.dataset,
                     stage_id=fit_id,
                 )
-        scaling = robust_scaling(quantiles)
+        scaling = robust_scaling(quantiles, mechanism.resolved_levels())
         self.centre_, self.scale_ = scaling.centre, scaling.scale
         self.rule_, self.quantiles_ = scaling.rule, scaling.quantiles
         self.privacy_ = {**mechanism.describe(), "fit_id": fit_id, "released_on": where}

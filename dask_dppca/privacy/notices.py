@@ -249,9 +249,10 @@ def _scale_notices(record: Any) -> list[str]:
             what = "a scale of 1" if rule.startswith("1") else f"the range {rule}"
             notes.append(
                 f"The released quartiles of {shown}{more} coincide (a column that is mostly "
-                f"one value, such as zero): scaled by {what} instead of q75-q25. Robust "
-                "directions then answer a different question than PCA's on those columns "
-                "(they weigh the rare values, not the variance)."
+                f"one value, such as zero), or a wider range is not located at this n and "
+                f"share of epsilon: scaled by {what} instead of q75-q25. Robust directions "
+                "then answer a different question than PCA's on those columns (they weigh "
+                "the rare values, not the variance)."
             )
     n = meta.get("n_samples")
     for stage, stated in (meta.get("accuracy") or {}).items():

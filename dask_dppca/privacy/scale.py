@@ -23,6 +23,7 @@ that no scan starts among the empty candidates below the data.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,7 +136,7 @@ def _level_name(q: float) -> str:
     return f"q{round(q * 100):d}"
 
 
-def robust_scaling(quantiles: ArrayLike) -> RobustScaling:
+def robust_scaling(quantiles: ArrayLike, resolved: Sequence[bool] | None = None) -> RobustScaling:
     """The public rule: centre = median, scale = the first positive finite range of
     :data:`RANGES` (at least :data:`MIN_WIDTH` and not below :data:`MIN_RANGE_RATIO` of
     the next), else 1; a non-finite median is replaced by 0.
@@ -147,6 +148,10 @@ def robust_scaling(quantiles: ArrayLike) -> RobustScaling:
     ----------
     quantiles : array_like, shape (d, len(LEVELS))
         Released quantiles in :data:`LEVELS` order.
+    resolved : sequence of bool, optional
+        Per level (:data:`LEVELS` order), whether the release can locate it
+        (:meth:`RobustScale.resolved_levels`, public): a range with an unresolved end is
+        skipped.  Default: every level.
 
     Returns
     -------
@@ -160,12 +165,14 @@ def robust_scaling(quantiles: ArrayLike) -> RobustScaling:
     ranked[:, order] = np.sort(values[:, order], axis=1)  # NaN (never released) last
     at = {q: ranked[:, i] for i, q in enumerate(LEVELS)}
     d = values.shape[0]
+    usable = dict(zip(LEVELS, [True] * len(LEVELS) if resolved is None else list(resolved)))
+    ranges = [(lo, hi) for lo, hi in RANGES if usable[lo] and usable[hi]]
     centre, scale, rule = np.zeros(d), np.ones(d), []
     for k in range(d):
         said = "1"
         with np.errstate(over="ignore", invalid="ignore"):
-            widths = [float(at[hi][k] - at[lo][k]) for lo, hi in RANGES]
-        for i, ((lo, hi), width) in enumerate(zip(RANGES, widths)):
+            widths = [float(at[hi][k] - at[lo][k]) for lo, hi in ranges]
+        for i, ((lo, hi), width) in enumerate(zip(ranges, widths)):
             wider = [w for w in widths[i + 1 : i + 2] if math.isfinite(w) and w >= MIN_WIDTH]
             if (
                 math.isfinite(width)
@@ -234,6 +241,21 @@ class RobustScale:
         records, with probability ``1 - beta`` each.
         """
         return {_level_name(q.quantile): q.rank_error(beta) for q in self.quantile_releases}
+
+    def resolved_levels(self, beta: float = DEFAULT_ACCURACY_BETA) -> tuple[bool, ...]:
+        """Per level, whether its rank bound keeps it on its side of the data: below
+        ``min(q, 1 - q) n`` records (``q`` the quantile aimed at), public.
+
+        A level that is not (q99 at n = 10 000 and a small share: the bound is thousands
+        of records, the level 100 from the top) can stop anywhere in a run of tied
+        counts, e.g. among the tiny candidates above a column's zeros, so the rule does
+        not read it (:func:`robust_scaling`'s ``resolved``).
+        """
+        n = self.n_samples
+        return tuple(
+            q.rank_error(beta) < min(q.target_quantile, 1.0 - q.target_quantile) * n
+            for q in self.quantile_releases
+        )
 
     def useless_levels(self, beta: float = DEFAULT_ACCURACY_BETA) -> list[str]:
         """The levels whose rank bound reaches their scan's start (public)."""

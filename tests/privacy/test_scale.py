@@ -209,3 +209,17 @@ def test_a_width_a_million_times_narrower_than_the_next_range_counts_as_collapse
     assert robust_scaling([[values[q] for q in LEVELS]]).rule == ["q95-q5"]
     values[0.95], values[0.99] = 2.3e-308, 4.6e-271  # every range stopped among them
     assert robust_scaling([[values[q] for q in LEVELS]]).rule == ["1"]
+
+
+def test_levels_the_release_cannot_locate_are_not_read_by_the_rule():
+    """q99 is 100 records from the top at n = 10 000; a bound of thousands cannot place it
+    (the gallery's q99 of 1e-142 for a true 1), so the rule skips every range that needs it."""
+    mechanism = RobustScale(10_000, 1, 0.0125)
+    resolved = mechanism.resolved_levels()
+    assert resolved[LEVELS.index(0.5)] and not resolved[LEVELS.index(0.99)]
+    values = {0.5: 0.0, 0.25: 0.0, 0.75: 0.0, 0.05: 0.0, 0.95: 0.0, 0.01: 0.0, 0.99: 2.76e-142}
+    row = [[values[q] for q in LEVELS]]
+    assert robust_scaling(row).rule == ["q99-q1"]  # every level read: the artifact wins
+    assert robust_scaling(row, resolved).rule == ["1"]
+    large = RobustScale(400_000, 1, 0.0125).resolved_levels()
+    assert all(large)

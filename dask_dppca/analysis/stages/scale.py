@@ -57,7 +57,14 @@ class ScaleStage:
     def accuracy(self, split: BudgetSplit, n_samples: int, n_features: int) -> dict[str, Any]:
         """Its public accuracy: each level's rank bound and the levels it cannot locate."""
         mechanism = scale_mechanism(split, n_samples, n_features)
-        return {"rank_error_95": mechanism.rank_errors(), "useless": mechanism.useless_levels()}
+        resolved = [
+            f"q{round(q * 100)}" for q, ok in zip(LEVELS, mechanism.resolved_levels()) if ok
+        ]
+        return {
+            "rank_error_95": mechanism.rank_errors(),
+            "useless": mechanism.useless_levels(),
+            "resolved": resolved,
+        }
 
     def run(self, context: StageContext) -> StageOutput:
         """Count every column below every candidate (one pass); release and scale."""
@@ -79,7 +86,7 @@ class ScaleStage:
                 charge=mechanism,
                 stage_id=context.stage_id,
             )
-        scaling = robust_scaling(quantiles)
+        scaling = robust_scaling(quantiles, mechanism.resolved_levels())
         row = release_row(_STAGE, _RELEASE, mechanism.describe(), where)
         value = {**scaling.to_dict(), "private": seed is None}
         return StageOutput(
