@@ -30,11 +30,9 @@ For each table, at a TOTAL (epsilon, delta) = (2, 1e-9) and k = 2:
   coordinates they were released in (the released centre and scale);
 * wall time of the private (robust) analysis.
 
-Each figure is the median of ``--runs`` analyses.  Until the scale stage is in
-``dd.analyze`` (it rejects ``scale=``), ``private_run`` analyses the EXACTLY scaled rows
-and says so: those figures are provisional (they leave out the scale stage's noise and
-its share of the budget); ``--exact-scaling`` does the same on purpose, to measure what
-the scale stage adds.
+Each figure is the median of ``--runs`` analyses.  ``--exact-scaling`` analyses the
+EXACTLY scaled rows instead, on purpose, and says so: the difference is what the scale
+stage adds (its noise and its share of the budget).
 
     python benchmarks/bench_gallery.py                 # every table, 3 runs each
     python benchmarks/bench_gallery.py --runs 1 --json gallery.json
@@ -377,7 +375,7 @@ def exact_pipeline(table: Table) -> dict[str, Any]:
 
 #: Why the private runs analyse exactly scaled rows, once it is known (None: they do not).
 _provisional: list[str] = []
-#: --exact-scaling: analyse exactly scaled rows even where dd.analyze takes scale=.
+#: --exact-scaling: analyse exactly scaled rows instead of the scale stage's.
 _exact_scaling: list[bool] = [False]
 
 
@@ -401,9 +399,8 @@ def private_run(X: np.ndarray, scale: str) -> dict[str, Any]:
 
     Returns the released directions (columns, (d, k)) in the coordinates they were
     released in, that centre and scale (``result.stages["scale"]``; none for
-    ``scale="none"``), the scree values, the notices and the wall time.  While
-    ``dd.analyze`` has no ``scale=`` (TypeError), or with ``--exact-scaling``, the EXACT
-    robust rule scales the rows first (provisional figures).
+    ``scale="none"``), the scree values, the notices and the wall time.  With
+    ``--exact-scaling`` the EXACT robust rule scales the rows first (said so).
     """
     d = X.shape[1]
     result = None
@@ -413,10 +410,6 @@ def private_run(X: np.ndarray, scale: str) -> dict[str, Any]:
         started = time.perf_counter()
         try:
             result = dd.analyze(X, K, epsilon=EPSILON, delta=DELTA, scale=scale)
-        except TypeError as error:
-            if "scale" not in str(error):
-                raise
-            _note_provisional("dd.analyze has no scale= yet (the private scale stage is not there)")
         except ValueError as error:  # refused before spending (a useless release at this n)
             raise Refused(str(error)) from error
     if result is None:

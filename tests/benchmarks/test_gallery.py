@@ -99,12 +99,12 @@ class _Released:
         self.stages = stages
 
 
-def test_private_run_reads_the_scale_stage_or_scales_exactly_until_there_is_one(monkeypatch):
+def test_private_run_reads_the_scale_stage_or_scales_exactly_when_asked(monkeypatch):
     gallery = _gallery()
     X = np.column_stack([np.arange(100.0), 10 * np.arange(100.0) % 7, np.arange(100.0) ** 2])
     calls = []
 
-    def with_scale(X, k, *, epsilon, delta, scale):
+    def with_scale(X, k, *, epsilon, delta, scale="none"):
         calls.append(("with", scale, X.copy()))
         stages = {"scale": {"centre": [1.0, 2.0, 3.0], "scale": [4.0, 5.0, 6.0]}}
         return _Released(X.shape[1], stages if scale == "robust" else {})
@@ -116,18 +116,13 @@ def test_private_run_reads_the_scale_stage_or_scales_exactly_until_there_is_one(
     assert gallery.private_run(X, "none")["scale"].tolist() == [1.0, 1.0, 1.0]
     assert not gallery._provisional
 
-    def without_scale(X, k, *, epsilon, delta):
-        calls.append(("without", None, X.copy()))
-        return _Released(X.shape[1], {})
-
-    monkeypatch.setattr(gallery.dd, "analyze", without_scale)
+    monkeypatch.setattr(gallery, "_exact_scaling", [True])
     monkeypatch.setattr(gallery, "_provisional", [])
     run = gallery.private_run(X, "robust")
     centre, scale, _ = gallery.robust_rule(X)
     assert np.allclose(calls[-1][2], (X - centre) / scale)  # the exact rule, said so
     assert np.array_equal(run["scale"], scale) and gallery._provisional
-    gallery.private_run(X, "none")
-    assert np.array_equal(calls[-1][2], X)
+    monkeypatch.setattr(gallery, "_exact_scaling", [False])
 
     def refusing(X, k, *, epsilon, delta, scale):
         raise ValueError("epsilon: ... nothing was reserved or spent")
