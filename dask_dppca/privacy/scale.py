@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..validation import integer_at_least
+from ..validation import integer_at_least, real_number
 from .contract import given_noise
 from .laplace import IntegerNoise
 from .parts import PrivacyPart
@@ -243,17 +243,25 @@ class RobustScale:
         return {_level_name(q.quantile): q.rank_error(beta) for q in self.quantile_releases}
 
     def resolved_levels(self, beta: float = DEFAULT_ACCURACY_BETA) -> tuple[bool, ...]:
-        """Per level, whether its rank bound keeps it on its side of the data: below
-        ``min(q, 1 - q) n`` records (``q`` the quantile aimed at), public.
+        """Per level, whether the noise at the level itself keeps it on its side of the
+        data (public): ``2 (t / s_c) ln(4 / beta)`` records, the threshold's and the
+        target candidate's noise each within ``(t / s_c) ln(4 / beta)``, below
+        ``min(q, 1 - q) n`` (``q`` the quantile aimed at).
 
-        A level that is not (q99 at n = 10 000 and a small share: the bound is thousands
-        of records, the level 100 from the top) can stop anywhere in a run of tied
-        counts, e.g. among the tiny candidates above a column's zeros, so the rule does
-        not read it (:func:`robust_scaling`'s ``resolved``).
+        A level that is not (q99 at n = 10 000 and d = 20: 100 records from the top, a
+        noise scale of 160) is placed by luck: it stops anywhere in a run of tied counts,
+        such as the tiny candidates above a column's zeros, so the rule does not read it
+        (:func:`robust_scaling`'s ``resolved``).  Unlike :meth:`rank_errors` this leaves
+        out the union over every candidate: the rule needs where a level typically lands,
+        not the guarantee (post-processing either way).
         """
+        b = real_number("beta", beta)
+        if not 0.0 < b < 1.0:
+            raise ValueError(f"beta: must be in (0, 1), got {beta!r}")
         n = self.n_samples
         return tuple(
-            q.rank_error(beta) < min(q.target_quantile, 1.0 - q.target_quantile) * n
+            2.0 * q.noise_scale / q.multiplier * math.log(4.0 / b)
+            < min(q.target_quantile, 1.0 - q.target_quantile) * n
             for q in self.quantile_releases
         )
 
