@@ -27,7 +27,7 @@ from ..io.records import scale_rows
 from ..privacy.accounting import PlannedPart, split_budget
 from ..privacy.calibration import validate_privacy_parameters
 from ..privacy.charging import BudgetCarrier, reserve_release
-from ..privacy.laplace import DiscreteLaplaceSampler, IntegerNoise, SeededDiscreteLaplace
+from ..privacy.laplace import integer_noise
 from ..privacy.parts import PureDPPart
 from ..privacy.scale import LEVELS, RobustScale, robust_scaling
 
@@ -114,9 +114,7 @@ class PrivateRobustScaler(BudgetCarrier, OneToOneFeatureMixin, TransformerMixin,
             n, d = records.shape
             mechanism = _mechanism(epsilon, delta, int(n), int(d))
             seed = self.random_state
-            sampler: IntegerNoise = (
-                DiscreteLaplaceSampler() if seed is None else SeededDiscreteLaplace(seed)
-            )
+            sampler = integer_noise(seed)
 
             def release(exact_counts: Any) -> Any:
                 return mechanism.release(exact_counts, sampler)

@@ -34,6 +34,7 @@ __all__ = [
     "DiscreteLaplaceSampler",
     "IntegerNoise",
     "SeededDiscreteLaplace",
+    "integer_noise",
     "integer_scale",
 ]
 
@@ -166,3 +167,10 @@ class SeededDiscreteLaplace(IntegerNoise):
 
     def __repr__(self) -> str:
         return f"SeededDiscreteLaplace(seed={self.seed!r})"
+
+
+def integer_noise(random_state: int | None) -> IntegerNoise:
+    """The discrete Laplace source of a release: OS entropy (private), or for a
+    ``random_state`` the seeded one (NOT private: tests and examples only).
+    """
+    return DiscreteLaplaceSampler() if random_state is None else SeededDiscreteLaplace(random_state)

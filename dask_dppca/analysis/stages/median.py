@@ -15,7 +15,7 @@ from typing import Any
 from ...compute.release import release_statistic
 from ...graph.score_stats import quantile_counts_graph
 from ...privacy.accounting import BudgetSplit, PlannedPart
-from ...privacy.laplace import DiscreteLaplaceSampler, IntegerNoise, SeededDiscreteLaplace
+from ...privacy.laplace import integer_noise
 from ...privacy.median import CoordinateMedian
 from ...privacy.parts import PureDPPart
 from ..stage import StageContext, StageOutput, claim_stage_parts, release_row
@@ -59,9 +59,7 @@ class MedianStage:
         assert isinstance(part, PureDPPart)
         mechanism = CoordinateMedian(context.n_samples, context.n_features, part.epsilon)
         seed = self.random_state
-        sampler: IntegerNoise = (
-            DiscreteLaplaceSampler() if seed is None else SeededDiscreteLaplace(seed)
-        )
+        sampler = integer_noise(seed)
 
         def release(exact_counts: Any) -> list[float]:
             return [float(v) for v in mechanism.release(exact_counts, sampler)]

@@ -19,7 +19,7 @@ from typing import Any
 from ...compute.release import release_statistic
 from ...graph.score_stats import quantile_counts_graph
 from ...privacy.accounting import BudgetSplit, PlannedPart
-from ...privacy.laplace import DiscreteLaplaceSampler, IntegerNoise, SeededDiscreteLaplace
+from ...privacy.laplace import integer_noise
 from ...privacy.parts import PureDPPart
 from ...privacy.scale import LEVELS, RobustScale, robust_scaling
 from ..stage import StageContext, StageOutput, claim_stage_parts, release_row
@@ -70,9 +70,7 @@ class ScaleStage:
         """Count every column below every candidate (one pass); release and scale."""
         mechanism = scale_mechanism(context.split, context.n_samples, context.n_features)
         seed = self.random_state
-        sampler: IntegerNoise = (
-            DiscreteLaplaceSampler() if seed is None else SeededDiscreteLaplace(seed)
-        )
+        sampler = integer_noise(seed)
 
         def release(exact_counts: Any) -> Any:
             return mechanism.release(exact_counts, sampler)
