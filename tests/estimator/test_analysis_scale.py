@@ -245,3 +245,16 @@ def test_the_plan_plans_the_scale_first_and_states_its_accuracy(table):
     assert "scale: each quantile within" in str(plan)
     small = dd.plan_analysis(np.ones((300, 4)), 2, epsilon=1.0, scale="robust")
     assert small.accuracy["scale"]["useless"] and "USELESS" in str(small)
+
+
+@pytest.mark.cluster
+def test_the_default_path_scales_rows_kept_on_the_embedded_cluster():
+    """Rows in memory, the default compute target: the rows are kept on the workers
+    unscaled and every later pass reads them through the released scaling."""
+    x = mixed_units(20_000, seed=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = dd.analyze(x, 2, epsilon=2.0, delta=1e-9, scale="robust", score_map=False)
+    assert result.stages["scale"]["rule"] == ["q75-q25"] * 3
+    assert result.stages["scale"]["private"] is True
+    assert dd.sin_theta(result.directions.T, _standardised_pca(x, 2).T) < 0.3
