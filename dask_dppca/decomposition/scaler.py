@@ -73,10 +73,11 @@ class PrivateRobustScaler(BudgetCarrier, OneToOneFeatureMixin, TransformerMixin,
     >>> import numpy as np
     >>> from sklearn.pipeline import make_pipeline
     >>> import dask_dppca as dd
-    >>> X = np.random.default_rng(0).normal([40, 5e4], [12, 2e4], (5000, 2))  # test data
-    >>> scaler = dd.PrivateRobustScaler(epsilon=2.0, scheduler="threads", random_state=0)
-    >>> scaler.fit(X).rule_
-    ['q75-q25', 'q75-q25']
+    >>> age, income = np.linspace(20, 60, 5000), np.linspace(8e4, 2e4, 5000)
+    >>> X = np.column_stack([age, income])  # two columns in their own units
+    >>> scaler = dd.PrivateRobustScaler(epsilon=2.0, scheduler="threads")
+    >>> scaler.fit(X).scale_.shape
+    (2,)
     >>> pipeline = make_pipeline(scaler, dd.DPPCA(1, epsilon=2.0, scheduler="threads"))
     """
 

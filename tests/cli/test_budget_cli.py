@@ -138,8 +138,9 @@ def test_ledger_arguments_take_file_urls_as_the_ledger_does(tmp_path, capsys):
 
 
 def test_budget_show_says_why_the_spent_total_is_less_than_the_releases_added_up(tmp_path, capsys):
-    """Issue 46, item 8: an analysis (two stages, one release) and a fit; the spent line
-    says they compose tightly at the ledger's delta, beside their epsilons added up."""
+    """The ledger explains its spent total: an analysis (two stages, one release) and a
+    fit; the spent line says they compose tightly at the ledger's delta, beside their
+    epsilons added up."""
     from dask_dppca.privacy.budget import GaussianCharge, PartsCharge
     from dask_dppca.privacy.parts import GaussianPart
 

@@ -1,4 +1,4 @@
-"""A curator's first hour with her own table (issue 46): ``plan`` reads the table as
+"""A curator's first hour with her own table: ``plan`` reads the table as
 ``analyze`` does, and her typical mistakes are refused in the project's words, before
 anything is printed or reserved.
 

@@ -84,7 +84,7 @@ def test_messages_mask_secrets_and_url_passwords():
     [
         ("s3://bucket/x.zarr", "s3"),
         ("simplecache::s3://bucket/x.zarr", "s3"),
-        ("s3://bucket/table.parquet", "s3"),  # a table: dask's read, not Zarr's (issue 46)
+        ("s3://bucket/table.parquet", "s3"),  # a table: dask's read, not Zarr's
         ("gs://bucket/table.csv", "gcs"),
     ],
 )

@@ -158,7 +158,7 @@ def test_an_analysis_of_a_table_path_records_its_feature_names(tmp_path, frame):
     assert result.meta["dataset"] == str(path) and result.meta["n_samples"] == N
 
 
-# -- empty tables, and the rows counted for a plan (issue 46) ----------------------------
+# -- empty tables, and the rows counted for a plan ---------------------------------------
 
 
 def test_an_empty_csv_and_a_header_only_csv_say_so(tmp_path, frame):
