@@ -22,7 +22,7 @@ from dask_dppca.privacy.budget import PartsCharge, charge_of
 from dask_dppca.privacy.median import CoordinateMedian
 from dask_dppca.privacy.parts import PureDPPart
 from tests.privacy.audit_tools import audit, epsilon_bound
-from tests.privacy.test_quantile import NoNoise  # zero noise: NOT private, tests only
+from tests.privacy.test_quantile import NoNoise, RecordingNoise  # NOT private, tests only
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
@@ -74,16 +74,8 @@ def test_the_charge_is_one_pure_part_per_column_exactly():
 def test_every_noise_is_drawn_at_the_column_s_scale():
     """Half the noise (a broken column scale) would show here as a smaller scale."""
 
-    class Recording(NoNoise):
-        def __init__(self):
-            self.scales = []
-
-        def _draw(self, scale, size):
-            self.scales.append(scale)
-            return super()._draw(scale, size)
-
     mechanism = CoordinateMedian(50, 3, 0.3, steps_per_octave=2)
-    sampler = Recording()
+    sampler = RecordingNoise()
     mechanism.release(count_at_most(np.ones((50, 3)), mechanism.candidates), sampler)
     assert set(sampler.scales) == {mechanism.column.noise_scale}
     assert 2 * mechanism.column.multiplier / mechanism.column.noise_scale <= 0.3

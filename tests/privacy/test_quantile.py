@@ -48,6 +48,18 @@ class NoNoise(IntegerNoise):
         return np.zeros(size, dtype=np.int64)
 
 
+class RecordingNoise(NoNoise):
+    """Zero noise that records every scale it is asked for (NOT private, tests only):
+    half the noise (a broken scale) shows as a smaller scale."""
+
+    def __init__(self):
+        self.scales = []
+
+    def _draw(self, scale, size):
+        self.scales.append(scale)
+        return super()._draw(scale, size)
+
+
 def test_the_grid_is_public_increasing_and_covers_every_float():
     for signed in (True, False):
         grid = quantile_candidates(signed, 32)
@@ -314,16 +326,8 @@ def test_the_release_draws_every_noise_at_the_claimed_scale():
     """With the sampler's law pinned (tests/privacy/test_laplace.py), this pins the noise:
     half the noise would show here as a scale below ``noise_scale``."""
 
-    class Recording(NoNoise):
-        def __init__(self):
-            self.scales = []
-
-        def _draw(self, scale, size):
-            self.scales.append(scale)
-            return super()._draw(scale, size)
-
     m = PrivateQuantile(50, 0.5, 0.3, True, 2)
-    sampler = Recording()
+    sampler = RecordingNoise()
     m.release(count_at_most(np.arange(50.0), m.candidates)[0], sampler)
     assert set(sampler.scales) == {m.noise_scale}
     assert 2 * m.multiplier / m.noise_scale <= 0.3

@@ -25,7 +25,7 @@ from dask_dppca.privacy.laplace import SeededDiscreteLaplace
 from dask_dppca.privacy.parts import PureDPPart
 from dask_dppca.privacy.quantile import PrivateQuantile
 from dask_dppca.privacy.scale import LEVELS, RobustScale, original_loadings, robust_scaling
-from tests.privacy.test_quantile import NoNoise  # zero noise: NOT private, tests only
+from tests.privacy.test_quantile import NoNoise, RecordingNoise  # NOT private, tests only
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
@@ -91,17 +91,9 @@ def test_the_charge_is_one_pure_part_per_level_and_column_exactly():
 def test_every_noise_is_drawn_at_the_claimed_scale():
     """Half the noise (a broken scale) would show here as a smaller scale."""
 
-    class Recording(NoNoise):
-        def __init__(self):
-            self.scales = []
-
-        def _draw(self, scale, size):
-            self.scales.append(scale)
-            return super()._draw(scale, size)
-
     mechanism = RobustScale(500, 2, 0.5, steps_per_octave=2)
     x = np.random.default_rng(1).standard_normal((500, 2))  # test data
-    sampler = Recording()
+    sampler = RecordingNoise()
     mechanism.release(count_at_most(x, mechanism.candidates), sampler)
     (q,) = {(r.noise_scale, r.multiplier) for r in mechanism.quantile_releases}
     assert set(sampler.scales) == {q[0]}
