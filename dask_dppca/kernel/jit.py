@@ -18,6 +18,7 @@ user's own numba functions alone.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -26,7 +27,7 @@ import numba
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["cache_directory", "njit"]
+__all__ = ["cache_directory", "compiled_here", "njit"]
 
 
 def cache_directory() -> str:
@@ -77,6 +78,25 @@ def njit(**options: Any) -> Callable[[F], F]:
 # ``numba.config`` creates its settings at import time, from the environment
 # (``numba.core.config._readenv``), so numba's module has no declaration of them that a
 # type checker can see: the two ignores below are for that, and only that.
+
+
+def compiled_here(*functions: Any) -> bool:
+    """Whether numba's on-disk cache on this machine holds an index for every function
+    (dispatchers made by :func:`njit`): when not, their first call compiles them, seconds
+    of waiting that a user should be told about once.
+
+    The index file is named as numba names it (``module.qualname-line.pyXY.nbi``, in the
+    dispatcher's ``stats.cache_path``); if numba ever names it otherwise, this says "not
+    compiled" and the user reads one needless line, nothing worse.
+    """
+    version = f"py{sys.version_info.major}{sys.version_info.minor}"
+    for function in functions:
+        py_func = function.py_func
+        module = py_func.__module__.rsplit(".", 1)[-1]
+        name = f"{module}.{py_func.__qualname__}-{py_func.__code__.co_firstlineno}.{version}.nbi"
+        if not os.path.isfile(os.path.join(function.stats.cache_path, name)):
+            return False
+    return True
 
 
 def _numba_cache_dir() -> str:

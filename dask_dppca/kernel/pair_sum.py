@@ -53,13 +53,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from . import rows, tiles
 from .fp_state import own_errstate
+from .jit import compiled_here
 from .rounding import CLASS_BITS, DEFAULT_MEMORY_BUDGET, tile_rows_for_budget
 from .rows import as_float_rows, centring_point, distinct_finite_rows, scale_classes
 from .spatial_sign import SpatialSign, sphere
 from .tiles import Side, TileSummer
 
-__all__ = ["block_pair_sum", "pairwise_sum"]
+__all__ = ["block_pair_sum", "compiled_on_this_machine", "pairwise_sum"]
 
 
 @own_errstate
@@ -140,3 +142,20 @@ def pairwise_sum(parts: list[NDArray[np.float64]]) -> NDArray[np.float64]:
             for k in range(0, len(parts), 2)
         ]
     return parts[0]
+
+
+def compiled_on_this_machine() -> bool:
+    """Whether the compiled functions every fit runs are in numba's cache here.
+
+    When not, the first fit on this machine compiles them (a few seconds, once; the
+    cache is :func:`~dask_dppca.kernel.jit.cache_directory`).
+    """
+    return compiled_here(
+        rows._finite_rows,
+        rows._row_hashes,
+        rows._group_rows,
+        rows.scale_classes,
+        tiles._load_tile,
+        tiles._squared_norms,
+        tiles._unit_sphere_weights,
+    )

@@ -20,10 +20,13 @@ PACKAGE = Path(dask_dppca.__file__).parent
 _RUN_KERNEL = """
 import json, numba, numpy as np
 from dask_dppca.kernel import block_pair_sum, tiles
+from dask_dppca.kernel.pair_sum import compiled_on_this_machine
+before = compiled_on_this_machine()
 block_pair_sum(np.arange(60.0).reshape(20, 3) ** 1.5)
 stats = tiles._unit_sphere_weights.stats  # the pass clean rows on the sphere take
 print(json.dumps({"path": stats.cache_path, "hits": sum(stats.cache_hits.values()),
-                  "misses": sum(stats.cache_misses.values())}))
+                  "misses": sum(stats.cache_misses.values()), "before": before,
+                  "after": compiled_on_this_machine()}))
 """
 
 
@@ -57,6 +60,8 @@ def test_the_cache_lives_in_the_user_cache_and_a_second_process_loads_it(tmp_pat
     assert list(expected.rglob("*.nbi")) and list(expected.rglob("*.nbc"))
     assert first["misses"] >= 1 and first["hits"] == 0  # compiled and saved
     assert second["hits"] >= 1 and second["misses"] == 0  # loaded, not compiled
+    # what the command line's first-run line is said on: an empty cache, then a warm one
+    assert (first["before"], first["after"], second["before"]) == (False, True, True)
     assert not _numba_files_beside_the_package(started)
 
 
@@ -76,3 +81,27 @@ def test_the_users_own_numba_functions_keep_numbas_default():
     from dask_dppca import kernel  # noqa: F401  (decorates the kernel's functions)
 
     assert numba.config.CACHE_DIR == os.environ.get("NUMBA_CACHE_DIR", "")
+
+
+def test_the_first_run_says_it_compiles_and_a_warm_one_says_nothing(monkeypatch, capsys):
+    """``dask-dppca demo`` on a machine whose cache lacks the kernel says why it waits,
+    once; with the kernel cached it says nothing (the command itself is stopped at once)."""
+    from dask_dppca.cli import command
+    from dask_dppca.kernel import pair_sum
+
+    def stop_at_once(args):
+        return 0
+
+    for compiled, said in ((False, True), (True, False)):
+        monkeypatch.setattr(pair_sum, "compiled_on_this_machine", lambda c=compiled: c)
+        args = command.build_parser().parse_args(["demo"])
+        assert args.run is command.demo.run
+        monkeypatch.setattr(args, "run", stop_at_once)
+        monkeypatch.setattr(command, "_KERNEL_COMMANDS", (stop_at_once,))
+        assert command._run(args) == 0
+        err = capsys.readouterr().err
+        assert ("compiling the kernel" in err) is said, err
+    args = command.build_parser().parse_args(["plan", "x.zarr"])  # no kernel: never said
+    monkeypatch.setattr(pair_sum, "compiled_on_this_machine", lambda: False)
+    command.say_if_compiling(args)
+    assert capsys.readouterr().err == ""

@@ -970,11 +970,15 @@ def test_rows_are_grouped_exactly_even_when_every_hash_collides():
     )
     finite = rows_module._finite_rows(x)
     assert list(finite) == [0, 1, 2, 3, 5, 6, 7, 8]
-    index, counts = rows_module._group_rows(x, finite, np.zeros(len(finite), dtype=np.uint64))
+    colliding = np.zeros(len(finite), dtype=np.uint64)
+    everything = np.arange(len(finite))  # the stable order of equal hashes
+    index, counts = rows_module._group_rows(x, finite, colliding, everything)
     assert list(index) == [0, 1, 2, 6] and list(counts) == [3.0, 1.0, 3.0, 1.0]
     hashes = rows_module._row_hashes(x, finite)
     assert hashes[2] == hashes[3] == hashes[6] and len(set(hashes.tolist())) == 4
-    assert np.array_equal(rows_module._group_rows(x, finite, hashes)[0], index)
+    order = np.argsort(hashes, kind="stable")
+    assert np.array_equal(rows_module._group_rows(x, finite, hashes, order)[0], index)
+    assert np.array_equal(rows_module.distinct_finite_rows(x)[0], index)
 
 
 @settings(max_examples=200, deadline=None)
