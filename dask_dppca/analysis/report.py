@@ -452,7 +452,7 @@ def render_report(
     """
     meta = result.meta
     score_map = score_map_of(result)
-    title = title or f"Private PCA analysis of {meta.get('dataset', 'a data set')}"
+    title = title or f"Private PCA analysis of {dataset_name(meta.get('dataset'))}"
     sections = [
         f"<h1>{_e(title)}</h1>",
         f"<p class='note'>dask-dppca {_e(installed_version())} &middot; analysis "
@@ -494,6 +494,27 @@ def render_report(
         + "\n".join(sections)
         + "</body></html>"
     )
+
+
+def dataset_name(dataset: str | None) -> str:
+    """The data set as a report's title names it: a path's or URL's last part (the file or
+    store name, never a folder of the machine that ran it), else the input's description.
+
+    Examples
+    --------
+    >>> dataset_name("/home/curator/2026/survey.parquet")
+    'survey.parquet'
+    >>> dataset_name("s3://bucket/records.zarr/")
+    'records.zarr'
+    >>> dataset_name("numpy 300 x 4")
+    'numpy 300 x 4'
+    """
+    if not dataset:
+        return "a data set"
+    text = str(dataset).rstrip("/")
+    if "/" not in text:
+        return text
+    return text.rsplit("/", 1)[1] or text
 
 
 def _warnings(meta: dict[str, Any], reference: Sequence[float] | None) -> list[str]:
