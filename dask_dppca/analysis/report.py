@@ -398,7 +398,7 @@ def _ledger_section(result: Any, budget: Any) -> str:
                 r["state"],
                 time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["reserved_at"])),
                 _ledger_cost(r),
-                r["dataset"],
+                dataset_name(r["dataset"]),
                 r["label"],
             )
         )
@@ -502,6 +502,7 @@ def dataset_name(dataset: str | None) -> str:
 
     Examples
     --------
+    >>> from dask_dppca.analysis.report import dataset_name
     >>> dataset_name("/home/curator/2026/survey.parquet")
     'survey.parquet'
     >>> dataset_name("s3://bucket/records.zarr/")
@@ -541,7 +542,7 @@ def _parameter_sections(result: Any, score_map: Any) -> list[str]:
         "<h2>Data set (public metadata)</h2>",
         _kv(
             [
-                ("data set", meta.get("dataset", "-")),
+                ("data set", dataset_name(meta.get("dataset")) if meta.get("dataset") else "-"),
                 ("records n", meta.get("n_samples")),
                 ("features d", meta.get("n_features")),
                 ("chunking", _chunking(meta)),

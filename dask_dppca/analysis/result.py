@@ -68,6 +68,21 @@ class PrivateAnalysis:
     stages : dict
         What each further registered stage released (:mod:`dask_dppca.analysis.stages`),
         by stage name: e.g. ``stages["median"]``, JSON-ready.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> X = np.random.default_rng().standard_t(3, size=(2000, 4))  # any rows
+    >>> result = dd.analyze(X, n_components=2, score_map=False, scheduler="threads")
+    >>> path = os.path.join(tempfile.mkdtemp(), "analysis.json")
+    >>> _ = result.save(path)
+    >>> again = dd.PrivateAnalysis.load(path)  # re-plotting it costs no budget
+    >>> bool((again.directions == result.directions).all())
+    True
+    >>> "directions" in result.privacy_table()
+    True
     """
 
     directions: np.ndarray

@@ -157,6 +157,19 @@ def analyze(
     Returns
     -------
     PrivateAnalysis
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> X = np.random.default_rng().standard_t(3, size=(2000, 4))  # any rows
+    >>> result = dd.analyze(X, n_components=2, score_map=False, scheduler="threads")
+    >>> result.directions.shape
+    (2, 4)
+    >>> sorted(result.scree["values"])
+    ['clipped', 'huber', 'robust', 'winsorized']
+    >>> result.meta["composed_epsilon"] <= 3.0  # the default total
+    True
     """
     k = integer_at_least("n_components", n_components, 1)
     eps, dlt = validate_privacy_parameters(epsilon, delta)
