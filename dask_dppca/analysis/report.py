@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ..privacy.notices import notes_html
+from ..compute.cluster import where_drawn
+from ..privacy.notices import below_noise, notes_html
+from ..privacy.score_map import noisy_size_text
 from ..version import installed_version
 from .features import feature_names_for
 from .figures import figure_html as _figure
@@ -161,19 +163,21 @@ def score_map_figures(
     grouped = groups and len(score_map.groups) > 1
     shown = shown_groups(score_map) if grouped else []
     if grouped:
+        sigma = group_size_sigma(score_map)
+        released = score_map.released_group_sizes()
+        size = noisy_size_text(released.get(OTHER_GROUP, 0.0))
         other = (
             f'The group "{OTHER_GROUP}" (labels outside the public domain) is drawn because '
-            "its noisy size is above twice its noise"
+            f"its noisy size ({size}) is not {below_noise(sigma)}"
             if OTHER_GROUP in shown
             else f'The group "{OTHER_GROUP}" (labels outside the public domain) is not drawn: '
-            f"its noisy size is within twice its noise (sigma "
-            f"{group_size_sigma(score_map):.3g}), so it may hold no record at all"
+            f"its noisy size ({size}) is {below_noise(sigma)}, so it may hold no record at all"
         )
         out.append(
             (
                 figure_png(plot_group_panels(score_map, floor_sigmas=floor)),
                 "The score map per group on the common frame and colour scale; each title "
-                f"gives the group's noisy size. {other}.",
+                "gives the group's noisy size." + (f" {other}." if OTHER_GROUP in released else ""),
                 "score map per group",
             )
         )
@@ -293,7 +297,7 @@ def privacy_rows(result: Any) -> list[dict[str, str]]:
                 + (f" [{row['sensitivity_units']}]" if row.get("sensitivity_units") else ""),
                 "sigma or scale": _num(row.get("noise")),
                 "re-derived": f"{formula} = {recomputed}" if recomputed else formula,
-                "drawn on": str(row.get("released_on", "")),
+                "drawn on": where_drawn(row.get("released_on")),
             }
         )
     return out
