@@ -12,9 +12,17 @@ import pytest
 
 import dask_dppca as dd
 from dask_dppca.analysis.report import dataset_name
+from dask_dppca.compute.cluster import where_drawn
+from dask_dppca.privacy.notices import below_noise
+from dask_dppca.privacy.score_map import noisy_size_text
 
-#: Further documented helpers whose examples run too.
-EXTRA = {"dataset_name": dataset_name}
+#: Further documented helpers whose examples run too (the report's shared wording).
+EXTRA = {
+    "dataset_name": dataset_name,
+    "where_drawn": where_drawn,
+    "below_noise": below_noise,
+    "noisy_size_text": noisy_size_text,
+}
 OBJECTS = {**{name: getattr(dd, name) for name in dd.__all__}, **EXTRA}
 
 

@@ -285,7 +285,7 @@ IN_PROCESS_WORKER = "the embedded cluster (a worker in this process)"
 
 def where_drawn(address: object) -> str:
     """Where a release's noise was drawn, as a report shows it: an ``inproc://`` worker
-    as :data:`IN_PROCESS_WORKER`, any other address or description as it is.
+    as ``IN_PROCESS_WORKER``, any other address or description as it is.
 
     Examples
     --------

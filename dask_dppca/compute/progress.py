@@ -105,7 +105,7 @@ class RunProgress:
         return "done" if self.index >= len(self.stages) else "starting"
 
     def begin(self, stage: str) -> None:
-        """The run enters ``stage`` (one of :attr:`stages`; the stages before it are done)."""
+        """The run enters ``stage`` (one of ``stages``; the stages before it are done)."""
         with self.lock:
             self.index = self.stages.index(stage) if stage in self.stages else self.index + 1
             self.computes = 0
