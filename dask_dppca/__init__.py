@@ -1,6 +1,6 @@
 """dask-dppca: robust, differentially private PCA (g-DPPCA) at cluster scale.
 
-Layers, lowest first (README.md, "Layout"; :data:`dask_dppca.layers.LAYERS`): ``kernel``
+Layers, lowest first (CONTRIBUTING.md, "Layout"; :data:`dask_dppca.layers.LAYERS`): ``kernel``
 (numpy + numba block-pair sums), ``design`` (pair designs and block planning), ``io`` and
 ``graph`` (inputs, the Dask task graph), ``privacy`` (calibration, noise, the mechanisms,
 the budget; no Dask), ``compute`` (where and how a graph runs, the trusted release),

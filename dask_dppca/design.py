@@ -133,6 +133,13 @@ class CompleteDesign:
     :func:`block_rows` (the result does not depend on them beyond rounding); every block
     pair ``I <= J`` is one task.  ``|P| = n (n - 1) / 2`` and
     every record is in ``n - 1`` pairs, so ``Delta_F = 2 sqrt(2) G^2 / n``.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> plan = dd.CompleteDesign().plan((100, 100), n_features=3)
+    >>> plan.n_pairs  # every pair of the 200 records
+    19900
     """
 
     name = "complete"
@@ -175,6 +182,13 @@ class RegularDesign:
         Rows per block (>= 2).
     seed : int
         Public seed of the block graph (not of any noise).  Reported in ``privacy_``.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> design = dd.RegularDesign(k=2, block_size=100)  # a public graph, not a noise seed
+    >>> design.block_sizes(1050)
+    (100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 50)
     """
 
     k: int

@@ -1,7 +1,7 @@
 """The package's layers, lowest first: the one source of the layer table.
 
 A module imports only from its own layer and the layers below it; tests/test_layering.py
-checks every import against :data:`LAYERS`, and that the README's "Layout" table lists
+checks every import against :data:`LAYERS`, and that CONTRIBUTING.md's "Layout" table lists
 the same layers in the same order.  The privacy layer imports neither dask nor
 distributed (:data:`FORBIDDEN_IMPORTS`): its proof can be read, and its math tested,
 without a cluster.

@@ -1,5 +1,5 @@
-"""The package's layers (dask_dppca/layers.py, the README's "Layout"): no module imports
-from a layer above it, the privacy layer imports no Dask, and the README says the same."""
+"""The package's layers (dask_dppca/layers.py, CONTRIBUTING.md's "Layout"): no module imports
+from a layer above it, the privacy layer imports no Dask, and that table says the same."""
 
 from __future__ import annotations
 
@@ -126,9 +126,9 @@ def test_the_check_catches_an_upward_import_and_a_planted_distributed(tmp_path):
 
 
 def test_the_readme_layer_table_is_the_package_s():
-    """README.md's "Layout" table lists the layers of dask_dppca/layers.py, in order, and
+    """CONTRIBUTING.md's "Layout" table lists the layers of dask_dppca/layers.py, in order, and
     every top-level module of the package belongs to exactly one layer."""
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "CONTRIBUTING.md").read_text()
     section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
     names = [row.split("|")[1].strip() for row in rows[1:]]

@@ -117,6 +117,17 @@ class AnalysisPlan:
         ``n_pairs`` and ``max_degree`` of the scree's pair sub-design.
     machine_model : str
         Where the time figures came from (saved, calibrated or built in).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> from dask_dppca.planning.machine import DEFAULT_MODEL
+    >>> plan = dd.plan_analysis(np.zeros((2000, 4)), n_components=2, machine=DEFAULT_MODEL)
+    >>> isinstance(plan, dd.AnalysisPlan), plan.n_tasks > 0, plan.wall_seconds > 0
+    (True, True, True)
+    >>> "privacy split of the total" in plan.split_text
+    True
     """
 
     parameters: dict[str, Any]
@@ -230,6 +241,18 @@ def plan_analysis(
     Returns
     -------
     AnalysisPlan
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> from dask_dppca.planning.machine import DEFAULT_MODEL  # built-in times, no calibration
+    >>> X = np.zeros((2000, 4))  # only its shape is read
+    >>> plan = dd.plan_analysis(X, n_components=2, machine=DEFAULT_MODEL)
+    >>> [stage.stage for stage in plan.stages]
+    ['directions', 'scree', 'score map']
+    >>> plan.parameters["epsilon"], plan.parameters["delta"]
+    (3.0, 1e-05)
     """
     from .result import privacy_table_text, split_rows
     from .stages import default_shares

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ..privacy.score_map import ScoreMap
+from ..privacy.notices import NOISE_MULTIPLE
+from ..privacy.score_map import ScoreMap, noisy_size_text
 
 __all__ = [
     "OTHER_SIGMAS",
@@ -42,9 +43,11 @@ __all__ = [
 
 NOT_PRIVATE = "NOT PRIVATE"
 _CMAP = "Purples"
-#: "other" is shown when its noisy size exceeds this many of its noise sigmas: with no
-#: label outside the domain, the noise alone passes it about 2.3 % of the time.
-OTHER_SIGMAS = 2.0
+#: "other" is shown when its noisy size is not below this many of its noise sigmas, the
+#: notices' :data:`~dask_dppca.privacy.notices.NOISE_MULTIPLE` (one threshold: a notice
+#: calls "other" noise exactly when the report does not draw it); with no label outside
+#: the domain, the noise alone passes it about 0.13 % of the time.
+OTHER_SIGMAS = NOISE_MULTIPLE
 #: The group colours, by place in the public domain (colour-blind safe, Okabe-Ito), and
 #: the colour of "other".
 GROUP_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
@@ -84,14 +87,14 @@ def noise_floor_sigmas(score_map: ScoreMap, method: str | None = None) -> float:
 
 def shown_groups(score_map: ScoreMap, method: str | None = None) -> list[str]:
     """The groups worth drawing: every domain label, and ``"other"`` only when its noisy
-    size is above :data:`OTHER_SIGMAS` times its noise sigma (post-processing of a
-    released count: an "other" of pure noise is not drawn).
+    size is not below :data:`OTHER_SIGMAS` times its noise sigma, the notices' threshold
+    (post-processing of a released count: an "other" of pure noise is not drawn).
     """
     from ..privacy.score_map import OTHER_GROUP
 
-    sizes = score_map.group_sizes(method)
+    sizes = score_map.released_group_sizes(method)
     floor = OTHER_SIGMAS * group_size_sigma(score_map, method)
-    return [g for g in score_map.groups if g != OTHER_GROUP or len(sizes) == 1 or sizes[g] > floor]
+    return [g for g in score_map.groups if g != OTHER_GROUP or len(sizes) == 1 or sizes[g] >= floor]
 
 
 def group_colours(score_map: ScoreMap, colours: Any = None) -> dict[str, str]:
@@ -264,13 +267,14 @@ def plot_group_panels(
     index = {name: g for g, name in enumerate(score_map.groups)}
     vmax = max(float(hist.grid(index[name], floor).max()) for name in shown) or 1.0
     sizes = list(score_map.group_sizes(method).values())
+    released = list(score_map.released_group_sizes(method).values())
     mesh = None
     for k, name in enumerate(shown):
         g = index[name]
         ax = axes[k // cols][k % cols]
         mesh = _heat(ax, hist.grid(g, floor), score_map, vmax)
         _out_of_frame_note(ax, float(hist.out_of_frame()[g]), float(sizes[g]))
-        ax.set_title(f"{name} (noisy n = {sizes[g]:.0f})", fontsize=9)
+        ax.set_title(f"{name} (noisy n = {noisy_size_text(released[g])})", fontsize=9)
         if reference is not None:
             labels = np.asarray(reference_groups, dtype=object)
             _reference(ax, np.asarray(reference)[labels == name])

@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ..privacy.notices import notes_html
+from ..compute.cluster import where_drawn
+from ..privacy.notices import below_noise, notes_html
+from ..privacy.score_map import noisy_size_text
 from ..version import installed_version
 from .features import feature_names_for
 from .figures import figure_html as _figure
@@ -161,19 +163,21 @@ def score_map_figures(
     grouped = groups and len(score_map.groups) > 1
     shown = shown_groups(score_map) if grouped else []
     if grouped:
+        sigma = group_size_sigma(score_map)
+        released = score_map.released_group_sizes()
+        size = noisy_size_text(released.get(OTHER_GROUP, 0.0))
         other = (
             f'The group "{OTHER_GROUP}" (labels outside the public domain) is drawn because '
-            "its noisy size is above twice its noise"
+            f"its noisy size ({size}) is not {below_noise(sigma)}"
             if OTHER_GROUP in shown
             else f'The group "{OTHER_GROUP}" (labels outside the public domain) is not drawn: '
-            f"its noisy size is within twice its noise (sigma "
-            f"{group_size_sigma(score_map):.3g}), so it may hold no record at all"
+            f"its noisy size ({size}) is {below_noise(sigma)}, so it may hold no record at all"
         )
         out.append(
             (
                 figure_png(plot_group_panels(score_map, floor_sigmas=floor)),
                 "The score map per group on the common frame and colour scale; each title "
-                f"gives the group's noisy size. {other}.",
+                "gives the group's noisy size." + (f" {other}." if OTHER_GROUP in released else ""),
                 "score map per group",
             )
         )
@@ -293,7 +297,7 @@ def privacy_rows(result: Any) -> list[dict[str, str]]:
                 + (f" [{row['sensitivity_units']}]" if row.get("sensitivity_units") else ""),
                 "sigma or scale": _num(row.get("noise")),
                 "re-derived": f"{formula} = {recomputed}" if recomputed else formula,
-                "drawn on": str(row.get("released_on", "")),
+                "drawn on": where_drawn(row.get("released_on")),
             }
         )
     return out
@@ -398,7 +402,7 @@ def _ledger_section(result: Any, budget: Any) -> str:
                 r["state"],
                 time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["reserved_at"])),
                 _ledger_cost(r),
-                r["dataset"],
+                dataset_name(r["dataset"]),
                 r["label"],
             )
         )
@@ -452,7 +456,7 @@ def render_report(
     """
     meta = result.meta
     score_map = score_map_of(result)
-    title = title or f"Private PCA analysis of {meta.get('dataset', 'a data set')}"
+    title = title or f"Private PCA analysis of {dataset_name(meta.get('dataset'))}"
     sections = [
         f"<h1>{_e(title)}</h1>",
         f"<p class='note'>dask-dppca {_e(installed_version())} &middot; analysis "
@@ -496,6 +500,28 @@ def render_report(
     )
 
 
+def dataset_name(dataset: str | None) -> str:
+    """The data set as a report's title names it: a path's or URL's last part (the file or
+    store name, never a folder of the machine that ran it), else the input's description.
+
+    Examples
+    --------
+    >>> from dask_dppca.analysis.report import dataset_name
+    >>> dataset_name("/home/curator/2026/survey.parquet")
+    'survey.parquet'
+    >>> dataset_name("s3://bucket/records.zarr/")
+    'records.zarr'
+    >>> dataset_name("numpy 300 x 4")
+    'numpy 300 x 4'
+    """
+    if not dataset:
+        return "a data set"
+    text = str(dataset).rstrip("/")
+    if "/" not in text:
+        return text
+    return text.rsplit("/", 1)[1] or text
+
+
 def _warnings(meta: dict[str, Any], reference: Sequence[float] | None) -> list[str]:
     """What the top of the report must say: a NOT PRIVATE reference, seeded noise."""
     warnings = []
@@ -520,7 +546,7 @@ def _parameter_sections(result: Any, score_map: Any) -> list[str]:
         "<h2>Data set (public metadata)</h2>",
         _kv(
             [
-                ("data set", meta.get("dataset", "-")),
+                ("data set", dataset_name(meta.get("dataset")) if meta.get("dataset") else "-"),
                 ("records n", meta.get("n_samples")),
                 ("features d", meta.get("n_features")),
                 ("chunking", _chunking(meta)),

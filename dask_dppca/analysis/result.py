@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compute.cluster import where_drawn
 from ..io.output import write_bytes, write_json
 from ..privacy.accounting import BudgetSplit
 from ..privacy.notices import release_notices, scree_default
@@ -30,6 +31,13 @@ __all__ = [
 ]
 
 _FORMAT = "dask-dppca private analysis 1"
+
+#: The scree figures' titles, one per kind of ``plot_scree`` (each says what it shows).
+SCREE_TITLES = {
+    "scree": "private scree values",
+    "pve_topk": "private PVE of the top {k} directions",
+    "pve_total": "private PVE of the top {k} over all {d} features",
+}
 
 
 @dataclass
@@ -68,6 +76,21 @@ class PrivateAnalysis:
     stages : dict
         What each further registered stage released (:mod:`dask_dppca.analysis.stages`),
         by stage name: e.g. ``stages["median"]``, JSON-ready.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> X = np.random.default_rng().standard_t(3, size=(2000, 4))  # any rows
+    >>> result = dd.analyze(X, n_components=2, score_map=False, scheduler="threads")
+    >>> path = os.path.join(tempfile.mkdtemp(), "analysis.json")
+    >>> _ = result.save(path)
+    >>> again = dd.PrivateAnalysis.load(path)  # re-plotting it costs no budget
+    >>> bool((again.directions == result.directions).all())
+    True
+    >>> "directions" in result.privacy_table()
+    True
     """
 
     directions: np.ndarray
@@ -156,7 +179,8 @@ class PrivateAnalysis:
             {"scree": "scree value", "pve_topk": "PVE (top k)", "pve_total": "PVE (all d)"}[kind]
         )
         eps, dlt = self.meta.get("epsilon"), self.meta.get("delta")
-        ax.set_title(f"private scree, total epsilon={eps:g}, delta={dlt:g}")
+        what = SCREE_TITLES[kind].format(k=k, d=self.meta.get("n_features", "d"))
+        ax.set_title(f"{what}, total epsilon={eps:g}, delta={dlt:g}")
         # An explicit place: "best" searches the data, and matplotlib warns when slow.
         ax.legend(frameon=False, loc="upper right")  # decreasing values leave it free
         return ax
@@ -380,7 +404,7 @@ def _display_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
                 "parameter": param,
                 "sensitivity": _short(r.get("sensitivity")),
                 "noise": _short(r.get("noise")),
-                "drawn on": str(r.get("released_on", "")),
+                "drawn on": where_drawn(r.get("released_on")),
             }
         )
     return out

@@ -30,6 +30,7 @@ from ..compute import ClusterTarget, compute_target
 from ..compute.budget_config import budgets_to_charge
 from ..compute.failures import lost_scheduler
 from ..compute.placement import ReleaseOptions, untrusted_warning_given
+from ..compute.progress import run_progress
 from ..graph import pass_block_sizes
 from ..io import open_records
 from ..io.fingerprint import check_unchanged, store_fingerprint
@@ -157,6 +158,19 @@ def analyze(
     Returns
     -------
     PrivateAnalysis
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> X = np.random.default_rng().standard_t(3, size=(2000, 4))  # any rows
+    >>> result = dd.analyze(X, n_components=2, score_map=False, scheduler="threads")
+    >>> result.directions.shape
+    (2, 4)
+    >>> sorted(result.scree["values"])
+    ['clipped', 'huber', 'robust', 'winsorized']
+    >>> result.meta["composed_epsilon"] <= 3.0  # the default total
+    True
     """
     k = integer_at_least("n_components", n_components, 1)
     eps, dlt = validate_privacy_parameters(epsilon, delta)
@@ -372,9 +386,12 @@ def _run_stages(
                     tuple(plan.block_sizes), plan.block_pairs, None, split, target,
                     analysis_id, "", records.dataset, n, d, random_state,
                 )  # fmt: skip
-                _run_each(
-                    chosen, context, reserved, released, later_stages.enter_context, unchanged, X
-                )
+                titles = [_title(stage.name) for stage in chosen]
+                with run_progress(titles, options.progress) as run:
+                    _run_each(
+                        chosen, context, reserved, released, later_stages.enter_context,
+                        unchanged, X, None if run is None else run.begin,
+                    )  # fmt: skip
                 unchanged("handing back the result (a stage may have read the new version)")
         except Exception as error:  # any stage, whatever the surface error
             lost = lost_scheduler(error, target, f"analysis {analysis_id}")
@@ -424,10 +441,15 @@ def _run_each(
     keep_until_done: Callable[[Any], Any],
     unchanged: Callable[[str], None],
     X: Any,
+    begin: Callable[[str], None] | None = None,
 ) -> None:
-    """Run the stages in turn, the store checked unchanged before each after the first."""
+    """Run the stages in turn, the store checked unchanged before each after the first
+    (``begin`` told each stage's title as it starts: the run's progress display).
+    """
     directions = _directions_stage(chosen)
     for stage in chosen:
+        if begin is not None:
+            begin(_title(stage.name))
         if stage is not chosen[0]:
             unchanged(f"the {_title(stage.name)}")
         output = stage.run(replace(context, stage_id=reserved.stage_id(stage.name)))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 from ..analysis.stages import REGISTRY
@@ -157,7 +156,12 @@ def _add_run_options(analyze: argparse.ArgumentParser) -> None:
         "column names, else x0, x1, ...)",
     )
     analyze.add_argument("--force", action="store_true", help="replace an existing --output file")
-    analyze.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    analyze.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="hide the progress display (one bar in a terminal, else a line on stderr "
+        "every 10%% or 30 s)",
+    )
 
 
 def _pair(text: str, flag: str, offset: int = 0) -> tuple[int, int]:
@@ -196,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
             scheduler=args.scheduler,
             trusted_worker=args.trusted_worker,
             require_trusted=args.require_trusted,
-            progress=not args.no_progress and sys.stdout.isatty(),
+            progress=not args.no_progress,  # a bar in a terminal, else lines on stderr
             allow_fill_values=args.allow_fill_values,
             show_split=print,
             **score_options,

@@ -34,6 +34,7 @@ __all__ = [
     "embedded_dashboard_link",
     "in_this_process",
     "tls_config",
+    "where_drawn",
     "workers_in_this_process",
 ]
 
@@ -275,6 +276,27 @@ async def _stop_http_servers(cluster: distributed.LocalCluster, scheduler_too: b
 def in_this_process(address: str) -> bool:
     """Whether a worker at ``address`` runs inside this process (an ``inproc://`` worker)."""
     return str(address).startswith("inproc://")
+
+
+#: How a report names a worker of this process (the embedded cluster's, an ``inproc://``
+#: address: a name no reader could look up).
+IN_PROCESS_WORKER = "the embedded cluster (a worker in this process)"
+
+
+def where_drawn(address: object) -> str:
+    """Where a release's noise was drawn, as a report shows it: an ``inproc://`` worker
+    as ``IN_PROCESS_WORKER``, any other address or description as it is.
+
+    Examples
+    --------
+    >>> from dask_dppca.compute.cluster import where_drawn
+    >>> where_drawn("inproc://192.0.2.2/6816/4")
+    'the embedded cluster (a worker in this process)'
+    >>> where_drawn("tls://10.0.0.7:40123")
+    'tls://10.0.0.7:40123'
+    """
+    text = "" if address is None else str(address)
+    return IN_PROCESS_WORKER if in_this_process(text) else text
 
 
 def workers_in_this_process(client: distributed.Client) -> bool:

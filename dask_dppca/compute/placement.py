@@ -56,7 +56,16 @@ DEFAULT_OPTIONS = ReleaseOptions()
 
 
 class UntrustedReleaseWarning(UserWarning):
-    """No worker offers the ``dppca-trusted`` resource: the release may run on any worker."""
+    """No worker offers the ``dppca-trusted`` resource: the release may run on any worker.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import dask_dppca as dd
+    >>> issubclass(dd.UntrustedReleaseWarning, UserWarning)
+    True
+    >>> warnings.simplefilter("error", dd.UntrustedReleaseWarning)  # refuse, as require_trusted
+    """
 
 
 def placement_available(placement: dict, workers: dict) -> bool:

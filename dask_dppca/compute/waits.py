@@ -43,7 +43,14 @@ _POLL = 0.5
 
 
 class ClusterStalledError(RuntimeError):
-    """The cluster could not make progress within the stall timeout; the work was cancelled."""
+    """The cluster could not make progress within the stall timeout; the work was cancelled.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> issubclass(dd.ClusterStalledError, RuntimeError)  # nothing was released
+    True
+    """
 
 
 def stall_timeout() -> float:

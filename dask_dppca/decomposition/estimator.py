@@ -178,6 +178,19 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         ``||K_hat||_2 <= G^2`` (public quantities only, see :mod:`~.privacy.advice`).
     LargeDeltaWarning
         When delta is above ``1/n``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> X = np.random.default_rng().standard_t(3, size=(600, 4))  # any rows
+    >>> est = dd.DPPCA(n_components=2, epsilon=1.0, delta=1e-6, scheduler="threads").fit(X)
+    >>> est.components_.shape  # two private directions in 4 features
+    (2, 4)
+    >>> est.transform(X).shape
+    (600, 2)
+    >>> est.privacy_["epsilon"], est.privacy_["delta"]
+    (1.0, 1e-06)
     """
 
     def __init__(

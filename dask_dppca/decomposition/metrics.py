@@ -22,6 +22,16 @@ def sin_theta(V1: np.ndarray, V2: np.ndarray, form: str = "operator") -> float:
     -------
     float
         In ``[0, 1]`` (operator) or ``[0, sqrt(m)]`` (Frobenius).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> basis = np.eye(4)[:, :2]
+    >>> dd.sin_theta(basis, basis)
+    0.0
+    >>> round(dd.sin_theta(basis, np.eye(4)[:, 2:]), 12)  # orthogonal subspaces
+    1.0
     """
     V1 = np.asarray(V1, dtype=np.float64)
     V2 = np.asarray(V2, dtype=np.float64)

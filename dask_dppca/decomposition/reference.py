@@ -60,6 +60,15 @@ def kendall_matrix(
     Returns
     -------
     ndarray, shape (d, d)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> X = np.random.default_rng().standard_normal((200, 3))
+    >>> K = dd.kendall_matrix(X, scheduler="threads")  # NOT PRIVATE: research and tests only
+    >>> K.shape, bool(np.isclose(np.trace(K), 1.0))  # the sphere's K has trace 1
+    ((3, 3), True)
     """
     g = resolve_spatial_sign(spatial_sign, radius)
     check_scheduler(scheduler)

@@ -121,6 +121,18 @@ def load_result(
     ValueError
         Naming the file: not a result file, a newer format than this version reads, or
         entries that do not fit together.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> X = np.random.default_rng().standard_normal((600, 3))
+    >>> est = dd.DPPCA(2, epsilon=1.0, delta=1e-6, scheduler="threads").fit(X)
+    >>> path = os.path.join(tempfile.mkdtemp(), "fit.json")
+    >>> _ = est.save(path)
+    >>> bool((dd.load_result(path).components_ == est.components_).all())
+    True
     """
     shown = display_location(path)
     payload = _read_json(path, storage_options, shown)

@@ -66,6 +66,13 @@ class SpatialSign:
     radius : float or None
         The winsorization radius ``r`` (public), in the units of
         ``t = (x_i - x_j) / sqrt(2)``.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> g = dd.winsor(2.0)
+    >>> isinstance(g, dd.SpatialSign), g.name, g.bound
+    (True, 'winsor', 2.0)
     """
 
     name: str
@@ -151,7 +158,14 @@ class SpatialSign:
 
 
 def sphere() -> SpatialSign:
-    """The spatial sign ``g(t) = t / ||t||``; ``xi = 1``, bound ``G = 1``."""
+    """The spatial sign ``g(t) = t / ||t||``; ``xi = 1``, bound ``G = 1``.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> dd.sphere().bound
+    1.0
+    """
     return SpatialSign(name="sphere", bound=1.0)
 
 
@@ -164,6 +178,13 @@ def winsor(radius: float) -> SpatialSign:
         Public radius ``r`` in the units of ``t = (x_i - x_j) / sqrt(2)``, between
         ``MIN_BOUND = 1e-100`` and ``MAX_BOUND = 1e100``.  It must not be tuned on the
         data.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> g = dd.winsor(3.0)  # a PUBLIC radius, never tuned on the data
+    >>> g.radius, g.bound
+    (3.0, 3.0)
     """
     r = bound_in_range("radius", radius)
     return SpatialSign(name="winsor", bound=r, radius=r)
@@ -194,6 +215,14 @@ def custom(xi: Callable[[NDArray[np.float64]], ArrayLike], bound: float) -> Spat
     ValueError
         If ``bound`` is not a number in ``[MIN_BOUND, MAX_BOUND]``, or ``xi`` exceeds it, is
         negative, or is not finite on the check grid.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> g = dd.custom(lambda s: np.minimum(np.sqrt(s), 2.0), bound=2.0)
+    >>> g.name, g.bound
+    ('custom', 2.0)
     """
     if not callable(xi):
         raise TypeError(f"spatial_sign: a custom xi must be callable, got {type(xi).__name__}")

@@ -353,7 +353,7 @@ def _memory(
     itemsize: int,
     records: Records,
 ) -> dict[str, Any]:
-    """A worker's peak resident bytes: the README's "Memory on the workers" as a number.
+    """A worker's peak resident bytes: docs/operations.md's "Memory on the workers" as a number.
 
     Baseline (an idle worker), then per running segment (one per thread): the blocks it
     holds and the kernel's prepared copy of a task's blocks, the read buffer, the

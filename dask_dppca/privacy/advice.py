@@ -34,15 +34,48 @@ __all__ = [
 
 
 class PrivacyWarning(UserWarning):
-    """A release that is valid but weak, told from public quantities only."""
+    """A release that is valid but weak, told from public quantities only.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> issubclass(dd.NoisyReleaseWarning, dd.PrivacyWarning)
+    True
+    """
 
 
 class NoisyReleaseWarning(PrivacyWarning):
-    """The noise's spectral norm exceeds the largest possible signal ``||K_hat||_2 <= G^2``."""
+    """The noise's spectral norm exceeds the largest possible signal ``||K_hat||_2 <= G^2``.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> X = np.random.default_rng().standard_normal((20, 4))  # far too few records
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = dd.DPPCA(2, epsilon=0.1, delta=1e-6, scheduler="threads").fit(X)
+    >>> any(issubclass(w.category, dd.NoisyReleaseWarning) for w in caught)
+    True
+    """
 
 
 class LargeDeltaWarning(PrivacyWarning):
-    """delta is above ``1/n``: the guarantee then permits publishing a record outright."""
+    """delta is above ``1/n``: the guarantee then permits publishing a record outright.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> X = np.random.default_rng().standard_normal((500, 3))
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = dd.DPPCA(2, epsilon=1.0, delta=0.01, scheduler="threads").fit(X)  # 0.01 > 1/n
+    >>> any(issubclass(w.category, dd.LargeDeltaWarning) for w in caught)
+    True
+    """
 
 
 def noise_spectral_norm(sigma: float, n_features: int) -> float:

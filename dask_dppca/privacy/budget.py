@@ -81,6 +81,16 @@ class GaussianCharge:
     epsilon, delta : float or None
         The release's own calibration target, kept for the record (the budget composes
         ``sensitivity / sigma``, not these).
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> charge = dd.GaussianCharge(sensitivity=1.0, sigma=10.0)  # a 0.1-GDP release
+    >>> budget = dd.PrivacyBudget(epsilon=1.0, delta=1e-6)
+    >>> budget.check(charge)  # fits: no exception
+    >>> budget.spend(charge)
+    >>> budget.releases
+    1
     """
 
     sensitivity: float
@@ -205,6 +215,16 @@ class PrivacyBudget:
     LedgerError
         If ``ledger`` does not exist and ``create`` is not set, or it holds no sound
         ledger (damaged, edited: its hash chain is checked).
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> budget = dd.PrivacyBudget(epsilon=2.0, delta=1e-5)  # in memory: this process only
+    >>> budget.spend(dd.GaussianCharge(sensitivity=1.0, sigma=5.0), label="a release")
+    >>> budget.releases
+    1
+    >>> 0 < budget.remaining() < 2.0
+    True
     """
 
     def __init__(

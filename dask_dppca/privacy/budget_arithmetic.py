@@ -33,7 +33,18 @@ _ROUND_UP = 1.0 + 8.0 * 2.0**-53
 
 
 class BudgetExceededError(RuntimeError):
-    """A release would exceed the (epsilon, delta) of a privacy budget."""
+    """A release would exceed the (epsilon, delta) of a privacy budget.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> budget = dd.PrivacyBudget(epsilon=0.1, delta=1e-6)
+    >>> try:
+    ...     budget.spend(dd.GaussianCharge(sensitivity=1.0, sigma=0.5))
+    ... except dd.BudgetExceededError:
+    ...     print("refused, nothing charged:", budget.releases)
+    refused, nothing charged: 0
+    """
 
 
 def _is_discrete(part: PrivacyPart) -> bool:

@@ -80,6 +80,17 @@ def set_default_budget(
     -------
     PrivacyBudget or None
         The default budget now in force.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import dask_dppca as dd
+    >>> ledger = os.path.join(tempfile.mkdtemp(), "study.ledger")
+    >>> budget = dd.PrivacyBudget(epsilon=2.0, delta=1e-5, ledger=ledger, create=True)
+    >>> _ = dd.set_default_budget(budget)  # every fit of this process now charges it
+    >>> [b.ledger for b in dd.active_budgets()] == [budget.ledger]
+    True
+    >>> dd.set_default_budget(None)  # no default again
     """
     with _DEFAULT_LOCK:
         if budget is None:
@@ -147,6 +158,14 @@ def active_budgets(refuse_in_memory_ancestors: bool = True) -> tuple[PrivacyBudg
     LedgerError
         If an ancestor process holds an in-memory budget (no other process can charge
         it: the fit is refused rather than left uncharged), or a ledger is missing.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> budget = dd.PrivacyBudget(epsilon=2.0, delta=1e-5)
+    >>> with budget:
+    ...     budget in dd.active_budgets()
+    True
     """
     default = default_budget()
     inherited = ancestor_budgets()

@@ -39,12 +39,30 @@ HOST = socket.gethostname()
 
 
 class LedgerError(RuntimeError):
-    """A budget's ledger cannot be read or charged here (missing, foreign, unreachable)."""
+    """A budget's ledger cannot be read or charged here (missing, foreign, unreachable).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import dask_dppca as dd
+    >>> missing = os.path.join(tempfile.mkdtemp(), "study.ledger")
+    >>> try:
+    ...     dd.PrivacyBudget.open(missing)
+    ... except dd.LedgerError:
+    ...     print("no ledger there")
+    no ledger there
+    """
 
 
 class LedgerReplacedError(LedgerError):
     """The file at a ledger's path is no longer the ledger a budget or a reservation was
     made in (deleted and created again, or swapped): its ledger id differs.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> issubclass(dd.LedgerReplacedError, dd.LedgerError)  # caught with the others
+    True
     """
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..kernel.scree_stats import GRID_HALF_WIDTH, GRID_STEPS_PER_OCTAVE
-from .score_map import OTHER_GROUP
+from .score_map import OTHER_GROUP, noisy_size_text
 
 __all__ = [
     "ACCURACY_NOTICE",
@@ -26,6 +26,7 @@ __all__ = [
     "ONE_COLUMN_SHARE",
     "SCREE_DEFAULT_ORDER",
     "UNITS_NOTICE",
+    "below_noise",
     "directions_note",
     "notes_html",
     "release_notices",
@@ -54,6 +55,19 @@ FRAME_BOUND = 2.0**1020
 NOISE_MULTIPLE = 3.0
 #: Which release of the privacy table carries each method's noise.
 _NOISE_ROWS = {"clipped": "clipped", "winsorized": "winsorized", "huber": "huber step 1"}
+
+
+def below_noise(scale: float) -> str:
+    """How every text says a released value is noise: "below N times its noise scale
+    (S)", with N = :data:`NOISE_MULTIPLE` (the notices, the report's captions).
+
+    Examples
+    --------
+    >>> from dask_dppca.privacy.notices import below_noise
+    >>> below_noise(4.0)
+    'below 3 times its noise scale (4)'
+    """
+    return f"below {NOISE_MULTIPLE:g} times its noise scale ({scale:.3g})"
 
 
 def scree_default(methods: Sequence[str]) -> str:
@@ -135,9 +149,8 @@ def _scree_notices(scree: Mapping[str, Any], privacy: Sequence[Mapping[str, Any]
                 notes.append(f"The {method} scree value of PC{c + 1} is not finite.")
             elif noise is not None and c < len(noise) and value < NOISE_MULTIPLE * noise[c]:
                 notes.append(
-                    f"The {method} scree value of PC{c + 1} ({value:.3g}) is below "
-                    f"{NOISE_MULTIPLE:g} times its noise scale ({noise[c]:.3g}): it cannot be "
-                    "told from noise."
+                    f"The {method} scree value of PC{c + 1} ({value:.3g}) is "
+                    f"{below_noise(noise[c])}: it cannot be told from noise."
                 )
     return notes
 
@@ -177,8 +190,8 @@ def _score_map_notices(score_map: Any, privacy: Sequence[Mapping[str, Any]]) -> 
                     "in the domain)"
                 )
                 notes.append(
-                    f"Group {name!r}: its noisy size ({float(size):.3g}) is below "
-                    f"{NOISE_MULTIPLE:g} times its noise scale ({sigma:.3g}): {why}; its "
+                    f"Group {name!r}: its noisy size ({noisy_size_text(size)}) is "
+                    f"{below_noise(sigma)}: {why}; its "
                     "panels are noise."
                 )
     return notes

@@ -60,6 +60,15 @@ class PrivacyReport(dict[str, Any]):
     ``str(report)`` is the text rendering (:meth:`text`); in a notebook it shows as a
     table (:meth:`html`).  Everything else is the dict: ``report["sigma"]``,
     ``json.dumps(report)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import dask_dppca as dd
+    >>> X = np.random.default_rng().standard_normal((600, 3))
+    >>> report = dd.DPPCA(2, epsilon=1.0, delta=1e-6, scheduler="threads").fit(X).privacy_
+    >>> isinstance(report, dd.PrivacyReport), report["epsilon"]
+    (True, 1.0)
     """
 
     def summary(self) -> str:

@@ -55,6 +55,7 @@ __all__ = [
     "OTHER_GROUP",
     "ScoreMap",
     "ScoreMapMechanism",
+    "noisy_size_text",
 ]
 
 #: The frame's share of the stage's epsilon (the rest goes to the histograms).
@@ -381,6 +382,16 @@ class ScoreMap:
             for g, name in enumerate(self.groups)
         }
 
+    def released_group_sizes(self, method: str | None = None) -> dict[str, float]:
+        """The noisy group sizes as released (not clipped at 0): what every text shows
+        (:func:`noisy_size_text`); :meth:`group_sizes` clips them for sampling.
+        """
+        if self.group_counts is not None:
+            sizes = np.asarray(self.group_counts, dtype=float)
+        else:
+            sizes = self.histogram(method).group_sizes()
+        return dict(zip(self.groups, (float(v) for v in sizes)))
+
     def summary(self) -> str:
         """The release in a few lines of text (frame, histograms, noisy group sizes)."""
         (x0, x1), (y0, y1) = self.frame.xlim, self.frame.ylim
@@ -392,9 +403,10 @@ class ScoreMap:
         ]
         hist = self.histogram()
         outside = hist.out_of_frame()
-        for g, (name, size) in enumerate(self.group_sizes().items()):
+        for g, (name, size) in enumerate(self.released_group_sizes().items()):
             lines.append(
-                f"  {name}: noisy size {size:.0f}, outside the frame {outside[g]:.0f} (noisy)"
+                f"  {name}: noisy size {noisy_size_text(size)}, outside the frame "
+                f"{outside[g]:.0f} (noisy)"
             )
         return "\n".join(lines)
 
@@ -426,3 +438,18 @@ class ScoreMap:
         recorded = record.get("group_counts")
         sizes = None if recorded is None else np.asarray(recorded, dtype=np.float64)
         return cls(Frame((cx, cy), (hx, hy)), histograms, groups, (ax, ay), privacy, sizes)
+
+
+def noisy_size_text(size: float) -> str:
+    """A released (noisy) group size as every text shows it: the score map's summary, the
+    report's panel titles and captions, and the notices (one source, so they agree).
+    The value as released, not clipped at 0: a negative one says the group is noise.
+
+    Examples
+    --------
+    >>> from dask_dppca.privacy.score_map import noisy_size_text
+    >>> noisy_size_text(-14.2), noisy_size_text(3.5), noisy_size_text(1234.6)
+    ('-14.2', '3.5', '1235')
+    """
+    value = float(size)
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"

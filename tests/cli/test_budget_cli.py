@@ -1,4 +1,4 @@
-"""``dask-dppca budget create|show`` and ``fit --budget``, and the README's budget lines
+"""``dask-dppca budget create|show`` and ``fit --budget``, and docs/usage.md's budget lines
 as written."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dask_dppca.privacy.budget import PrivacyBudget
 from dask_dppca.privacy.charging import BUDGET_ENV
 from tests.cli import run_cli, write_store
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+USAGE = Path(__file__).resolve().parents[2] / "docs" / "usage.md"
 
 
 def _clean_env() -> dict:
@@ -82,18 +82,18 @@ def test_budget_errors_are_one_line_with_exit_2(tmp_path, args, needle):
 
 
 def _readme_block(language: str, marker: str) -> str:
-    blocks = re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = re.findall(rf"```{language}\n(.*?)```", USAGE.read_text(), flags=re.S)
     (block,) = [b for b in blocks if marker in b]
     return block
 
 
 @pytest.mark.cluster
 def test_the_readme_budget_lines_run_as_written(tmp_path):
-    """The README's three commands, then its Python lines, in one folder with data.zarr
-    (fits on the default embedded cluster, as a user's would), after the README's first
-    fit line has left its result.json there (a user reads the README top to bottom)."""
+    """docs/usage.md's three commands, then its Python lines, in one folder with data.zarr
+    (fits on the default embedded cluster, as a user's would), after its first
+    fit line has left its result.json there (a user reads the page top to bottom)."""
     write_store(tmp_path / "data.zarr")
-    (tmp_path / "result.json").write_text("{}")  # left by the README's first fit line
+    (tmp_path / "result.json").write_text("{}")  # left by the page's first fit line
     for line in _readme_block("bash", "budget create").strip().splitlines():
         done = subprocess.run(
             shlex.split(line),

@@ -1,6 +1,6 @@
-"""The paths a new user types, with default flags: README's CLI line, terminals, scripts.
+"""The paths a new user types, with default flags: docs/usage.md's fit line, terminals, scripts.
 
-Nothing here passes --no-progress or a local scheduler unless the README line does.
+Nothing here passes --no-progress or a local scheduler unless the docs' line does.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ import zarr
 from tests.live import PlainCluster
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+USAGE = (ROOT / "docs" / "usage.md").read_text()
 CLI = [sys.executable, "-m", "dask_dppca"]
 pytestmark = pytest.mark.cluster
 
 
 def readme_fit_line() -> list[str]:
-    """The README's `dask-dppca fit data.zarr ...` line, split as a shell would."""
-    (line,) = [line for line in README.splitlines() if line.startswith("dask-dppca fit data.zarr")]
+    """docs/usage.md's `dask-dppca fit data.zarr ...` line, split as a shell would."""
+    (line,) = [line for line in USAGE.splitlines() if line.startswith("dask-dppca fit data.zarr")]
     argv = shlex.split(line)
     assert argv[0] == "dask-dppca"
     return argv[1:]

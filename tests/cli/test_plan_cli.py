@@ -1,4 +1,4 @@
-"""``dask-dppca plan``: the README's lines exactly as a user types them, default flags.
+"""``dask-dppca plan``: docs/usage.md's lines exactly as a user types them, default flags.
 
 The store is TEST data (a fixed seed).  The plan reads no data and starts no cluster; a
 plan that does not fit exits 2 with one line naming the number it needs.
@@ -20,13 +20,13 @@ from dask_dppca.cli import main
 from dask_dppca.planning.machine import MachineModel, load_machine_model
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+USAGE = (ROOT / "docs" / "usage.md").read_text()
 TIMEOUT = 120
 
 
 def readme_plan_lines() -> list[list[str]]:
-    """The README's ``dask-dppca plan data.zarr ...`` lines, split as a shell would."""
-    lines = [line for line in README.splitlines() if line.startswith("dask-dppca plan data.zarr")]
+    """docs/usage.md's ``dask-dppca plan data.zarr ...`` lines, split as a shell would."""
+    lines = [line for line in USAGE.splitlines() if line.startswith("dask-dppca plan data.zarr")]
     assert len(lines) == 2
     return [shlex.split(line.split("#", 1)[0]) for line in lines]
 

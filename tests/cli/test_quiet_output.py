@@ -99,8 +99,10 @@ def test_rows_in_memory_sent_once_without_dask_s_large_graph_warning(tmp_path):
 
 
 def _readme_lines() -> list[list[str]]:
-    """The README's fit and analyze lines (continuations joined), split as a shell would."""
-    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    """The README's and docs/usage.md's fit and analyze lines (continuations joined), split
+    as a shell would."""
+    text = "\n".join((ROOT / name).read_text() for name in ("README.md", "docs/usage.md"))
+    text = text.replace("\\\n", " ")
     lines = [
         line
         for line in text.splitlines()

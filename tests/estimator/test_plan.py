@@ -161,7 +161,7 @@ def test_a_plan_over_the_memory_limit_is_refused_with_the_number_it_needs(tmp_pa
     assert needed / 2**20 <= float(shown) < needed / 2**20 * 1.01  # rounded up, 3 digits
     assert est.plan(path, workers=2, threads=2, memory_limit=needed).fits
     assert not est.plan(path, workers=2, threads=2, memory_limit=needed - 64, check=False).fits
-    # The memory counts what the README says a worker holds.
+    # The memory counts what docs/operations.md says a worker holds.
     assert plan.memory["parts"]["baseline"] == DEFAULT_MODEL.worker_baseline_bytes
     assert plan.memory["per_task_bytes"] >= 2 * 8 * plan.design["block_rows"] * 6
 

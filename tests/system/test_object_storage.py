@@ -505,8 +505,8 @@ def test_simplecache_serves_a_repeated_fit_from_local_disk(s3, stores, cluster, 
 
 
 def _readme_blocks() -> tuple[str, str]:
-    """The Python and shell blocks of the README's object-storage section."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    """The Python and shell blocks of docs/operations.md's object-storage section."""
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
     section = readme.split("## Data on object storage", 1)[1].split("\n## ", 1)[0]
     python = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     shell = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
