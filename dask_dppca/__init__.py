@@ -35,7 +35,7 @@ _PUBLIC = {
     "kendall_matrix": "decomposition.reference",
     "sin_theta": "decomposition.metrics",
     "PrivacyBudget": "privacy.budget",
-    "GaussianCharge": "privacy.budget",
+    "GaussianCharge": "privacy.charges",
     "BudgetExceededError": "privacy.budget",
     "LedgerError": "privacy.budget",
     "LedgerReplacedError": "privacy.budget",
@@ -75,11 +75,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .privacy.advice import LargeDeltaWarning, NoisyReleaseWarning, PrivacyWarning  # noqa: F401
     from .privacy.budget import (  # noqa: F401
         BudgetExceededError,
-        GaussianCharge,
         LedgerError,
         LedgerReplacedError,
         PrivacyBudget,
     )
+    from .privacy.charges import GaussianCharge  # noqa: F401
     from .privacy.charging import active_budgets, set_default_budget  # noqa: F401
     from .privacy.report import PrivacyReport  # noqa: F401
 

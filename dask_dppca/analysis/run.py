@@ -36,8 +36,8 @@ from ..io import open_records
 from ..io.fingerprint import check_unchanged, store_fingerprint
 from ..kernel import SpatialSign
 from ..privacy.accounting import BudgetSplit, compose, split_budget
-from ..privacy.budget import PartsCharge
 from ..privacy.calibration import validate_privacy_parameters
+from ..privacy.charges import PartsCharge
 from ..privacy.charging import reserve_transaction
 from ..privacy.notices import directions_note, release_notices
 from ..privacy.parts import part_to_dict

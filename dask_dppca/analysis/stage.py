@@ -24,7 +24,7 @@ import numpy as np
 
 from ..compute.target import ComputeTarget
 from ..privacy.accounting import BudgetSplit, PlannedPart
-from ..privacy.budget import PartsCharge
+from ..privacy.charges import PartsCharge
 from ..privacy.charging import reserve_release
 
 __all__ = [

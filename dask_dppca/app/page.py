@@ -31,7 +31,8 @@ from ..analysis.report import (
 from ..analysis.result import pve_topk
 from ..analysis.stages import REGISTRY, optional_stages
 from ..io.storage import display_location
-from ..privacy.budget import BudgetExceededError, PartsCharge, PrivacyBudget
+from ..privacy.budget import BudgetExceededError, PrivacyBudget
+from ..privacy.charges import PartsCharge
 from ..privacy.parts import ApproxDPPart
 from .releases import ReleaseStore, releases_folder
 

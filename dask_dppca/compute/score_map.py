@@ -30,7 +30,7 @@ from typing import Any
 import dask.array as da
 
 from ..graph.score_stats import histogram_counts_graph, label_codes, quantile_counts_graph
-from ..privacy.budget import PartsCharge
+from ..privacy.charges import PartsCharge
 from ..privacy.frame import Frame
 from ..privacy.laplace import DiscreteLaplaceSampler, IntegerNoise
 from ..privacy.noise import NoiseSampler, default_sampler

@@ -21,7 +21,7 @@ from ..lazy import lazy_exports
 #: Public name -> the submodule defining it (imported on first use: :mod:`dask_dppca.lazy`).
 _EXPORTS = {
     "BudgetExceededError": ".budget",
-    "GaussianCharge": ".budget",
+    "GaussianCharge": ".charges",
     "LedgerError": ".budget",
     "LedgerReplacedError": ".budget",
     "PrivacyBudget": ".budget",
@@ -61,7 +61,6 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .budget import (
         BudgetExceededError,
-        GaussianCharge,
         LedgerError,
         LedgerReplacedError,
         PrivacyBudget,
@@ -79,6 +78,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         gaussian_dp_mu,
         validate_privacy_parameters,
     )
+    from .charges import GaussianCharge
     from .charging import active_budgets, current_budget, reserve_release, set_default_budget
     from .contract import CompositeMechanism, Mechanism
     from .mechanism import PrivateRelease, ReleaseMechanism

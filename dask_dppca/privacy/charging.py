@@ -23,9 +23,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Self, cast
 
-from .budget import GaussianCharge, PartsCharge, PrivacyBudget, Reservation, charge_of
+from .budget import PrivacyBudget, Reservation
 from .budget_registry import BUDGET_ENV, BudgetKey, open_budgets, publish_budgets
 from .budget_report import stage_name
+from .charges import GaussianCharge, PartsCharge, charge_of
 from .ledger import ledger_path
 from .ledger_rows import LedgerError, LedgerReplacedError
 from .lineage import ancestor_budgets

@@ -4,7 +4,7 @@ A *mechanism* is built from public parameters only and holds everything its priv
 proof needs before any data is read.  It offers three things (:class:`Mechanism`):
 
 * ``parts``: exactly what it charges, as privacy parts (:mod:`.parts`), for an
-  accountant to compose with every other release (:func:`.budget.charge_of` reads them);
+  accountant to compose with every other release (:func:`.charges.charge_of` reads them);
 * ``release(exact, sampler=None)``: the one step that sees the exact statistic and draws
   the noise.  ``sampler`` is the noise source: a mechanism that binds its own at
   construction (the g-DPPCA release, the scree statistics) takes ``None`` and refuses a
@@ -81,7 +81,7 @@ class Mechanism(Protocol):
 
 
 class GaussianChargeFields(Protocol):
-    """What a Gaussian charge holds (:class:`~.budget.GaussianCharge`; the budget imports
+    """What a Gaussian charge holds (:class:`~.charges.GaussianCharge`; the budget imports
     this module, so the contract names the fields, not the class).
     """
 
@@ -109,7 +109,7 @@ class ChargedGaussian(Mechanism, Protocol):
     A part states the ideal Gaussian's ``mu`` only; the budget charges a lattice sampler's
     excess on top (:mod:`.budget`), so such a mechanism offers its charge whole.  Its
     ``parts`` are the one Gaussian part of that charge's ``sensitivity / sigma``
-    (:func:`.budget.charge_of` checks it).
+    (:func:`.charges.charge_of` checks it).
     """
 
     @property

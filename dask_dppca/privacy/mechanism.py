@@ -28,8 +28,8 @@ import numpy as np
 
 from ..kernel.fp_state import own_errstate
 from .advice import noise_spectral_norm, signal_to_noise
-from .budget import GaussianCharge
 from .calibration import PrivacyTarget
+from .charges import GaussianCharge
 from .contract import own_noise
 from .noise import NoiseSampler, add_symmetric_noise
 from .parts import GaussianPart, PrivacyPart

@@ -19,7 +19,7 @@ from ...compute.release import release_statistic
 from ...graph.scree import scree_histogram_graph, scree_sums_graph
 from ...kernel.scree_stats import scree_design, sub_block_pairs_per_record, summation_slack
 from ...privacy.accounting import BudgetSplit, PlannedPart
-from ...privacy.budget import PartsCharge
+from ...privacy.charges import PartsCharge
 from ...privacy.noise import NoiseSampler, OpenDPSampler, SeededSampler
 from ...privacy.notices import scree_default
 from ...privacy.parts import GaussianPart, PureDPPart
