@@ -344,7 +344,7 @@ class AppPage:
             label="delta of this release (total)", value=1e-6, start=0.0, css_classes=["dp-delta"]
         )
         self.scale = w.RadioButtonGroup(
-            name="scale stage", options=["none", "robust"], value="none", css_classes=["dp-scale"]
+            options=["none", "robust"], value="none", css_classes=["dp-scale"]
         )
         self.scale_why = pn.pane.HTML(
             f"<small>{html.escape(SCALE_WHY)}</small>", css_classes=["dp-scale-why"]
@@ -380,7 +380,7 @@ class AppPage:
         w = pn.widgets
         self.free_note = pn.pane.HTML(f"<p>{html.escape(FREE)}</p>", css_classes=["dp-free"])
         self.show_k = w.Select(
-            name="k shown (of those released)",
+            label="k shown (of those released)",
             options=[1, 2],
             value=2,
             width=160,
