@@ -439,7 +439,8 @@ class AppPage:
         )
         self.remaining.object = (
             f"<b>Ledger</b> {where}: total epsilon={b.epsilon:g}, delta={b.delta:g}; "
-            f"<span class='dp-analyses'>{len(analyses)} analyses</span>, spent "
+            f"<span class='dp-analyses'>{len(analyses)} "
+            f"{'analysis' if len(analyses) == 1 else 'analyses'}</span>, spent "
             f"epsilon={b.spent_epsilon:.6g}. "
             f"<b>Remaining: one more release of epsilon &le; "
             f"<span class='dp-remaining-epsilon'>{b.remaining():.6g}</span> "
@@ -775,10 +776,11 @@ class AppPage:
             _, labels = resolve_groups(store, os.path.expanduser(name), component)
         return {"groups": labels, "group_domain": group_domain_from_text(domain, labels)}
 
-    def _run_release(self, parameters: dict[str, Any]) -> Any:
+    def _run_release(self, parameters: dict[str, Any] | None = None) -> Any:
         from ..analysis.run import analyze
 
         assert self.records_meta is not None
+        parameters = parameters if parameters is not None else self.release_parameters()
         records, labels = self._open_input()  # as analyze reads them (metadata only)
         store = os.path.expanduser(_text(self.store))
         component = _text(self.component) or None

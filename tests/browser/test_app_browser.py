@@ -307,10 +307,17 @@ def _a_table_with_a_text_column(browser, folder, ledger, shots) -> None:
     assert "centre" in dom.text(browser, "dp-table")  # the released centre and scale
     assert "2 analyses" in dom.text(browser, "dp-remaining")  # one press, one analysis
     assert "groups region, scaled" in dom.text(browser, "dp-past")
+    dom.wait_for(
+        lambda: dom.inner(browser, "dp-release", "button").get_attribute("disabled") is None,
+        20,
+        "Release enabled again",
+    )
     assert console_errors(browser) == []
     if shots is not None:
         browser.set_window_size(1280, 2400)
         (shots / "app-table.png").write_bytes(browser.get_screenshot_as_png())
+        browser.execute_script("arguments[0].scrollIntoView();", dom.host(browser, "dp-directions"))
+        (shots / "app-loadings.png").write_bytes(browser.get_screenshot_as_png())
         browser.set_window_size(1280, 1000)
 
 
