@@ -10,15 +10,11 @@ the library's own checks refuse anything that does not fit before any data is re
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import html
-import json
-import math
 import os
 import time
 from typing import Any
 
-import numpy as np
 import panel as pn
 
 from ..analysis.loadings import loadings_html
@@ -30,189 +26,36 @@ from ..analysis.report import (
     score_map_of,
     scree_figures,
 )
-from ..analysis.result import pve_topk
 from ..analysis.run import check_charge, planned_split
 from ..analysis.stages import REGISTRY, optional_stages
 from ..io.storage import display_location
 from ..privacy.budget import BudgetExceededError, PrivacyBudget
 from ..privacy.notices import notes_html
 from .releases import ReleaseStore, releases_folder
-
-__all__ = ["AppPage"]
-
-#: Line colours of the scree plots (post-processing).
-PALETTES = {
-    "default": None,
-    "colour-blind safe": ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"],
-    "greys (print)": ["#000000", "#555555", "#888888", "#bbbbbb", "#333333", "#777777"],
-}
-KINDS = {"scree values": "scree", "PVE (top k)": "pve_topk", "PVE (all d)": "pve_total"}
-FREE = (
-    "Post-processing of the stored release: choosing k, PVE or scree values, colours, "
-    "synthetic points, groups and merged bins re-render what was released and spend NO "
-    "privacy budget."
+from .shown import (  # noqa: F401  (re-exported: the page's helpers)
+    FREE,
+    KINDS,
+    NO_GROUPS,
+    PAGE_CSS,
+    PALETTES,
+    SCALE_WHY,
+    TABLE_CSS,
+    analyses_of,
+    bounded_pve,
+    first_k,
+    merge_bins,
+    merge_choices,
+    number_of,
+    one_line,
+    refusal_line,
+    text_of,
 )
-_TABLE_CSS = """
-table{border-collapse:collapse;font-size:12px}
-th,td{border:1px solid #bbb;padding:2px 5px;text-align:left;vertical-align:top}
-th{background:#f0f0f4}tr.total td{font-weight:bold;background:#f7f7fa}
-"""
-_CSS = """
-.dp-remaining{font-size:1.05rem}
-.dp-error{color:#b00020;font-weight:bold}
-.dp-free{color:#1a6b1a}
-"""
+from .store import StoreInputs
+
+__all__ = ["AppPage", "bounded_pve", "first_k", "merge_bins", "merge_choices", "one_line"]
 
 
-def one_line(error: BaseException) -> str:
-    """An error as one clear line (its first line, prefixed by a short kind)."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    if isinstance(error, BudgetExceededError):
-        return f"Refused, nothing charged: {text}"
-    if isinstance(error, ValueError):
-        return f"Check the inputs: {text}"
-    return f"{type(error).__name__}: {text}"
-
-
-def refusal_line(error: BaseException, budget: PrivacyBudget, epsilon: float, delta: float) -> str:
-    """A ledger refusal in the ledger's terms first (what this analysis costs, what the
-    ledger has room for), the check's own detail after.
-    """
-    detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    room = budget.remaining()
-    return (
-        f"Refused, nothing charged: this analysis costs epsilon={epsilon:g} at delta={delta:g} "
-        f"(all its parts composed exactly), but the ledger (total epsilon={budget.epsilon:g}, "
-        f"delta={budget.delta:g}) has room for one more release of at most "
-        f"epsilon={room:.6g} at delta={budget.delta:g}. Lower epsilon to at most that, or "
-        f"raise delta. (Ledger check: {detail})"
-    )
-
-
-def _text(widget: Any) -> str:
-    return str(widget.value or "").strip()
-
-
-def _number(widget: Any, name: str) -> float:
-    if widget.value is None:
-        raise ValueError(f"{name}: enter a number")
-    value = float(widget.value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name}: enter a number (the field is empty or not a number)")
-    return value
-
-
-def bounded_pve(values: Any) -> tuple[list[float] | None, str | None]:
-    """PVE over all d as shares a reader can believe (post-processing of released values).
-
-    The released shares are clipped scree values over a private trace, both noisy: a
-    share can exceed 1 and their sum can too.  Each is clipped to [0, 1]; when they then
-    add up to more than 1 they are rescaled to sum to 1.  Returns the shares and a note
-    saying what was changed (None when nothing was).
-    """
-    if values is None:
-        return None, None
-    raw = np.asarray(list(values), dtype=np.float64)
-    shares = np.clip(np.nan_to_num(raw, nan=0.0), 0.0, 1.0)
-    total = float(shares.sum())
-    note = None
-    if total > 1.0:
-        shares = shares / total
-        note = (
-            f"The released shares summed to {float(np.nansum(raw)):.2f} of the private trace "
-            "(both are noisy: the trace came out below the top components' values); shown "
-            "clipped to [0, 1] and rescaled to sum to 1."
-        )
-    elif not np.array_equal(shares, raw):
-        note = "Shares outside [0, 1] (noise) are shown clipped to [0, 1]."
-    return shares.tolist(), note
-
-
-def first_k(result: Any, k: int) -> Any:
-    """The release shown with its first ``k`` components (post-processing; the PVE over
-    all d bounded first, over every released component: :func:`bounded_pve`).
-    """
-    k = max(1, min(int(k), result.directions.shape[0]))
-    values = {m: list(v)[:k] for m, v in result.scree["values"].items()}
-    scree = dict(result.scree, values=values)
-    scree["pve_topk"] = pve_topk(values)
-    if result.scree.get("pve_total") is not None:
-        scree["pve_total"] = (bounded_pve(result.scree["pve_total"])[0] or [])[:k]
-    return dataclasses.replace(result, directions=result.directions[:k], scree=scree)
-
-
-def analyses_of(budget: PrivacyBudget) -> list[tuple[str, list[dict[str, Any]]]]:
-    """The ledger's rows that count as spent, grouped by analysis (one press of Release
-    is one analysis of several parts: rows whose fit ids share the analysis id).
-    """
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for row in budget.as_dict()["releases"]:
-        if row.get("state") not in ("reserved", "committed"):
-            continue
-        key = str(row.get("fit_id") or row.get("id")).split(".")[0] or str(row.get("id"))
-        grouped.setdefault(key, []).append(row)
-    return list(grouped.items())
-
-
-def merge_bins(score_map: Any, factor: int) -> Any:
-    """The score map with ``factor x factor`` blocks of cells merged (post-processing).
-
-    Each merged cell's noisy count is the sum of its cells' (the out-of-frame cell and
-    the group sizes are kept); an additive histogram's per-entry sigma becomes
-    ``factor`` times its own (a sum of ``factor**2`` independent noises).  ``factor``
-    must divide both bin counts.
-    """
-    from ..privacy.histogram import NoisyHistogram
-
-    factor = int(factor)
-    if factor == 1 or score_map is None:
-        return score_map
-    merged = {}
-    for name, hist in score_map.histograms.items():
-        mx, my = hist.bins
-        if mx % factor or my % factor:
-            raise ValueError(f"merge: {factor} does not divide the bins {mx} x {my}")
-        groups = hist.counts.shape[0]
-        cells = hist.counts[:, : mx * my].reshape(
-            groups, my // factor, factor, mx // factor, factor
-        )
-        counts = np.concatenate(
-            [cells.sum(axis=(2, 4)).reshape(groups, -1), hist.counts[:, -1:]], axis=1
-        )
-        sigma = None if hist.sigma is None else hist.sigma * factor
-        merged[name] = NoisyHistogram(counts, (mx // factor, my // factor), hist.method, sigma)
-    return dataclasses.replace(score_map, histograms=merged)
-
-
-def merge_choices(score_map: Any) -> dict[str, int]:
-    """The merge factors that divide every histogram's bins, labelled for a menu."""
-    if score_map is None:
-        return {"none": 1}
-    mx, my = score_map.bins
-    return {
-        (
-            f"none ({mx} x {my} map)"
-            if f == 1
-            else f"{f} x {f} cells into one ({mx // f} x {my // f} map)"
-        ): f
-        for f in range(1, min(mx, my) + 1)
-        if mx % f == 0 and my % f == 0
-    }
-
-
-#: Why the page offers the scale stage (shown beside the choice).
-SCALE_WHY = (
-    "robust: first release a private centre (median) and scale (quantile range) per "
-    "column, at the scale share, and analyse the scaled columns. Choose it for a table "
-    "whose columns are in different units (age in years, income in currency, hours): "
-    "without it PC1 follows the column with the largest numbers (income alone, say), "
-    "not a pattern across columns. none: the columns as they are (one unit, e.g. "
-    "pixels or sensors)."
-)
-NO_GROUPS = "(no groups)"
-
-
-class AppPage:
+class AppPage(StoreInputs):
     """One visitor's page.
 
     Parameters
@@ -247,7 +90,7 @@ class AppPage:
         columns: str | None = None,
         component: str | None = None,
     ) -> None:
-        pn.extension(raw_css=[_CSS], notifications=False)
+        pn.extension(raw_css=[PAGE_CSS], notifications=False)
         self.scheduler = scheduler
         if ledger is not None:
             self.budget = PrivacyBudget.open(ledger)
@@ -284,51 +127,6 @@ class AppPage:
         self._show_cost()
         if store:
             self._open()
-
-    def _data_widgets(self, store: str | None, component: str | None) -> None:
-        """The ledger line and the store's inputs."""
-        w = pn.widgets
-        self.remaining = pn.pane.HTML("", css_classes=["dp-remaining"], sizing_mode="stretch_width")
-        self.store = w.TextInput(
-            label="Store (path or URL: Zarr, Parquet .parquet/.pq, CSV .csv)",
-            value=store or "",
-            css_classes=["dp-store"],
-        )
-        self.options = w.TextInput(
-            label="Storage options (JSON, optional)", value="", css_classes=["dp-options"]
-        )
-        self.component = w.TextInput(
-            label="Array in a Zarr group (optional)",
-            value=component or "",
-            css_classes=["dp-component"],
-        )
-        self.columns_title = pn.pane.HTML(
-            "<b>Feature columns</b> (numeric; a text column can only hold groups)",
-            css_classes=["dp-columns-title"],
-            visible=False,
-        )
-        self.columns = w.CheckBoxGroup(
-            options=[], value=[], inline=True, css_classes=["dp-columns"], visible=False
-        )
-        self.group_column = w.Select(
-            label="Groups: a column of the table (its labels)",
-            options=[NO_GROUPS],
-            value=NO_GROUPS,
-            css_classes=["dp-group-column"],
-            visible=False,
-        )
-        self.group_labels = w.TextInput(
-            label="Groups (optional): a label array of the store's Zarr group, or its path",
-            value="",
-            css_classes=["dp-group-labels"],
-        )
-        self.group_domain = w.TextInput(
-            label="Group domain: the PUBLIC labels, comma-separated (others count as 'other')",
-            value="",
-            css_classes=["dp-group-domain"],
-        )
-        self.open_button = w.Button(label="Open store", color="primary", css_classes=["dp-open"])
-        self.store_info = pn.pane.HTML("<i>No store open.</i>", css_classes=["dp-store-info"])
 
     def _release_widgets(self) -> None:
         """The next release's parameters: k, the total, a share per stage, the button."""
@@ -405,10 +203,10 @@ class AppPage:
             "",
             css_classes=["dp-directions"],
             sizing_mode="stretch_width",
-            stylesheets=[_TABLE_CSS],
+            stylesheets=[TABLE_CSS],
         )
         self.table = pn.pane.HTML(
-            "", css_classes=["dp-table"], sizing_mode="stretch_width", stylesheets=[_TABLE_CSS]
+            "", css_classes=["dp-table"], sizing_mode="stretch_width", stylesheets=[TABLE_CSS]
         )
         self.download = w.FileDownload(
             callback=self._report_file,
@@ -462,150 +260,6 @@ class AppPage:
                 continue
         self.past.options = labels
 
-    # -- the store ------------------------------------------------------------------------
-
-    def _storage_options(self) -> dict | None:
-        text = _text(self.options)
-        if not text:
-            return None
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"storage options: not JSON ({error.msg})") from None
-        if not isinstance(value, dict):
-            raise ValueError("storage options: expected a JSON object")
-        return value
-
-    def _is_table(self) -> bool:
-        from ..io.tables import table_format
-
-        return table_format(_text(self.store)) is not None
-
-    def _group_column(self) -> str | None:
-        value = self.group_column.value
-        return None if not self._is_table() or value in (None, NO_GROUPS) else str(value)
-
-    def _open_input(self) -> tuple[Any, Any]:
-        """``(records, labels)`` as ``dask-dppca analyze`` reads them (one way to read a
-        table: :func:`~dask_dppca.cli.inputs.open_location`); metadata only.
-        """
-        from ..cli.inputs import open_location
-
-        path = _text(self.store)
-        if not path:
-            raise ValueError("store: enter a path or URL")
-        table = self._is_table()
-        return open_location(
-            path,
-            component=None if table else (_text(self.component) or None),
-            columns=list(self.columns.value) if table else None,
-            storage_options=self._storage_options(),
-            label_column=self._group_column(),
-        )
-
-    def _load_schema(self) -> None:
-        """A table's columns into the picker (numeric ones as features; every one may hold
-        the groups), the first time this table is opened.
-        """
-        from ..io.tables import parse_columns, table_columns
-
-        path = _text(self.store)
-        if self._schema_of == path:
-            return
-        columns = table_columns(os.path.expanduser(path), self._storage_options())
-        numeric = [name for name, _, ok in columns if ok]
-        asked = parse_columns(self._asked_columns) if self._asked_columns else None
-        self._asked_columns = None
-        if asked is not None:
-            unknown = [name for name in asked if name not in numeric]
-            if unknown:
-                raise ValueError(
-                    f"columns: {unknown} are not numeric columns of the table; its numeric "
-                    f"columns are {numeric}"
-                )
-        self._syncing = True
-        try:
-            self.columns.options = numeric
-            self.columns.value = asked if asked is not None else numeric
-            self.group_column.options = [NO_GROUPS] + [name for name, _, _ in columns]
-            self.group_column.value = NO_GROUPS
-        finally:
-            self._syncing = False
-        self._schema_of = path
-        self._text_columns = [f"{name} ({dtype})" for name, dtype, ok in columns if not ok]
-
-    def _open(self, *_: Any) -> None:
-        self.error.object = ""
-        try:
-            table = self._is_table()
-            if table:
-                self._load_schema()
-            else:
-                self._schema_of = None
-            for widget in (self.columns_title, self.columns, self.group_column):
-                widget.visible = table
-            self.group_labels.visible = self.component.visible = not table
-            self._open_records()
-        except Exception as error:  # one clear line on the page, whatever went wrong
-            self._not_open(error)
-
-    def _reopen_table(self) -> None:
-        """The picker changed: the table again with its new features (metadata only)."""
-        if self._syncing or self._schema_of is None:
-            return
-        self.error.object = ""
-        if self.group_column.value in self.columns.value:  # a group column is no feature
-            self._syncing = True
-            try:
-                self.columns.value = [c for c in self.columns.value if c != self.group_column.value]
-            finally:
-                self._syncing = False
-        try:
-            self._open_records()
-        except Exception as error:
-            self._not_open(error)
-
-    def _not_open(self, error: BaseException) -> None:
-        self.records_meta = None
-        line = html.escape(one_line(error))
-        self.error.object = line
-        self.store_info.object = f"<span class='dp-error'>Not opened: {line}</span>"
-        self._show_cost()
-
-    def _open_records(self) -> None:
-        records, _ = self._open_input()
-        n, d = records.shape
-        known = n == n  # a lazy table's rows are counted on the cluster, at the release
-        chunks = records.row_chunks if known else None
-        names = records.feature_names
-        self.records_meta = {
-            "n": int(n) if known else None,
-            "d": int(d),
-            "dataset": records.dataset,
-            "feature_names": list(names) if names else None,
-        }
-        self.k.end = int(d)
-        rows = (
-            f"<span class='dp-n'>n = {int(n)}</span> records"
-            if known
-            else "<span class='dp-n'>n: counted on the cluster at the release</span> (a "
-            "table's rows are not read to open it)"
-        )
-        text_columns = getattr(self, "_text_columns", []) if self._is_table() else []
-        self.store_info.object = (
-            f"<b>{html.escape(records.dataset)}</b>: {rows}, "
-            f"<span class='dp-d'>d = {int(d)}</span> features"
-            + (f" ({html.escape(', '.join(names))})" if names else "")
-            + (f", {len(chunks)} row chunks" if chunks else "")
-            + (
-                f"; text columns (groups only): {html.escape(', '.join(text_columns))}"
-                if text_columns
-                else ""
-            )
-            + " (public metadata; nothing read yet)"
-        )
-        self._show_cost()
-
     # -- the next release -------------------------------------------------------------------
 
     def _shares(self) -> dict[str, float]:
@@ -616,7 +270,7 @@ class AppPage:
         for name, widget in self.shares.items():
             if name == "scale" and self.scale.value != "robust":
                 continue
-            value = _number(widget, f"share: {name}")
+            value = number_of(widget, f"share: {name}")
             if value < 0:
                 raise ValueError(f"share: {name}: must be >= 0, got {value:g}")
             out[name] = value
@@ -633,12 +287,12 @@ class AppPage:
         """
         if self.records_meta is None:
             raise ValueError("store: open a store first")
-        k = _number(self.k, "k")
+        k = number_of(self.k, "k")
         d = self.records_meta["d"]
         if k != int(k) or not 1 <= k <= d:
             raise ValueError(f"k: a whole number in 1..{d} (d = {d})")
-        eps = _number(self.epsilon, "epsilon")
-        dlt = _number(self.delta, "delta")
+        eps = number_of(self.epsilon, "epsilon")
+        dlt = number_of(self.delta, "delta")
         if eps <= 0:
             raise ValueError("epsilon: must be > 0")
         if not 0 < dlt < 1:
@@ -647,10 +301,12 @@ class AppPage:
         mapped = "score_map" in shares
         if mapped and int(k) < 2:
             raise ValueError("k: the score map needs k >= 2 (or a score map share of 0)")
-        grouped = bool(self._group_column() or _text(self.group_labels) or _text(self.group_domain))
+        grouped = bool(
+            self._group_column() or text_of(self.group_labels) or text_of(self.group_domain)
+        )
         if grouped and not mapped:
             raise ValueError("groups: need the score map (give it a share > 0)")
-        if grouped and not _text(self.group_domain):
+        if grouped and not text_of(self.group_domain):
             raise ValueError("group domain: groups need their PUBLIC labels, e.g. a,b,c")
         return {
             "n_components": int(k),
@@ -768,9 +424,9 @@ class AppPage:
         """
         from ..analysis.stages.score_map import group_domain_from_text, resolve_groups
 
-        domain = _text(self.group_domain)
+        domain = text_of(self.group_domain)
         if labels is None:
-            name = _text(self.group_labels)
+            name = text_of(self.group_labels)
             if not name:
                 return {}
             _, labels = resolve_groups(store, os.path.expanduser(name), component)
@@ -782,8 +438,8 @@ class AppPage:
         assert self.records_meta is not None
         parameters = parameters if parameters is not None else self.release_parameters()
         records, labels = self._open_input()  # as analyze reads them (metadata only)
-        store = os.path.expanduser(_text(self.store))
-        component = _text(self.component) or None
+        store = os.path.expanduser(text_of(self.store))
+        component = text_of(self.component) or None
         groups = self._groups(labels, store, component) if parameters["grouped"] else {}
         with self.budget:
             result = analyze(
@@ -802,9 +458,9 @@ class AppPage:
         mine = f"{result.meta['analysis_id']}."
         rows = [r["id"] for r in self.budget.as_dict()["releases"] if r["fit_id"].startswith(mine)]
         result.meta["app"] = {
-            "store": display_location(_text(self.store)),  # never a secret in a saved file
-            "groups": self._group_column() or display_location(_text(self.group_labels)) or None,
-            "group_domain": _text(self.group_domain) or None,
+            "store": display_location(text_of(self.store)),  # never a secret in a saved file
+            "groups": self._group_column() or display_location(text_of(self.group_labels)) or None,
+            "group_domain": text_of(self.group_domain) or None,
             "ledger": self.budget.ledger,
             "ledger_rows": rows,
             "released_at": time.time(),
