@@ -50,7 +50,7 @@ from .stages.directions import DirectionsStage, check_spatial_sign
 from .stages.score_map import PrivateScoreMapStage, resolve_groups
 from .stages.scree import ScreeStage
 
-__all__ = ["analyze"]
+__all__ = ["analysis_split", "analyze", "check_charge", "planned_split"]
 
 logger = logging.getLogger(__name__)
 
@@ -180,23 +180,15 @@ def analyze(
         require_trusted=require_trusted, random_state=random_state, progress=progress,
     )  # fmt: skip
     scree = ScreeStage(methods, mono, random_state)
-    before, after = chosen_around_directions(stages, scale)
     X, map_stage = _map_stage(
         X, score_map, groups, group_domain, score_axes, bins, score_methods, random_state, component
     )
-    chosen: list[Stage] = [build_stage(name, random_state=random_state) for name in before]
-    chosen += [DirectionsStage(fit_parameters), scree]
-    chosen += [map_stage] if map_stage is not None else []
-    chosen += [build_stage(name, random_state=random_state) for name in after]
+    chosen = _stages(stages, scale, fit_parameters, scree, map_stage, random_state)
     analysis_id = uuid.uuid4().hex
     records = open_records(  # metadata only
         X, component, storage_options=storage_options, allow_fill_values=allow_fill_values
     )
-    if k > (d := records.shape[1]):  # before the split is shown or any budget reserves it
-        raise ValueError(f"n_components: must be in 1..{d} (d = {d}), got {k}")
-    planned = [part for stage in chosen for part in stage.planned_parts(k, records.shape[1])]
-    shares = split if split is not None else default_shares([stage.name for stage in chosen])
-    divided = split_budget(eps, dlt, planned, shares)
+    divided = analysis_split(chosen, k, records.shape[1], eps, dlt, split)
     n_known, d = records.shape
     if n_known == n_known:  # a DataFrame's n is counted on the cluster: checked there
         _accurate_enough(chosen, divided, int(n_known), d)  # refused before it is shown
@@ -212,7 +204,7 @@ def analyze(
         "methods": list(scree.methods),
         "private": random_state is None,
         "parts": [part_to_dict(p) for p in divided.all_parts],
-        "scaling": "robust" if "scale" in before else "none",
+        "scaling": "robust" if any(stage.name == "scale" for stage in chosen) else "none",
         **_sign_meta(sign),
     }
     released = _Released(chosen, map_stage, meta)
@@ -243,8 +235,85 @@ def _shown_and_checked(
         show_split(f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}")
     budgets = budgets_to_charge()
     for budget in budgets:
-        budget.check(PartsCharge(divided.all_parts))
+        check_charge(budget, divided)
     return tuple(budgets)
+
+
+def _stages(
+    stages: Sequence[str],
+    scale: str,
+    fit_parameters: dict[str, Any],
+    scree: Stage,
+    map_stage: Stage | None,
+    random_state: int | None,
+) -> list[Stage]:
+    """The stages of one analysis, in the order they run."""
+    before, after = chosen_around_directions(stages, scale)
+    chosen: list[Stage] = [build_stage(name, random_state=random_state) for name in before]
+    chosen += [DirectionsStage(fit_parameters), scree]
+    chosen += [map_stage] if map_stage is not None else []
+    chosen += [build_stage(name, random_state=random_state) for name in after]
+    return chosen
+
+
+def analysis_split(
+    chosen: Sequence[Stage],
+    k: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    split: Mapping[str, float] | None,
+) -> BudgetSplit:
+    """Every part of an analysis of ``chosen`` stages with its parameters: the split of
+    the total (epsilon, delta) by the public rule (public parameters only).
+    """
+    if k > d:  # before the split is shown or any budget reserves it
+        raise ValueError(f"n_components: must be in 1..{d} (d = {d}), got {k}")
+    planned = [part for stage in chosen for part in stage.planned_parts(k, d)]
+    shares = split if split is not None else default_shares([stage.name for stage in chosen])
+    return split_budget(epsilon, delta, planned, shares)
+
+
+def check_charge(budget: Any, divided: BudgetSplit) -> None:
+    """THE ledger check of an analysis: raise
+    :class:`~dask_dppca.privacy.budget.BudgetExceededError` if ``budget`` cannot pay for
+    every part of ``divided`` now.  :func:`analyze` checks every active budget with it
+    before anything is read; the app's cost line calls it too (:func:`planned_split`).
+    """
+    budget.check(PartsCharge(divided.all_parts))
+
+
+def planned_split(
+    n_components: int,
+    n_features: int,
+    *,
+    epsilon: float,
+    delta: float,
+    split: Mapping[str, float] | None = None,
+    methods: Sequence[str] = ("clipped", "winsorized", "huber", "robust"),
+    score_map: bool = True,
+    grouped: bool = False,
+    score_axes: tuple[int, int] = (0, 1),
+    score_methods: Sequence[str] = ("additive",),
+    stages: Sequence[str] = (),
+    scale: str = "none",
+) -> BudgetSplit:
+    """The split :func:`analyze` makes with these public parameters, before it reads
+    anything (the same stages, the same rule): what a page shows as the cost of the next
+    release and checks with :func:`check_charge`.
+
+    ``grouped``: whether the score map has groups (they add a part: the noisy group
+    sizes); the labels themselves do not change the split.
+    """
+    k = integer_at_least("n_components", n_components, 1)
+    eps, dlt = validate_privacy_parameters(epsilon, delta)
+    map_stage = None
+    if score_map:
+        labels = np.zeros(0) if grouped else None  # public: only whether there are groups
+        domain = [0] if grouped else None
+        map_stage = PrivateScoreMapStage(labels, domain, score_axes, None, score_methods, None)
+    chosen = _stages(stages, scale, {}, ScreeStage(methods, False, None), map_stage, None)
+    return analysis_split(chosen, k, int(n_features), eps, dlt, split)
 
 
 def _sign_meta(sign: SpatialSign) -> dict[str, Any]:

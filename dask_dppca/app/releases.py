@@ -66,7 +66,15 @@ class ReleaseStore:
         result = result if result is not None else self.load(key)
         meta = result.meta
         when = f"{key[:4]}-{key[4:6]}-{key[6:8]} {key[9:11]}:{key[11:13]}:{key[13:15]} UTC"
+        shares = meta.get("shares") or {}
+        split = "/".join(f"{name}={value:.2g}" for name, value in shares.items())
+        app = meta.get("app") or {}
+        groups = f", groups {app['groups']}" if app.get("groups") else ""
+        scale = ", scaled" if meta.get("scaling") == "robust" else ""
         return (
             f"{when}: {meta.get('dataset', '?')}, k={meta.get('n_components')}, "
             f"epsilon={meta.get('epsilon'):g}, delta={meta.get('delta'):g}"
+            + (f", split {split}" if split else "")
+            + groups
+            + scale
         )

@@ -23,6 +23,13 @@ def add_parser(commands) -> None:
         help="ledger charged by every release (dask-dppca budget create); default: a budget "
         "of this process only (--epsilon, --delta)",
     )
+    app.add_argument(
+        "--columns",
+        metavar="A,B,C",
+        help="the feature columns of a Parquet or CSV STORE, comma-separated (default: all "
+        "its numeric columns); the page's column picker starts with them",
+    )
+    app.add_argument("--component", help="the array inside a Zarr group STORE (as for analyze)")
     app.add_argument("--port", type=int, default=5006, help="port (default 5006; 0: any free)")
     app.add_argument(
         "--scheduler", help="Dask scheduler address (default: embedded LocalCluster per release)"
@@ -47,9 +54,11 @@ def run(args: argparse.Namespace) -> int:
             "app: needs Panel; install the app extra: pip install 'dask-dppca[app]'"
         ) from None
     from ..app import serve
+    from ..io.tables import parse_columns
     from ..privacy.calibration import validate_privacy_parameters
     from .budget import open_ledger
 
+    parse_columns(args.columns)  # an empty list: one line now, not on the page
     if args.ledger is not None:
         open_ledger(args.ledger)  # a missing ledger: one line naming the command to create it
     else:
@@ -61,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         scheduler=args.scheduler,
         epsilon=args.epsilon,
         delta=args.delta,
+        columns=args.columns,
+        component=args.component,
         announce=lambda line: print(line, flush=True),
     )
     return 0

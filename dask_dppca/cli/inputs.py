@@ -228,14 +228,42 @@ def open_input(
         Count a table's rows here (``plan``: one pass over one column); by default the
         fit counts them on its cluster.
     """
+    from ..io.tables import parse_columns
+
+    return open_location(
+        args.store,
+        component=args.component,
+        columns=parse_columns(getattr(args, "columns", None)),
+        storage_options=storage_options,
+        label_column=label_column,
+        count_rows=count_rows,
+        allow_fill_values=getattr(args, "allow_fill_values", False),
+    )
+
+
+def open_location(
+    store: str,
+    *,
+    component: str | None = None,
+    columns: list[str] | None = None,
+    storage_options: dict | None = None,
+    label_column: str | None = None,
+    count_rows: bool = False,
+    allow_fill_values: bool = False,
+) -> tuple[Any, Any]:
+    """``(records, labels)`` of ``store``: the one way the commands and the app read an
+    input (a table through :func:`~dask_dppca.io.tables.open_table`, else a Zarr store).
+
+    Parameters are those of :func:`open_input`, given one by one (``columns`` as a
+    list).  Labels come from ``label_column`` of a table, else None.
+    """
     from ..io import open_records
     from ..io.records import records_of_table
-    from ..io.tables import open_table, parse_columns, table_format
+    from ..io.tables import open_table, table_format
 
-    location = input_location(args.store)
-    columns = parse_columns(getattr(args, "columns", None))
+    location = input_location(store)
     if table_format(location) is not None:
-        if args.component is not None:
+        if component is not None:
             raise ValueError("--component: names an array in a Zarr group; STORE is a table")
         table = open_table(location, columns, label_column, storage_options)
         return records_of_table(table, counted=count_rows), table.labels
@@ -246,8 +274,8 @@ def open_input(
         )
     records = open_records(
         location,
-        args.component,
+        component,
         storage_options=storage_options,
-        allow_fill_values=getattr(args, "allow_fill_values", False),
+        allow_fill_values=allow_fill_values,
     )
     return records, None

@@ -34,6 +34,7 @@ __all__ = [
     "Table",
     "open_table",
     "parse_columns",
+    "table_columns",
     "table_format",
     "table_row_counts",
 ]
@@ -171,6 +172,34 @@ def open_table(
     # One dtype for the rows (a bool and a float column would otherwise give objects).
     cast = {name: "float64" for name, dtype in frame.dtypes.items() if name in features}
     return Table(frame[features].astype(cast), labels, shown, kind)
+
+
+def table_columns(
+    location: str | os.PathLike, storage_options: dict | None = None
+) -> list[tuple[str, str, bool]]:
+    """Every column of a table as ``(name, dtype, numeric)``, from its schema only (public
+    metadata: a Parquet footer, a CSV's header and inferred dtypes); for a column picker.
+
+    Raises
+    ------
+    ValueError
+        As :func:`open_table` does for a table that is missing or cannot be read.
+    """
+    kind = table_format(location)
+    if kind is None:
+        raise ValueError(f"X: {display_location(location)!r} is not a table; read: {FORMATS_READ}")
+    text = os.fspath(location)
+    if not is_url(text):
+        text = os.path.abspath(os.path.expanduser(text))
+    shown = display_location(text)
+    if not is_url(text):
+        if not (glob.glob(text) if _GLOB_CHARACTERS & set(text) else os.path.exists(text)):
+            raise ValueError(f"X: {shown!r} does not exist")
+    schema = _read(kind, text, storage_options, shown, None)
+    return [
+        (str(name), str(dtype), bool(is_real_numeric_dtype(dtype)))
+        for name, dtype in schema.dtypes.items()
+    ]
 
 
 def table_row_counts(table: Table) -> tuple[int, ...]:

@@ -142,7 +142,7 @@ def test_the_app_releases_within_the_ledger_and_explores_for_free(app, browser):
     # the cost is on the page before the press
     dom.set_value(browser, "dp-epsilon", 2)
     dom.wait_for(lambda: "epsilon=2," in dom.text(browser, "dp-cost"), 20, "the cost")
-    assert "fits the ledger" in dom.text(browser, "dp-cost")
+    assert "fits what remains" in dom.text(browser, "dp-cost")
 
     # -- release: the ledger is charged exactly the release's parts ----------------------
     clock = time.monotonic()
@@ -223,6 +223,102 @@ def test_the_app_releases_within_the_ledger_and_explores_for_free(app, browser):
     png = browser.get_screenshot_as_png()
     assert not_blank(png) > 0.05
     print(f"page load {load_s:.2f} s, release to plots {release_s:.2f} s")
+    _a_table_with_a_text_column(browser, folder, ledger, shots)
+
+
+def _table(path) -> str:
+    """A Parquet table in mixed units with a text column (seeded: test data only)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(5)  # test data only
+    n = 20000
+    pd.DataFrame(
+        {
+            "age": rng.integers(18, 90, n).astype(float),
+            "income": rng.lognormal(10, 1, n),
+            "hours": np.where(rng.random(n) < 0.3, 0.0, rng.normal(40, 10, n)),
+            "visits": np.where(rng.random(n) < 0.7, 0, rng.poisson(3, n)).astype(float),
+            "region": rng.choice(["north", "south", "east", "west"], n),
+        }
+    ).to_parquet(path)
+    return str(path)
+
+
+def _click_label(driver, cls: str, label: str) -> None:
+    """Click the checkbox (or button) of a Panel choice widget whose text is ``label``."""
+    done = driver.execute_script(
+        dom._BOOT + "const h = window.__dpFind(document, arguments[0]);"
+        "const root = h.shadowRoot || h;"
+        "function all(r){let out=[...r.querySelectorAll('label, button')];"
+        "for(const e of r.querySelectorAll('*'))"
+        "{if(e.shadowRoot) out=out.concat(all(e.shadowRoot));}return out;}"
+        "const hit = all(root).find(e => e.textContent.trim() === arguments[1]);"
+        "if (!hit) return false;"
+        "(hit.querySelector('input') || hit).click(); return true;",
+        cls,
+        label,
+    )
+    assert done, (cls, label)
+
+
+def _a_table_with_a_text_column(browser, folder, ledger, shots) -> None:
+    """A Parquet table with a text column opens: its numeric columns picked, groups from
+    its text column; an empty number field disables Release with a reason; a grouped,
+    robustly scaled release shows the loadings by column name and the released scale.
+    """
+    table = _table(folder / "people.parquet")
+    dom.set_value(browser, "dp-store", table)
+    dom.click(browser, "dp-open")
+    dom.wait_for(lambda: "d = 4" in dom.text(browser, "dp-store-info"), 30, "the table")
+    info = dom.text(browser, "dp-store-info")
+    assert "region (string)" in info and "age, income, hours, visits" in info, info
+    assert dom.text(browser, "dp-error") == ""
+    _click_label(browser, "dp-columns", "visits")  # the picker: three features
+    dom.wait_for(lambda: "d = 3" in dom.text(browser, "dp-store-info"), 30, "d = 3")
+    _click_label(browser, "dp-columns", "visits")
+    dom.wait_for(lambda: "d = 4" in dom.text(browser, "dp-store-info"), 30, "d = 4")
+    dom.set_value(browser, "dp-group-column", "region")
+    dom.wait_for(
+        lambda: "PUBLIC labels" in dom.text(browser, "dp-release-why"), 20, "the domain asked"
+    )
+    dom.set_value(browser, "dp-group-domain", "north,south,east")
+    dom.set_value(browser, "dp-epsilon", "")  # an empty field: refused in the widget
+    dom.wait_for(
+        lambda: "Release disabled: epsilon" in dom.text(browser, "dp-release-why"),
+        20,
+        "the reason",
+    )
+    assert dom.inner(browser, "dp-release", "button").get_attribute("disabled") is not None
+    dom.set_value(browser, "dp-epsilon", 1.0)
+    dom.wait_for(lambda: "fits what remains" in dom.text(browser, "dp-cost"), 20, "the cost")
+    _click_label(browser, "dp-scale", "robust")
+    dom.wait_for(lambda: "scale=" in dom.text(browser, "dp-cost"), 20, "the scale share")
+    before = _ledger(ledger)
+    dom.click(browser, "dp-release")
+    dom.wait_for(
+        lambda: "Released in" in dom.text(browser, "dp-status") or dom.text(browser, "dp-error"),
+        300,
+        "the table's release",
+    )
+    assert dom.text(browser, "dp-error") == ""
+    assert _ledger(ledger)["remaining"]["1"] < before["remaining"]["1"]
+    directions = dom.wait_for(lambda: dom.text(browser, "dp-directions"), 30, "the loadings")
+    assert all(name in directions for name in ("age", "income", "hours", "visits"))
+    assert "centre" in dom.text(browser, "dp-table")  # the released centre and scale
+    assert "2 analyses" in dom.text(browser, "dp-remaining")  # one press, one analysis
+    assert "groups region, scaled" in dom.text(browser, "dp-past")
+    dom.wait_for(
+        lambda: dom.inner(browser, "dp-release", "button").get_attribute("disabled") is None,
+        20,
+        "Release enabled again",
+    )
+    assert console_errors(browser) == []
+    if shots is not None:
+        browser.set_window_size(1280, 2400)
+        (shots / "app-table.png").write_bytes(browser.get_screenshot_as_png())
+        browser.execute_script("arguments[0].scrollIntoView();", dom.host(browser, "dp-directions"))
+        (shots / "app-loadings.png").write_bytes(browser.get_screenshot_as_png())
+        browser.set_window_size(1280, 1000)
 
 
 def _kind(part: dict) -> str:

@@ -105,6 +105,8 @@ def test_no_file_the_app_writes_holds_a_secret_of_the_store_url(tmp_path, store,
         return real(store, *args, **kwargs)
 
     monkeypatch.setattr(analysis, "analyze", reading_the_local_copy)
+    local = page._open_input()  # the records opened from the local copy, too
+    monkeypatch.setattr(page, "_open_input", lambda: local)
     page.store.value = "s3://bucket/x.zarr?token=SECRET123"
     result = _release(page)
     page.releases.add(result)
