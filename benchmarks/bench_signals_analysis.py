@@ -21,6 +21,7 @@ import argparse
 import collections
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -31,6 +32,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+#: A line of the analysis's progress display without a terminal ("analysis:  67% ...").
+PROGRESS_LINE = re.compile(r"^analysis: +\d+% ")
 
 
 def _argv(store: str, ledger: str, output: str, threads: bool) -> list[str]:
@@ -67,7 +72,8 @@ def trial(folder: Path, store: str, threads: bool, signum: int, delay: float) ->
     _, stderr = process.communicate(timeout=300)
     rows = _rows(ledger)
     problems = []
-    lines = [line for line in stderr.splitlines() if line.strip()]
+    # The run's progress lines (stderr without a terminal) are not its stop's line.
+    lines = [line for line in stderr.splitlines() if line.strip() and not PROGRESS_LINE.match(line)]
     if "Traceback" in stderr or len(lines) > 1:
         problems.append(f"stderr has {len(lines)} lines: {stderr[-400:]!r}")
     # Killed by the signal's default action, which a shell reports as 128 + signum too:

@@ -226,8 +226,10 @@ def test_the_app_offers_the_scale_and_shows_the_released_centre_and_scale(tmp_pa
     x = mixed_units(20_000, seed=4)  # n at which the quartiles are located (the plan's bound)
     zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=x.shape, chunks=(5000, 3))[:] = x
     page = AppPage(store=str(tmp_path / "x.zarr"), scheduler="synchronous", epsilon=10.0)
-    assert page.shares["scale"].value == 0.0  # optional: off until given a share
-    page.shares["scale"].value = 0.2
+    assert page.scale.value == "none"  # off until chosen, its share ready beside it
+    assert "scale=" not in page.cost.object
+    page.scale.value = "robust"
+    assert "scale=" in page.cost.object  # priced now, in the split the release makes
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = page._run_release()
