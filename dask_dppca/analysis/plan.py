@@ -37,6 +37,7 @@ from ..planning.formatting import format_bytes, format_seconds
 from ..planning.machine import MachineModel, planning_model
 from ..privacy.accounting import BudgetSplit, split_budget
 from ..privacy.calibration import validate_privacy_parameters
+from ..privacy.notices import groups_advice
 from ..validation import integer_at_least
 
 __all__ = ["AnalysisPlan", "StagePlan", "analyze_defaults", "plan_analysis"]
@@ -199,7 +200,7 @@ def plan_analysis(
     split: Mapping[str, float] | None = None,
     methods: Sequence[str] | None = None,
     score_map: bool | None = None,
-    grouped: bool = False,
+    grouped: bool | Sequence[Any] = False,
     score_axes: tuple[int, int] | None = None,
     score_methods: Sequence[str] | None = None,
     design: Any = None,
@@ -229,9 +230,13 @@ def plan_analysis(
         As for :func:`~dask_dppca.analysis.run.analyze`.
     score_map : bool, optional
         Whether the default score map is planned (``analyze``'s default: yes).
-    grouped : bool, default False
+    grouped : bool or sequence, default False
         Whether the score map is per group (``groups=`` with a ``group_domain``): the
-        split then holds the noisy group sizes.
+        split then holds the noisy group sizes.  Or the PUBLIC ``group_domain`` itself:
+        the plan then also says whether its groups are too many for the budget (their
+        average size below the noise of a group's size), and refuses a domain above
+        :data:`~dask_dppca.analysis.stages.score_map.MAX_GROUP_DOMAIN` labels as
+        ``analyze`` does.
     workers, threads, memory_limit
         The cluster to plan for, as for ``DPPCA.plan``.
     machine : MachineModel, str or os.PathLike, optional
@@ -307,7 +312,7 @@ def plan_analysis(
             "delta": dlt,
             "methods": list(scree_methods),
             "score_map": "score_map" in names,
-            "grouped": grouped and "score_map" in names,
+            "grouped": grouped is not False and "score_map" in names,
             "stages": names,
             "analyze_defaults": sorted(n for n, v in given.items() if v is None),
         },
@@ -317,12 +322,21 @@ def plan_analysis(
         split_text=f"privacy split of the total (epsilon={eps:g}, delta={dlt:g}):\n{shown}",
         scree_design=scree_design,
         machine_model=model.source,
-        accuracy=_accuracy(planned_stages, divided, records.shape),
+        accuracy=_accuracy(planned_stages, divided, records.shape, _domain_given(grouped)),
     )
 
 
-def _accuracy(stages: list[Any], split: BudgetSplit, shape: tuple[int, int]) -> dict[str, Any]:
-    """Each quantile stage's public accuracy (its rank bound), when n is known."""
+def _domain_given(grouped: bool | Sequence[Any]) -> bool:
+    """Whether ``grouped`` is the group domain itself, not just True or False."""
+    return not isinstance(grouped, bool)
+
+
+def _accuracy(
+    stages: list[Any], split: BudgetSplit, shape: tuple[int, int], domain_given: bool
+) -> dict[str, Any]:
+    """Each quantile stage's public accuracy (its rank bound), when n is known; the
+    groups' advice only when the plan was given the group domain (not a stand-in).
+    """
     from .stage import stage_accuracy
 
     n, d = shape
@@ -332,11 +346,15 @@ def _accuracy(stages: list[Any], split: BudgetSplit, shape: tuple[int, int]) -> 
     for stage in stages:
         accuracy = stage_accuracy(stage, split, int(n), int(d))
         if accuracy is not None:
+            if not domain_given:
+                accuracy.pop("groups", None)
             stated[stage.name] = accuracy
     return stated
 
 
-def _planned_stages(chosen: dict[str, Any], methods: Sequence[str], grouped: bool) -> list[Any]:
+def _planned_stages(
+    chosen: dict[str, Any], methods: Sequence[str], grouped: bool | Sequence[Any]
+) -> list[Any]:
     """The stages ``analyze`` would run, as stand-ins that state their parts (nothing read)."""
     from .stages import build_stage, chosen_around_directions
     from .stages.directions import DirectionsStage
@@ -348,8 +366,8 @@ def _planned_stages(chosen: dict[str, Any], methods: Sequence[str], grouped: boo
         # planned_parts reads whether there are labels, never the labels: a stand-in.
         planned.append(
             PrivateScoreMapStage(
-                labels=True if grouped else None,
-                domain=("group",) if grouped else None,
+                labels=True if grouped is not False else None,
+                domain=(None if grouped is False else ("group",) if grouped is True else grouped),
                 axes=chosen["score_axes"],
                 methods=chosen["score_methods"],
             )
@@ -562,6 +580,12 @@ def _accuracy_lines(accuracy: dict[str, Any], n: Any) -> list[str]:
                 "analyze refuses it; raise epsilon or the stage's share"
             )
         lines.append(line)
+        groups = stated.get("groups") or {}
+        if groups.get("below_noise"):
+            lines.append(
+                f"{name}: "
+                + groups_advice(groups["count"], groups["average_size"], groups["size_noise"])
+            )
     return lines
 
 

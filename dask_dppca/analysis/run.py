@@ -39,7 +39,7 @@ from ..privacy.accounting import BudgetSplit, compose, split_budget
 from ..privacy.calibration import validate_privacy_parameters
 from ..privacy.charges import PartsCharge
 from ..privacy.charging import reserve_transaction
-from ..privacy.notices import directions_note, release_notices
+from ..privacy.notices import NON_FINITE_NOTE, directions_note, groups_advice, release_notices
 from ..privacy.parts import part_to_dict
 from ..validation import integer_at_least
 from .features import input_feature_names
@@ -190,9 +190,10 @@ def analyze(
     )
     divided = analysis_split(chosen, k, records.shape[1], eps, dlt, split)
     n_known, d = records.shape
-    if n_known == n_known:  # a DataFrame's n is counted on the cluster: checked there
-        _accurate_enough(chosen, divided, int(n_known), d)  # refused before it is shown
-    budgets = _shown_and_checked(divided, analysis_id, show_split)
+    stated = {}  # a DataFrame's n is counted on the cluster: checked there
+    if n_known == n_known:
+        stated = _accurate_enough(chosen, divided, int(n_known), d)  # refused before shown
+    budgets = _shown_and_checked(divided, analysis_id, show_split, _advice(stated))
     meta = {
         "analysis_id": analysis_id,
         "epsilon": eps,
@@ -205,6 +206,7 @@ def analyze(
         "private": random_state is None,
         "parts": [part_to_dict(p) for p in divided.all_parts],
         "scaling": "robust" if any(stage.name == "scale" for stage in chosen) else "none",
+        "non_finite": NON_FINITE_NOTE,  # the same for every analysis: data-independent
         **_sign_meta(sign),
     }
     released = _Released(chosen, map_stage, meta)
@@ -221,14 +223,29 @@ def analyze(
     return released.result(complete=True)
 
 
+def _advice(stated: Mapping[str, Any]) -> list[str]:
+    """Advice from the stages' public accuracy, shown with the split before anything is
+    spent: a group domain too large for the budget.
+    """
+    return [
+        groups_advice(g["count"], g["average_size"], g["size_noise"])
+        for accuracy in stated.values()
+        if (g := accuracy.get("groups") or {}).get("below_noise")
+    ]
+
+
 def _shown_and_checked(
-    divided: BudgetSplit, analysis_id: str, show_split: Callable[[str], Any] | None
+    divided: BudgetSplit,
+    analysis_id: str,
+    show_split: Callable[[str], Any] | None,
+    advice: Sequence[str] = (),
 ) -> tuple[Any, ...]:
-    """Log and show the split; every budget this analysis charges, each checked for the
-    whole analysis before any cluster starts (resolved once, as a fit's:
-    :func:`~dask_dppca.compute.budget_config.budgets_to_charge`).
+    """Log and show the split (and any ``advice``); every budget this analysis charges,
+    each checked for the whole analysis before any cluster starts (resolved once, as a
+    fit's: :func:`~dask_dppca.compute.budget_config.budgets_to_charge`).
     """
     shown = privacy_table_text(split_rows(divided), ("stage", "release", "guarantee", "parameter"))
+    shown += "".join(f"\nadvice: {line}" for line in advice)
     logger.info("analysis %s: split\n%s", analysis_id, shown)
     if show_split is not None:
         eps, dlt = divided.epsilon, divided.delta

@@ -245,7 +245,7 @@ def _run_analysis(args: argparse.Namespace, cluster: dict) -> int:
         split=shares(args.split),
         methods=methods,
         score_map=False if args.no_score_map else None,
-        grouped=args.groups is not None,
+        grouped=_grouped(args),
         stages=chosen_stages(args),
         scale=args.scale,
         design=design_of(args),
@@ -261,3 +261,14 @@ def _run_analysis(args: argparse.Namespace, cluster: dict) -> int:
         print(f"dask-dppca: error: the plan does not fit: {problems}", file=sys.stderr)
         return 2
     return 0
+
+
+def _grouped(args: argparse.Namespace) -> bool | tuple[str, ...]:
+    """``plan_analysis``'s ``grouped``: the typed ``--group-domain`` labels when given (the
+    plan then says whether they are too many for the budget), else whether ``--groups``.
+    """
+    if args.groups is None:
+        return False
+    if args.group_domain is None:
+        return True
+    return tuple(v.strip() for v in args.group_domain.split(",") if v.strip())

@@ -22,12 +22,15 @@ __all__ = [
     "COARSE_FRAME_SHARE",
     "COARSE_RANK_SHARE",
     "FRAME_BOUND",
+    "GROUPS_NOTICE",
     "NOISE_MULTIPLE",
+    "NON_FINITE_NOTE",
     "ONE_COLUMN_SHARE",
     "SCREE_DEFAULT_ORDER",
     "UNITS_NOTICE",
     "below_noise",
     "directions_note",
+    "groups_advice",
     "notes_html",
     "release_notices",
     "scree_default",
@@ -209,6 +212,30 @@ COARSE_RANK_SHARE = 0.05
 #: The score map's frame is said to be coarse from this share of the records (it only
 #: frames a picture: a coarse frame has wider cells).
 COARSE_FRAME_SHARE = 0.25
+#: How the advice on a group domain too large for the budget begins.
+GROUPS_NOTICE = "Groups too many for the budget"
+#: How every analysis treats values that are not finite (NaN, +-inf): said in each result
+#: and report, since nothing private says whether the data held any (docs/robustness.md).
+NON_FINITE_NOTE = (
+    "Values that are not finite (NaN, +-inf; a CSV's empty cell is NaN) are kept, with a "
+    "bounded treatment: a record holding one counts in n and adds nothing to the directions' "
+    "matrix (its pairs contribute 0); in the quantiles (scale, median, frame) such a value "
+    "counts above every grid point (-inf below); in the scree its pairs' terms take the top "
+    "of their range; in the score map its score falls outside the frame. Drop or fill such "
+    "records first to leave them out (docs/robustness.md, 'Bad records')."
+)
+
+
+def groups_advice(groups: int, average: float, noise: float) -> str:
+    """The advice on ``groups`` groups whose average size ``average`` is below
+    :data:`NOISE_MULTIPLE` times the noise ``noise`` of a group's size (public values).
+    """
+    return (
+        f"{GROUPS_NOTICE}: {groups} groups (the domain and 'other') at n records average "
+        f"{average:.3g} records each, {below_noise(noise)} of a group's size: most groups' "
+        "sizes and maps will be noise. Merge labels into fewer groups, or raise epsilon or "
+        "the score map's share (--split)."
+    )
 
 
 def _names(meta: Mapping[str, Any], d: int) -> list[str]:
@@ -273,6 +300,11 @@ def _scale_notices(record: Any) -> list[str]:
         # The score map's frame only frames a picture (a coarse one has wider cells):
         # said when it may miss the scores' middle half, the others from 5 %.
         share = COARSE_FRAME_SHARE if stage == "score_map" else COARSE_RANK_SHARE
+        groups = stated.get("groups") or {}
+        if groups.get("below_noise"):
+            notes.append(
+                groups_advice(groups["count"], groups["average_size"], groups["size_noise"])
+            )
         if n and bound > share * float(n):
             notes.append(
                 f"{ACCURACY_NOTICE}: the {stage.replace('_', ' ')} stage's quantiles are within "
@@ -336,6 +368,7 @@ def notes_html(result: Any) -> str:
         )
         + "</p>"
     )
+    parts.append(f"<p class='note'>{html.escape(meta.get('non_finite') or NON_FINITE_NOTE)}</p>")
     notices = _get(result, "notices")
     if notices is None:
         notices = release_notices(result)

@@ -36,8 +36,10 @@ from ...graph.score_stats import project_scores
 from ...privacy.accounting import BudgetSplit, PlannedPart
 from ...privacy.charging import reserve_release
 from ...privacy.frame import FrameMechanism
+from ...privacy.histogram import GroupCounts
 from ...privacy.laplace import SeededDiscreteLaplace
 from ...privacy.noise import SeededSampler
+from ...privacy.notices import NOISE_MULTIPLE
 from ...privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
 from ...privacy.score_map import GROUP_COUNTS_SHARE, OTHER_GROUP, ScoreMap, ScoreMapMechanism
 from ..stage import StageContext, StageOutput
@@ -119,6 +121,12 @@ def _check_methods(methods: Any) -> tuple[str, ...]:
     return chosen
 
 
+#: The most labels a group domain may have: each group is a map of bins x bins cells in
+#: the result (at 25 x 25 bins, 1000 groups are about 5 MB of it), and the budget's
+#: noise is the same for each group however small.  Larger domains: merge labels first.
+MAX_GROUP_DOMAIN = 1000
+
+
 def _check_domain(domain: Any) -> tuple[Any, ...]:
     if domain is None or isinstance(domain, (str, bytes)):
         raise ValueError(
@@ -129,6 +137,12 @@ def _check_domain(domain: Any) -> tuple[Any, ...]:
     if not values or len(set(values)) != len(values) or OTHER_GROUP in values:
         raise ValueError(
             f"group_domain: expected distinct labels, none of them {OTHER_GROUP!r}, got {domain!r}"
+        )
+    if len(values) > MAX_GROUP_DOMAIN:
+        raise ValueError(
+            f"group_domain: {len(values)} labels, more than the {MAX_GROUP_DOMAIN} a score map "
+            "by group takes (a bins x bins map each, with the same noise however small the "
+            "group); merge labels into fewer groups (--group-domain), or analyze subsets"
         )
     return values
 
@@ -226,7 +240,20 @@ class PrivateScoreMapStage:
         assert isinstance(frame, PureDPPart)
         mechanism = FrameMechanism(n_samples, 4.0 * frame.epsilon)
         bounds = {"centre": mechanism.centre.rank_error(), "radius": mechanism.radius.rank_error()}
-        return {"rank_error_95": bounds, "useless": []}
+        stated: dict[str, Any] = {"rank_error_95": bounds, "useless": []}
+        if self.grouped and self.domain is not None and "additive" in self.methods:
+            sizes = split.part(_STAGE, "noisy group sizes")
+            assert isinstance(sizes, GaussianPart)
+            groups = len(self.domain) + 1  # and "other"
+            noise = GroupCounts(groups, sizes.mu).sigma
+            average = n_samples / groups
+            stated["groups"] = {
+                "count": groups,
+                "average_size": average,
+                "size_noise": noise,
+                "below_noise": average < NOISE_MULTIPLE * noise,
+            }
+        return stated
 
     def mechanism(self, n_samples: int, split: BudgetSplit) -> ScoreMapMechanism:
         """The map's mechanism with exactly the split's parameters (public)."""
