@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from tests.cli import CONSOLE_SCRIPT
+from tests.cli.test_quiet_output import THIRD_PARTY
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -78,6 +79,7 @@ def test_the_readme_curator_path_runs_as_written(tmp_path):
             timeout=240,
         )
         assert done.returncode == 0, (line, done.stderr)
+        assert not THIRD_PARTY.findall(done.stderr), done.stderr  # the project's words only
         outputs.append(done.stdout)
     assert "privacy split of the total" in outputs[0]
     assert "privacy split of the total" in outputs[1]
