@@ -235,7 +235,7 @@ def plan_analysis(
         split then holds the noisy group sizes.  Or the PUBLIC ``group_domain`` itself:
         the plan then also says whether its groups are too many for the budget (their
         average size below the noise of a group's size), and refuses a domain above
-        :data:`~dask_dppca.analysis.stages.score_map.MAX_GROUP_DOMAIN` labels as
+        ``MAX_GROUP_DOMAIN`` (1000) labels as
         ``analyze`` does.
     workers, threads, memory_limit
         The cluster to plan for, as for ``DPPCA.plan``.
