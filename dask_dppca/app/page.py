@@ -199,6 +199,8 @@ class AppPage(StoreInputs):
         )
         self.resample.visible = self.groups.visible = self.merge.visible = False  # with a map
         self.plots = pn.pane.HTML("", css_classes=["dp-plots"], sizing_mode="stretch_width")
+        # The scree values and the score map to pan, zoom and hover (app/explore.py).
+        self.explorable = pn.Row(css_classes=["dp-explorable"], sizing_mode="stretch_width")
         self.directions = pn.pane.HTML(
             "",
             css_classes=["dp-directions"],
@@ -503,6 +505,7 @@ class AppPage(StoreInputs):
         result = self.current
         if result is None:
             self.plots.object = "<i>No release shown yet: release, or reopen a past one.</i>"
+            self.explorable.objects = []
             self.directions.object = ""
             return
         import matplotlib
@@ -537,10 +540,24 @@ class AppPage(StoreInputs):
             f"{html.escape(str(meta.get('scaling', 'none')))}.</p>"
             f"<div style='display:flex;flex-wrap:wrap;gap:12px'>{images}</div>"
         )
+        self.explorable.objects = self._explorable(shown, score_map)
         self.directions.object = (
             "<div class='dp-notices'>" + notes_html(result) + "</div>" + loadings_html(shown)
         )
         self.table.object = privacy_table_html(result) + "".join(further_stage_sections(result))
+
+    @staticmethod
+    def _explorable(shown: Any, score_map: Any) -> list[Any]:
+        """The scree values and the pooled score map as plots to pan, zoom and hover
+        (post-processing: the release's own values).
+        """
+        from .explore import score_map_explorer, scree_explorer
+
+        values = {m: list(v) for m, v in shown.scree["values"].items()}
+        panes = [pn.pane.Bokeh(scree_explorer(values, "private scree values: hover, zoom"))]
+        if score_map is not None:
+            panes.append(pn.pane.Bokeh(score_map_explorer(score_map)))
+        return panes
 
     def _report_file(self) -> Any:
         import io
@@ -589,6 +606,8 @@ class AppPage(StoreInputs):
             self.kind,
             pn.Row(self.resample, self.groups, self.merge),
             self.plots,
+            "#### To explore: pan, zoom, and hover over a value",
+            self.explorable,
             "#### Directions (loadings) and what is noise",
             self.directions,
             "#### Privacy: every part of the release",

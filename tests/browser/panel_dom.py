@@ -59,6 +59,39 @@ def text(driver: Any, cls: str) -> str:
     return " ".join(str(got).split())
 
 
+def all_inner(driver: Any, cls: str, selector: str) -> list[Any]:
+    """Every element matching ``selector`` anywhere inside the widget's shadow trees (a
+    Bokeh plot nests its canvas and its tooltip a few shadow roots down), in order.
+    """
+    found = driver.execute_script(
+        _BOOT + "const h = window.__dpFind(document, arguments[0]); if (!h) return [];"
+        "const out = [], selector = arguments[1];"
+        "(function walk(root) {"
+        "  for (const el of root.querySelectorAll(selector)) out.push(el);"
+        "  for (const el of root.querySelectorAll('*')) if (el.shadowRoot) walk(el.shadowRoot);"
+        "})(h.shadowRoot || h);"
+        "return out;",
+        cls,
+        selector,
+    )
+    return list(found or [])
+
+
+def deep_text(driver: Any, selector: str) -> str:
+    """The text of every element matching ``selector`` anywhere in the page, shadow trees
+    included (a Bokeh tooltip is drawn in the plot's own shadow root), joined."""
+    got = driver.execute_script(
+        "const out = [], selector = arguments[0];"
+        "(function walk(root) {"
+        "  for (const el of root.querySelectorAll(selector)) out.push(el.textContent);"
+        "  for (const el of root.querySelectorAll('*')) if (el.shadowRoot) walk(el.shadowRoot);"
+        "})(document);"
+        "return out.join(' ');",
+        selector,
+    )
+    return " ".join(str(got).split())
+
+
 def set_value(driver: Any, cls: str, value: Any) -> None:
     """Type ``value`` into the widget's input and commit it (a change event)."""
     element = inner(driver, cls, "input, select")

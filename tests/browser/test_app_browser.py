@@ -186,6 +186,7 @@ def test_the_app_releases_within_the_ledger_and_explores_for_free(app, browser):
     images = dom.wait_for(lambda: _images(browser), 30, "the plots")
     assert all(done and width > 100 for done, width, _ in images), images
     assert "directions" in dom.text(browser, "dp-table")
+    _hover_reads_a_released_count(browser, result)
     if shots is not None:
         (shots / "app.png").write_bytes(browser.get_screenshot_as_png())
 
@@ -224,6 +225,38 @@ def test_the_app_releases_within_the_ledger_and_explores_for_free(app, browser):
     assert not_blank(png) > 0.05
     print(f"page load {load_s:.2f} s, release to plots {release_s:.2f} s")
     _a_table_with_a_text_column(browser, folder, ledger, shots)
+
+
+def _hover_reads_a_released_count(browser, result) -> None:
+    """The explorable plots: a scree plot and the score map, each a Bokeh canvas; the
+    mouse over the map's middle shows a cell's noisy count as released (one of the
+    release's own cells, pooled over groups), and the scree's hover a released value."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    canvases = dom.wait_for(
+        lambda: [c for c in dom.all_inner(browser, "dp-explorable", "canvas") if c.size["width"]],
+        60,
+        "the explorable plots",
+    )
+    assert len(canvases) >= 2, canvases  # the scree values and the score map
+    hist = result.score_map.histogram()
+    mx, my = hist.bins
+    pooled = np.asarray(hist.counts)[:, : mx * my].sum(axis=0)
+    shown = {f"{v:.1f}" for v in pooled}
+
+    def hovered_count() -> str:
+        # in view, a move onto the plot, then to its middle: the hover follows a moving mouse
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", canvases[-1])
+        actions = ActionChains(browser).move_to_element_with_offset(canvases[-1], 20, 20)
+        actions.pause(0.2).move_to_element(canvases[-1]).pause(0.5).perform()
+        text = dom.deep_text(browser, "[class*='tooltip']")
+        found = re.search(r"noisy count\s*:?\s*(-?[\d.]+)", text)
+        return found.group(1) if found else ""
+
+    count = dom.wait_for(hovered_count, 30, "the score map's hover")
+    assert count in shown, (count, sorted(shown)[:10])
+    ActionChains(browser).move_to_element(canvases[0]).perform()  # the scree: no crash
+    assert console_errors(browser) == []
 
 
 def _table(path) -> str:
