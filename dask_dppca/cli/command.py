@@ -163,37 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         logging.disable(disabled)
 
 
-#: Commands that run the kernel, and the schedulers under which it runs in this process
-#: or on this machine (None: the embedded cluster).
-_KERNEL_COMMANDS = (demo.run, fit.run, analyze.run)
-_LOCAL_SCHEDULERS = (None, "threads", "processes", "synchronous", "sync", "single-threaded")
-
-
-def say_if_compiling(args: argparse.Namespace) -> None:
-    """One line on stderr when this command will compile the kernel first (its first run
-    on this machine): the seconds it then waits are explained, not a hang.
-    """
-    if (
-        args.run not in _KERNEL_COMMANDS
-        or getattr(args, "scheduler", None) not in _LOCAL_SCHEDULERS
-    ):
-        return
-    from ..kernel.jit import cache_directory
-    from ..kernel.pair_sum import compiled_on_this_machine
-
-    if not compiled_on_this_machine():
-        print(
-            "dask-dppca: first run on this machine: compiling the kernel (a few seconds, "
-            f"once; cached in {cache_directory()})",
-            file=sys.stderr,
-        )
-
-
 def _run(args: argparse.Namespace) -> int:
     """Run the command; every error becomes one line and an exit code."""
+    from ..compute.first_compile import compile_notices_to
+
     try:
-        say_if_compiling(args)
-        return args.run(args)
+        with compile_notices_to(lambda line: print(f"dask-dppca: {line}", file=sys.stderr)):
+            return args.run(args)
     except Exception as error:
         stop = stop_received(args.stops_before)
         if stop is None:

@@ -35,6 +35,7 @@ from .failures import (
     killed_worker_error,
     scheduler_address,
 )
+from .first_compile import say_before_compiling
 from .logs import quiet_own_task_failures
 from .placement import DEFAULT_OPTIONS, ReleaseOptions
 from .progress import cluster_progress, local_progress
@@ -278,7 +279,7 @@ class ClusterTarget(ComputeTarget):
 
 @contextmanager
 def compute_target(
-    scheduler: Any = None, options: ReleaseOptions = DEFAULT_OPTIONS
+    scheduler: Any = None, options: ReleaseOptions = DEFAULT_OPTIONS, runs_kernel: bool = True
 ) -> Iterator[ComputeTarget]:
     """The :class:`ComputeTarget` for the estimator's ``scheduler`` parameter.
 
@@ -296,6 +297,9 @@ def compute_target(
 
     options : ReleaseOptions
         Where its releases run (bound once: every release on the target reads them).
+    runs_kernel : bool, default True
+        Whether the work runs the pair kernel: on this machine, its first run says that
+        it compiles it first (:mod:`.first_compile`).
 
     Raises
     ------
@@ -306,16 +310,24 @@ def compute_target(
     """
     check_scheduler(scheduler)
     if isinstance(scheduler, distributed.Client):
-        yield ClusterTarget(scheduler, options)
+        yield _said_first(ClusterTarget(scheduler, options), runs_kernel)
         return
     if scheduler is None:
-        yield ClusterTarget(active_client() or embedded_client(), options)
+        yield _said_first(ClusterTarget(active_client() or embedded_client(), options), runs_kernel)
         return
     if scheduler in LOCAL_SCHEDULERS:
-        yield LocalScheduler(scheduler, options)
+        # "processes": other processes, on this machine and its cache
+        yield _said_first(LocalScheduler(scheduler, options), runs_kernel)
         return
     client = connect(scheduler)
     try:
-        yield ClusterTarget(client, options)
+        yield _said_first(ClusterTarget(client, options), runs_kernel)
     finally:
         client.close()
+
+
+def _said_first(target: ComputeTarget, runs_kernel: bool) -> ComputeTarget:
+    """``target``, once the first compile on this machine, if any, is said."""
+    if runs_kernel:
+        say_before_compiling(isinstance(target, LocalScheduler) or target.in_process)
+    return target

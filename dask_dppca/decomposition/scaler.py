@@ -110,7 +110,7 @@ class PrivateRobustScaler(BudgetCarrier, OneToOneFeatureMixin, TransformerMixin,
         epsilon, delta = validate_privacy_parameters(self.epsilon, self.delta)
         records = open_records(X)
         fit_id = uuid.uuid4().hex
-        with compute_target(self.scheduler, ReleaseOptions()) as target:
+        with compute_target(self.scheduler, ReleaseOptions(), runs_kernel=False) as target:
             records = records.counted(target)
             n, d = records.shape
             mechanism = _mechanism(epsilon, delta, int(n), int(d))

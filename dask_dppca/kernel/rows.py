@@ -68,8 +68,9 @@ def distinct_finite_rows(
     """
     finite = _finite_rows(rows)
     hashes = _row_hashes(rows, finite)
-    # Sorted by numpy, not inside the compiled loop: numba's own argsort costs about 2.5 s
-    # of compilation on first use, and a stable sort's order is the same either way.
+    # Sorted by numpy, not inside the compiled loop: numba's own argsort adds about a
+    # second to the first fit's compilation (a first fit of 5000 x 6: 6.7 s before, 5.6 s
+    # after), and a stable sort's order is the same either way.
     order = np.argsort(hashes, kind="stable")  # stable: first occurrences first
     return _group_rows(rows, finite, hashes, order)
 

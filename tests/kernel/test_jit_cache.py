@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+import zarr
 
 import dask_dppca
 
@@ -83,25 +85,27 @@ def test_the_users_own_numba_functions_keep_numbas_default():
     assert numba.config.CACHE_DIR == os.environ.get("NUMBA_CACHE_DIR", "")
 
 
-def test_the_first_run_says_it_compiles_and_a_warm_one_says_nothing(monkeypatch, capsys):
-    """``dask-dppca demo`` on a machine whose cache lacks the kernel says why it waits,
-    once; with the kernel cached it says nothing (the command itself is stopped at once)."""
-    from dask_dppca.cli import command
+def test_the_first_run_says_it_compiles_once_and_a_refusal_never(monkeypatch, capsys, tmp_path):
+    """The first compute on this machine, when numba's cache lacks the kernel, says why it
+    waits, once a process, on the command line's stderr; a warm cache says nothing, and a
+    command refused before any compute never says it (the issue's errors stay one line)."""
+    from dask_dppca.cli import main
+    from dask_dppca.compute import first_compile
     from dask_dppca.kernel import pair_sum
 
-    def stop_at_once(args):
-        return 0
-
+    store = tmp_path / "x.zarr"
+    rows = np.random.default_rng().standard_normal((200, 3))  # any rows
+    zarr.open_array(str(store), mode="w", shape=rows.shape, dtype="f8")[:] = rows
+    fit = ["fit", str(store), "-k", "1", "--scheduler", "threads", "--no-progress"]
     for compiled, said in ((False, True), (True, False)):
         monkeypatch.setattr(pair_sum, "compiled_on_this_machine", lambda c=compiled: c)
-        args = command.build_parser().parse_args(["demo"])
-        assert args.run is command.demo.run
-        monkeypatch.setattr(args, "run", stop_at_once)
-        monkeypatch.setattr(command, "_KERNEL_COMMANDS", (stop_at_once,))
-        assert command._run(args) == 0
+        monkeypatch.setitem(first_compile._state, "said", False)  # a new process
+        assert main([*fit, "--epsilon", "-1", "--output", str(tmp_path / "a.json")]) == 2
+        refused = capsys.readouterr().err
+        assert first_compile.FIRST_COMPILE not in refused and refused.count("\n") == 1, refused
+        out = str(tmp_path / f"{compiled}.json")
+        assert main([*fit, "--output", out]) == 0
         err = capsys.readouterr().err
-        assert ("compiling the kernel" in err) is said, err
-    args = command.build_parser().parse_args(["plan", "x.zarr"])  # no kernel: never said
-    monkeypatch.setattr(pair_sum, "compiled_on_this_machine", lambda: False)
-    command.say_if_compiling(args)
-    assert capsys.readouterr().err == ""
+        assert (first_compile.FIRST_COMPILE in err) is said, err
+        assert main([*fit, "--output", out, "--force"]) == 0  # the same process: said once
+        assert first_compile.FIRST_COMPILE not in capsys.readouterr().err
