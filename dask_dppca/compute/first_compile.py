@@ -2,10 +2,11 @@
 
 When the work runs on this machine (the embedded cluster, a local scheduler) and the
 kernel's compiled functions are not yet in numba's cache here, the first compute target
-of the process says so once, before the seconds of compilation: through the logger
-``dask_dppca`` (a plain script sees it on stderr), or through the sink the command line
-sets (:func:`compile_notices_to`).  Said after every parameter is checked, so a refused
-call never says it.
+of the process says so once, before the seconds of compilation: through the sink the
+command line sets (:func:`compile_notices_to`: its stderr), else at INFO on the logger
+``dask_dppca`` (a notebook's cells keep a clean stderr; ``logging.basicConfig(level=
+logging.INFO)`` shows it).  Said after every parameter is checked, so a refused call
+never says it.
 """
 
 from __future__ import annotations
@@ -65,4 +66,4 @@ def say_before_compiling(on_this_machine: bool) -> None:
     if callable(sink):
         sink(line)
     else:
-        logger.warning(line)
+        logger.info(line)
