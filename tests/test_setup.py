@@ -64,7 +64,7 @@ def test_the_readme_says_what_the_suite_needs_and_how_long_it_takes():
 #: each only on a path that already has it: panel for `dask-dppca app` (the [app] extra,
 #: refused naming it), IPython only once the user's kernel has imported it, xarray only
 #: for the user's own xarray inputs.
-OPTIONAL_IMPORTS = {"panel", "IPython", "xarray"}
+OPTIONAL_IMPORTS = {"panel", "bokeh", "IPython", "xarray"}  # bokeh: the app extra
 
 
 def _imported_modules() -> set[str]:
