@@ -53,7 +53,7 @@ _PUBLIC = {
     "NoisyReleaseWarning": "privacy.advice",
     "LargeDeltaWarning": "privacy.advice",
     "PrivacyReport": "privacy.report",
-    "load_result": "decomposition.results",
+    "load_result": "decomposition.loading",
 }
 
 __all__ = list(_PUBLIC)
@@ -66,9 +66,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .compute.placement import UntrustedReleaseWarning  # noqa: F401
     from .compute.waits import ClusterStalledError  # noqa: F401
     from .decomposition.estimator import DPPCA  # noqa: F401
+    from .decomposition.loading import load_result  # noqa: F401
     from .decomposition.metrics import sin_theta  # noqa: F401
     from .decomposition.reference import kendall_matrix  # noqa: F401
-    from .decomposition.results import load_result  # noqa: F401
     from .decomposition.scaler import PrivateRobustScaler  # noqa: F401
     from .design import CompleteDesign, RegularDesign  # noqa: F401
     from .kernel.spatial_sign import SpatialSign, custom, sphere, winsor  # noqa: F401

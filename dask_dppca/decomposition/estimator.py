@@ -529,7 +529,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
 
         The file holds the release (components, eigenvalues), the privacy report, the
         parameters, the library version, the time and the input (its location with
-        secrets masked); no data.  :func:`~dask_dppca.decomposition.results.load_result` (or
+        secrets masked); no data.  :func:`~dask_dppca.decomposition.loading.load_result` (or
         :meth:`load`) reads it back, in this version or a later one.
 
         Parameters
@@ -556,11 +556,18 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     ) -> DPPCA:
         """A fitted DPPCA from a result file (:meth:`save`, ``dask-dppca fit --output``).
 
-        See :func:`~dask_dppca.decomposition.results.load_result`.
+        See :func:`~dask_dppca.decomposition.loading.load_result`.
         """
-        from .results import load_result
+        from .results import read_result, restore_fitted, result_parameters
 
-        return load_result(path, storage_options=storage_options)
+        payload, shown = read_result(path, storage_options)
+        try:
+            fitted: DPPCA = restore_fitted(cls(**result_parameters(payload)), payload)
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(
+                f"path: {shown!r} is not a valid result file ({type(error).__name__}: {error})"
+            ) from None
+        return fitted
 
     @property
     def _n_features_out(self) -> int:

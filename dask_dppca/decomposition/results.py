@@ -15,10 +15,13 @@ One format for ``DPPCA.save`` and ``dask-dppca fit --output`` (JSON, format vers
      "privacy": {...}}
 
 It holds the release and public metadata only: no data value, no storage option, a
-location with its secrets masked.  :func:`load_result` checks the format and its version
+location with its secrets masked.  :func:`read_result` checks the format and its version
 (a file from a newer format is refused with what to do; the library version that wrote
-it is recorded, not required) and returns a fitted
-:class:`~dask_dppca.decomposition.estimator.DPPCA` whose ``transform`` works as after the fit.
+it is recorded, not required), and
+:func:`~dask_dppca.decomposition.loading.load_result` makes of it a fitted
+:class:`~dask_dppca.decomposition.estimator.DPPCA` whose ``transform`` works as after the
+fit.  This module never imports the estimator (the estimator imports it): an estimator
+is passed in, or made by the caller from :func:`result_parameters`.
 """
 
 from __future__ import annotations
@@ -35,10 +38,17 @@ from ..io.output import local_path
 from ..io.storage import check_storage_options, display_location, filesystem, remote_error
 from ..kernel import SpatialSign
 from ..privacy.report import PrivacyReport
-from .estimator import DPPCA
 from .provenance import library_version
 
-__all__ = ["RESULT_FORMAT", "RESULT_FORMAT_VERSION", "load_result", "result_payload", "save_result"]
+__all__ = [
+    "RESULT_FORMAT",
+    "RESULT_FORMAT_VERSION",
+    "read_result",
+    "restore_fitted",
+    "result_parameters",
+    "result_payload",
+    "save_result",
+]
 
 #: The ``format`` entry of every result file.
 RESULT_FORMAT = "dask-dppca-result"
@@ -46,8 +56,8 @@ RESULT_FORMAT = "dask-dppca-result"
 RESULT_FORMAT_VERSION = 1
 
 
-def result_payload(est: DPPCA) -> dict[str, Any]:
-    """The result file's content for a fitted estimator (JSON-ready)."""
+def result_payload(est: Any) -> dict[str, Any]:
+    """The result file's content for a fitted DPPCA (JSON-ready)."""
     provenance = getattr(est, "provenance_", None)
     if provenance is None or not hasattr(est, "components_"):
         raise ValueError("est: not fitted; call fit before saving a result")
@@ -71,7 +81,7 @@ def result_payload(est: DPPCA) -> dict[str, Any]:
 
 
 def save_result(
-    est: DPPCA,
+    est: Any,
     path: str | os.PathLike[str],
     *,
     overwrite: bool = False,
@@ -95,44 +105,16 @@ def save_result(
     return write_json(path, payload, storage_options, name, overwrite=overwrite)
 
 
-def load_result(
-    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
-) -> DPPCA:
-    """A fitted :class:`~dask_dppca.decomposition.estimator.DPPCA` from a result file.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        A result file written by :meth:`~dask_dppca.decomposition.estimator.DPPCA.save` or
-        ``dask-dppca fit --output``: a local path (``~`` expanded) or an fsspec URL.
-    storage_options : dict, optional
-        fsspec options for a URL.
-
-    Returns
-    -------
-    DPPCA
-        With ``components_``, ``eigenvalues_``, ``kendall_eigenvalue_ratio_``,
-        ``privacy_``, ``provenance_``, ``n_features_in_``, ``n_samples_`` (and
-        ``feature_names_in_`` if the fit had column names) and the parameters of the fit.
-        A custom spatial sign is recorded by its name only: pass it again to refit.
+def read_result(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], str]:
+    """The checked content of a result file and the path as shown in messages.
 
     Raises
     ------
     ValueError
-        Naming the file: not a result file, a newer format than this version reads, or
-        entries that do not fit together.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> import numpy as np
-    >>> import dask_dppca as dd
-    >>> X = np.random.default_rng().standard_normal((600, 3))
-    >>> est = dd.DPPCA(2, epsilon=1.0, delta=1e-6, scheduler="threads").fit(X)
-    >>> path = os.path.join(tempfile.mkdtemp(), "fit.json")
-    >>> _ = est.save(path)
-    >>> bool((dd.load_result(path).components_ == est.components_).all())
-    True
+        Naming the file: not a result file (an analysis file is pointed to its reader),
+        or a newer format than this version reads.
     """
     shown = display_location(path)
     payload = _read_json(path, storage_options, shown)
@@ -155,12 +137,7 @@ def load_result(
             f"{payload.get('library_version', '?')}); this dask-dppca ({library_version()}) reads "
             f"format {RESULT_FORMAT_VERSION} and older: upgrade dask-dppca to load it"
         )
-    try:
-        return _estimator(payload)
-    except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(
-            f"path: {shown!r} is not a valid result file ({type(error).__name__}: {error})"
-        ) from None
+    return payload, shown
 
 
 def _read_json(
@@ -184,14 +161,21 @@ def _read_json(
         raise ValueError(f"path: {shown!r} is not JSON ({error})") from None
 
 
-def _estimator(payload: dict[str, Any]) -> DPPCA:
+def result_parameters(payload: dict[str, Any]) -> dict[str, Any]:
+    """The fit's parameters from a result's content (a regular design made again)."""
     parameters = dict(payload["parameters"])
     design = parameters.get("design", "auto")
     if isinstance(design, dict):
         parameters["design"] = RegularDesign(
             k=design["k"], block_size=design["block_size"], seed=design["seed"]
         )
-    est = DPPCA(**parameters)
+    return parameters
+
+
+def restore_fitted(est: Any, payload: dict[str, Any]) -> Any:
+    """``est`` (a DPPCA made with :func:`result_parameters`) fitted as the result says:
+    its components, eigenvalues, privacy report and provenance, checked to fit together.
+    """
     d = int(payload["n_features"])
     components = np.asarray(payload["components"], dtype=np.float64)
     eigenvalues = np.asarray(payload["eigenvalues"], dtype=np.float64)
@@ -221,7 +205,7 @@ def _estimator(payload: dict[str, Any]) -> DPPCA:
     return est
 
 
-def _parameters(est: DPPCA) -> dict[str, Any]:
+def _parameters(est: Any) -> dict[str, Any]:
     """The estimator's parameters as JSON: a spatial sign by name (and radius), a
     regular design by its three numbers, a scheduler only if it is a name or address.
     """
