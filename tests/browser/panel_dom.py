@@ -122,3 +122,13 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(0.2)
+
+
+def release_and_wait(driver: Any, what: str, timeout: float = 300) -> None:
+    """Press the app's Release and wait until it says it released or shows an error."""
+    click(driver, "dp-release")
+    wait_for(
+        lambda: "Released in" in text(driver, "dp-status") or text(driver, "dp-error"),
+        timeout,
+        what,
+    )

@@ -327,12 +327,7 @@ def _a_table_with_a_text_column(browser, folder, ledger, shots) -> None:
     _click_label(browser, "dp-scale", "robust")
     dom.wait_for(lambda: "scale=" in dom.text(browser, "dp-cost"), 20, "the scale share")
     before = _ledger(ledger)
-    dom.click(browser, "dp-release")
-    dom.wait_for(
-        lambda: "Released in" in dom.text(browser, "dp-status") or dom.text(browser, "dp-error"),
-        300,
-        "the table's release",
-    )
+    dom.release_and_wait(browser, "the table's release")
     assert dom.text(browser, "dp-error") == ""
     assert _ledger(ledger)["remaining"]["1"] < before["remaining"]["1"]
     directions = dom.wait_for(lambda: dom.text(browser, "dp-directions"), 30, "the loadings")

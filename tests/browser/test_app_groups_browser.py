@@ -63,12 +63,7 @@ def test_a_grouped_release_through_the_page_and_a_cli_release_after_reload(
     dom.set_value(browser, "dp-group-domain", "0,1")
     dom.set_value(browser, "dp-epsilon", 1.5)
     dom.wait_for(lambda: "epsilon=1.5," in dom.text(browser, "dp-cost"), 20, "the cost")
-    dom.click(browser, "dp-release")
-    dom.wait_for(
-        lambda: "Released in" in dom.text(browser, "dp-status") or dom.text(browser, "dp-error"),
-        300,
-        "the grouped release",
-    )
+    dom.release_and_wait(browser, "the grouped release")
     assert dom.text(browser, "dp-error") == ""
     saved = sorted(os.listdir(ledger + ".releases"))
     assert len(saved) == 1
