@@ -580,12 +580,9 @@ def _accuracy_lines(accuracy: dict[str, Any], n: Any) -> list[str]:
                 "analyze refuses it; raise epsilon or the stage's share"
             )
         lines.append(line)
-        groups = stated.get("groups") or {}
-        if groups.get("below_noise"):
-            lines.append(
-                f"{name}: "
-                + groups_advice(groups["count"], groups["average_size"], groups["size_noise"])
-            )
+        advice = groups_advice(stated)
+        if advice is not None:
+            lines.append(f"{name}: {advice}")
     return lines
 
 

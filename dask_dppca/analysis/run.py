@@ -227,11 +227,7 @@ def _advice(stated: Mapping[str, Any]) -> list[str]:
     """Advice from the stages' public accuracy, shown with the split before anything is
     spent: a group domain too large for the budget.
     """
-    return [
-        groups_advice(g["count"], g["average_size"], g["size_noise"])
-        for accuracy in stated.values()
-        if (g := accuracy.get("groups") or {}).get("below_noise")
-    ]
+    return [a for a in map(groups_advice, stated.values()) if a is not None]
 
 
 def _shown_and_checked(

@@ -329,11 +329,7 @@ class AppPage(StoreInputs):
         """The split of the next release, exactly as the release will make it."""
         parameters = self.release_parameters()
         assert self.records_meta is not None
-        return planned_split(
-            parameters.pop("n_components"),
-            self.records_meta["d"],
-            **{key: parameters[key] for key in parameters},
-        )
+        return planned_split(parameters.pop("n_components"), self.records_meta["d"], **parameters)
 
     def _show_cost(self) -> None:
         try:

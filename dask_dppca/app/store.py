@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import panel as pn
@@ -30,9 +31,7 @@ class StoreInputs:
     _schema_of: str | None
     _asked_columns: str | None
     _text_columns: list[str]
-
-    def _show_cost(self) -> None:  # the page's
-        raise NotImplementedError
+    _show_cost: Callable[[], None]  # the page's own (AppPage._show_cost)
 
     def _data_widgets(self, store: str | None, component: str | None) -> None:
         """The ledger line and the store's inputs."""

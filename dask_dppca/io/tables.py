@@ -137,17 +137,7 @@ def open_table(
         label column is among the features, or a feature column is not numeric (all
         such columns named).
     """
-    kind = table_format(location)
-    if kind is None:
-        raise ValueError(f"X: {display_location(location)!r} is not a table; read: {FORMATS_READ}")
-    text = os.fspath(location)
-    if not is_url(text):
-        text = os.path.abspath(os.path.expanduser(text))  # the workers share no cwd
-    shown = display_location(text)
-    if not is_url(text):
-        if not (glob.glob(text) if _GLOB_CHARACTERS & set(text) else os.path.exists(text)):
-            raise ValueError(f"X: {shown!r} does not exist")
-    schema = _read(kind, text, storage_options, shown, None)
+    kind, text, shown, schema = _schema(location, storage_options)
     names = [str(name) for name in schema.columns]
     features = _features(names, columns, label_column, shown)
     try:
@@ -185,21 +175,28 @@ def table_columns(
     ValueError
         As :func:`open_table` does for a table that is missing or cannot be read.
     """
+    schema = _schema(location, storage_options)[3]
+    return [
+        (str(name), str(dtype), bool(is_real_numeric_dtype(dtype)))
+        for name, dtype in schema.dtypes.items()
+    ]
+
+
+def _schema(location: str | os.PathLike, storage_options: dict | None) -> tuple[str, str, str, Any]:
+    """``(kind, text, shown, frame)``: the table's format, its absolute path or URL, how
+    messages show it, and its lazy frame (the schema read, no row), checked to exist.
+    """
     kind = table_format(location)
     if kind is None:
         raise ValueError(f"X: {display_location(location)!r} is not a table; read: {FORMATS_READ}")
     text = os.fspath(location)
     if not is_url(text):
-        text = os.path.abspath(os.path.expanduser(text))
+        text = os.path.abspath(os.path.expanduser(text))  # the workers share no cwd
     shown = display_location(text)
     if not is_url(text):
         if not (glob.glob(text) if _GLOB_CHARACTERS & set(text) else os.path.exists(text)):
             raise ValueError(f"X: {shown!r} does not exist")
-    schema = _read(kind, text, storage_options, shown, None)
-    return [
-        (str(name), str(dtype), bool(is_real_numeric_dtype(dtype)))
-        for name, dtype in schema.dtypes.items()
-    ]
+    return kind, text, shown, _read(kind, text, storage_options, shown, None)
 
 
 def table_row_counts(table: Table) -> tuple[int, ...]:

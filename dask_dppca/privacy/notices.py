@@ -226,15 +226,19 @@ NON_FINITE_NOTE = (
 )
 
 
-def groups_advice(groups: int, average: float, noise: float) -> str:
-    """The advice on ``groups`` groups whose average size ``average`` is below
-    :data:`NOISE_MULTIPLE` times the noise ``noise`` of a group's size (public values).
+def groups_advice(accuracy: Mapping[str, Any]) -> str | None:
+    """The advice on a stage's public accuracy statement (``accuracy["groups"]``, the score
+    map's: its groups' count, average size and a group size's noise), when the groups
+    average fewer records than :data:`NOISE_MULTIPLE` times that noise; else None.
     """
+    groups = accuracy.get("groups") or {}
+    if not groups.get("below_noise"):
+        return None
     return (
-        f"{GROUPS_NOTICE}: {groups} groups (the domain and 'other') at n records average "
-        f"{average:.3g} records each, {below_noise(noise)} of a group's size: most groups' "
-        "sizes and maps will be noise. Merge labels into fewer groups, or raise epsilon or "
-        "the score map's share (--split)."
+        f"{GROUPS_NOTICE}: {groups['count']} groups (the domain and 'other') at n records "
+        f"average {groups['average_size']:.3g} records each, {below_noise(groups['size_noise'])}"
+        " of a group's size: most groups' sizes and maps will be noise. Merge labels into "
+        "fewer groups, or raise epsilon or the score map's share (--split)."
     )
 
 
@@ -300,11 +304,9 @@ def _scale_notices(record: Any) -> list[str]:
         # The score map's frame only frames a picture (a coarse one has wider cells):
         # said when it may miss the scores' middle half, the others from 5 %.
         share = COARSE_FRAME_SHARE if stage == "score_map" else COARSE_RANK_SHARE
-        groups = stated.get("groups") or {}
-        if groups.get("below_noise"):
-            notes.append(
-                groups_advice(groups["count"], groups["average_size"], groups["size_noise"])
-            )
+        advice = groups_advice(stated)
+        if advice is not None:
+            notes.append(advice)
         if n and bound > share * float(n):
             notes.append(
                 f"{ACCURACY_NOTICE}: the {stage.replace('_', ' ')} stage's quantiles are within "
