@@ -29,10 +29,10 @@ import numpy as np
 from dask_dppca.analysis.stages import default_shares
 from dask_dppca.analysis.stages.scree import scree_parts as _scree_plan
 from dask_dppca.privacy import BudgetExceededError, PrivacyBudget
-from dask_dppca.privacy.accounting import PlannedPart, compose, split_budget
-from dask_dppca.privacy.budget import PartsCharge
-from dask_dppca.privacy.calibration import gaussian_dp_mu
-from dask_dppca.privacy.parts import GaussianPart
+from dask_dppca.privacy.budget.privacy_budget import PartsCharge
+from dask_dppca.privacy.mechanisms.accounting import PlannedPart, compose, split_budget
+from dask_dppca.privacy.mechanisms.calibration import gaussian_dp_mu
+from dask_dppca.privacy.mechanisms.parts import GaussianPart
 
 #: The analysis's default shares of its three stages (the stage registry's).
 SHARES = default_shares(("directions", "scree", "score_map"))

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from dask_dppca.privacy.noise import (
+from dask_dppca.privacy.mechanisms.noise import (
     OPENDP_MAX_ENTRIES,
     LatticeSampler,
     OpenDPSampler,

@@ -128,7 +128,7 @@ def timed_fit(path: str, n_workers: int, memory_limit, design) -> dict:
 def _warm_worker() -> None:
     """What every fit on a fresh worker pays once, paid before the timed fit: the kernel's
     compilation and the imports behind a lane task (graph, Zarr input, release)."""
-    import dask_dppca.compute.release
+    import dask_dppca.compute.trusted.release
     import dask_dppca.graph  # noqa: F401
     from dask_dppca.kernel import block_pair_sum
 

@@ -54,11 +54,11 @@ import dask.array as da
 import numpy as np
 
 import dask_dppca as dd
-from dask_dppca.compute.score_map import release_score_map
 from dask_dppca.compute.target import LocalScheduler
+from dask_dppca.compute.trusted.score_map import release_score_map
 from dask_dppca.graph.score_stats import project_scores
 from dask_dppca.kernel.score_stats import histogram_counts
-from dask_dppca.privacy.score_map import ScoreMapMechanism
+from dask_dppca.privacy.mechanisms.score_map import ScoreMapMechanism
 
 TOTAL_EPSILON, TOTAL_DELTA = 3.0, 1e-4
 #: The figures with a target, and which run is the worst for each.

@@ -88,7 +88,7 @@ def main() -> None:
     import psutil
 
     import dask_dppca as dd
-    from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
+    from dask_dppca.compute.trusted.tickets import RELEASE_METADATA_KEY
     from dask_dppca.datasets import random_directions, spiked_spectrum, write_elliptical_zarr
 
     folder = Path(tempfile.mkdtemp(prefix="dppca-soak-"))

@@ -51,8 +51,8 @@ from dask_dppca.design import CompleteDesign
 from dask_dppca.kernel import sphere
 from dask_dppca.planning.utility import UtilityModel, release_sigma
 from dask_dppca.privacy import PrivacyTarget, ReleaseMechanism
-from dask_dppca.privacy.calibration import calibrate_sigma, gaussian_dp_mu
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning, SeededSampler
+from dask_dppca.privacy.mechanisms.calibration import calibrate_sigma, gaussian_dp_mu
+from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning, SeededSampler
 
 warnings.simplefilter("ignore", NonPrivateRandomStateWarning)
 DELTA = 1e-6

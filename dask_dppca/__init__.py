@@ -34,24 +34,24 @@ _PUBLIC = {
     "AnalysisPlan": "analysis.plan",
     "kendall_matrix": "decomposition.reference",
     "sin_theta": "decomposition.metrics",
-    "PrivacyBudget": "privacy.budget",
-    "GaussianCharge": "privacy.charges",
-    "BudgetExceededError": "privacy.budget",
-    "LedgerError": "privacy.budget",
-    "LedgerReplacedError": "privacy.budget",
-    "set_default_budget": "privacy.charging",
-    "active_budgets": "privacy.charging",
+    "PrivacyBudget": "privacy.budget.privacy_budget",
+    "GaussianCharge": "privacy.mechanisms.charges",
+    "BudgetExceededError": "privacy.budget.privacy_budget",
+    "LedgerError": "privacy.budget.privacy_budget",
+    "LedgerReplacedError": "privacy.budget.privacy_budget",
+    "set_default_budget": "privacy.budget.charging",
+    "active_budgets": "privacy.budget.charging",
     "CompleteDesign": "design",
     "RegularDesign": "design",
     "SpatialSign": "kernel.spatial_sign",
     "sphere": "kernel.spatial_sign",
     "winsor": "kernel.spatial_sign",
     "custom": "kernel.spatial_sign",
-    "UntrustedReleaseWarning": "compute.placement",
+    "UntrustedReleaseWarning": "compute.trusted.placement",
     "ClusterStalledError": "compute.waits",
-    "PrivacyWarning": "privacy.advice",
-    "NoisyReleaseWarning": "privacy.advice",
-    "LargeDeltaWarning": "privacy.advice",
+    "PrivacyWarning": "privacy.mechanisms.advice",
+    "NoisyReleaseWarning": "privacy.mechanisms.advice",
+    "LargeDeltaWarning": "privacy.mechanisms.advice",
     "PrivacyReport": "privacy.report",
     "load_result": "decomposition.loading",
 }
@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .analysis.plan import AnalysisPlan, plan_analysis  # noqa: F401
     from .analysis.result import PrivateAnalysis  # noqa: F401
     from .analysis.run import analyze  # noqa: F401
-    from .compute.placement import UntrustedReleaseWarning  # noqa: F401
+    from .compute.trusted.placement import UntrustedReleaseWarning  # noqa: F401
     from .compute.waits import ClusterStalledError  # noqa: F401
     from .decomposition.estimator import DPPCA  # noqa: F401
     from .decomposition.loading import load_result  # noqa: F401
@@ -72,15 +72,15 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .decomposition.scaler import PrivateRobustScaler  # noqa: F401
     from .design import CompleteDesign, RegularDesign  # noqa: F401
     from .kernel.spatial_sign import SpatialSign, custom, sphere, winsor  # noqa: F401
-    from .privacy.advice import LargeDeltaWarning, NoisyReleaseWarning, PrivacyWarning  # noqa: F401
-    from .privacy.budget import (  # noqa: F401
+    from .privacy.budget.charging import active_budgets, set_default_budget  # noqa: F401
+    from .privacy.budget.privacy_budget import (  # noqa: F401
         BudgetExceededError,
         LedgerError,
         LedgerReplacedError,
         PrivacyBudget,
     )
-    from .privacy.charges import GaussianCharge  # noqa: F401
-    from .privacy.charging import active_budgets, set_default_budget  # noqa: F401
+    from .privacy.mechanisms.advice import LargeDeltaWarning, NoisyReleaseWarning, PrivacyWarning  # noqa: F401
+    from .privacy.mechanisms.charges import GaussianCharge  # noqa: F401
     from .privacy.report import PrivacyReport  # noqa: F401
 
 

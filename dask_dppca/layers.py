@@ -9,7 +9,7 @@ without a cluster.
 
 from __future__ import annotations
 
-__all__ = ["FORBIDDEN_IMPORTS", "LAYERS"]
+__all__ = ["FORBIDDEN_IMPORTS", "LAYERS", "MAX_MODULES_PER_FOLDER", "ROOMS"]
 
 #: ``(layer name, top-level modules of dask_dppca in it, what it holds)``, lowest first.
 LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
@@ -39,7 +39,8 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
     (
         "privacy",
         frozenset({"privacy"}),
-        "calibration, float-safe noise, the release mechanism, the budget and its ledger (no Dask)",
+        "calibration, float-safe noise, the mechanisms (privacy/mechanisms/); the budget and "
+        "its ledger one room above them (privacy/budget/); no Dask",
     ),
     (
         "compute",
@@ -70,6 +71,19 @@ LAYERS: tuple[tuple[str, frozenset[str], str], ...] = (
         "the app (Panel) and the command line (one module per command)",
     ),
 )
+
+#: Rooms inside a layer, lowest first: ``{layer: ((room, what it holds), ...)}``.  A module
+#: in a room imports nothing from a room above it, nor from the layer's modules beside the
+#: rooms (which may import from both).
+ROOMS: dict[str, tuple[tuple[str, str], ...]] = {
+    "privacy": (
+        ("mechanisms", "the mathematics: mechanisms, sensitivities, calibration, accounting"),
+        ("budget", "the books: composition, the ledger, charging, registry, lineage, reports"),
+    ),
+}
+
+#: Most modules one folder of the package holds side by side (``__init__`` not counted).
+MAX_MODULES_PER_FOLDER = 16
 
 #: Top-level packages a layer may not import at all.
 FORBIDDEN_IMPORTS: dict[str, frozenset[str]] = {

@@ -15,7 +15,7 @@ from dask_dppca.design import CompleteDesign
 from dask_dppca.graph import LaneState
 from dask_dppca.kernel import ExactSum, sphere
 from dask_dppca.privacy import PrivacyTarget, ReleaseMechanism
-from dask_dppca.privacy.noise import NoiseSampler, SeededSampler
+from dask_dppca.privacy.mechanisms.noise import NoiseSampler, SeededSampler
 
 
 def mechanism_for(

@@ -13,8 +13,8 @@ import pytest
 import dask_dppca as dd
 from dask_dppca.analysis.report import dataset_name
 from dask_dppca.compute.cluster import where_drawn
+from dask_dppca.privacy.mechanisms.score_map import noisy_size_text
 from dask_dppca.privacy.notices import below_noise
-from dask_dppca.privacy.score_map import noisy_size_text
 
 #: Further documented helpers whose examples run too (the report's shared wording).
 EXTRA = {

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
-from dask_dppca.layers import FORBIDDEN_IMPORTS, LAYERS
+from dask_dppca.layers import FORBIDDEN_IMPORTS, LAYERS, MAX_MODULES_PER_FOLDER, ROOMS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dask_dppca"
@@ -85,11 +87,9 @@ def test_every_module_belongs_to_a_layer_and_imports_only_downwards():
 
 def test_privacy_imports_no_dask_in_fact():
     """Importing the privacy layer alone loads neither dask nor distributed."""
-    import subprocess
-    import sys
-
     code = (
-        "import sys, dask_dppca.privacy, dask_dppca.privacy.mechanism; "
+        "import sys, dask_dppca.privacy, dask_dppca.privacy.mechanisms.mechanism, "
+        "dask_dppca.privacy.budget.charging; "
         "print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))"
     )
     out = subprocess.run(
@@ -121,8 +121,8 @@ def test_the_check_catches_an_upward_import_and_a_planted_distributed(tmp_path):
         "privacy.runner imports distributed (forbidden in its layer)",
     ]
     assert layer("graph") > layer("kernel")
-    assert layer("compute.release") > layer("privacy.mechanism")
-    assert not layer("decomposition.estimator") <= layer("privacy.mechanism")
+    assert layer("compute.trusted.release") > layer("privacy.mechanisms.mechanism")
+    assert not layer("decomposition.estimator") <= layer("privacy.mechanisms.mechanism")
 
 
 def test_the_readme_layer_table_is_the_package_s():
@@ -233,3 +233,80 @@ def test_no_file_over_700_lines_and_at_most_three_functions_over_80():
                     long.append(f"{path.relative_to(PACKAGE)}:{node.name}")
     assert big == []
     assert len(long) <= 3, long
+
+
+def room_violations(root: Path = PACKAGE, rooms=ROOMS) -> tuple[list[str], int]:
+    """Imports from a room of a layer to a room above it, or to the layer's modules
+    beside its rooms; and how many imports between a layer's own modules were checked."""
+    found, checked = [], 0
+    for top, ordered in rooms.items():
+        names = [name for name, _ in ordered]
+        for path in sorted((root / top).rglob("*.py")):
+            module = ".".join(path.relative_to(root).with_suffix("").parts)
+            parts = module.split(".")
+            if len(parts) < 3 or parts[1] not in names:
+                continue  # beside the rooms: may import from any room
+            for imported in sorted(imports(path, root)[0]):
+                target = imported.split(".")
+                if target[0] != top or len(target) < 2:
+                    continue
+                checked += 1
+                if target[1] not in names:
+                    if target[1] != "__init__":
+                        found.append(f"{module} imports {imported} (beside the rooms)")
+                elif names.index(target[1]) > names.index(parts[1]):
+                    found.append(f"{module} imports {imported} (a room above)")
+    return found, checked
+
+
+def test_a_room_imports_only_from_its_own_room_and_those_below():
+    found, checked = room_violations()
+    assert found == []
+    assert checked > 50
+
+
+def test_room_check_sees_an_arrow_going_up(tmp_path):
+    """The room check on a tiny package: mechanisms importing the budget is found."""
+    root = tmp_path / "pkg"
+    for room in ("mechanisms", "budget"):
+        (root / "privacy" / room).mkdir(parents=True)
+        (root / "privacy" / room / "__init__.py").write_text("")
+    (root / "privacy" / "mechanisms" / "noise.py").write_text("from ..budget.ledger import x\n")
+    (root / "privacy" / "budget" / "ledger.py").write_text("from ..mechanisms.noise import y\n")
+    rooms = {"privacy": (("mechanisms", ""), ("budget", ""))}
+    assert room_violations(root, rooms)[0] == [
+        "privacy.mechanisms.noise imports privacy.budget.ledger (a room above)"
+    ]
+
+
+def test_no_folder_holds_more_than_the_most_modules_side_by_side():
+    crowded = {
+        str(folder.relative_to(PACKAGE)): count
+        for folder in [PACKAGE, *[p for p in PACKAGE.rglob("*") if p.is_dir()]]
+        if (count := len([p for p in folder.glob("*.py") if p.name != "__init__.py"]))
+        > MAX_MODULES_PER_FOLDER
+    }
+    assert crowded == {}
+
+
+def test_a_moved_module_s_old_path_still_imports_with_a_deprecation_warning():
+    """The old path gives the new module itself (one class, not a copy) and warns once."""
+    code = (
+        "import warnings, sys\n"
+        "warnings.simplefilter('always')\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    import dask_dppca.privacy.noise as old\n"
+        "    from dask_dppca.compute.placement import UntrustedReleaseWarning\n"
+        "import dask_dppca.privacy.mechanisms.noise as new\n"
+        "import dask_dppca.compute.trusted.placement as placement\n"
+        "assert old is new, (old, new)\n"
+        "assert UntrustedReleaseWarning is placement.UntrustedReleaseWarning\n"
+        "messages = [str(w.message) for w in caught if w.category is DeprecationWarning]\n"
+        "assert any('privacy.mechanisms.noise' in m for m in messages), messages\n"
+        "assert any('compute.trusted.placement' in m for m in messages), messages\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

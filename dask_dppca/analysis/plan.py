@@ -8,7 +8,7 @@ the scree's passes over the pair sub-design (the same segments
 :mod:`dask_dppca.graph.scree` builds: :func:`~dask_dppca.graph.scree.scree_segments`),
 the score map's passes over the rows (runs of
 :func:`~dask_dppca.graph.lanes.pass_block_sizes`), and the split table the analysis
-shows (the same :func:`~dask_dppca.privacy.accounting.split_budget`).  Public metadata
+shows (the same :func:`~dask_dppca.privacy.mechanisms.accounting.split_budget`).  Public metadata
 only: no chunk is read, no budget or ledger touched, no cluster started.
 
 The scree's and the score map's times are a model (the machine model's rates applied to
@@ -35,8 +35,8 @@ from ..io.records import open_records
 from ..planning.fit_plan import FitPlan, makespan
 from ..planning.formatting import format_bytes, format_seconds
 from ..planning.machine import MachineModel, planning_model
-from ..privacy.accounting import BudgetSplit, split_budget
-from ..privacy.calibration import validate_privacy_parameters
+from ..privacy.mechanisms.accounting import BudgetSplit, split_budget
+from ..privacy.mechanisms.calibration import validate_privacy_parameters
 from ..privacy.notices import groups_advice
 from ..validation import integer_at_least
 
@@ -45,7 +45,7 @@ __all__ = ["AnalysisPlan", "StagePlan", "analyze_defaults", "plan_analysis"]
 #: Bins of a scree histogram (the public grid of :mod:`dask_dppca.kernel.scree_stats`).
 _SCREE_BINS = 8193
 #: The score map's passes over the scores (centre, radius, histograms), after the one
-#: that projects the rows (``compute/score_map.release_score_map``).
+#: that projects the rows (``compute/trusted/score_map.release_score_map``).
 SCORE_MAP_PASSES = 3
 
 

@@ -1,6 +1,6 @@
 """Figures of a released score map (matplotlib): private only, unless told otherwise.
 
-Every figure is drawn from a :class:`~dask_dppca.privacy.score_map.ScoreMap`, a public
+Every figure is drawn from a :class:`~dask_dppca.privacy.mechanisms.score_map.ScoreMap`, a public
 release: re-plotting, re-styling and re-sampling synthetic points cost no privacy and
 recompute nothing.  A non-private reference (the raw scores) appears only when the
 caller passes one as ``reference=``, and is then labelled NOT PRIVATE.
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from ..privacy.mechanisms.score_map import ScoreMap, noisy_size_text
 from ..privacy.notices import NOISE_MULTIPLE
-from ..privacy.score_map import ScoreMap, noisy_size_text
 
 __all__ = [
     "OTHER_SIGMAS",
@@ -90,7 +90,7 @@ def shown_groups(score_map: ScoreMap, method: str | None = None) -> list[str]:
     size is not below :data:`OTHER_SIGMAS` times its noise sigma, the notices' threshold
     (post-processing of a released count: an "other" of pure noise is not drawn).
     """
-    from ..privacy.score_map import OTHER_GROUP
+    from ..privacy.mechanisms.score_map import OTHER_GROUP
 
     sizes = score_map.released_group_sizes(method)
     floor = OTHER_SIGMAS * group_size_sigma(score_map, method)
@@ -102,7 +102,7 @@ def group_colours(score_map: ScoreMap, colours: Any = None) -> dict[str, str]:
 
     ``colours`` (a palette, e.g. matplotlib's colour cycle) replaces the default ones.
     """
-    from ..privacy.score_map import OTHER_GROUP
+    from ..privacy.mechanisms.score_map import OTHER_GROUP
 
     palette = list(colours) if colours else list(GROUP_COLOURS)
     return {

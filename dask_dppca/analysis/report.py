@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from ..compute.cluster import where_drawn
+from ..privacy.mechanisms.score_map import noisy_size_text
 from ..privacy.notices import below_noise, notes_html
-from ..privacy.score_map import noisy_size_text
 from ..version import installed_version
 from .features import feature_names_for
 from .figures import figure_html as _figure
@@ -98,8 +98,10 @@ def scree_figures(
 
 
 def score_map_of(result: Any) -> Any:
-    """The result's score map as a :class:`~dask_dppca.privacy.score_map.ScoreMap`, or None."""
-    from ..privacy.score_map import ScoreMap
+    """The result's score map as a
+    :class:`~dask_dppca.privacy.mechanisms.score_map.ScoreMap`, or None.
+    """
+    from ..privacy.mechanisms.score_map import ScoreMap
 
     found = getattr(result, "score_map", None)
     if found is None or isinstance(found, ScoreMap):
@@ -140,7 +142,7 @@ def score_map_figures(
     ``groups=False`` draws the synthetic points in one colour and no group panels;
     ``colours`` (a palette) recolours the synthetic points.
     """
-    from ..privacy.score_map import OTHER_GROUP
+    from ..privacy.mechanisms.score_map import OTHER_GROUP
     from .plots import (
         group_size_sigma,
         noise_floor_sigmas,
@@ -203,7 +205,7 @@ def score_map_figures(
 def _score_map_parameters(score_map: Any) -> list[tuple[str, Any]]:
     if score_map is None:
         return [("score map", "none")]
-    from ..privacy.score_map import OTHER_GROUP
+    from ..privacy.mechanisms.score_map import OTHER_GROUP
 
     a, b = score_map.axes
     frame = (score_map.privacy or {}).get("frame") or {}

@@ -17,10 +17,10 @@ import numpy as np
 
 from ..compute.cluster import where_drawn
 from ..io.output import write_bytes, write_json
-from ..privacy.accounting import BudgetSplit
+from ..privacy.mechanisms.accounting import BudgetSplit
+from ..privacy.mechanisms.scale import original_loadings
+from ..privacy.mechanisms.score_map import ScoreMap
 from ..privacy.notices import release_notices, scree_default
-from ..privacy.scale import original_loadings
-from ..privacy.score_map import ScoreMap
 from .stages.score_map import plot_scores, resample_synthetic
 
 __all__ = [
@@ -65,7 +65,7 @@ class PrivateAnalysis:
         The split table: one row per release (stage, release, mechanism, guarantee,
         epsilon/delta or mu, sensitivity, sigma or scale, where drawn).
     score_map : ScoreMap or None
-        The private score map (:class:`~dask_dppca.privacy.score_map.ScoreMap`), when
+        The private score map (:class:`~dask_dppca.privacy.mechanisms.score_map.ScoreMap`), when
         one was released.
     meta : dict
         Totals, shares, n, d, the composed epsilon, the analysis id, the spatial sign

@@ -3,7 +3,7 @@
 :func:`analyze` reads top to bottom: check every parameter, choose the stages
 (:mod:`dask_dppca.analysis.stages`: the directions, the scree, the score map, and any
 optional ones asked for), plan every stage's parts and split the total (epsilon, delta)
-over them by the public rule (:func:`~dask_dppca.privacy.accounting.split_budget`), show
+over them by the public rule (:func:`~dask_dppca.privacy.mechanisms.accounting.split_budget`), show
 the split and check that every active budget can pay for the whole analysis before
 anything is read; then reserve every stage in one transaction and run the stages in
 turn (:class:`~dask_dppca.analysis.stage.Stage`), each one Dask reduction released on
@@ -29,18 +29,18 @@ import numpy as np
 from ..compute import ClusterTarget, compute_target
 from ..compute.budget_config import budgets_to_charge
 from ..compute.failures import lost_scheduler
-from ..compute.placement import ReleaseOptions, untrusted_warning_given
 from ..compute.progress import run_progress
+from ..compute.trusted.placement import ReleaseOptions, untrusted_warning_given
 from ..graph import pass_block_sizes
 from ..io import open_records
 from ..io.fingerprint import check_unchanged, store_fingerprint
 from ..kernel import SpatialSign
-from ..privacy.accounting import BudgetSplit, compose, split_budget
-from ..privacy.calibration import validate_privacy_parameters
-from ..privacy.charges import PartsCharge
-from ..privacy.charging import reserve_transaction
+from ..privacy.budget.charging import reserve_transaction
+from ..privacy.mechanisms.accounting import BudgetSplit, compose, split_budget
+from ..privacy.mechanisms.calibration import validate_privacy_parameters
+from ..privacy.mechanisms.charges import PartsCharge
+from ..privacy.mechanisms.parts import part_to_dict
 from ..privacy.notices import NON_FINITE_NOTE, directions_note, groups_advice, release_notices
-from ..privacy.parts import part_to_dict
 from ..validation import integer_at_least
 from .features import input_feature_names
 from .result import PrivateAnalysis, privacy_table_text, pve_topk, split_rows
@@ -289,9 +289,10 @@ def analysis_split(
 
 def check_charge(budget: Any, divided: BudgetSplit) -> None:
     """THE ledger check of an analysis: raise
-    :class:`~dask_dppca.privacy.budget.BudgetExceededError` if ``budget`` cannot pay for
-    every part of ``divided`` now.  :func:`analyze` checks every active budget with it
-    before anything is read; the app's cost line calls it too (:func:`planned_split`).
+    :class:`~dask_dppca.privacy.budget.privacy_budget.BudgetExceededError` if
+    ``budget`` cannot pay for every part of ``divided`` now.  :func:`analyze` checks
+    every active budget with it before anything is read; the app's cost line calls it
+    too (:func:`planned_split`).
     """
     budget.check(PartsCharge(divided.all_parts))
 

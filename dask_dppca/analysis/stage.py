@@ -23,9 +23,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..compute.target import ComputeTarget
-from ..privacy.accounting import BudgetSplit, PlannedPart
-from ..privacy.charges import PartsCharge
-from ..privacy.charging import reserve_release
+from ..privacy.budget.charging import reserve_release
+from ..privacy.mechanisms.accounting import BudgetSplit, PlannedPart
+from ..privacy.mechanisms.charges import PartsCharge
 
 __all__ = [
     "Stage",

@@ -70,8 +70,8 @@ def process_budget(epsilon: float, delta: float) -> Any:
         If it exists with other totals (naming both: restart the process, or use a
         ledger, to start over).
     """
-    from ..privacy.budget import PrivacyBudget
-    from ..privacy.calibration import validate_privacy_parameters
+    from ..privacy.budget.privacy_budget import PrivacyBudget
+    from ..privacy.mechanisms.calibration import validate_privacy_parameters
 
     epsilon, delta = validate_privacy_parameters(epsilon, delta)
     if not _PROCESS_BUDGET:

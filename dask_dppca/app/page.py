@@ -29,7 +29,7 @@ from ..analysis.report import (
 from ..analysis.run import check_charge, planned_split
 from ..analysis.stages import REGISTRY, optional_stages
 from ..io.storage import display_location
-from ..privacy.budget import BudgetExceededError, PrivacyBudget
+from ..privacy.budget.privacy_budget import BudgetExceededError, PrivacyBudget
 from ..privacy.notices import notes_html
 from .releases import ReleaseStore, releases_folder
 from .shown import (  # noqa: F401  (re-exported: the page's helpers)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis.result import pve_topk
-from ..privacy.budget import BudgetExceededError, PrivacyBudget
+from ..privacy.budget.privacy_budget import BudgetExceededError, PrivacyBudget
 
 __all__ = [
     "analyses_of",
@@ -147,7 +147,7 @@ def merge_bins(score_map: Any, factor: int) -> Any:
     ``factor`` times its own (a sum of ``factor**2`` independent noises).  ``factor``
     must divide both bin counts.
     """
-    from ..privacy.histogram import NoisyHistogram
+    from ..privacy.mechanisms.histogram import NoisyHistogram
 
     factor = int(factor)
     if factor == 1 or score_map is None:

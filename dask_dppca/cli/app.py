@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     from ..app import serve
     from ..io.tables import parse_columns
-    from ..privacy.calibration import validate_privacy_parameters
+    from ..privacy.mechanisms.calibration import validate_privacy_parameters
     from .budget import open_ledger
 
     parse_columns(args.columns)  # an empty list: one line now, not on the page

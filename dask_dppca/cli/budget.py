@@ -10,7 +10,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..privacy.budget import PrivacyBudget
+    from ..privacy.budget.privacy_budget import PrivacyBudget
 
 
 def add_parser(commands) -> None:
@@ -70,8 +70,8 @@ def add_parser(commands) -> None:
 
 def run_create(args: argparse.Namespace) -> int:
     """Create the ledger; an existing file is left alone."""
-    from ..privacy.budget import PrivacyBudget
-    from ..privacy.ledger import ledger_path
+    from ..privacy.budget.ledger import ledger_path
+    from ..privacy.budget.privacy_budget import PrivacyBudget
 
     if os.path.exists(ledger_path(args.ledger)):
         raise ValueError(
@@ -111,8 +111,8 @@ def run_resolve(args: argparse.Namespace) -> int:
 
 def open_ledger(path: str) -> PrivacyBudget:
     """The budget of an existing ledger; a missing file is a usage error naming the option."""
-    from ..privacy.budget import PrivacyBudget
-    from ..privacy.ledger import ledger_path
+    from ..privacy.budget.ledger import ledger_path
+    from ..privacy.budget.privacy_budget import PrivacyBudget
 
     if not os.path.isfile(ledger_path(path)):
         raise ValueError(

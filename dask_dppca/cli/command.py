@@ -213,7 +213,7 @@ def _stopped(error: KeyboardInterrupt, args: argparse.Namespace) -> str:
 
     budgets = list(getattr(args, "charged_budgets", []))
     try:
-        from ..privacy.charging import default_budget
+        from ..privacy.budget.charging import default_budget
 
         default = default_budget()
     except (ImportError, AttributeError, OSError, RuntimeError):

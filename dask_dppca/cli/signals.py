@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..privacy.budget import PrivacyBudget
+    from ..privacy.budget.privacy_budget import PrivacyBudget
 
 __all__ = [
     "STOP_SIGNALS",

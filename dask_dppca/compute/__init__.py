@@ -8,17 +8,19 @@
   (:class:`.WorkerDiedError`, :class:`.SchedulerLostError`).
 * :mod:`.progress`: progress bars (text in a terminal, a widget in Jupyter).
 * :mod:`.workers`: BLAS on one thread, and the worker plugin that allows sealed sums.
-* :mod:`.release`: running a :class:`~.ReleaseMechanism` once, on the
-  trusted worker, and any other noisy statistic (:func:`.release_statistic`) by the same
-  path; :mod:`.placement` and :mod:`.trust` (where it may run), :mod:`.tickets` (drawn at
-  most once), :mod:`.site_ledger` (the ledger charged where the noise is drawn).
-* :mod:`.score_map`: the private score map stage (frame, histograms, group sizes).
+* :mod:`.trusted`: running a :class:`~.ReleaseMechanism` once, on the trusted worker,
+  and any other noisy statistic by the same path (:func:`.release_statistic`): where it
+  may run, drawn at most once, the ledger charged where the noise is drawn, and the
+  private score map's statistics.
 * :mod:`.budget_config`: the Dask configuration's default ledger and "required" flag.
+
+The modules of :mod:`.trusted` had paths one level up before (``compute.release``, ...):
+those still import, with a DeprecationWarning, for one release.
 """
 
 from typing import TYPE_CHECKING
 
-from ..lazy import lazy_exports
+from ..lazy import lazy_exports, moved_modules
 
 #: Public name -> the submodule defining it (imported on first use: :mod:`dask_dppca.lazy`).
 _EXPORTS = {
@@ -28,8 +30,8 @@ _EXPORTS = {
     "tls_config": ".cluster",
     "SchedulerLostError": ".failures",
     "WorkerDiedError": ".failures",
-    "UntrustedReleaseWarning": ".placement",
-    "release_statistic": ".release",
+    "UntrustedReleaseWarning": ".trusted.placement",
+    "release_statistic": ".trusted.release",
     "ClusterTarget": ".target",
     "ComputeTarget": ".target",
     "LocalScheduler": ".target",
@@ -39,14 +41,22 @@ _EXPORTS = {
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+moved_modules(
+    __name__,
+    {
+        name: f"trusted.{name}"
+        for name in ("placement", "release", "score_map", "site_ledger", "tickets", "trust")
+    },
+    removed_in="0.3",
+)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .cluster import TRUSTED_RESOURCE, close_embedded_cluster, tls_config
     from .failures import SchedulerLostError, WorkerDiedError
-    from .placement import UntrustedReleaseWarning
-    from .release import release_statistic
     from .schedulers import check_scheduler
     from .target import ClusterTarget, ComputeTarget, LocalScheduler, compute_target
+    from .trusted.placement import UntrustedReleaseWarning
+    from .trusted.release import release_statistic
     from .waits import STALL_TIMEOUT_KEY, ClusterStalledError
 
 __all__ = [

@@ -10,7 +10,7 @@
   a fit that finds no budget to charge is refused instead of running uncharged.
 
 The privacy layer reads no Dask configuration: the estimator passes these down as plain
-values (:func:`~dask_dppca.privacy.charging.reserve_release`).
+values (:func:`~dask_dppca.privacy.budget.charging.reserve_release`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 import dask
 
 from ..privacy import PrivacyBudget
-from ..privacy.charging import resolve_budgets
+from ..privacy.budget.charging import resolve_budgets
 
 __all__ = [
     "LEDGER_KEY",
@@ -45,7 +45,7 @@ def budgets_to_charge(carried: Iterable[PrivacyBudget] = ()) -> tuple[PrivacyBud
     Every path that draws noise (a directions fit, each stage of an analysis, the app)
     asks here, so a new stage cannot forget a way of naming a budget: the active ones
     (the default, ``with`` blocks, a parent process's), ``carried`` (an estimator's,
-    :class:`~dask_dppca.privacy.charging.BudgetCarrier`), and the ledgers of the Dask
+    :class:`~dask_dppca.privacy.budget.charging.BudgetCarrier`), and the ledgers of the Dask
     configuration (:data:`LEDGER_KEY` and its environment variable); with
     :data:`REQUIRED_KEY` set and none of them, the release is refused.  (The ledger
     configured where the noise is drawn is charged there, :mod:`.site_ledger`.)

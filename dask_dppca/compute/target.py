@@ -37,11 +37,17 @@ from .failures import (
 )
 from .first_compile import say_before_compiling
 from .logs import quiet_own_task_failures
-from .placement import DEFAULT_OPTIONS, ReleaseOptions
 from .progress import cluster_progress, local_progress
-from .release import Draw, release_here, release_locally, release_on_cluster, release_on_workers
 from .schedulers import LOCAL_SCHEDULERS, check_scheduler
-from .tickets import abandon_release
+from .trusted.placement import DEFAULT_OPTIONS, ReleaseOptions
+from .trusted.release import (
+    Draw,
+    release_here,
+    release_locally,
+    release_on_cluster,
+    release_on_workers,
+)
+from .trusted.tickets import abandon_release
 from .waits import await_result
 from .workers import prepare_workers, single_threaded_blas
 

@@ -32,9 +32,9 @@ from ..compute.schedulers import check_scheduler
 from ..design import Design, DesignPlan, check_design, plan_blocks
 from ..kernel import SpatialSign, resolve_spatial_sign
 from ..privacy import PrivacyTarget, PrivateRelease, ReleaseMechanism
-from ..privacy.advice import release_warnings
-from ..privacy.charging import BudgetCarrier, reserve_release, transaction_stage_id
-from ..privacy.noise import NoiseSampler, SeededSampler, default_sampler
+from ..privacy.budget.charging import BudgetCarrier, reserve_release, transaction_stage_id
+from ..privacy.mechanisms.advice import release_warnings
+from ..privacy.mechanisms.noise import NoiseSampler, SeededSampler, default_sampler
 from ..privacy.report import PrivacyReport
 from ..validation import boolean, integer_at_least, optional_string
 
@@ -136,7 +136,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         releases on any worker, recorded in ``privacy_["released_on"]``.
     random_state : int, optional
         NOT PRIVATE.  Seeds the noise for tests and reproducible examples only; a
-        :class:`~dask_dppca.privacy.noise.NonPrivateRandomStateWarning` is issued.
+        :class:`~dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning` is issued.
         Leave it ``None`` for real releases (noise from OS entropy).
     progress : bool, default=False
         Show a progress bar: a text bar in a terminal, a widget in Jupyter.
@@ -175,7 +175,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     -----
     NoisyReleaseWarning
         When the noise's spectral norm exceeds the largest possible signal
-        ``||K_hat||_2 <= G^2`` (public quantities only, see :mod:`~.privacy.advice`).
+        ``||K_hat||_2 <= G^2`` (public quantities only, see :mod:`~.privacy.mechanisms.advice`).
     LargeDeltaWarning
         When delta is above ``1/n``.
 
@@ -256,7 +256,7 @@ class DPPCA(BudgetCarrier, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         """
         params = self._validated()  # before the heavy imports below: refused at once
         from ..compute import compute_target
-        from ..compute.placement import ReleaseOptions
+        from ..compute.trusted.placement import ReleaseOptions
         from ..io import open_records
         from .provenance import fit_provenance
 

@@ -1,7 +1,7 @@
 """A scikit-learn transformer that scales each column by a privately released centre and
 scale: :class:`PrivateRobustScaler`, for a ``Pipeline`` before :class:`~.estimator.DPPCA`.
 
-Its fit is one release of :class:`~dask_dppca.privacy.scale.RobustScale` (per column the
+Its fit is one release of :class:`~dask_dppca.privacy.mechanisms.scale.RobustScale` (per column the
 median and the quantiles of the public rule, docs/privacy.md "Private robust scaling"),
 charged to every active budget like any release; ``transform`` is post-processing of the
 released centre and scale (free).  The analysis's scale stage
@@ -19,17 +19,17 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..compute import compute_target
 from ..compute.budget_config import budgets_to_charge
-from ..compute.placement import ReleaseOptions
-from ..compute.release import release_statistic
+from ..compute.trusted.placement import ReleaseOptions
+from ..compute.trusted.release import release_statistic
 from ..graph.score_stats import quantile_counts_graph
 from ..io import open_records
 from ..io.records import scale_rows
-from ..privacy.accounting import PlannedPart, split_budget
-from ..privacy.calibration import validate_privacy_parameters
-from ..privacy.charging import BudgetCarrier, reserve_release
-from ..privacy.laplace import integer_noise
-from ..privacy.parts import PureDPPart
-from ..privacy.scale import LEVELS, RobustScale, robust_scaling
+from ..privacy.budget.charging import BudgetCarrier, reserve_release
+from ..privacy.mechanisms.accounting import PlannedPart, split_budget
+from ..privacy.mechanisms.calibration import validate_privacy_parameters
+from ..privacy.mechanisms.laplace import integer_noise
+from ..privacy.mechanisms.parts import PureDPPart
+from ..privacy.mechanisms.scale import LEVELS, RobustScale, robust_scaling
 
 __all__ = ["PrivateRobustScaler"]
 

@@ -6,7 +6,7 @@ and returns one :class:`~dask.delayed.Delayed` whose value is an :class:`ExactCo
 Like a lane's running sum (:mod:`.sealed`), an :class:`ExactCounts` pickled in a worker
 process of a cluster can be opened on workers only, so the compute layer can move it to
 the release task on the trusted worker while the client never holds it
-(:func:`dask_dppca.compute.release.release_statistic`).
+(:func:`dask_dppca.compute.trusted.release.release_statistic`).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def quantile_counts_graph(
     scores : dask.array.Array, shape (n, k)
         Two score axes (the score map's frame), or the d features (the median).
     candidates : ndarray, shape (G,)
-        A :class:`~dask_dppca.privacy.quantile.PrivateQuantile`'s public grid.
+        A :class:`~dask_dppca.privacy.mechanisms.quantile.PrivateQuantile`'s public grid.
     centre : (float, float), optional
         A released centre of two axes: count the deviations from it instead (the radius).
 

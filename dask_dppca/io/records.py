@@ -137,7 +137,7 @@ class Records:
         Parameters
         ----------
         centre, scale : array_like, shape (d,)
-            Finite; ``scale > 0`` (a :class:`~dask_dppca.privacy.scale.RobustScaling`'s).
+            Finite; ``scale > 0`` (a :class:`~dask_dppca.privacy.mechanisms.scale.RobustScaling`'s).
         """
         c = np.asarray(centre, dtype=np.float64).reshape(-1)
         s = np.asarray(scale, dtype=np.float64).reshape(-1)

@@ -41,8 +41,8 @@ from ..io.tables import TABLE_TYPES
 from ..io.zarr_input import chunk_reader
 from ..kernel import SpatialSign, tile_rows_for_budget, tile_scratch_bytes
 from ..privacy import PrivacyTarget, ReleaseMechanism
-from ..privacy.advice import release_warnings
-from ..privacy.noise import NoiseSampler, default_sampler
+from ..privacy.mechanisms.advice import release_warnings
+from ..privacy.mechanisms.noise import NoiseSampler, default_sampler
 from .formatting import format_bytes, format_seconds
 from .machine import MachineModel
 
@@ -190,7 +190,7 @@ def plan_fit(
         The law of the utility model (multivariate t; None: Gaussian).
     sampler : NoiseSampler, optional
         The sampler the fit will draw with (its corrections move sigma); default
-        :func:`~dask_dppca.privacy.noise.default_sampler`, a real release's.
+        :func:`~dask_dppca.privacy.mechanisms.noise.default_sampler`, a real release's.
 
     Raises
     ------

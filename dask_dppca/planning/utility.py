@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..design import plan_blocks
 from ..kernel import resolve_spatial_sign
 from ..privacy import PrivacyTarget, ReleaseMechanism
-from ..privacy.noise import default_sampler
+from ..privacy.mechanisms.noise import default_sampler
 from .theory import (
     apply_spatial_sign,
     check_spectrum,
@@ -45,7 +45,7 @@ def release_sigma(
 
     Builds the plan ``fit`` builds for a numpy input (the block rule on n, d and
     ``n_threads``, complete design) and the same
-    :class:`~dask_dppca.privacy.mechanism.ReleaseMechanism` with the default sampler, so
+    :class:`~dask_dppca.privacy.mechanisms.mechanism.ReleaseMechanism` with the default sampler, so
     the planner and the experiments use the estimator's sigma without computing K_hat.
     ``n_threads`` defaults to this machine's cores, the threads of the embedded cluster
     and of ``scheduler="threads"`` (the blocks, hence the rounding slack, follow it).

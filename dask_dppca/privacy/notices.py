@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..kernel.scree_stats import GRID_HALF_WIDTH, GRID_STEPS_PER_OCTAVE
-from .score_map import OTHER_GROUP, noisy_size_text
+from .mechanisms.score_map import OTHER_GROUP, noisy_size_text
 
 __all__ = [
     "ACCURACY_NOTICE",

@@ -1,7 +1,7 @@
 """``DPPCA.privacy_`` as something a person can read: :class:`PrivacyReport`.
 
 The report is the plain dict of every number behind a release (what
-:meth:`~dask_dppca.privacy.mechanism.ReleaseMechanism.describe` gives, plus where the
+:meth:`~dask_dppca.privacy.mechanisms.mechanism.ReleaseMechanism.describe` gives, plus where the
 noise was drawn), so code keeps reading ``report["sigma"]`` and ``json.dump`` writes it
 as it is.  ``str(report)`` (and ``print``) renders it as text, a notebook as an HTML
 table (``_repr_html_``): the guarantee first, then how sigma follows from it, then the

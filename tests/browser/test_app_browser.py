@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import zarr
 
-from dask_dppca.privacy.budget import PrivacyBudget
-from dask_dppca.privacy.parts import part_from_dict
+from dask_dppca.privacy.budget.privacy_budget import PrivacyBudget
+from dask_dppca.privacy.mechanisms.parts import part_from_dict
 from tests.browser import panel_dom as dom
 from tests.browser.conftest import console_errors, not_blank, screenshot_dir
 from tests.cli import CONSOLE_SCRIPT

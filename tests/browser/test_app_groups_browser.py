@@ -14,7 +14,7 @@ import pytest
 import zarr
 
 from dask_dppca.analysis.result import PrivateAnalysis
-from dask_dppca.privacy.budget import PrivacyBudget
+from dask_dppca.privacy.budget.privacy_budget import PrivacyBudget
 from tests.browser import panel_dom as dom
 from tests.browser.conftest import console_errors, not_blank, screenshot_dir
 from tests.browser.test_app_browser import _store, serving

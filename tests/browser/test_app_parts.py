@@ -18,7 +18,7 @@ from dask_dppca.analysis.report import score_map_of  # noqa: E402
 from dask_dppca.app import build_app  # noqa: E402
 from dask_dppca.app.page import AppPage, bounded_pve, first_k, one_line  # noqa: E402
 from dask_dppca.app.releases import ReleaseStore, releases_folder  # noqa: E402
-from dask_dppca.privacy.budget import BudgetExceededError  # noqa: E402
+from dask_dppca.privacy.budget.privacy_budget import BudgetExceededError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -103,14 +103,14 @@ def test_without_a_ledger_every_page_of_a_server_shares_one_budget(result):
 
 
 def _charge():
-    from dask_dppca.privacy.budget import GaussianCharge
+    from dask_dppca.privacy.budget.privacy_budget import GaussianCharge
 
     return GaussianCharge(sensitivity=1.0, sigma=4.0)
 
 
 def test_merged_bins_are_block_sums_of_the_released_cells():
     from dask_dppca.app.page import merge_bins, merge_choices
-    from dask_dppca.privacy.score_map import ScoreMap
+    from dask_dppca.privacy.mechanisms.score_map import ScoreMap
 
     mx, my, groups = 4, 6, 2
     rng = np.random.default_rng(4)  # a made-up release (test data only)
@@ -163,7 +163,7 @@ def test_the_cost_line_is_the_release_check_over_a_grid(monkeypatch):
 
     import dask_dppca.analysis.run as run
     from dask_dppca.analysis.run import check_charge, planned_split
-    from dask_dppca.privacy.budget import GaussianCharge, PartsCharge, PrivacyBudget
+    from dask_dppca.privacy.budget.privacy_budget import GaussianCharge, PartsCharge, PrivacyBudget
 
     class PastTheCheck(Exception):
         pass

@@ -20,8 +20,8 @@ from dask_dppca import app as app_module  # noqa: E402
 from dask_dppca.app import build_app, process_budget  # noqa: E402
 from dask_dppca.app.page import AppPage  # noqa: E402
 from dask_dppca.app.releases import releases_folder  # noqa: E402
-from dask_dppca.privacy.accounting import compose  # noqa: E402
-from dask_dppca.privacy.parts import GaussianPart  # noqa: E402
+from dask_dppca.privacy.mechanisms.accounting import compose  # noqa: E402
+from dask_dppca.privacy.mechanisms.parts import GaussianPart  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -123,7 +123,7 @@ def test_an_app_without_a_ledger_keeps_one_budget_for_the_process(monkeypatch):
     monkeypatch.setattr(app_module, "_PROCESS_BUDGET", [])
     build_app()
     budget = process_budget(3.0, 1e-5)
-    from dask_dppca.privacy.budget import GaussianCharge
+    from dask_dppca.privacy.budget.privacy_budget import GaussianCharge
 
     budget.spend(GaussianCharge(1.0, 2.0), label="page 1")
     build_app()  # a notebook cell run again

@@ -15,8 +15,8 @@ import pytest
 import dask_dppca as dd
 from dask_dppca.analysis.report import render_report
 from dask_dppca.analysis.result import PrivateAnalysis
-from dask_dppca.privacy.accounting import compose
-from dask_dppca.privacy.parts import GaussianPart, PureDPPart
+from dask_dppca.privacy.mechanisms.accounting import compose
+from dask_dppca.privacy.mechanisms.parts import GaussianPart, PureDPPart
 from tests.browser.conftest import console_errors, not_blank, screenshot_dir
 
 
@@ -64,10 +64,10 @@ def _with_score_map(result, X):
 
     import dask.array as da
 
-    from dask_dppca.compute.score_map import release_score_map
     from dask_dppca.compute.target import LocalScheduler
+    from dask_dppca.compute.trusted.score_map import release_score_map
     from dask_dppca.graph.score_stats import project_scores
-    from dask_dppca.privacy.score_map import ScoreMapMechanism
+    from dask_dppca.privacy.mechanisms.score_map import ScoreMapMechanism
 
     n = X.shape[0]
     labels = np.where(np.arange(n) % 2 == 0, "a", "b")  # public test labels

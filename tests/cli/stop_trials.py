@@ -4,7 +4,7 @@ A trial runs the command line's ``main(["fit", STORE, "--budget", LEDGER, ...])`
 fresh process, sends it a signal at a moment chosen by the trial's *kind*, and reads
 back: the exit status, stderr, the ledger rows of that process, and whether the noise
 was drawn.  The last comes from an oracle outside the code under test: the process's
-noise function (``privacy.mechanism.add_symmetric_noise``) appends its process id to a
+noise function (``privacy.mechanisms.mechanism.add_symmetric_noise``) appends its process id to a
 file before it draws (so "drawn" here means "the draw began"; the ledger may keep a
 release spent that was about to draw, never give back one that began).
 
@@ -167,7 +167,7 @@ def run_trial(
     ``duration``: what :func:`measure` returned (the whole fit, its part after the
     reservation).
     """
-    from dask_dppca.privacy.budget import PrivacyBudget
+    from dask_dppca.privacy.budget.privacy_budget import PrivacyBudget
 
     folder.mkdir(parents=True)
     ledger, drawn = str(folder / "l.ledger"), folder / "drawn"
@@ -223,7 +223,7 @@ def _running(pid: int) -> bool:
 def measure(zygote: Zygote, folder: Path, store: str, scheduler: str | None) -> tuple[float, float]:
     """Seconds one unsignalled fit takes, and its part after the reservation (the
     windows random moments are drawn from)."""
-    from dask_dppca.privacy.budget import PrivacyBudget
+    from dask_dppca.privacy.budget.privacy_budget import PrivacyBudget
 
     folder.mkdir(parents=True)
     ledger = str(folder / "l.ledger")
@@ -246,7 +246,7 @@ def measure(zygote: Zygote, folder: Path, store: str, scheduler: str | None) -> 
 
 def _install_oracle() -> None:
     """Make the noise function report (and optionally pause) around each draw."""
-    from dask_dppca.privacy import mechanism
+    from dask_dppca.privacy.mechanisms import mechanism
 
     original = mechanism.add_symmetric_noise
 

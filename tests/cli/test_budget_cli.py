@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dask_dppca.cli import EXIT_CLUSTER, EXIT_USAGE, main
-from dask_dppca.privacy.budget import PrivacyBudget
-from dask_dppca.privacy.charging import BUDGET_ENV
+from dask_dppca.privacy.budget.charging import BUDGET_ENV
+from dask_dppca.privacy.budget.privacy_budget import PrivacyBudget
 from tests.cli import run_cli, write_store
 
 USAGE = Path(__file__).resolve().parents[2] / "docs" / "usage.md"
@@ -141,8 +141,8 @@ def test_budget_show_says_why_the_spent_total_is_less_than_the_releases_added_up
     """The ledger explains its spent total: an analysis (two stages, one release) and a
     fit; the spent line says they compose tightly at the ledger's delta, beside their
     epsilons added up."""
-    from dask_dppca.privacy.budget import GaussianCharge, PartsCharge
-    from dask_dppca.privacy.parts import GaussianPart
+    from dask_dppca.privacy.budget.privacy_budget import GaussianCharge, PartsCharge
+    from dask_dppca.privacy.mechanisms.parts import GaussianPart
 
     ledger = str(tmp_path / "study.ledger")
     assert main(["budget", "create", ledger, "--epsilon", "20", "--delta", "1e-5"]) == 0

@@ -23,9 +23,9 @@ import time
 import pytest
 
 from dask_dppca.cli import EXIT_USAGE, main
-from dask_dppca.privacy import ledger_file
-from dask_dppca.privacy.budget import GaussianCharge, LedgerError, PrivacyBudget
-from dask_dppca.privacy.charging import BUDGET_ENV
+from dask_dppca.privacy.budget import ledger_file
+from dask_dppca.privacy.budget.charging import BUDGET_ENV
+from dask_dppca.privacy.budget.privacy_budget import GaussianCharge, LedgerError, PrivacyBudget
 from tests.cli import CONSOLE_SCRIPT, write_store
 from tests.cli.stop_trials import Zygote, ledger_rows, measure, run_trial
 
@@ -97,7 +97,7 @@ def test_the_console_script_on_the_embedded_cluster_gives_back_a_stopped_reserva
 
 _LEFT_BEHIND = """
 import os, sys
-from dask_dppca.privacy.budget import GaussianCharge, PrivacyBudget
+from dask_dppca.privacy.budget.privacy_budget import GaussianCharge, PrivacyBudget
 budget = PrivacyBudget.open(sys.argv[1])
 budget.reserve(GaussianCharge(1.0, 5.0), label="never dispatched")
 budget.reserve(GaussianCharge(1.0, 5.0), label="dispatched").dispatch()

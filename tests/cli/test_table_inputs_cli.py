@@ -20,10 +20,10 @@ import zarr
 from dask_dppca.analysis import run as analysis
 from dask_dppca.cli import EXIT_USAGE, main
 from dask_dppca.decomposition import estimator
-from dask_dppca.privacy.noise import SeededSampler
+from dask_dppca.privacy.mechanisms.noise import SeededSampler
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 N, FEATURES = 600, ["a", "b", "c"]

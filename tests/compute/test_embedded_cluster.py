@@ -23,7 +23,9 @@ from dask_dppca.compute import cluster as cluster_module
 
 pytestmark = [
     pytest.mark.cluster,
-    pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"),
+    pytest.mark.filterwarnings(
+        "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
+    ),
 ]
 
 

@@ -24,7 +24,9 @@ from dask_dppca.kernel import ExactSum
 
 pytestmark = [
     pytest.mark.cluster,
-    pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"),
+    pytest.mark.filterwarnings(
+        "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
+    ),
 ]
 
 SPILL_EVERYTHING = {

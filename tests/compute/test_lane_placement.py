@@ -19,7 +19,9 @@ import dask_dppca as dd
 
 pytestmark = [
     pytest.mark.cluster,
-    pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"),
+    pytest.mark.filterwarnings(
+        "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
+    ),
 ]
 
 

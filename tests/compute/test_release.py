@@ -12,15 +12,15 @@ from distributed import Client, LocalCluster
 
 import dask_dppca as dd
 from dask_dppca.compute import TRUSTED_RESOURCE
-from dask_dppca.compute.release import release_task
-from dask_dppca.compute.tickets import RELEASE_METADATA_KEY, ReleaseAlreadyDrawnError
+from dask_dppca.compute.trusted.release import release_task
+from dask_dppca.compute.trusted.tickets import RELEASE_METADATA_KEY, ReleaseAlreadyDrawnError
 from dask_dppca.compute.workers import prepare_workers
 from dask_dppca.graph import ExactSumLeakError
 from dask_dppca.graph import sealed as sealed_module
 from tests.releases import lane_of, mechanism_for
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 
@@ -161,7 +161,7 @@ def test_a_submitted_release_that_never_started_is_abandoned_and_can_never_draw(
     """On a cluster a failed fit proves "never drew" by taking the release's ticket first:
     a release task that starts afterwards refuses; a ticket already taken proves nothing."""
     from dask_dppca.compute import ClusterTarget, LocalScheduler
-    from dask_dppca.compute.tickets import mark_release_dispatched
+    from dask_dppca.compute.trusted.tickets import mark_release_dispatched
 
     target = ClusterTarget(cluster_client)
     never_sent = uuid.uuid4().hex
@@ -189,8 +189,8 @@ def test_a_fit_stopped_after_its_release_returned_stays_charged(
     its tickets: the release drew, so the reservation must stay spent (it was given back
     before: a settled release no longer counted as dispatched)."""
     import dask_dppca as dd
-    from dask_dppca.compute import release as release_module
-    from dask_dppca.privacy.budget import PrivacyBudget
+    from dask_dppca.compute.trusted import release as release_module
+    from dask_dppca.privacy.budget.privacy_budget import PrivacyBudget
 
     def interrupted(client):
         raise KeyboardInterrupt

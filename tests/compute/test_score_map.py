@@ -18,9 +18,9 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dask_dppca.compute import TRUSTED_RESOURCE
-from dask_dppca.compute.placement import ReleaseOptions
-from dask_dppca.compute.score_map import release_score_map
 from dask_dppca.compute.target import ClusterTarget, LocalScheduler
+from dask_dppca.compute.trusted.placement import ReleaseOptions
+from dask_dppca.compute.trusted.score_map import release_score_map
 from dask_dppca.graph import sealed
 from dask_dppca.graph.score_stats import (
     ExactCounts,
@@ -30,13 +30,13 @@ from dask_dppca.graph.score_stats import (
     quantile_counts_graph,
 )
 from dask_dppca.kernel.score_stats import count_at_most, group_codes, histogram_counts
-from dask_dppca.privacy.laplace import SeededDiscreteLaplace
-from dask_dppca.privacy.noise import SeededSampler
-from dask_dppca.privacy.quantile import quantile_candidates
-from dask_dppca.privacy.score_map import ScoreMap, ScoreMapMechanism
+from dask_dppca.privacy.mechanisms.laplace import SeededDiscreteLaplace
+from dask_dppca.privacy.mechanisms.noise import SeededSampler
+from dask_dppca.privacy.mechanisms.quantile import quantile_candidates
+from dask_dppca.privacy.mechanisms.score_map import ScoreMap, ScoreMapMechanism
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 
@@ -207,8 +207,8 @@ def test_hostile_data_gets_a_bounded_treatment_never_an_error(rows):
 
 
 def test_a_statistic_release_draws_at_most_once():
-    from dask_dppca.compute.release import _unsealed, statistic_task
-    from dask_dppca.compute.tickets import ReleaseAlreadyDrawnError
+    from dask_dppca.compute.trusted.release import _unsealed, statistic_task
+    from dask_dppca.compute.trusted.tickets import ReleaseAlreadyDrawnError
 
     draws = []
     release = draws.append

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 import dask_dppca as dd
-from dask_dppca.compute.site_ledger import (
+from dask_dppca.compute.trusted.site_ledger import (
     RELEASE_DELTA_KEY,
     RELEASE_EPSILON_KEY,
     RELEASE_LEDGER_KEY,
 )
-from dask_dppca.privacy.accounting import compose
-from dask_dppca.privacy.budget import BudgetExceededError, PrivacyBudget
-from dask_dppca.privacy.parts import GaussianPart
+from dask_dppca.privacy.budget.privacy_budget import BudgetExceededError, PrivacyBudget
+from dask_dppca.privacy.mechanisms.accounting import compose
+from dask_dppca.privacy.mechanisms.parts import GaussianPart
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,9 +48,9 @@ def test_every_release_of_an_analysis_is_charged_where_it_is_drawn(tmp_path):
     with dask.config.set(_site(path, 10.0)), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = dd.analyze(_x(), n_components=2, epsilon=3.0, delta=1e-5, scheduler="synchronous")
-    planned = compose([dd.privacy.parts.part_from_dict(p) for p in result.meta["parts"]]).epsilon(
-        1e-5
-    )
+    planned = compose(
+        [dd.privacy.mechanisms.parts.part_from_dict(p) for p in result.meta["parts"]]
+    ).epsilon(1e-5)
     charged = compose(_spent_parts(path)).epsilon(1e-5)
     # Every planned part is there (the directions' fit is charged at its own slightly
     # rounded-down mu): nothing the client got is missing from the site's ledger.

@@ -9,7 +9,7 @@ import pytest
 
 import dask_dppca as dd
 from dask_dppca.compute import cluster
-from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
+from dask_dppca.compute.trusted.tickets import RELEASE_METADATA_KEY
 
 X = np.random.default_rng(4).standard_t(1, size=(800, 4))  # test data only
 

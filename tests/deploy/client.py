@@ -37,8 +37,8 @@ def fit(scheduler: str, n_workers: int, timeout: float, data: str) -> dict:
     from distributed import Client
 
     import dask_dppca as dd
-    from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
-    from dask_dppca.compute.trust import worker_identities
+    from dask_dppca.compute.trusted.tickets import RELEASE_METADATA_KEY
+    from dask_dppca.compute.trusted.trust import worker_identities
     from dask_dppca.datasets import random_directions, spiked_spectrum, write_elliptical_zarr
 
     folder = tempfile.mkdtemp(prefix="dppca-live-", dir=data)

@@ -8,7 +8,7 @@ import sys
 
 from dask_dppca.compute import TRUSTED_RESOURCE
 from dask_dppca.compute.cluster import DEFAULT_SCHEDULER_PORT
-from dask_dppca.compute.trust import TRUSTED_WORKER_COMMON_NAME
+from dask_dppca.compute.trusted.trust import TRUSTED_WORKER_COMMON_NAME
 from tests.deploy.recipes import COMMANDS, DEPLOY, check_tls_command, parse_dask_command
 
 

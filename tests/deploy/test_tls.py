@@ -10,7 +10,7 @@ import subprocess
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from dask_dppca.compute.trust import TRUSTED_WORKER_COMMON_NAME
+from dask_dppca.compute.trusted.trust import TRUSTED_WORKER_COMMON_NAME
 from tests.deploy.recipes import COMMANDS, ROLE_FILES, ROOT, make_certs
 
 

@@ -16,7 +16,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld
 
 import dask_dppca as dd
 from dask_dppca.analysis.result import PrivateAnalysis
-from dask_dppca.privacy.parts import GaussianPart, PureDPPart
+from dask_dppca.privacy.mechanisms.parts import GaussianPart, PureDPPart
 
 SPECTRUM = np.array([16.0, 4.0, 1.0, 1.0, 1.0])
 
@@ -130,7 +130,7 @@ class _StubScoreMap:
     name = "score_map"
 
     def planned_parts(self, n_components, n_features):
-        from dask_dppca.privacy.accounting import PlannedPart
+        from dask_dppca.privacy.mechanisms.accounting import PlannedPart
 
         return [PlannedPart("score_map", "histogram", "gaussian")]
 

@@ -1,5 +1,5 @@
 """The median stage, added through the stage contract alone (analysis/stages/median.py,
-its registry entry, privacy/median.py; the counts pass reuses graph/score_stats.py).
+its registry entry, privacy/mechanisms/median.py; the counts pass reuses graph/score_stats.py).
 
 It is off by default (a default analysis's record is unchanged), joins the split and the
 one transaction when asked for, is charged to every active budget, and shows in the
@@ -22,7 +22,7 @@ from dask_dppca.analysis.stages import REGISTRY, default_shares, optional_stages
 from tests.cli import CONSOLE_SCRIPT, write_store
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 
@@ -87,7 +87,7 @@ def test_the_median_is_charged_to_every_active_budget_in_the_transaction(data, t
 
 
 def result_parts(result):
-    from dask_dppca.privacy.parts import part_from_dict
+    from dask_dppca.privacy.mechanisms.parts import part_from_dict
 
     return [part_from_dict(p) for p in result.meta["parts"]]
 

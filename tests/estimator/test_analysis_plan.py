@@ -24,7 +24,7 @@ from dask_dppca.analysis.plan import analyze_defaults, plan_analysis, scree_pass
 from dask_dppca.analysis.run import analyze
 from dask_dppca.graph import lanes, scree
 from dask_dppca.planning import machine
-from dask_dppca.privacy.parts import part_to_dict
+from dask_dppca.privacy.mechanisms.parts import part_to_dict
 
 N, D = 3000, 6
 

@@ -22,13 +22,13 @@ import pytest
 import dask_dppca as dd
 from dask_dppca.analysis.result import PrivateAnalysis
 from dask_dppca.analysis.stages.score_map import PrivateScoreMapStage
-from dask_dppca.privacy.ledger_rows import LedgerError
+from dask_dppca.privacy.budget.ledger_rows import LedgerError
+from dask_dppca.privacy.mechanisms.scale import LEVELS
 from dask_dppca.privacy.notices import UNITS_NOTICE
-from dask_dppca.privacy.scale import LEVELS
 from tests.cli import CONSOLE_SCRIPT
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 
@@ -135,9 +135,9 @@ def test_parameters_are_refused_by_name(table):
 
 
 def test_a_stage_drawing_without_its_claim_is_refused_and_nothing_is_drawn(table, tmp_path):
-    from dask_dppca.compute.release import release_statistic
+    from dask_dppca.compute.trusted.release import release_statistic
     from dask_dppca.graph.score_stats import quantile_counts_graph
-    from dask_dppca.privacy.median import CoordinateMedian
+    from dask_dppca.privacy.mechanisms.median import CoordinateMedian
 
     drawn = []
 

@@ -24,15 +24,15 @@ from dask_dppca.analysis.result import PrivateAnalysis
 from dask_dppca.analysis.stages import default_shares
 from dask_dppca.analysis.stages.score_map import PrivateScoreMapStage, resolve_groups
 from dask_dppca.analysis.stages.scree import scree_parts as _scree_plan
-from dask_dppca.privacy.accounting import PlannedPart, split_budget
-from dask_dppca.privacy.parts import (
+from dask_dppca.privacy.mechanisms.accounting import PlannedPart, split_budget
+from dask_dppca.privacy.mechanisms.parts import (
     ApproxDPPart,
     GaussianPart,
     PureDPPart,
     part_from_dict,
     part_to_dict,
 )
-from dask_dppca.privacy.score_map import ScoreMap
+from dask_dppca.privacy.mechanisms.score_map import ScoreMap
 
 #: The analysis's default shares of its three stages (the stage registry's).
 SHARES = default_shares(("directions", "scree", "score_map"))

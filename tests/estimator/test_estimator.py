@@ -14,8 +14,8 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer
 
 import dask_dppca as dd
-from dask_dppca.privacy.calibration import calibrate_sigma
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.privacy.mechanisms.calibration import calibrate_sigma
+from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning
 
 RNG = np.random.default_rng(5)  # test data only
 

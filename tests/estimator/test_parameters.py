@@ -31,7 +31,7 @@ import dask_dppca as dd
 from dask_dppca.cli import main
 from dask_dppca.compute import cluster
 from dask_dppca.kernel.spatial_sign import custom
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "robustness.md"
 SECTION = "## Bad parameters and inputs"

@@ -33,7 +33,7 @@ import pytest
 import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, random_directions, spiked_spectrum
 from dask_dppca.planning.utility import release_sigma
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning
 
 PINNED = json.loads((Path(__file__).parent / "data" / "pinned_fits.json").read_text())
 #: privacy_ keys added since the pin, each for a reason (all public, none data-dependent).

@@ -39,8 +39,8 @@ from dask_dppca.planning.machine import (
 )
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning",
-    "ignore::dask_dppca.privacy.advice.PrivacyWarning",
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning",
+    "ignore::dask_dppca.privacy.mechanisms.advice.PrivacyWarning",
 )
 
 
@@ -86,7 +86,7 @@ def test_the_plan_reads_no_chunk_and_plans_a_store_without_chunks(tmp_path, read
 
 
 def test_the_plan_never_touches_a_ledger(tmp_path, monkeypatch):
-    from dask_dppca.privacy import charging
+    from dask_dppca.privacy.budget import charging
 
     def no_reservation(*args, **kwargs):
         raise AssertionError("the plan reserved a release")

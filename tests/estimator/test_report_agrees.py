@@ -15,8 +15,8 @@ import pytest
 import dask_dppca as dd
 from dask_dppca.analysis.report import score_map_figures, score_map_of
 from dask_dppca.compute.cluster import IN_PROCESS_WORKER
+from dask_dppca.privacy.mechanisms.score_map import OTHER_GROUP, noisy_size_text
 from dask_dppca.privacy.notices import below_noise
-from dask_dppca.privacy.score_map import OTHER_GROUP, noisy_size_text
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import pytest
 
 import dask_dppca as dd
 from dask_dppca.decomposition.results import RESULT_FORMAT, RESULT_FORMAT_VERSION
-from dask_dppca.privacy.advice import release_warnings
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.privacy.mechanisms.advice import release_warnings
+from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning
 
 X = np.random.default_rng(11).standard_normal((400, 4))  # test data only
 
@@ -82,7 +82,9 @@ def test_the_signal_to_noise_figure_is_what_the_report_says():
         a = rng.normal(0, sigma / np.sqrt(2), (d, d))
         e = np.triu(a, 1) + np.triu(a, 1).T + np.diag(rng.normal(0, sigma, d))
         norms.append(np.linalg.norm(e, 2))
-    assert np.mean(norms) == pytest.approx(dd.privacy.advice.noise_spectral_norm(sigma, d), rel=0.1)
+    assert np.mean(norms) == pytest.approx(
+        dd.privacy.mechanisms.advice.noise_spectral_norm(sigma, d), rel=0.1
+    )
 
 
 # -- the privacy report -------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 
 import dask_dppca as dd
 from dask_dppca.datasets import make_elliptical, random_directions, spiked_spectrum
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning
 
 M = 2
 BREAKDOWN = 0.5

@@ -17,12 +17,12 @@ from sklearn.base import clone
 from sklearn.pipeline import make_pipeline
 
 import dask_dppca as dd
-from dask_dppca.privacy.accounting import compose
-from dask_dppca.privacy.scale import LEVELS
+from dask_dppca.privacy.mechanisms.accounting import compose
+from dask_dppca.privacy.mechanisms.scale import LEVELS
 from tests.estimator.test_analysis_scale import mixed_units
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 

@@ -29,7 +29,7 @@ from dask_dppca.design import (
 from dask_dppca.graph import kernel_sum_graph
 from dask_dppca.io import open_records
 from dask_dppca.kernel import sphere
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning
 
 N, D, THREADS = 2000, 4, 2
 

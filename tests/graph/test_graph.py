@@ -17,7 +17,7 @@ from dask.callbacks import Callback
 
 import dask_dppca as dd
 from dask_dppca import kendall_matrix
-from dask_dppca.compute import release as release_module
+from dask_dppca.compute.trusted import release as release_module
 from dask_dppca.design import CompleteDesign, RegularDesign, complete_blocks, plan_blocks
 from dask_dppca.graph import graph_layout, kernel_sum_graph, lanes_total, segment_bounds
 from dask_dppca.graph import lane_task as graph_module
@@ -25,7 +25,7 @@ from dask_dppca.io import open_records
 from dask_dppca.kernel import block_pair_sum, pairwise_sum, rounding_error_bound
 from dask_dppca.kernel.exact_sum import ExactSum
 from dask_dppca.kernel.spatial_sign import sphere, winsor
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning
 from tests.reference import reference_pair_sum, relative_error
 
 RNG = np.random.default_rng(2)  # test data only

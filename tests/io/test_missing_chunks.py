@@ -26,7 +26,7 @@ from dask_dppca.graph import graph_layout
 from dask_dppca.io import MissingChunkError, open_records
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 N, D, CHUNK = 400, 4, 100

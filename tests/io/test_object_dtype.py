@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 import dask_dppca as dd
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning
 
 
 def _fit(data):

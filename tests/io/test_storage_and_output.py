@@ -221,7 +221,7 @@ def test_a_presigned_url_reaches_neither_errors_nor_the_ledger(tmp_path):
     import warnings
 
     import dask_dppca as dd
-    from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+    from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning
 
     signature = "SeCrEt-sig-Value"
     url = f"memory://presigned/data.zarr?sv=2024&sig={signature}"

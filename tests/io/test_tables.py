@@ -14,7 +14,7 @@ import dask_dppca as dd
 from dask_dppca.io import open_records
 from dask_dppca.io.records import records_of_table
 from dask_dppca.io.tables import FORMATS_READ, open_table, parse_columns, table_format
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning
 
 N, D = 240, 3
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import dask_dppca as dd
 from dask_dppca.kernel import block_pair_sum
 from dask_dppca.kernel.spatial_sign import sphere, winsor
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning
 from tests.reference import reference_pair_sum, relative_error
 
 TOL = 1e-10

@@ -21,9 +21,9 @@ from dask_dppca.analysis.plots import (
     shown_groups,
 )
 from dask_dppca.analysis.stages.score_map import auto_bins
-from dask_dppca.privacy.frame import Frame
-from dask_dppca.privacy.histogram import NoisyHistogram
-from dask_dppca.privacy.score_map import ScoreMap
+from dask_dppca.privacy.mechanisms.frame import Frame
+from dask_dppca.privacy.mechanisms.histogram import NoisyHistogram
+from dask_dppca.privacy.mechanisms.score_map import ScoreMap
 
 matplotlib.use("Agg")
 

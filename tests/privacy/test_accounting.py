@@ -1,4 +1,4 @@
-"""The exact accountant of mixed parts (privacy/accounting.py) and the budget split.
+"""The exact accountant of mixed parts (privacy/mechanisms/accounting.py) and the budget split.
 
 Oracles: the Gaussian profile's definition in 50-digit mpmath (negative epsilon
 included), brute-force hockey-stick divergences of the product distributions (every
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from scipy import integrate, stats
 
 from dask_dppca.analysis.stages import default_shares
-from dask_dppca.privacy.accounting import (
+from dask_dppca.privacy.mechanisms.accounting import (
     MAX_OUTCOMES,
     PlannedPart,
     _log_gaussian_profile,
@@ -30,8 +30,8 @@ from dask_dppca.privacy.accounting import (
     composed_epsilon,
     split_budget,
 )
-from dask_dppca.privacy.calibration import gaussian_dp_delta, log_delta
-from dask_dppca.privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
+from dask_dppca.privacy.mechanisms.calibration import gaussian_dp_delta, log_delta
+from dask_dppca.privacy.mechanisms.parts import ApproxDPPart, GaussianPart, PureDPPart
 
 #: The analysis's default shares of its three stages (the stage registry's).
 SHARES = default_shares(("directions", "scree", "score_map"))

@@ -1,4 +1,5 @@
-"""The pessimistic lattice beyond MAX_OUTCOMES (privacy/accounting.py), and a study ledger.
+"""The pessimistic lattice beyond MAX_OUTCOMES (privacy/mechanisms/accounting.py), and a
+study ledger.
 
 Oracles: the exact enumeration (the same parts with the fallback forced, on cases the
 exact path can still take), and dp-accounting's PLD with *optimistic* estimates (an
@@ -18,20 +19,20 @@ from dp_accounting.pld import privacy_loss_distribution as pld
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dask_dppca.privacy.accounting as accounting
+import dask_dppca.privacy.mechanisms.accounting as accounting
 from dask_dppca.analysis.stages import default_shares
 from dask_dppca.analysis.stages.scree import scree_parts as _scree_plan
 from dask_dppca.privacy import BudgetExceededError, GaussianCharge, PrivacyBudget
-from dask_dppca.privacy.accounting import (
+from dask_dppca.privacy.budget.privacy_budget import PartsCharge
+from dask_dppca.privacy.mechanisms.accounting import (
     MAX_OUTCOMES,
     TAIL_MASS,
     PlannedPart,
     compose,
     split_budget,
 )
-from dask_dppca.privacy.budget import PartsCharge
-from dask_dppca.privacy.calibration import gaussian_dp_mu
-from dask_dppca.privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
+from dask_dppca.privacy.mechanisms.calibration import gaussian_dp_mu
+from dask_dppca.privacy.mechanisms.parts import ApproxDPPart, GaussianPart, PureDPPart
 
 #: The analysis's default shares of its three stages (the stage registry's).
 SHARES = default_shares(("directions", "scree", "score_map"))

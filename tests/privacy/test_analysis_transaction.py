@@ -24,11 +24,11 @@ import zarr
 import dask_dppca as dd
 from dask_dppca.analysis.stages.score_map import PrivateScoreMapStage
 from dask_dppca.compute.budget_config import LEDGER_KEY, REQUIRED_KEY
-from dask_dppca.compute.site_ledger import RELEASE_LEDGER_KEY
-from dask_dppca.privacy.accounting import compose
-from dask_dppca.privacy.budget import BudgetExceededError
-from dask_dppca.privacy.charging import BudgetRequiredError
-from dask_dppca.privacy.parts import GaussianPart, part_from_dict
+from dask_dppca.compute.trusted.site_ledger import RELEASE_LEDGER_KEY
+from dask_dppca.privacy.budget.charging import BudgetRequiredError
+from dask_dppca.privacy.budget.privacy_budget import BudgetExceededError
+from dask_dppca.privacy.mechanisms.accounting import compose
+from dask_dppca.privacy.mechanisms.parts import GaussianPart, part_from_dict
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -269,7 +269,7 @@ def test_a_stage_that_fails_before_its_dispatch_is_given_back(data, tmp_path, mo
 def test_reserve_together_is_all_or_nothing(tmp_path):
     budget = dd.PrivacyBudget(1.0, 1e-5, ledger=tmp_path / "l.ledger", create=True)
     small, large = GaussianPart(0.1), GaussianPart(5.0)
-    from dask_dppca.privacy.budget import PartsCharge
+    from dask_dppca.privacy.budget.privacy_budget import PartsCharge
 
     with pytest.raises(BudgetExceededError, match=r"^needs epsilon=") as refused:
         budget.reserve_together(

@@ -11,14 +11,19 @@ from dp_accounting import dp_event
 from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.privacy_accountant import NeighboringRelation
 
-from dask_dppca.privacy.budget import BudgetExceededError, GaussianCharge, PrivacyBudget, Release
-from dask_dppca.privacy.calibration import (
+from dask_dppca.privacy.budget.charging import current_budget
+from dask_dppca.privacy.budget.privacy_budget import (
+    BudgetExceededError,
+    GaussianCharge,
+    PrivacyBudget,
+    Release,
+)
+from dask_dppca.privacy.mechanisms.calibration import (
     analytic_gaussian_sigma,
     calibrate_sigma,
     gaussian_dp_delta,
     gaussian_dp_mu,
 )
-from dask_dppca.privacy.charging import current_budget
 
 
 def pld_epsilon(releases: list[tuple[float, float]], delta: float) -> float:

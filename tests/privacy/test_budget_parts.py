@@ -16,9 +16,9 @@ from dp_accounting.pld import common
 from dp_accounting.pld import privacy_loss_distribution as pld
 
 from dask_dppca.privacy import BudgetExceededError, GaussianCharge, PrivacyBudget
-from dask_dppca.privacy.budget import PartsCharge
-from dask_dppca.privacy.calibration import analytic_gaussian_sigma
-from dask_dppca.privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
+from dask_dppca.privacy.budget.privacy_budget import PartsCharge
+from dask_dppca.privacy.mechanisms.calibration import analytic_gaussian_sigma
+from dask_dppca.privacy.mechanisms.parts import ApproxDPPart, GaussianPart, PureDPPart
 
 SCREE = PartsCharge((PureDPPart(0.15),) * 5 + (GaussianPart(0.35),))
 
@@ -89,7 +89,7 @@ def test_a_parts_release_that_does_not_fit_is_refused_and_not_recorded():
 
 
 def test_mechanisms_offering_parts_are_charged_by_their_parts():
-    class Quantiles:  # the mechanism contract (dask_dppca.privacy.contract)
+    class Quantiles:  # the mechanism contract (dask_dppca.privacy.mechanisms.contract)
         parts = (PureDPPart(0.2), PureDPPart(0.2))
 
         def release(self, exact, sampler=None):

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate, stats
 
-from dask_dppca.privacy.calibration import (
+from dask_dppca.privacy.mechanisms.calibration import (
     DELTA_RANGE,
     DELTA_RELATIVE_ERROR,
     EPSILON_RANGE,
@@ -351,7 +351,7 @@ def test_the_profile_functions_end_outside_the_range_too(epsilon, delta):
 
 @pytest.mark.parametrize("epsilon, delta", [(1e4, 1e-5), (2.0, 1e-120)])
 def test_a_budget_outside_the_range_is_refused_when_made(epsilon, delta, tmp_path):
-    from dask_dppca.privacy.budget import PrivacyBudget
+    from dask_dppca.privacy.budget.privacy_budget import PrivacyBudget
 
     name = "epsilon" if epsilon > EPSILON_RANGE[1] else "delta"
     with pytest.raises(ValueError, match=f"^{name}:"):
@@ -359,7 +359,7 @@ def test_a_budget_outside_the_range_is_refused_when_made(epsilon, delta, tmp_pat
 
 
 def test_a_budget_at_the_edges_of_the_range_admits_a_release_at_its_totals():
-    from dask_dppca.privacy.budget import GaussianCharge, PrivacyBudget
+    from dask_dppca.privacy.budget.privacy_budget import GaussianCharge, PrivacyBudget
 
     for epsilon, delta in [(EPSILON_RANGE[1], DELTA_RANGE[0]), (EPSILON_RANGE[0], 0.5)]:
         budget = PrivacyBudget(epsilon=epsilon, delta=delta)

@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dask_dppca.kernel.score_stats import bin_index, group_codes, histogram_counts
-from dask_dppca.privacy.calibration import gaussian_dp_epsilon
-from dask_dppca.privacy.frame import Frame
-from dask_dppca.privacy.histogram import (
+from dask_dppca.privacy.mechanisms.calibration import gaussian_dp_epsilon
+from dask_dppca.privacy.mechanisms.frame import Frame
+from dask_dppca.privacy.mechanisms.histogram import (
     AdditiveHistogram,
     GroupCounts,
     NoisyHistogram,
@@ -30,14 +30,14 @@ from dask_dppca.privacy.histogram import (
     allocate,
     synthetic_points,
 )
-from dask_dppca.privacy.laplace import DiscreteLaplaceSampler, IntegerNoise
-from dask_dppca.privacy.noise import NoiseSampler, OpenDPSampler
-from dask_dppca.privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
-from dask_dppca.privacy.score_map import ScoreMap, ScoreMapMechanism
+from dask_dppca.privacy.mechanisms.laplace import DiscreteLaplaceSampler, IntegerNoise
+from dask_dppca.privacy.mechanisms.noise import NoiseSampler, OpenDPSampler
+from dask_dppca.privacy.mechanisms.parts import ApproxDPPart, GaussianPart, PureDPPart
+from dask_dppca.privacy.mechanisms.score_map import ScoreMap, ScoreMapMechanism
 from tests.privacy.audit_tools import audit, epsilon_bound, mu_bound
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 SQRT2 = math.sqrt(2.0)
@@ -392,8 +392,8 @@ def test_a_floor_drops_the_noise_in_empty_cells_as_post_processing():
 
 def test_the_sparse_release_draws_the_same_noise_whatever_the_counts():
     """Its time cannot tell how many entries are non-empty: it draws for every entry."""
-    from dask_dppca.privacy.histogram import SparseHistogram
-    from dask_dppca.privacy.laplace import SeededDiscreteLaplace
+    from dask_dppca.privacy.mechanisms.histogram import SparseHistogram
+    from dask_dppca.privacy.mechanisms.laplace import SeededDiscreteLaplace
 
     class Counting(SeededDiscreteLaplace):
         drawn = 0

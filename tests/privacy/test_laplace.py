@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dask_dppca.privacy.laplace import (
+from dask_dppca.privacy.mechanisms.laplace import (
     MAX_SCALE,
     DiscreteLaplaceSampler,
     SeededDiscreteLaplace,
@@ -22,7 +22,7 @@ from dask_dppca.privacy.laplace import (
 )
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 ALPHA = 1e-4

@@ -27,15 +27,15 @@ from sklearn.model_selection import cross_val_score
 from sklearn.pipeline import Pipeline
 
 import dask_dppca as dd
-from dask_dppca.privacy import ledger_file
-from dask_dppca.privacy.budget import (
+from dask_dppca.privacy.budget import ledger_file
+from dask_dppca.privacy.budget.charging import BUDGET_ENV, active_budgets, set_default_budget
+from dask_dppca.privacy.budget.privacy_budget import (
     BudgetExceededError,
     GaussianCharge,
     LedgerError,
     PrivacyBudget,
 )
-from dask_dppca.privacy.calibration import calibrate_sigma
-from dask_dppca.privacy.charging import BUDGET_ENV, active_budgets, set_default_budget
+from dask_dppca.privacy.mechanisms.calibration import calibrate_sigma
 
 #: The race of docs/privacy.md ("Concurrency, measured"): releases calibrated to
 #: epsilon = 0.5 (at DPPCA's default delta)
@@ -149,7 +149,7 @@ def test_two_processes_creating_one_ledger_both_get_it_and_neither_sees_it_half_
     path = tmp_path / "new.ledger"
     code = """
         import sys
-        from dask_dppca.privacy.budget import PrivacyBudget
+        from dask_dppca.privacy.budget.privacy_budget import PrivacyBudget
         print(PrivacyBudget(2.0, 1e-5, ledger=sys.argv[1], create=True).releases)
         """
     racers = [_python(code, str(path)) for _ in range(3)]
@@ -276,7 +276,7 @@ def test_a_new_process_sees_the_same_spent_and_remaining_and_the_env_default_cha
         """
         import numpy as np
         import dask_dppca as dd
-        from dask_dppca.privacy.charging import default_budget
+        from dask_dppca.privacy.budget.charging import default_budget
         budget = default_budget()
         print(budget.releases, repr(budget.spent_epsilon), repr(budget.remaining()),
               repr(budget.remaining(3)))
@@ -321,7 +321,7 @@ def test_sigkill_between_reservation_and_commit_still_counts(ledger):
     process = _python(
         """
         import sys, time
-        from dask_dppca.privacy.budget import GaussianCharge, PrivacyBudget
+        from dask_dppca.privacy.budget.privacy_budget import GaussianCharge, PrivacyBudget
         charge = GaussianCharge(1.0, float(sys.argv[2]))
         PrivacyBudget.open(sys.argv[1]).reserve(charge, label="killed")
         print("reserved", flush=True)
@@ -383,7 +383,7 @@ def test_a_local_fit_that_fails_before_its_release_gives_the_reservation_back(de
 
 
 def test_a_fit_that_fails_after_its_release_began_stays_charged(default_ledger, monkeypatch):
-    from dask_dppca.privacy import mechanism
+    from dask_dppca.privacy.mechanisms import mechanism
 
     def draw_and_die(*args, **kwargs):
         raise RuntimeError("died mid-draw")
@@ -399,7 +399,8 @@ def test_a_fit_that_fails_after_its_release_began_stays_charged(default_ledger, 
 
 _RACER = """
 import os, sys, time
-from dask_dppca.privacy.budget import BudgetExceededError, GaussianCharge, PrivacyBudget, Release
+from dask_dppca.privacy.budget.privacy_budget import (
+    BudgetExceededError, GaussianCharge, PrivacyBudget, Release)
 path, go, mode, sigma = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 budget = PrivacyBudget.open(path)
 open(f"{go}.ready.{os.getpid()}", "w").close()
@@ -554,7 +555,7 @@ def test_an_in_memory_budget_pickles_to_itself_here_and_refuses_use_elsewhere():
         _python(
             """
         import base64, pickle, sys
-        from dask_dppca.privacy.budget import GaussianCharge, LedgerError
+        from dask_dppca.privacy.budget.privacy_budget import GaussianCharge, LedgerError
         budget = pickle.loads(base64.b64decode(sys.argv[1]))
         try:
             budget.spend(GaussianCharge(1.0, 10.0))

@@ -18,14 +18,14 @@ import textwrap
 import pytest
 
 from dask_dppca.cli import main
-from dask_dppca.privacy import ledger_file
-from dask_dppca.privacy.budget import (
+from dask_dppca.privacy.budget import ledger_file
+from dask_dppca.privacy.budget.charging import release_dispatched, reserve_release
+from dask_dppca.privacy.budget.privacy_budget import (
     GaussianCharge,
     LedgerError,
     LedgerReplacedError,
     PrivacyBudget,
 )
-from dask_dppca.privacy.charging import release_dispatched, reserve_release
 
 #: A sigma whose 8 bytes are easy to find in the file (not integral: SQLite would store
 #: an integral REAL as an integer).
@@ -294,7 +294,7 @@ FULL_DISK = """
     folder = sys.argv[1]
     subprocess.run(["mount", "--make-rprivate", "/"], check=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", folder], check=True)
-    from dask_dppca.privacy.budget import GaussianCharge, LedgerError, PrivacyBudget
+    from dask_dppca.privacy.budget.privacy_budget import GaussianCharge, LedgerError, PrivacyBudget
     path = os.path.join(folder, "study.ledger")
     budget = PrivacyBudget(2.0, 1e-5, ledger=path, create=True)
     budget.spend(GaussianCharge(1.0, 50.0))

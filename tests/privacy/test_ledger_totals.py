@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import dask_dppca as dd
-from dask_dppca.privacy import ledger_file
-from dask_dppca.privacy.ledger import SQLiteLedger
-from dask_dppca.privacy.ledger_rows import LedgerError
+from dask_dppca.privacy.budget import ledger_file
+from dask_dppca.privacy.budget.ledger import SQLiteLedger
+from dask_dppca.privacy.budget.ledger_rows import LedgerError
 
 
 @pytest.mark.parametrize("totals", [(1e6, 1e-5), (1.0, 0.5 + 0.5), (1e-9, 1e-5)])

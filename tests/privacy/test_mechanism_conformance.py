@@ -7,9 +7,10 @@ exact statistics is measured in the units of its claimed sensitivity, the worst-
 neighbours its black-box audit releases on, and how its noise is halved.  Every claim the
 budget and the report rely on is then checked for it:
 
-(a) it is a :class:`~dask_dppca.privacy.contract.Mechanism` and its parts are privacy parts;
-(b) what a budget charges (:func:`~dask_dppca.privacy.budget.charge_of`, and the ledger
-    row) is exactly its parts;
+(a) it is a :class:`~dask_dppca.privacy.mechanisms.contract.Mechanism` and its parts are
+    privacy parts;
+(b) what a budget charges (:func:`~dask_dppca.privacy.mechanisms.charges.charge_of`, and
+    the ledger row) is exactly its parts;
 (c) hostile neighbours (one record replaced by +-1e300, +-inf, NaN, 1e-300, a subnormal,
     a far record on another axis) move the exact statistic by at most the claimed
     sensitivity, and by more than half of it (so a halved claim fails);
@@ -17,7 +18,8 @@ budget and the report rely on is then checked for it:
     sensitivity certifies no more than the claim, and certifies more for the same
     mechanism with half its noise (its sensitivity halved);
 (e) ``describe()`` is JSON and holds what the privacy table reads: the sensitivity, the
-    noise scale (:data:`~dask_dppca.privacy.contract.NOISE_KEYS`) and its parts' parameters;
+    noise scale (:data:`~dask_dppca.privacy.mechanisms.contract.NOISE_KEYS`) and its parts'
+    parameters;
 and ``release`` takes the one signature ``release(exact, sampler=None)``.
 
 A composite (the frame, the score map: releases one after another, each from values
@@ -53,23 +55,23 @@ from dask_dppca.kernel.scree_stats import (
     scree_design,
     summation_slack,
 )
-from dask_dppca.privacy.budget import GaussianCharge, PrivacyBudget, charge_of
-from dask_dppca.privacy.contract import NOISE_KEYS, CompositeMechanism, Mechanism
-from dask_dppca.privacy.frame import Frame, FrameMechanism
-from dask_dppca.privacy.histogram import AdditiveHistogram, GroupCounts, SparseHistogram
-from dask_dppca.privacy.laplace import DiscreteLaplaceSampler, IntegerNoise
-from dask_dppca.privacy.median import CoordinateMedian
-from dask_dppca.privacy.noise import OpenDPSampler
-from dask_dppca.privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
-from dask_dppca.privacy.quantile import PrivateQuantile
-from dask_dppca.privacy.scale import LEVELS, RobustScale
-from dask_dppca.privacy.score_map import ScoreMapMechanism
-from dask_dppca.privacy.scree import GaussianStatistic, PairQuantiles, huber_ranges
+from dask_dppca.privacy.budget.privacy_budget import GaussianCharge, PrivacyBudget, charge_of
+from dask_dppca.privacy.mechanisms.contract import NOISE_KEYS, CompositeMechanism, Mechanism
+from dask_dppca.privacy.mechanisms.frame import Frame, FrameMechanism
+from dask_dppca.privacy.mechanisms.histogram import AdditiveHistogram, GroupCounts, SparseHistogram
+from dask_dppca.privacy.mechanisms.laplace import DiscreteLaplaceSampler, IntegerNoise
+from dask_dppca.privacy.mechanisms.median import CoordinateMedian
+from dask_dppca.privacy.mechanisms.noise import OpenDPSampler
+from dask_dppca.privacy.mechanisms.parts import ApproxDPPart, GaussianPart, PureDPPart
+from dask_dppca.privacy.mechanisms.quantile import PrivateQuantile
+from dask_dppca.privacy.mechanisms.scale import LEVELS, RobustScale
+from dask_dppca.privacy.mechanisms.score_map import ScoreMapMechanism
+from dask_dppca.privacy.mechanisms.scree import GaussianStatistic, PairQuantiles, huber_ranges
 from tests.privacy.audit_tools import audit, epsilon_bound, mu_bound
 from tests.releases import mechanism_for
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 SQRT2 = math.sqrt(2.0)
@@ -929,8 +931,8 @@ def _tested_types() -> set[type]:
 def _package_mechanisms() -> set[type]:
     """Every class of dask_dppca.privacy offering the contract (or the composite's)."""
     found = set()
-    for info in pkgutil.iter_modules(dask_dppca.privacy.__path__):
-        module = importlib.import_module(f"dask_dppca.privacy.{info.name}")
+    for info in pkgutil.walk_packages(dask_dppca.privacy.__path__, "dask_dppca.privacy."):
+        module = importlib.import_module(info.name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__ != module.__name__ or getattr(cls, "_is_protocol", False):
                 continue

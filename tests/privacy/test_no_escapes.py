@@ -25,8 +25,8 @@ import pytest
 from joblib import Parallel, delayed
 
 import dask_dppca as dd
-from dask_dppca.privacy.budget import LedgerError, PrivacyBudget
-from dask_dppca.privacy.charging import BUDGET_ENV, BudgetRequiredError, set_default_budget
+from dask_dppca.privacy.budget.charging import BUDGET_ENV, BudgetRequiredError, set_default_budget
+from dask_dppca.privacy.budget.privacy_budget import LedgerError, PrivacyBudget
 
 TIMEOUT = 180
 
@@ -244,8 +244,8 @@ def test_the_ledger_where_the_noise_is_drawn_charges_a_local_fit_once_and_refuse
     """dask-dppca.release.ledger in the process that draws (here: a local scheduler):
     charged inside the release, once when it is also the client's budget, and a release
     it cannot afford refused before any noise."""
-    from dask_dppca.privacy import mechanism
-    from dask_dppca.privacy.budget import BudgetExceededError
+    from dask_dppca.privacy.budget.privacy_budget import BudgetExceededError
+    from dask_dppca.privacy.mechanisms import mechanism
 
     site = str(tmp_path / "site.ledger")
     keys = {

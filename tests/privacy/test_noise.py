@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from scipy import stats
 
-from dask_dppca.privacy import noise
-from dask_dppca.privacy.noise import (
+from dask_dppca.privacy.mechanisms import noise
+from dask_dppca.privacy.mechanisms.noise import (
     DEFAULT_LATTICE_BITS,
     OPENDP_MAX_ENTRIES,
     LatticeSampler,

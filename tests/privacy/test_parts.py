@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from dask_dppca.privacy.parts import (
+from dask_dppca.privacy.mechanisms.parts import (
     ApproxDPPart,
     GaussianPart,
     PureDPPart,

@@ -19,15 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dask_dppca.kernel.score_stats import count_at_most, deviations
-from dask_dppca.privacy.frame import Frame, FrameMechanism
-from dask_dppca.privacy.laplace import (
+from dask_dppca.privacy.mechanisms.frame import Frame, FrameMechanism
+from dask_dppca.privacy.mechanisms.laplace import (
     DiscreteLaplaceSampler,
     IntegerNoise,
     SeededDiscreteLaplace,
     integer_scale,
 )
-from dask_dppca.privacy.parts import PureDPPart
-from dask_dppca.privacy.quantile import (
+from dask_dppca.privacy.mechanisms.parts import PureDPPart
+from dask_dppca.privacy.mechanisms.quantile import (
     DEFAULT_TOP_MARGIN,
     PrivateQuantile,
     quantile_candidates,
@@ -35,7 +35,7 @@ from dask_dppca.privacy.quantile import (
 from tests.privacy.audit_tools import audit, epsilon_bound
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from dask_dppca.kernel.score_stats import histogram_counts
-from dask_dppca.privacy.frame import Frame
-from dask_dppca.privacy.histogram import allocate
+from dask_dppca.privacy.mechanisms.frame import Frame
+from dask_dppca.privacy.mechanisms.histogram import allocate
 
 DATA = json.loads((Path(__file__).parent / "data" / "r_score_parity.json").read_text())
 

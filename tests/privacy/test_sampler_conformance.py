@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 
-from dask_dppca.privacy.noise import (
+from dask_dppca.privacy.mechanisms.noise import (
     LatticeSampler,
     NoiseSampler,
     NonPrivateRandomStateWarning,

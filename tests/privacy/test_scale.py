@@ -20,15 +20,20 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from dask_dppca.kernel.score_stats import count_at_most
-from dask_dppca.privacy.budget import PartsCharge, charge_of
-from dask_dppca.privacy.laplace import SeededDiscreteLaplace
-from dask_dppca.privacy.parts import PureDPPart
-from dask_dppca.privacy.quantile import PrivateQuantile
-from dask_dppca.privacy.scale import LEVELS, RobustScale, original_loadings, robust_scaling
+from dask_dppca.privacy.budget.privacy_budget import PartsCharge, charge_of
+from dask_dppca.privacy.mechanisms.laplace import SeededDiscreteLaplace
+from dask_dppca.privacy.mechanisms.parts import PureDPPart
+from dask_dppca.privacy.mechanisms.quantile import PrivateQuantile
+from dask_dppca.privacy.mechanisms.scale import (
+    LEVELS,
+    RobustScale,
+    original_loadings,
+    robust_scaling,
+)
 from tests.privacy.test_quantile import NoNoise, RecordingNoise  # NOT private, tests only
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 

@@ -25,10 +25,10 @@ from dask_dppca.kernel.scree_stats import (
     sub_blocks,
     summation_slack,
 )
-from dask_dppca.privacy.calibration import gaussian_dp_epsilon
-from dask_dppca.privacy.noise import OpenDPSampler
-from dask_dppca.privacy.parts import GaussianPart, PureDPPart
-from dask_dppca.privacy.scree import (
+from dask_dppca.privacy.mechanisms.calibration import gaussian_dp_epsilon
+from dask_dppca.privacy.mechanisms.noise import OpenDPSampler
+from dask_dppca.privacy.mechanisms.parts import GaussianPart, PureDPPart
+from dask_dppca.privacy.mechanisms.scree import (
     CLIP_MULTIPLE,
     WINSOR_FACTOR,
     WINSOR_LEVEL,

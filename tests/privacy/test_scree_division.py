@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from dask_dppca.kernel.scree_stats import summation_slack
-from dask_dppca.privacy.noise import SeededSampler
-from dask_dppca.privacy.scree import GaussianStatistic
+from dask_dppca.privacy.mechanisms.noise import SeededSampler
+from dask_dppca.privacy.mechanisms.scree import GaussianStatistic
 
 
 def _worst_quotient_gap(sens: float, n_pairs: int, degree: int, slack: float, r: float) -> float:

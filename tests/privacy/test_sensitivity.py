@@ -16,7 +16,7 @@ from dask_dppca.design import CompleteDesign
 from dask_dppca.kernel.spatial_sign import MAX_BOUND, MIN_BOUND, SpatialSign, custom, sphere, winsor
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"
+    "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
 )
 
 
@@ -187,7 +187,7 @@ def test_the_classical_calibration_covers_the_rounding_at_every_n(n):
     by 1.17 G^2 / n, more than the rounding room only while n is below about 2e9; beyond,
     the classical release must add the rest (it added nothing, whatever n)."""
     from dask_dppca.privacy import PrivacyTarget, ReleaseMechanism
-    from dask_dppca.privacy.noise import default_sampler
+    from dask_dppca.privacy.mechanisms.noise import default_sampler
 
     plan, g = _complete_plan(n, 8), sphere()
     mechanism = ReleaseMechanism.plan_release(

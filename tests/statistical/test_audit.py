@@ -29,7 +29,7 @@ from scipy import stats
 
 import dask_dppca as dd
 from dask_dppca.privacy import ReleaseMechanism
-from dask_dppca.privacy.noise import default_sampler
+from dask_dppca.privacy.mechanisms.noise import default_sampler
 from tests.privacy.test_sensitivity import _adversarial_pairs
 from tests.releases import mechanism_for
 
@@ -364,7 +364,7 @@ def _calibrating_four_times_too_little_noise(monkeypatch) -> None:
     """BROKEN on purpose: every calibration of a privacy target gets sigma / 4, so the
     estimator draws at sigma / 4 AND reports sigma / 4 (true epsilon ~9.6 at delta 1e-6,
     claimed 2)."""
-    from dask_dppca.privacy.calibration import PrivacyTarget as Target
+    from dask_dppca.privacy.mechanisms.calibration import PrivacyTarget as Target
 
     original = Target.sigma
     monkeypatch.setattr(Target, "sigma", lambda self, *a, **k: original(self, *a, **k) / 4.0)

@@ -13,7 +13,11 @@ import numpy as np
 import pytest
 
 from dask_dppca.datasets import make_elliptical, spiked_spectrum
-from dask_dppca.privacy.budget import BudgetExceededError, GaussianCharge, PrivacyBudget
+from dask_dppca.privacy.budget.privacy_budget import (
+    BudgetExceededError,
+    GaussianCharge,
+    PrivacyBudget,
+)
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments.py"
 spec = importlib.util.spec_from_file_location("experiments", SCRIPT)

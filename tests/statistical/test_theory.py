@@ -18,7 +18,7 @@ from dask_dppca.planning.theory import (
     winsor_eigenvalues,
 )
 from dask_dppca.planning.utility import UtilityModel, plan, release_sigma
-from dask_dppca.privacy.noise import (
+from dask_dppca.privacy.mechanisms.noise import (
     SeededSampler,
     add_symmetric_noise,
 )

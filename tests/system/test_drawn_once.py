@@ -32,11 +32,11 @@ import zarr
 from distributed import Client, LocalCluster
 
 import dask_dppca as dd
-from dask_dppca.compute.release import release_task
-from dask_dppca.compute.tickets import RELEASE_METADATA_KEY, ReleaseAlreadyDrawnError
+from dask_dppca.compute.trusted.release import release_task
+from dask_dppca.compute.trusted.tickets import RELEASE_METADATA_KEY, ReleaseAlreadyDrawnError
 from dask_dppca.decomposition import estimator
 from dask_dppca.graph import lanes_total
-from dask_dppca.privacy.noise import DEFAULT_LATTICE_BITS, OpenDPSampler
+from dask_dppca.privacy.mechanisms.noise import DEFAULT_LATTICE_BITS, OpenDPSampler
 from tests.releases import lane_of, mechanism_for
 
 pytestmark = pytest.mark.cluster

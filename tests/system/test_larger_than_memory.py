@@ -61,7 +61,7 @@ def _warm_baseline_rss(path):
     """RSS of a worker that has imported what a fit's tasks use and read one block."""
 
     def warm():
-        import dask_dppca.compute.release
+        import dask_dppca.compute.trusted.release
         import dask_dppca.graph  # noqa: F401  (the block-pair tasks)
         from dask_dppca.kernel import block_pair_sum
 

@@ -39,8 +39,8 @@ import dask_dppca as dd
 from dask_dppca import datasets
 from dask_dppca.compute import STALL_TIMEOUT_KEY, TRUSTED_RESOURCE
 from dask_dppca.compute import cluster as dd_cluster
-from dask_dppca.compute import placement as placement_module
-from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
+from dask_dppca.compute.trusted import placement as placement_module
+from dask_dppca.compute.trusted.tickets import RELEASE_METADATA_KEY
 from dask_dppca.compute.workers import prepare_workers
 from dask_dppca.graph import ExactSumLeakError
 from dask_dppca.graph import sealed as sealed_module
@@ -48,7 +48,9 @@ from tests.live import die_with_parent
 
 pytestmark = [
     pytest.mark.cluster,
-    pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"),
+    pytest.mark.filterwarnings(
+        "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
+    ),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -707,7 +709,7 @@ def test_an_impostor_claiming_the_trusted_resource_gets_no_release(
     certificate, and a claimant whose certificate is not the trusted worker's stops the
     fit before anything is drawn.  With that check switched off, the same impostor
     does get the release: the check is what stops it."""
-    from dask_dppca.compute import trust
+    from dask_dppca.compute.trusted import trust
 
     cluster = LiveCluster(tmp_path, tls)
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dask_dppca.compute.trust import TRUSTED_WORKER_COMMON_NAME
+from dask_dppca.compute.trusted.trust import TRUSTED_WORKER_COMMON_NAME
 from tests.deploy.live import (
     CLIENT,
     MACHINE_ENV,

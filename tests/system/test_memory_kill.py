@@ -18,7 +18,9 @@ from tests.live import one_trusted_worker
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.timeout(240),
-    pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"),
+    pytest.mark.filterwarnings(
+        "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
+    ),
 ]
 
 

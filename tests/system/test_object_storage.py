@@ -37,12 +37,14 @@ from dask_dppca.decomposition import estimator
 from dask_dppca.design import plan_blocks
 from dask_dppca.graph import graph_layout
 from dask_dppca.io import MissingChunkError, open_records
-from dask_dppca.privacy.noise import SeededSampler
+from dask_dppca.privacy.mechanisms.noise import SeededSampler
 from tests.live import START_TIMEOUT, PlainCluster, die_with_parent, stop
 
 pytestmark = [
     pytest.mark.cluster,
-    pytest.mark.filterwarnings("ignore::dask_dppca.privacy.noise.NonPrivateRandomStateWarning"),
+    pytest.mark.filterwarnings(
+        "ignore::dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning"
+    ),
 ]
 
 RUN_TIMEOUT = 180  # seconds for one CLI run

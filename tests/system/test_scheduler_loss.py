@@ -28,7 +28,7 @@ import zarr
 
 import dask_dppca as dd
 from dask_dppca.compute import SchedulerLostError
-from dask_dppca.compute.tickets import abandon_release, mark_release_dispatched
+from dask_dppca.compute.trusted.tickets import abandon_release, mark_release_dispatched
 from dask_dppca.decomposition import estimator
 from dask_dppca.privacy import PrivacyBudget
 from tests.live import PlainCluster

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 import dask_dppca as dd
-from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
-from dask_dppca.privacy.budget import BudgetExceededError, PrivacyBudget
-from dask_dppca.privacy.charging import BUDGET_ENV
+from dask_dppca.compute.trusted.tickets import RELEASE_METADATA_KEY
+from dask_dppca.privacy.budget.charging import BUDGET_ENV
+from dask_dppca.privacy.budget.privacy_budget import BudgetExceededError, PrivacyBudget
 from tests.live import PlainCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]

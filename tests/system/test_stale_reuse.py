@@ -20,7 +20,7 @@ import zarr
 import dask_dppca as dd
 from dask_dppca.compute.cluster import embedded_client
 from dask_dppca.io import open_records
-from dask_dppca.privacy.noise import NonPrivateRandomStateWarning
+from dask_dppca.privacy.mechanisms.noise import NonPrivateRandomStateWarning
 
 pytestmark = pytest.mark.cluster
 

@@ -20,7 +20,7 @@ import dask_dppca as dd
 from dask_dppca.compute import STALL_TIMEOUT_KEY
 from dask_dppca.compute import waits as dppca_cluster
 from dask_dppca.compute.failures import MEMORY_EVENT
-from dask_dppca.compute.tickets import RELEASE_METADATA_KEY
+from dask_dppca.compute.trusted.tickets import RELEASE_METADATA_KEY
 from tests.live import one_trusted_worker
 
 pytestmark = pytest.mark.cluster

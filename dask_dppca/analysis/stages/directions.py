@@ -14,9 +14,9 @@ from typing import Any
 
 from ...decomposition.estimator import DPPCA
 from ...kernel import SpatialSign, resolve_spatial_sign
-from ...privacy.accounting import BudgetSplit, PlannedPart
-from ...privacy.calibration import gaussian_dp_epsilon, gaussian_dp_mu
-from ...privacy.mechanism import ReleaseMechanism
+from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
+from ...privacy.mechanisms.calibration import gaussian_dp_epsilon, gaussian_dp_mu
+from ...privacy.mechanisms.mechanism import ReleaseMechanism
 from ..stage import StageContext, StageOutput
 
 __all__ = ["DirectionsStage", "check_spatial_sign", "directions_row", "directions_target"]

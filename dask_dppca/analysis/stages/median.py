@@ -2,7 +2,7 @@
 
 One pass over the records counts, per column, the rows at or below every public
 candidate; one release on the trusted worker draws the ``d`` medians
-(:class:`~dask_dppca.privacy.median.CoordinateMedian`, its sensitivity in
+(:class:`~dask_dppca.privacy.mechanisms.median.CoordinateMedian`, its sensitivity in
 docs/privacy.md).  Off by default: ``analyze(..., stages=["median"])`` or
 ``dask-dppca analyze --median``.
 """
@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...compute.release import release_statistic
+from ...compute.trusted.release import release_statistic
 from ...graph.score_stats import quantile_counts_graph
-from ...privacy.accounting import BudgetSplit, PlannedPart
-from ...privacy.laplace import integer_noise
-from ...privacy.median import CoordinateMedian
-from ...privacy.parts import PureDPPart
+from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
+from ...privacy.mechanisms.laplace import integer_noise
+from ...privacy.mechanisms.median import CoordinateMedian
+from ...privacy.mechanisms.parts import PureDPPart
 from ..stage import StageContext, StageOutput, claim_stage_parts, release_row
 
 __all__ = ["MedianStage"]

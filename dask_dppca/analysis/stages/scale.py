@@ -2,9 +2,9 @@
 
 One pass over the records counts, per column, the rows at or below every public
 candidate; one release on the trusted worker draws the column's quantiles
-(:class:`~dask_dppca.privacy.scale.RobustScale`, its sensitivity in docs/privacy.md), and
+(:class:`~dask_dppca.privacy.mechanisms.scale.RobustScale`, its sensitivity in docs/privacy.md), and
 the public rule turns them into a centre and a scale per column
-(:func:`~dask_dppca.privacy.scale.robust_scaling`, post-processing).  Every later stage
+(:func:`~dask_dppca.privacy.mechanisms.scale.robust_scaling`, post-processing).  Every later stage
 then reads ``(x - centre) / scale`` inside its own block reads
 (:meth:`~dask_dppca.io.records.Records.scaled`): the directions are unit vectors in the
 scaled coordinates.  ``analyze(..., scale="robust")`` or ``dask-dppca analyze --scale
@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...compute.release import release_statistic
+from ...compute.trusted.release import release_statistic
 from ...graph.score_stats import quantile_counts_graph
-from ...privacy.accounting import BudgetSplit, PlannedPart
-from ...privacy.laplace import integer_noise
-from ...privacy.parts import PureDPPart
-from ...privacy.scale import LEVELS, RobustScale, robust_scaling
+from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
+from ...privacy.mechanisms.laplace import integer_noise
+from ...privacy.mechanisms.parts import PureDPPart
+from ...privacy.mechanisms.scale import LEVELS, RobustScale, robust_scaling
 from ..stage import StageContext, StageOutput, claim_stage_parts, release_row
 
 __all__ = ["ScaleStage", "scale_mechanism"]

@@ -4,16 +4,19 @@
 :class:`~dask_dppca.analysis.stage.Stage`.  Before anything is read it states its parts
 (:meth:`~PrivateScoreMapStage.planned_parts`), from public parameters only (the bins,
 the methods, whether there are groups); the analysis splits its ONE total over these
-and every other part (:func:`~dask_dppca.privacy.accounting.split_budget`).  After the
+and every other part
+(:func:`~dask_dppca.privacy.mechanisms.accounting.split_budget`).  After the
 directions are released, :meth:`~PrivateScoreMapStage.run` builds the mechanism with
-exactly the split's parameters (:meth:`~dask_dppca.privacy.score_map.ScoreMapMechanism.of_parts`),
+exactly the split's parameters
+(:meth:`~dask_dppca.privacy.mechanisms.score_map.ScoreMapMechanism.of_parts`),
 charges its parts to every active budget and releases the map on the trusted worker
-(:func:`~dask_dppca.compute.score_map.release_score_map`).
+(:func:`~dask_dppca.compute.trusted.score_map.release_score_map`).
 
 The public rule inside the stage (weights of the squared strengths, as
-:func:`~dask_dppca.privacy.accounting.split_budget` uses them): the frame's four
+:func:`~dask_dppca.privacy.mechanisms.accounting.split_budget` uses them): the frame's four
 quantiles 1 (a quarter each), the histograms 3 (shared equally by the methods); with
-groups, the noisy group sizes take :data:`~dask_dppca.privacy.score_map.GROUP_COUNTS_SHARE`
+groups, the noisy group sizes take
+:data:`~dask_dppca.privacy.mechanisms.score_map.GROUP_COUNTS_SHARE`
 of the additive histogram's weight.  A sparse histogram's delta is
 :data:`SPARSE_DELTA_SHARE` of the total delta.
 
@@ -31,17 +34,22 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ...compute.score_map import release_score_map
+from ...compute.trusted.score_map import release_score_map
 from ...graph.score_stats import project_scores
-from ...privacy.accounting import BudgetSplit, PlannedPart
-from ...privacy.charging import reserve_release
-from ...privacy.frame import FrameMechanism
-from ...privacy.histogram import GroupCounts
-from ...privacy.laplace import SeededDiscreteLaplace
-from ...privacy.noise import SeededSampler
+from ...privacy.budget.charging import reserve_release
+from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
+from ...privacy.mechanisms.frame import FrameMechanism
+from ...privacy.mechanisms.histogram import GroupCounts
+from ...privacy.mechanisms.laplace import SeededDiscreteLaplace
+from ...privacy.mechanisms.noise import SeededSampler
+from ...privacy.mechanisms.parts import ApproxDPPart, GaussianPart, PureDPPart
+from ...privacy.mechanisms.score_map import (
+    GROUP_COUNTS_SHARE,
+    OTHER_GROUP,
+    ScoreMap,
+    ScoreMapMechanism,
+)
 from ...privacy.notices import NOISE_MULTIPLE
-from ...privacy.parts import ApproxDPPart, GaussianPart, PureDPPart
-from ...privacy.score_map import GROUP_COUNTS_SHARE, OTHER_GROUP, ScoreMap, ScoreMapMechanism
 from ..stage import StageContext, StageOutput
 
 __all__ = [
@@ -520,6 +528,7 @@ def plot_scores(
 def resample_synthetic(score_map: Any, size: int | None = None, **kwargs: Any) -> dict[str, Any]:
     """Fresh synthetic points per group from the released map (post-processing, free).
 
-    ``size`` and ``kwargs`` as for :meth:`~dask_dppca.privacy.score_map.ScoreMap.synthetic`.
+    ``size`` and ``kwargs`` as for
+    :meth:`~dask_dppca.privacy.mechanisms.score_map.ScoreMap.synthetic`.
     """
     return _released(score_map).synthetic(size, **kwargs)

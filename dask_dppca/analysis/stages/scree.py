@@ -1,7 +1,7 @@
 """The scree stage: private scree values along the released directions.
 
 Three releases, each one Dask pass released on the trusted worker
-(:mod:`dask_dppca.privacy.scree` holds the mechanisms and their sensitivity): the pair
+(:mod:`dask_dppca.privacy.mechanisms.scree` holds the mechanisms and their sensitivity): the pair
 quantiles (the scale every clip and threshold is set from, and the robust values), then
 the Gaussian means (clipped with the trace, winsorized, the first Huber step), then any
 further Huber steps.
@@ -15,15 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from ...compute.release import release_statistic
+from ...compute.trusted.release import release_statistic
 from ...graph.scree import scree_histogram_graph, scree_sums_graph
 from ...kernel.scree_stats import scree_design, sub_block_pairs_per_record, summation_slack
-from ...privacy.accounting import BudgetSplit, PlannedPart
-from ...privacy.charges import PartsCharge
-from ...privacy.noise import NoiseSampler, OpenDPSampler, SeededSampler
-from ...privacy.notices import scree_default
-from ...privacy.parts import GaussianPart, PureDPPart
-from ...privacy.scree import (
+from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
+from ...privacy.mechanisms.charges import PartsCharge
+from ...privacy.mechanisms.noise import NoiseSampler, OpenDPSampler, SeededSampler
+from ...privacy.mechanisms.parts import GaussianPart, PureDPPart
+from ...privacy.mechanisms.scree import (
     CLIP_MULTIPLE,
     HUBER_MULTIPLE,
     METHODS,
@@ -40,6 +39,7 @@ from ...privacy.scree import (
     scree_scales,
     winsorizing_level,
 )
+from ...privacy.notices import scree_default
 from ..stage import StageContext, StageOutput, claim_stage_parts, release_row
 
 __all__ = ["HUBER_STEPS", "SCREE_WEIGHTS", "ScreeStage", "check_methods", "scree_parts"]

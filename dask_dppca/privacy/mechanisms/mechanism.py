@@ -8,11 +8,11 @@ needs, fixed before any data is read.  It is made from
   the kernel's rounding error: :class:`~dask_dppca.design.DesignPlan`),
 * the spatial sign's bound ``G``,
 * the privacy target (epsilon, delta, calibration: a
-  :class:`~dask_dppca.privacy.calibration.PrivacyTarget`, valid by construction),
+  :class:`~dask_dppca.privacy.mechanisms.calibration.PrivacyTarget`, valid by construction),
 * the noise sampler (its lattice slack and privacy excess).
 
 The estimator plans one, every active budget reserves it whole
-(:func:`~dask_dppca.privacy.charging.reserve_release`), and the compute layer runs
+(:func:`~dask_dppca.privacy.budget.charging.reserve_release`), and the compute layer runs
 :meth:`ReleaseMechanism.release` once, on the trusted worker, on the exact pair sum.
 ``planning.release_sigma`` builds the same object without data, so the planner's
 sigma is the fit's sigma.  Its :meth:`~ReleaseMechanism.describe` becomes
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..kernel.fp_state import own_errstate
+from ...kernel.fp_state import own_errstate
 from .advice import noise_spectral_norm, signal_to_noise
 from .calibration import PrivacyTarget
 from .charges import GaussianCharge
@@ -35,8 +35,8 @@ from .noise import NoiseSampler, add_symmetric_noise
 from .parts import GaussianPart, PrivacyPart
 
 if TYPE_CHECKING:  # the plan and the spatial sign are passed in; nothing else is used
-    from ..design import Design, DesignPlan
-    from ..kernel import SpatialSign
+    from ...design import Design, DesignPlan
+    from ...kernel import SpatialSign
 
 __all__ = ["PrivateRelease", "ReleaseMechanism"]
 

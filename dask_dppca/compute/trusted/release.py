@@ -35,19 +35,21 @@ from typing import Any, Protocol, TypeVar
 import dask
 import distributed
 
-from ..graph import lanes_total
-from ..graph.scree_task import merge_partials
-from ..privacy import PrivateRelease, ReleaseMechanism
-from ..privacy.charging import release_dispatched
-from .cluster import TRUSTED_RESOURCE
-from .failures import (
+from ...graph import lanes_total
+from ...graph.scree_task import merge_partials
+from ...privacy import PrivateRelease, ReleaseMechanism
+from ...privacy.budget.charging import release_dispatched
+from ..cluster import TRUSTED_RESOURCE
+from ..failures import (
     SchedulerLostError,
     is_scheduler_loss,
     killed_worker_error,
     scheduler_address,
 )
+from ..progress import cluster_progress, local_progress
+from ..waits import ClusterStalledError, await_done, await_result
+from ..workers import prepare_workers, single_threaded_blas
 from .placement import choose_placement, describe_placement, placement_unavailable
-from .progress import cluster_progress, local_progress
 from .site_ledger import charged_where_drawn
 from .tickets import (
     claim_release_ticket,
@@ -56,8 +58,6 @@ from .tickets import (
     mark_release_settled,
     prune_release_tickets,
 )
-from .waits import ClusterStalledError, await_done, await_result
-from .workers import prepare_workers, single_threaded_blas
 
 __all__ = [
     "Draw",
@@ -237,7 +237,7 @@ def release_statistic(
         For that ledger's row.
     stage_id : str, optional
         The analysis stage this release belongs to: its ledger rows are marked
-        dispatched (:func:`~dask_dppca.privacy.charging.release_dispatched`) before
+        dispatched (:func:`~dask_dppca.privacy.budget.charging.release_dispatched`) before
         anything can draw (a stage's first release dispatches it; later ones find it so).
 
     Returns

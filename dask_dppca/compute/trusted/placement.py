@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from .cluster import TRUSTED_RESOURCE
+from ..cluster import TRUSTED_RESOURCE
 from .trust import verified_placement
 
 __all__ = [

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..validation import integer_at_least, positive_finite, real_number
+from ...validation import integer_at_least, positive_finite, real_number
 from .calibration import gaussian_dp_mu
 from .contract import Mechanism
 from .frame import DEFAULT_INFLATION, DEFAULT_RADIUS_QUANTILE, Frame, FrameMechanism
@@ -447,7 +447,7 @@ def noisy_size_text(size: float) -> str:
 
     Examples
     --------
-    >>> from dask_dppca.privacy.score_map import noisy_size_text
+    >>> from dask_dppca.privacy.mechanisms.score_map import noisy_size_text
     >>> noisy_size_text(-14.2), noisy_size_text(3.5), noisy_size_text(1234.6)
     ('-14.2', '3.5', '1235')
     """

@@ -3,7 +3,7 @@
 :class:`PrivacyBudget` keeps its releases in a ledger (:mod:`.ledger`: in this process,
 or a SQLite file shared by every process) and admits one more only if the exact
 composition of every counted release still fits its (epsilon, delta)
-(:mod:`.budget_arithmetic`).  A fit *reserves* its release before the noise is drawn and
+(:mod:`.arithmetic`).  A fit *reserves* its release before the noise is drawn and
 *commits* it after (:class:`Reservation`), so a crash in between never under-counts.
 Which budgets a fit charges is :mod:`.charging`'s job.  The design (exact Gaussian-DP
 composition, why not a PLD accountant, sampler excess, storage): docs/ledger.md.
@@ -18,19 +18,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..validation import nonnegative_finite, positive_finite
-from .budget_arithmetic import BudgetArithmetic, BudgetExceededError
-from .budget_registry import (
-    BudgetKey,
-    enter_budget,
-    exit_budget,
-    find_in_memory,
-    open_budgets,
-    remember_in_memory,
-)
-from .budget_report import render_html, render_text, report_data, stage_name
-from .calibration import validate_privacy_parameters
-from .charges import GaussianCharge, PartsCharge, charge_of
+from ...validation import nonnegative_finite, positive_finite
+from ..mechanisms.calibration import validate_privacy_parameters
+from ..mechanisms.charges import GaussianCharge, PartsCharge, charge_of
+from .arithmetic import BudgetArithmetic, BudgetExceededError
 from .ledger import (
     Ledger,
     MemoryLedger,
@@ -40,6 +31,15 @@ from .ledger import (
     ledger_path,
 )
 from .ledger_rows import LedgerError, LedgerReplacedError, Release
+from .registry import (
+    BudgetKey,
+    enter_budget,
+    exit_budget,
+    find_in_memory,
+    open_budgets,
+    remember_in_memory,
+)
+from .report import render_html, render_text, report_data, stage_name
 
 __all__ = [
     "BudgetExceededError",
@@ -479,7 +479,7 @@ class PrivacyBudget:
         A row whose release was never dispatched provably drew no noise and is
         cancelled (given back); any other reserved row may have drawn and is committed
         (it stays spent); one whose process still runs on this machine is left to it.
-        See :meth:`~dask_dppca.privacy.ledger.SQLiteLedger.resolve`.
+        See :meth:`~dask_dppca.privacy.budget.ledger.SQLiteLedger.resolve`.
 
         Parameters
         ----------

@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 #: Environment variable naming the ledger of the default budget (inherited by child
-#: processes); see :mod:`~dask_dppca.privacy.charging`.
+#: processes); see :mod:`~dask_dppca.privacy.budget.charging`.
 BUDGET_ENV = "DASK_DPPCA_BUDGET"
 
 #: What tells budgets apart: ``("file", path)`` or ``("memory", token)``.
@@ -54,7 +54,7 @@ _IN_MEMORY: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary(
 
 def publish_budgets() -> None:
     """Register this process's default and open budgets for its child processes
-    (:mod:`~dask_dppca.privacy.lineage`).
+    (:mod:`~dask_dppca.privacy.budget.lineage`).
     """
     with _STATE_LOCK:
         opened = [budget for budget, _ in _OPEN.values()]

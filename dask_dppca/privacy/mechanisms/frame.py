@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..validation import integer_at_least, positive_finite, real_number
+from ...validation import integer_at_least, positive_finite, real_number
 from .parts import PrivacyPart
 from .quantile import DEFAULT_STEPS_PER_OCTAVE, PrivateQuantile
 

@@ -1,5 +1,5 @@
 """The report of a privacy budget, from one read of its ledger: plain text
-(:meth:`~.budget.PrivacyBudget.describe`), the notebook's HTML and plain data
+(:meth:`~.privacy_budget.PrivacyBudget.describe`), the notebook's HTML and plain data
 (``dask-dppca budget show [--json]``).
 
 Totals, what was spent, what is left, and a table of every release, the stages of one
@@ -16,9 +16,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .budget_arithmetic import BudgetArithmetic
+from ..mechanisms.parts import part_text
+from .arithmetic import BudgetArithmetic
 from .ledger_rows import Release
-from .parts import part_text
 
 __all__ = ["COLUMNS", "render_html", "render_text", "report_data", "stage_name"]
 
@@ -207,7 +207,7 @@ def render_html(arithmetic: BudgetArithmetic, ledger: str | None, rows: Sequence
 def report_data(
     arithmetic: BudgetArithmetic, ledger: str | None, rows: Sequence[Release]
 ) -> dict[str, Any]:
-    """The report as plain data (what :meth:`~.budget.PrivacyBudget.as_dict` returns)."""
+    """The report as plain data (what :meth:`~.privacy_budget.PrivacyBudget.as_dict` returns)."""
     counted = [r for r in rows if r.counted]
     spent = arithmetic.spent_epsilon(counted)
     return {

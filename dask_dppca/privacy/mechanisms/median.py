@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..validation import integer_at_least
+from ...validation import integer_at_least
 from .contract import given_noise
 from .laplace import IntegerNoise
 from .parts import PrivacyPart

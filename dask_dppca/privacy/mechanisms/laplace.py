@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 from numpy.typing import NDArray
 
-from ..validation import positive_finite
+from ...validation import positive_finite
 from .noise import NonPrivateRandomStateWarning, OSEntropy, discrete_laplace
 
 __all__ = [
@@ -140,7 +140,7 @@ class SeededDiscreteLaplace(IntegerNoise):
     """The same law from ``numpy.random.default_rng(seed)``: reproducible and NOT private.
 
     A difference of two geometric variables; for tests only.  Constructing one issues a
-    :class:`~dask_dppca.privacy.noise.NonPrivateRandomStateWarning`.
+    :class:`~dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning`.
 
     Parameters
     ----------

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..validation import integer_at_least, positive_finite, real_number
+from ...validation import integer_at_least, positive_finite, real_number
 from .calibration import gaussian_dp_mu
 from .contract import given_noise
 from .frame import Frame

@@ -1,7 +1,7 @@
 """A ledger's SQLite file: its layout and migrations, creating and opening it, and reading
 its rows back checked value by value and against the hash chain (:mod:`.ledger_chain`).
 
-:class:`~dask_dppca.privacy.ledger.SQLiteLedger` runs its transactions on what this
+:class:`~dask_dppca.privacy.budget.ledger.SQLiteLedger` runs its transactions on what this
 module opens; docs/ledger.md holds the design (why SQLite, the layout's growth, the
 checks on every read).
 """

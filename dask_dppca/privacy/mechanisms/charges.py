@@ -21,7 +21,7 @@ class GaussianCharge:
 
     A mechanism offers its charge as ``mechanism.charge``; the budget's ``check``,
     ``reserve`` and ``spend`` take either
-    (:class:`~dask_dppca.privacy.budget.PrivacyBudget`).
+    (:class:`~dask_dppca.privacy.budget.privacy_budget.PrivacyBudget`).
 
     Attributes
     ----------

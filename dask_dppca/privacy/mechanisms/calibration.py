@@ -36,7 +36,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import erf, erfcx, log_ndtr
 
-from ..validation import nonnegative_finite, positive_finite, real_number
+from ...validation import nonnegative_finite, positive_finite, real_number
 
 __all__ = [
     "CALIBRATIONS",
@@ -227,7 +227,7 @@ def log_delta(epsilon: float, mu: float) -> float:
     below 1e-12 where the direct formula loses 1e-9 at epsilon = 1e-3).  For
     ``x >= 0`` (epsilon <= mu^2/2) see ``_log_delta_above_zero``.  Exact for every
     real epsilon, negative ones included (the accountant evaluates the profile at
-    shifted epsilons: :mod:`dask_dppca.privacy.accounting`).
+    shifted epsilons: :mod:`dask_dppca.privacy.mechanisms.accounting`).
 
     Parameters
     ----------
@@ -267,7 +267,7 @@ def _log_delta_above_zero(epsilon: float, mu: float, x: float) -> float:
     """
     bracket = 0.5 * (float(erf(x / _SQRT2)) + float(erf((mu - x) / _SQRT2)))
     if epsilon < 0.0:
-        # A negative epsilon (the accountant's shifted profiles, privacy/accounting.py):
+        # A negative epsilon (the accountant's shifted profiles, privacy/mechanisms/accounting.py):
         # delta = bracket + (1 - e^epsilon) Phi(x - mu), two non-negative terms.
         added = math.log(-math.expm1(epsilon)) + float(log_ndtr(x - mu))
         if not bracket > 0.0:
@@ -584,7 +584,7 @@ def calibrate_sigma(
     calibration : {"analytic", "classical"}
         See :func:`analytic_gaussian_sigma` and :func:`classical_gaussian_sigma`.
     excess : float, default 0.0
-        A sampler's :meth:`~dask_dppca.privacy.noise.NoiseSampler.privacy_excess`: the
+        A sampler's :meth:`~dask_dppca.privacy.mechanisms.noise.NoiseSampler.privacy_excess`: the
         ideal Gaussian is then calibrated at ``(epsilon - 2 excess, delta e^-excess)`` so
         that the sampled mechanism meets (epsilon, delta) exactly.
 

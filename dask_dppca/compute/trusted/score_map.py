@@ -9,7 +9,8 @@ never gathered), it releases
 3. the histograms on the frame's grid, per group, and the noisy group sizes (one pass),
 
 each through :func:`~.release.release_statistic`, so each exact statistic reaches
-only its release task.  What comes back is a :class:`~dask_dppca.privacy.score_map.ScoreMap`.
+only its release task.  What comes back is a
+:class:`~dask_dppca.privacy.mechanisms.score_map.ScoreMap`.
 The caller charges ``mechanism.parts`` to its budgets before calling.  An analysis
 shell, after its directions release, calls (``records``, ``plan``, ``target`` as in
 ``DPPCA.fit``)::
@@ -29,14 +30,14 @@ from typing import Any
 
 import dask.array as da
 
-from ..graph.score_stats import histogram_counts_graph, label_codes, quantile_counts_graph
-from ..privacy.charges import PartsCharge
-from ..privacy.frame import Frame
-from ..privacy.laplace import DiscreteLaplaceSampler, IntegerNoise
-from ..privacy.noise import NoiseSampler, default_sampler
-from ..privacy.score_map import ScoreMap, ScoreMapMechanism
+from ...graph.score_stats import histogram_counts_graph, label_codes, quantile_counts_graph
+from ...privacy.mechanisms.charges import PartsCharge
+from ...privacy.mechanisms.frame import Frame
+from ...privacy.mechanisms.laplace import DiscreteLaplaceSampler, IntegerNoise
+from ...privacy.mechanisms.noise import NoiseSampler, default_sampler
+from ...privacy.mechanisms.score_map import ScoreMap, ScoreMapMechanism
+from ..target import ComputeTarget
 from .release import release_statistic
-from .target import ComputeTarget
 
 __all__ = ["release_score_map"]
 
@@ -69,8 +70,8 @@ def release_score_map(
     axes : (int, int)
         Recorded in the map (which components ``scores`` holds).
     gaussian_sampler, integer_sampler : optional
-        The noise (private defaults: :func:`~dask_dppca.privacy.noise.default_sampler`
-        and :class:`~dask_dppca.privacy.laplace.DiscreteLaplaceSampler`).
+        The noise (private defaults: :func:`~dask_dppca.privacy.mechanisms.noise.default_sampler`
+        and :class:`~dask_dppca.privacy.mechanisms.laplace.DiscreteLaplaceSampler`).
     stage_id : str, optional
         The analysis stage whose ledger rows the first release marks dispatched
         (:func:`~.release.release_statistic`).

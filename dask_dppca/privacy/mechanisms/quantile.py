@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..validation import integer_at_least, real_number
+from ...validation import integer_at_least, real_number
 from .contract import given_noise
 from .laplace import IntegerNoise, integer_scale
 from .parts import PrivacyPart, PureDPPart

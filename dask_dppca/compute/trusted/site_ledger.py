@@ -25,7 +25,7 @@ A worker started this way::
 The same keys set in a process that releases itself (a local scheduler, the embedded
 cluster's in-process workers) charge that process's fits there.  When the configured
 file is one the fit's client already reserved in, the fit is charged once
-(:meth:`~dask_dppca.privacy.budget.PrivacyBudget.reserve_once`).
+(:meth:`~dask_dppca.privacy.budget.privacy_budget.PrivacyBudget.reserve_once`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from typing import Any
 
 import dask
 
-from ..privacy import ReleaseMechanism
-from ..privacy.budget import (
+from ...privacy import ReleaseMechanism
+from ...privacy.budget.privacy_budget import (
     BudgetExceededError,
     LedgerError,
     LedgerReplacedError,

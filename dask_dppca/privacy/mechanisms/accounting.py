@@ -131,7 +131,7 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 def _log_gaussian_profile(epsilon: NDArray[np.float64], mu: float) -> NDArray[np.float64]:
     """``log delta_G(epsilon; mu)`` for an array of real epsilons (negative included).
 
-    The vectorised twin of :func:`~dask_dppca.privacy.calibration.log_delta` (same
+    The vectorised twin of :func:`~dask_dppca.privacy.mechanisms.calibration.log_delta` (same
     formulas, same branches; tests/privacy/test_accounting.py checks they agree and
     checks both against mpmath at negative epsilon).
     """

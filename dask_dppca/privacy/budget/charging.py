@@ -23,13 +23,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Self, cast
 
-from .budget import PrivacyBudget, Reservation
-from .budget_registry import BUDGET_ENV, BudgetKey, open_budgets, publish_budgets
-from .budget_report import stage_name
-from .charges import GaussianCharge, PartsCharge, charge_of
+from ..mechanisms.charges import GaussianCharge, PartsCharge, charge_of
 from .ledger import ledger_path
 from .ledger_rows import LedgerError, LedgerReplacedError
 from .lineage import ancestor_budgets
+from .privacy_budget import PrivacyBudget, Reservation
+from .registry import BUDGET_ENV, BudgetKey, open_budgets, publish_budgets
+from .report import stage_name
 
 __all__ = [
     "BUDGET_ENV",
@@ -419,7 +419,7 @@ def reserve_transaction(
     is read; each stage then claims its rows (:func:`reserve_release`).
 
     Each budget records all the stages' rows in one ledger transaction
-    (:meth:`~.budget.PrivacyBudget.reserve_together`), so that concurrent analyses
+    (:meth:`~.privacy_budget.PrivacyBudget.reserve_together`), so that concurrent analyses
     are admitted whole or refused whole: with room for k of them, k run.  When one
     budget refuses, the rows already reserved in the others are cancelled (nothing was
     drawn).  When the block ends, however it ends, the rows of every stage never
@@ -429,7 +429,7 @@ def reserve_transaction(
     ----------
     stages : sequence of (stage, charge)
         Each stage's name and its charge (a mechanism or charge, as for
-        :meth:`~.budget.PrivacyBudget.reserve`).
+        :meth:`~.privacy_budget.PrivacyBudget.reserve`).
     transaction_id : str
         The analysis's id; stage ``s`` is released as ``f"{transaction_id}.{s}"``.
     label, dataset : str

@@ -24,7 +24,7 @@ from typing import Any
 
 import distributed
 
-from ..privacy.charging import release_dispatched
+from ...privacy.budget.charging import release_dispatched
 
 __all__ = [
     "ABANDONED_METADATA_KEY",
@@ -74,7 +74,8 @@ def mark_release_dispatched(fit_id: str, scheduler_id: str | None = None) -> Non
     """Record, before it can draw, that the release of ``fit_id`` is called or submitted
     here (to the scheduler ``scheduler_id``, on a cluster).
 
-    First in every ledger charged for it (:func:`~dask_dppca.privacy.charging.release_dispatched`:
+    First in every ledger charged for it
+    (:func:`~dask_dppca.privacy.budget.charging.release_dispatched`:
     a ledger row whose release was never dispatched proves that nothing was drawn);
     a ledger that refuses (its row was resolved meanwhile) stops the release here.
     """

@@ -17,7 +17,7 @@ Each private sampler reports the two small corrections its guarantee needs:
 :meth:`NoiseSampler.sensitivity_slack` (the rounding of the input to the lattice,
 added to the sensitivity) and :meth:`NoiseSampler.privacy_excess` (how far its sampled
 law may be, multiplicatively, from the rounded continuous Gaussian; passed to
-:func:`~dask_dppca.privacy.calibration.calibrate_sigma` as ``excess``).
+:func:`~dask_dppca.privacy.mechanisms.calibration.calibrate_sigma` as ``excess``).
 docs/privacy.md proves both.
 """
 
@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..validation import positive_finite
+from ...validation import positive_finite
 
 __all__ = [
     "DEFAULT_LATTICE_BITS",

@@ -7,8 +7,8 @@ committed rows count as spent.  :class:`MemoryLedger` keeps them in this process
 :class:`SQLiteLedger` in a SQLite file shared by every thread and process (its file:
 :mod:`.ledger_file`; its rows' rules: :mod:`.ledger_rows`; its hash chain:
 :mod:`.ledger_chain`).  The arithmetic (which rows fit in the totals) is the budget's
-(:mod:`dask_dppca.privacy.budget`).  The design (stages, identity, tamper evidence, why
-SQLite): docs/ledger.md.
+(:mod:`dask_dppca.privacy.budget.privacy_budget`).  The design (stages, identity, tamper
+evidence, why SQLite): docs/ledger.md.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NoReturn, Protocol
 
-from .calibration import validate_privacy_parameters
+from ..mechanisms.calibration import validate_privacy_parameters
+from ..mechanisms.parts import part_to_dict
 from .ledger_chain import link, reseal
 from .ledger_file import (
     COLUMNS,
@@ -49,7 +50,6 @@ from .ledger_rows import (
     check_fit,
     check_settle,
 )
-from .parts import part_to_dict
 
 __all__ = [
     "LOCK_TIMEOUT",
@@ -498,7 +498,7 @@ class SQLiteLedger:
     ) -> None:
         """Mark a reserved row committed or cancelled.
 
-        With ``ledger_id`` and ``fit_id`` (what a :class:`~.budget.Reservation` passes) the
+        With ``ledger_id`` and ``fit_id`` (what a :class:`~.privacy_budget.Reservation` passes) the
         row must be that fit's row in that very ledger, never merely a row of that number.
 
         Raises

@@ -43,7 +43,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.stats import norm
 
-from ..kernel.scree_stats import grid_values
+from ...kernel.scree_stats import grid_values
 from .contract import own_noise
 from .noise import NoiseSampler
 from .parts import GaussianPart, PrivacyPart, PureDPPart

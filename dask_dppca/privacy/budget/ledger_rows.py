@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
-from .parts import PrivacyPart, part_from_dict
+from ..mechanisms.parts import PrivacyPart, part_from_dict
 
 __all__ = [
     "COUNTED",

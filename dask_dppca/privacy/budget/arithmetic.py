@@ -4,7 +4,7 @@
 exactly: Gaussian releases in closed form (Gaussian DP, ``mu = sqrt(sum mu_i^2)``), rows
 with other parts through :mod:`.accounting`; the sampler excesses add and are charged as
 in calibration.  It admits or refuses one more release, and finds the smallest sigma,
-what is left and what was spent.  A :class:`~.budget.PrivacyBudget` runs it on the rows
+what is left and what was spent.  A :class:`~.privacy_budget.PrivacyBudget` runs it on the rows
 its ledger holds; docs/ledger.md holds the design.
 """
 
@@ -13,16 +13,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .accounting import Composition, compose
-from .calibration import (
+from ..mechanisms.accounting import Composition, compose
+from ..mechanisms.calibration import (
     DELTA_RELATIVE_ERROR,
     apply_excess,
     gaussian_dp_epsilon,
     gaussian_dp_mu,
     log_delta,
 )
+from ..mechanisms.parts import GaussianPart, PrivacyPart, part_text
 from .ledger_rows import Release
-from .parts import GaussianPart, PrivacyPart, part_text
 
 __all__ = ["BudgetArithmetic", "BudgetExceededError"]
 
