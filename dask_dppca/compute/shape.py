@@ -15,6 +15,7 @@ from typing import Any
 import distributed
 from distributed.system import MEMORY_LIMIT
 
+from ..graph.worker_tasks import WorkerTasks
 from .cluster import (
     active_client,
     connect,
@@ -45,6 +46,8 @@ class ClusterShape:
     in_process : bool
         Whether the workers run in this process (the embedded cluster, a local
         scheduler): an input in this process's memory is then in the worker's too.
+    local_scheduler : bool
+        Whether it is a Dask local scheduler (no workers: no worker-wide tasks).
     """
 
     workers: int
@@ -53,6 +56,7 @@ class ClusterShape:
     source: str = "given"
     total_threads: int | None = None
     in_process: bool = False
+    local_scheduler: bool = False
 
     def __post_init__(self) -> None:
         for name in ("workers", "threads_per_worker"):
@@ -69,6 +73,15 @@ class ClusterShape:
     def n_threads(self) -> int:
         """Threads of the whole cluster (what the design rule uses)."""
         return self.total_threads or self.workers * self.threads_per_worker
+
+    @property
+    def worker_tasks(self) -> WorkerTasks | None:
+        """The cluster as the graph's worker-wide tasks are cut for; None for a local
+        scheduler (:mod:`dask_dppca.graph.worker_tasks`).
+        """
+        if self.local_scheduler:
+            return None
+        return WorkerTasks(self.workers, self.threads_per_worker, self.memory_limit)
 
     def describe(self) -> dict[str, Any]:
         """The shape as a plain dict."""
@@ -95,7 +108,12 @@ def cluster_shape(scheduler: Any = None) -> ClusterShape:
     if isinstance(scheduler, str) and scheduler in LOCAL_SCHEDULERS:
         threads = 1 if LOCAL_SCHEDULERS[scheduler] == "synchronous" else cores
         return ClusterShape(
-            1, threads, int(MEMORY_LIMIT), f"scheduler={scheduler!r}", in_process=True
+            1,
+            threads,
+            int(MEMORY_LIMIT),
+            f"scheduler={scheduler!r}",
+            in_process=True,
+            local_scheduler=True,
         )
     if scheduler is None:
         scheduler = active_client()

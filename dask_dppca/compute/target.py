@@ -22,6 +22,7 @@ from typing import Any
 import dask
 import distributed
 
+from ..graph.worker_tasks import WorkerTasks
 from ..privacy import PrivateRelease, ReleaseMechanism
 from .cluster import (
     active_client,
@@ -66,6 +67,13 @@ class ComputeTarget(ABC):
     @abstractmethod
     def in_process(self) -> bool:
         """Whether the work runs in this process (BLAS is then limited per compute)."""
+
+    @property
+    def worker_tasks(self) -> WorkerTasks | None:
+        """The workers the kernel's worker-wide tasks are cut for; None (the default, a
+        local scheduler's): each segment is a task.
+        """
+        return None
 
     @abstractmethod
     def compute(self, collections: list, label: str, progress: bool = False) -> list:
@@ -197,6 +205,13 @@ class ClusterTarget(ComputeTarget):
     def in_process(self) -> bool:
         """Whether the work runs in this process."""
         return workers_in_this_process(self.client)
+
+    @property
+    def worker_tasks(self) -> WorkerTasks | None:
+        """The cluster's workers, threads and memory limit, as its scheduler says."""
+        from .shape import cluster_shape
+
+        return cluster_shape(self.client).worker_tasks
 
     def persist(self, collection: Any) -> Any:
         """``collection`` computed and kept on the workers (its futures held by it).

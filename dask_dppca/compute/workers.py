@@ -1,4 +1,5 @@
-"""What a fit sets up where it computes: BLAS on one thread, and who may open sealed sums.
+"""What a fit sets up where it computes: BLAS on one thread, who may open sealed sums, and
+the resource each worker offers the kernel's worker-wide tasks.
 
 Dask runs one task per core, so threaded BLAS only oversubscribes; OpenBLAS also rounds
 differently with different thread counts, and a fixed count is what makes the exact sum
@@ -28,6 +29,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from ..graph.sealed import allow_unsealing
+from ..graph.worker_tasks import WORKER_TASK_RESOURCE
 from .allocator import keep_scratch_on_the_heap
 from .cluster import in_this_process
 from .failures import UNDER_FOOTPRINT, WorkerDiedError
@@ -63,8 +65,15 @@ class WorkerSetup(WorkerPlugin):
     compute, and they exchange objects without pickling.
     """
 
-    def setup(self, worker) -> None:
-        """Run by each worker when it starts (or when the plugin is registered)."""
+    async def setup(self, worker) -> None:
+        """Run by each worker when it starts (or when the plugin is registered).
+
+        Every worker, in this process or not, declares one
+        :data:`~dask_dppca.graph.worker_tasks.WORKER_TASK_RESOURCE`: the kernel's
+        worker-wide tasks need one each, so one runs a worker at a time.
+        """
+        if worker.state.total_resources.get(WORKER_TASK_RESOURCE) != 1:
+            await worker.set_resources(**{WORKER_TASK_RESOURCE: 1})
         if in_this_process(worker.address):
             return
         threadpool_limits(limits=1)

@@ -660,6 +660,7 @@ def _lane_sums(
         params.spatial_sign,
         target.n_threads,
         fit_id=fit_id,
+        cluster=target.worker_tasks,
     )
     return records, lane_sums
 

@@ -79,7 +79,13 @@ def kendall_matrix(
         records = records.counted(target)
         n, d = records.shape
         _, plan = plan_blocks(n, d, records.row_chunks, design, target.n_threads)
-        lane_sums = kernel_sum_graph(records.blocks(plan.block_sizes), plan, g, target.n_threads)
+        lane_sums = kernel_sum_graph(
+            records.blocks(plan.block_sizes),
+            plan,
+            g,
+            target.n_threads,
+            cluster=target.worker_tasks,
+        )
         # The total is a key here (nothing private): the lanes' sums stay sealed on the workers.
         (total,) = target.compute(
             [dask.delayed(lanes_total, pure=True)(*lane_sums)], "kendall_matrix"

@@ -113,16 +113,17 @@ def segment_task(segment: Segment, reader: Any, *given: Any) -> LaneState:
 
 
 def segment_groups(
-    segment: Segment, reader: Any, given: tuple[Any, ...]
+    segment: Segment, reader: Any, given: tuple[Any, ...], shared: Any = None
 ) -> Iterator[tuple[list[list[int]], dict[int, np.ndarray]]]:
     """Each group of ``segment`` in order, with the blocks it uses: ``(pairs, blocks)``.
 
     A block is read from ``reader`` (or taken from ``given``, in the order of
-    ``segment.blocks``) at its first use and dropped after its last, so a segment holds
-    only the blocks its next groups still need.  n, ``|P|`` and the sensitivity come from
-    the declared shape, while the kernel sums whatever rows the blocks really hold, so a
-    block that holds other rows than declared fails the task, and with it any release
-    that depends on it.
+    ``segment.blocks``, or from ``shared``, a worker task's
+    :class:`~.worker_tasks.SharedBlocks`) at its first use and dropped after its last, so
+    a segment holds only the blocks its next groups still need.  n, ``|P|`` and the
+    sensitivity come from the declared shape, while the kernel sums whatever rows the
+    blocks really hold, so a block that holds other rows than declared fails the task,
+    and with it any release that depends on it.
     """
     position = {int(block): k for k, block in enumerate(segment.blocks)}
     held: dict[int, np.ndarray] = {}
@@ -135,6 +136,8 @@ def segment_groups(
             rows = int(segment.rows[k])
             if segment.starts is None:
                 block = given[k]
+            elif shared is not None:
+                block = shared.get(index, int(segment.starts[k]), rows)
             else:
                 first = int(segment.starts[k])
                 block = reader[first : first + rows, :]
@@ -143,6 +146,8 @@ def segment_groups(
         yield group, held
         for index in [b for b in held if segment.last_use[position[b]] == number]:
             del held[index]
+            if shared is not None:
+                shared.done(index)
 
 
 def _check_block(block, index: int, rows: int, n_features: int) -> None:

@@ -39,6 +39,16 @@ from ..design import DesignPlan
 from ..io import chunk_reader
 from ..kernel import SpatialSign
 from .lane_task import Segment, merge_lanes, segment_task
+from .worker_tasks import (
+    WORKER_TASK_RESOURCE,
+    BatchShape,
+    WorkerBatch,
+    WorkerTasks,
+    batch_shape,
+    batch_task,
+    batches_for,
+    thread_bytes,
+)
 
 __all__ = [
     "LANES_PER_SUM_TASK",
@@ -53,7 +63,10 @@ __all__ = [
     "lanes_for",
     "pass_block_sizes",
     "plan_segments",
+    "read_buffer_bytes",
     "segment_bounds",
+    "segments_per_lane",
+    "worker_task_plan",
 ]
 
 
@@ -88,6 +101,7 @@ def kernel_sum_graph(
     n_threads: int,
     *,
     fit_id: str | None = None,
+    cluster: WorkerTasks | None = None,
 ) -> list[Delayed]:
     """Lazy exact pair sum of ``g g^T`` over the design's pairs.
 
@@ -114,6 +128,11 @@ def kernel_sum_graph(
     fit_id : str, optional
         Makes every key of the graph unique to this fit (a random one when omitted): a
         cluster that still holds another fit's keys never answers this one with them.
+    cluster : WorkerTasks, optional
+        The cluster's workers, threads and memory limit.  Given, and the blocks read
+        inside the tasks (a Zarr input), the segments run in worker-wide tasks
+        (:mod:`.worker_tasks`: one a worker at a time, each block read once there, a few
+        shared exact sums); else each segment is a task.
 
     Returns
     -------
@@ -135,18 +154,28 @@ def kernel_sum_graph(
     layer: dict[Key, tuple[Any, ...]] = {}
     reads = reader is not None
     bounds = segment_bounds(plan, n_threads, reads)
-    for number, segment in enumerate(plan_segments(plan, bounds, reads, spatial_sign)):
-        given = [] if reads else segment.blocks.tolist()
-        layer[f"{name}-{number}"] = (
-            segment_task,
-            segment,
-            reader,
-            *[(data.name, block, 0) for block in given],
-        )
+    segments = plan_segments(plan, bounds, reads, spatial_sign)
+    annotations: dict[str, Any] = {}
+    if reads and cluster is not None:
+        shape, batches = worker_task_plan(plan, segments, reader, cluster, n_threads)
+        for number, (first, stop) in enumerate(batches):
+            batch = WorkerBatch(tuple(segments[first:stop]), shape)
+            layer[f"{name}-{number}"] = (batch_task, batch, reader)
+        annotations = {"resources": {WORKER_TASK_RESOURCE: 1}}
+    else:
+        for number, segment in enumerate(segments):
+            given = [] if reads else segment.blocks.tolist()
+            layer[f"{name}-{number}"] = (
+                segment_task,
+                segment,
+                reader,
+                *[(data.name, block, 0) for block in given],
+            )
     # dask.array.Array does not match dask's own DaskCollection protocol as typed
     # (__dask_scheduler__ is a staticmethod there, a plain function here).
     dependencies = [] if reads else [data]
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=dependencies)  # type: ignore[arg-type]
+    with dask.annotate(**annotations):
+        graph = HighLevelGraph.from_collections(name, layer, dependencies=dependencies)  # type: ignore[arg-type]
     return _merge_down(
         [Delayed(key, graph, layer=name) for key in layer], key_prefix=f"dppca-sum-{token}"
     )
@@ -219,10 +248,7 @@ def segment_bounds(plan: DesignPlan, n_threads: int, reads_in_tasks: bool) -> li
     ``SEGMENT_INPUT_BYTES`` is cut again before the task that would pass it.
     """
     n_tasks = len(_task_sizes(plan))
-    n_lanes = lanes_for(n_threads)
-    share = 4.0 * plan.n_features * plan.n_pairs / n_lanes
-    per_lane = min(MAX_SEGMENTS_PER_LANE, max(1, math.ceil(share / SEGMENT_FLOPS)))
-    runs = _cut(n_tasks, n_lanes * per_lane)
+    runs = _cut(n_tasks, lanes_for(n_threads) * segments_per_lane(plan, n_threads))
     if reads_in_tasks:
         return runs
     tasks = plan.tasks()
@@ -243,6 +269,69 @@ def segment_bounds(plan: DesignPlan, n_threads: int, reads_in_tasks: bool) -> li
             held += extra
         cut.append((start, stop))
     return cut
+
+
+def segments_per_lane(plan: DesignPlan, n_threads: int) -> int:
+    """Segments a lane is cut into: its share of the pair work (4 d flops a pair) over
+    ``SEGMENT_FLOPS``, at least 1 and at most ``MAX_SEGMENTS_PER_LANE``.
+    """
+    share = 4.0 * plan.n_features * plan.n_pairs / lanes_for(n_threads)
+    return min(MAX_SEGMENTS_PER_LANE, max(1, math.ceil(share / SEGMENT_FLOPS)))
+
+
+def read_buffer_bytes(plan: DesignPlan, chunk_rows: int, itemsize: int) -> int:
+    """Bytes of a block read's buffer beside the block: the whole chunks it decodes
+    (in the store's dtype) when they hold more rows than the block or the dtype is not
+    float64 (the block is then a float64 copy); else none.
+    """
+    row_edges = np.cumsum((0,) + plan.block_sizes)
+    rows = int(_decoded(row_edges, np.arange(len(plan.block_sizes)), chunk_rows).max())
+    if itemsize != 8 or rows > max(plan.block_sizes):
+        return rows * plan.n_features * itemsize
+    return 0
+
+
+def worker_task_plan(
+    plan: DesignPlan,
+    segments: list[Segment],
+    reader: Any,
+    cluster: WorkerTasks,
+    n_threads: int,
+) -> tuple[BatchShape, list[tuple[int, int]]]:
+    """The worker tasks of ``segments`` (``(first, stop)`` segment numbers of each) and
+    the threads and shared sums each runs with (:func:`~.worker_tasks.batch_shape`).
+
+    ``segments_per_lane`` worker tasks a worker, of consecutive segments; the memory
+    each thread needs from the segments' working set (:func:`_working_set`).
+    """
+    batches = batches_for(len(segments), cluster, segments_per_lane(plan, n_threads))
+    held, per_task = _working_set(segments, reads=True, n_blocks=len(plan.block_sizes))
+    itemsize = int(reader.dtype.itemsize)
+    buffer = read_buffer_bytes(plan, reader.chunk_rows, itemsize)
+    per_thread = thread_bytes(plan, held, per_task, buffer)
+    finished = -(-len(batches) // max(cluster.workers, 1))
+    return batch_shape(cluster, plan.n_features, per_thread, finished), batches
+
+
+def _working_set(segments: list[Segment], reads: bool, n_blocks: int) -> tuple[int, int]:
+    """``(most blocks one segment holds at once, most distinct blocks one group uses)``."""
+    held_most, per_task = 0, 0
+    width = n_blocks + 1
+    for segment in segments:
+        groups = len(segment.group_ends)
+        group_of = np.repeat(np.arange(groups), np.diff(segment.group_ends, prepend=0))
+        flat_groups = np.repeat(group_of, 2)
+        if reads:  # a block from its first use to its last
+            first = flat_groups[np.unique(segment.pairs.ravel(), return_index=True)[1]]
+            change = np.zeros(groups + 1, dtype=np.int64)
+            np.add.at(change, first, 1)
+            np.add.at(change, segment.last_use + 1, -1)
+            held_most = max(held_most, int(np.cumsum(change).max()))
+        else:  # a task holds its Dask inputs for its whole run
+            held_most = max(held_most, len(segment.blocks))
+        distinct = np.unique(flat_groups.astype(np.int64) * width + segment.pairs.ravel())
+        per_task = max(per_task, int(np.bincount(distinct // width).max()))
+    return held_most, per_task
 
 
 def pass_block_sizes(
@@ -298,9 +387,9 @@ class GraphLayout:
     Attributes
     ----------
     segments : tuple of (int, int)
-        Each segment task's plan tasks, ``(first, stop)``.
+        Each segment's plan tasks, ``(first, stop)``.
     merge_tasks : int
-        Tasks adding the segments' sums down to at most ``LANES_PER_SUM_TASK``.
+        Tasks adding the tasks' sums down to at most ``LANES_PER_SUM_TASK``.
     input_tasks : int
         The input's tasks the segments depend on: none for a Zarr input (read inside
         the segments); for any other input every task of the blocks' graph (a slice per
@@ -321,6 +410,15 @@ class GraphLayout:
         all its input blocks for an input other than a Zarr store).
     blocks_per_task : int
         Most distinct blocks one plan task uses.
+    worker_tasks : tuple of (int, int)
+        On a cluster with a Zarr input, each worker task's segments ``(first, stop)``
+        (:mod:`.worker_tasks`); empty when each segment is a task.
+    batch : BatchShape or None
+        The threads and shared sums a worker task runs with (None: no worker tasks).
+    task_reads, task_rows : tuple of int
+        Blocks each task reads and the rows it decodes: a worker task reads a block
+        once for all its segments; equal to ``segment_reads`` and ``segment_rows``
+        when each segment is a task.
     """
 
     segments: tuple[tuple[int, int], ...]
@@ -332,30 +430,42 @@ class GraphLayout:
     rows_per_read: int
     held_blocks: int
     blocks_per_task: int
+    worker_tasks: tuple[tuple[int, int], ...] = ()
+    batch: BatchShape | None = None
+    task_reads: tuple[int, ...] = ()
+    task_rows: tuple[int, ...] = ()
 
     @property
     def n_segments(self) -> int:
-        """Segment tasks (each runs a run of the plan's block-pair tasks)."""
+        """Segments (each runs a run of the plan's block-pair groups)."""
         return len(self.segments)
 
     @property
+    def n_kernel_tasks(self) -> int:
+        """Tasks running the kernel: the worker tasks, or else the segments."""
+        return len(self.worker_tasks) or self.n_segments
+
+    @property
     def block_reads(self) -> int:
-        """Blocks the segments take, counted once per segment that uses them."""
-        return sum(self.segment_reads)
+        """Blocks the tasks read, counted once per task that uses them."""
+        return sum(self.task_reads)
 
     @property
     def n_tasks(self) -> int:
         """Tasks of the exact sum's graph (what the scheduler carries before the release)."""
-        return self.n_segments + self.merge_tasks + self.input_tasks
+        return self.n_kernel_tasks + self.merge_tasks + self.input_tasks
 
 
-def graph_layout(data: da.Array, plan: DesignPlan, n_threads: int) -> GraphLayout:
-    """The task counts and working set of ``kernel_sum_graph(data, plan, ..., n_threads)``.
+def graph_layout(
+    data: da.Array, plan: DesignPlan, n_threads: int, cluster: WorkerTasks | None = None
+) -> GraphLayout:
+    """The task counts and working set of ``kernel_sum_graph(data, plan, ..., n_threads,
+    cluster=cluster)``.
 
-    Counted from the same segments the graph is built from (:func:`segment_bounds`:
-    the plan and the thread count), without building the graph and without reading
-    data: ``data`` is the lazy array of the blocks (``Records.blocks``), whose own graph
-    is counted when its blocks are not read inside the segments.
+    Counted from the same segments (and worker tasks) the graph is built from
+    (:func:`segment_bounds`, :func:`worker_task_plan`), without building the graph and
+    without reading data: ``data`` is the lazy array of the blocks (``Records.blocks``),
+    whose own graph is counted when its blocks are not read inside the tasks.
     """
     _check_blocks(data, plan)
     reader = chunk_reader(data)
@@ -364,26 +474,20 @@ def graph_layout(data: da.Array, plan: DesignPlan, n_threads: int) -> GraphLayou
     segments = plan_segments(plan, bounds, reads)
     row_edges = np.cumsum((0,) + plan.block_sizes)
     chunk = reader.chunk_rows if reader is not None else 0
-    held_most, per_task = 0, 0
-    rows, block_reads = [], []
-    for segment in segments:
-        rows.append(_decoded_rows(row_edges, segment.blocks, chunk))
-        block_reads.append(len(segment.blocks))
-        groups = len(segment.group_ends)
-        group_of = np.repeat(np.arange(groups), np.diff(segment.group_ends, prepend=0))
-        flat_groups = np.repeat(group_of, 2)
-        if reads:  # a block from its first use to its last
-            first = flat_groups[np.unique(segment.pairs.ravel(), return_index=True)[1]]
-            change = np.zeros(groups + 1, dtype=np.int64)
-            np.add.at(change, first, 1)
-            np.add.at(change, segment.last_use + 1, -1)
-            held_most = max(held_most, int(np.cumsum(change).max()))
-        else:  # a task holds its Dask inputs for its whole run
-            held_most = max(held_most, len(segment.blocks))
-        width = len(row_edges)
-        distinct = np.unique(flat_groups.astype(np.int64) * width + segment.pairs.ravel())
-        per_task = max(per_task, int(np.bincount(distinct // width).max()))
-    merges, ends = 0, len(segments)
+    rows = [_decoded_rows(row_edges, segment.blocks, chunk) for segment in segments]
+    block_reads = [len(segment.blocks) for segment in segments]
+    held_most, per_task = _working_set(segments, reads, len(plan.block_sizes))
+    batches: list[tuple[int, int]] = []
+    shape = None
+    task_reads, task_rows = block_reads, rows
+    if reads and cluster is not None:
+        shape, batches = worker_task_plan(plan, segments, reader, cluster, n_threads)
+        together = [
+            np.unique(np.concatenate([s.blocks for s in segments[a:b]])) for a, b in batches
+        ]
+        task_reads = [len(blocks) for blocks in together]
+        task_rows = [_decoded_rows(row_edges, blocks, chunk) for blocks in together]
+    merges, ends = 0, len(batches) or len(segments)
     while ends > LANES_PER_SUM_TASK:
         ends = -(-ends // LANES_PER_SUM_TASK)
         merges += ends
@@ -397,6 +501,10 @@ def graph_layout(data: da.Array, plan: DesignPlan, n_threads: int) -> GraphLayou
         rows_per_read=int(_decoded(row_edges, np.arange(len(plan.block_sizes)), chunk).max()),
         held_blocks=held_most,
         blocks_per_task=per_task,
+        worker_tasks=tuple(batches),
+        batch=shape,
+        task_reads=tuple(task_reads),
+        task_rows=tuple(task_rows),
     )
 
 

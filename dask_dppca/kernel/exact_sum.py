@@ -36,8 +36,9 @@ _DIGIT = 1 << _DIGIT_BITS
 class ExactSum:
     """The exact sum of float64 arrays of one shape.
 
-    Immutable in use: :meth:`plus` and :meth:`merge` return new sums, so a Dask task
-    never changes its inputs.
+    :meth:`plus` and :meth:`merge` return new sums, so a Dask task never changes its
+    inputs; :meth:`add` adds in place, for a sum private to one task (a worker-wide
+    task's running sums: no copy of the digits per addition).
 
     Parameters
     ----------
@@ -55,12 +56,16 @@ class ExactSum:
 
     def plus(self, values: ArrayLike) -> ExactSum:
         """The sum of these values and ``values``, as a new sum."""
+        total = self._copy()
+        total.add(values)
+        return total
+
+    def add(self, values: ArrayLike) -> None:
+        """Add ``values`` to this sum in place (the same total as :meth:`plus`)."""
         values = np.asarray(values, dtype=np.float64)
         if values.shape != self.shape:
             raise ValueError(f"values: expected shape {self.shape}, got {values.shape}")
-        total = self._copy()
-        total._add(values.reshape(-1))
-        return total
+        self._add(values.reshape(-1))
 
     @classmethod
     def merge(cls, *sums: ExactSum) -> ExactSum:

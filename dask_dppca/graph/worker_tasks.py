@@ -1,0 +1,283 @@
+"""Worker-wide tasks: one task a worker runs a run of segments on that worker's threads.
+
+On a cluster, a graph of one task a thread grows with the threads (1000 workers x 16
+threads: 16 000 segment tasks and their scheduling), holds one exact d x d sum a
+segment (at d = 10 000 a sum is 1.2 GB), and reads a block once for each segment that
+uses it.  A *worker task* instead runs a run of consecutive segments (two a thread of
+the worker, as the segments are cut) on a pool of the worker's threads:
+
+* it reads each block it uses once and shares it between its threads
+  (:class:`SharedBlocks`: a block is dropped after the last of its segments used it);
+* its threads add their groups' sums into a few exact sums shared under locks
+  (:class:`BatchShape`: as many as the memory limit allows, one at least), merged once
+  at the end;
+* one runs a worker at a time: each carries the Dask resource :data:`WORKER_TASK_RESOURCE`,
+  of which every worker declares one (the compute layer's worker plugin), so the task
+  count grows with the workers, not the threads.
+
+Exact addition makes the total the same bits whatever the threads, the shared sums or
+the order (tests/graph/test_worker_tasks.py against the one-pair-per-task reference).
+How many threads and sums a worker task uses is a public function of the plan, d and
+the cluster's threads and memory limit (:func:`batch_shape`), the same at plan time and
+at fit time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..design import DesignPlan
+from ..kernel import ExactSum, block_pair_sum, pairwise_sum, tile_scratch_bytes
+from ..kernel.fp_state import own_errstate
+from .lane_task import LaneState, Segment, segment_groups
+
+__all__ = [
+    "EXACT_SUM_DIGITS",
+    "WORKER_BASELINE_BYTES",
+    "WORKER_TASK_RESOURCE",
+    "BatchShape",
+    "SharedBlocks",
+    "WorkerBatch",
+    "WorkerTasks",
+    "batch_shape",
+    "batch_task",
+    "batches_for",
+    "exact_sum_bytes",
+    "pause_fraction",
+    "thread_bytes",
+]
+
+#: The Dask resource a worker task needs one of; each worker declares one
+#: (:class:`dask_dppca.compute.workers.WorkerSetup`), so one runs a worker at a time.
+WORKER_TASK_RESOURCE = "dppca-worker-task"
+#: int64 digits an exact sum holds an entry in (for entries of like size: 2 or 3).
+EXACT_SUM_DIGITS = 3
+#: An idle worker process's resident bytes, as the choice of :func:`batch_shape` counts
+#: them (a public constant: the plan and the fit choose the same shape).
+WORKER_BASELINE_BYTES = 300 * 2**20
+
+
+@dataclass(frozen=True)
+class WorkerTasks:
+    """The cluster a graph is cut for (public: what the scheduler says of its workers).
+
+    Attributes
+    ----------
+    workers : int
+        Worker processes.
+    threads_per_worker : int
+        Threads of each (the smallest, when they differ).
+    memory_limit : int or None
+        Bytes each may hold (the smallest), None when unlimited.
+    """
+
+    workers: int
+    threads_per_worker: int
+    memory_limit: int | None
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """How a worker task runs: ``threads`` threads adding into ``sums`` exact sums."""
+
+    threads: int
+    sums: int
+
+
+def exact_sum_bytes(n_features: int) -> int:
+    """Bytes of one exact sum of K's upper triangle (``EXACT_SUM_DIGITS`` int64 an entry)."""
+    d = int(n_features)
+    return EXACT_SUM_DIGITS * 8 * d * (d + 1) // 2
+
+
+def thread_bytes(plan: DesignPlan, held_blocks: int, blocks_per_task: int, read_buffer: int) -> int:
+    """Most bytes one thread running a segment holds: the blocks it holds and the
+    kernel's prepared copy of a group's blocks, the read buffer, the kernel's tile
+    scratch, its group's d x d block-pair sums and their balanced sum's upper triangle.
+    """
+    d = plan.n_features
+    block = 8 * max(plan.block_sizes) * d
+    pairs_per_task = max(len(task) for task in plan.tasks())
+    return int(
+        (held_blocks + blocks_per_task) * block
+        + read_buffer
+        + tile_scratch_bytes(plan.tile_rows, d)
+        + (pairs_per_task + 1) * 8 * d * d
+    )
+
+
+def pause_fraction() -> float:
+    """The fraction of its memory limit at which a Dask worker pauses (its configuration)."""
+    import dask
+
+    value = dask.config.get("distributed.worker.memory.pause", 0.8)
+    return float(value) if value else 1.0
+
+
+def batch_shape(
+    cluster: WorkerTasks, n_features: int, per_thread: int, finished_sums: int
+) -> BatchShape:
+    """Threads and shared exact sums of a worker task that fit the worker's memory.
+
+    The most threads (at most the worker's) whose per-thread bytes, with one running
+    sum, the batch's merged total and the ``finished_sums`` a worker still holds for
+    their merge, fit what the worker may use (its memory limit x Dask's pause fraction,
+    less :data:`WORKER_BASELINE_BYTES`); then the most shared sums (one a thread at
+    most) that still fit.  At least one of each: a shape that does not fit even so is
+    the plan's to refuse.  Public: d, the per-thread bytes (from the plan) and the
+    cluster's threads and limit.
+    """
+    threads = max(1, int(cluster.threads_per_worker))
+    if cluster.memory_limit is None:
+        return BatchShape(threads, threads)
+    exact = exact_sum_bytes(n_features)
+    room = cluster.memory_limit * pause_fraction() - WORKER_BASELINE_BYTES
+    room -= (finished_sums + 1) * exact  # the finished sums and the batch's merged total
+    fit = int((room - exact) // max(per_thread, 1))
+    threads = max(1, min(threads, fit))
+    sums = int((room - threads * per_thread) // max(exact, 1))
+    return BatchShape(threads, max(1, min(threads, sums)))
+
+
+@dataclass(frozen=True, eq=False)
+class WorkerBatch:
+    """What one worker task runs: consecutive segments, and how (threads, shared sums)."""
+
+    segments: tuple[Segment, ...]
+    shape: BatchShape
+
+
+class SharedBlocks:
+    """The blocks of a worker task's segments, each read once and shared by its threads.
+
+    A block is read by the first thread that needs it (others wait for that read) and
+    dropped when the last of the batch's segments that use it is done with it.
+    """
+
+    def __init__(self, reader: Any, segments: Sequence[Segment]) -> None:
+        self.reader = reader
+        self.uses = Counter(int(block) for segment in segments for block in segment.blocks)
+        self.lock = threading.Lock()
+        self.held: dict[int, Any] = {}
+        self.reading: dict[int, threading.Event] = {}
+
+    def get(self, index: int, first: int, rows: int) -> Any:
+        """Block ``index`` (rows ``first`` to ``first + rows`` of the store)."""
+        with self.lock:
+            if index in self.held:
+                return self._value(index)
+            waiting = self.reading.get(index)
+            if waiting is None:
+                self.reading[index] = threading.Event()
+        if waiting is not None:
+            waiting.wait()  # the reading thread always sets it (its read or its error)
+            with self.lock:
+                return self._value(index)
+        try:
+            block: Any = self.reader[first : first + rows, :]
+        except BaseException as error:
+            block = _Failed(error)
+        with self.lock:
+            self.held[index] = block
+            self.reading.pop(index).set()
+            return self._value(index)
+
+    def done(self, index: int) -> None:
+        """A segment is done with block ``index``: dropped after its last segment."""
+        with self.lock:
+            self.uses[index] -= 1
+            if self.uses[index] <= 0:
+                self.held.pop(index, None)
+
+    def _value(self, index: int) -> Any:
+        block = self.held[index]
+        if isinstance(block, _Failed):
+            raise block.error
+        return block
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: BaseException
+
+
+class _SharedSums:
+    """``count`` exact sums shared by a worker task's threads, each under its own lock."""
+
+    def __init__(self, count: int, size: int) -> None:
+        self.sums = [ExactSum((size,)) for _ in range(count)]
+        self.locks = [threading.Lock() for _ in range(count)]
+        self.assigned: dict[int, int] = {}
+        self.lock = threading.Lock()
+
+    def add(self, values: np.ndarray) -> None:
+        with self.lock:  # each thread keeps one sum: threads spread over the sums
+            k = self.assigned.setdefault(threading.get_ident(), len(self.assigned))
+        k %= len(self.sums)
+        with self.locks[k]:
+            self.sums[k].add(values)
+
+    def total(self) -> ExactSum:
+        return ExactSum.merge(*self.sums)
+
+
+def batch_task(batch: WorkerBatch, reader: Any) -> LaneState:
+    """One worker task: its segments in order on ``batch.shape.threads`` threads, their
+    blocks read once (:class:`SharedBlocks`), their groups' sums added exactly into
+    ``batch.shape.sums`` shared sums, merged into one exact sum.  (BLAS runs on one
+    thread: the compute layer pins it on the workers.)
+    """
+    segments, shape = list(batch.segments), batch.shape
+    d = segments[0].n_features
+    upper = np.triu_indices(d)
+    blocks = SharedBlocks(reader, segments)
+    sums = _SharedSums(min(shape.sums, len(segments)), d * (d + 1) // 2)
+
+    @own_errstate
+    def run(segment: Segment) -> None:
+        for group, held in segment_groups(segment, reader, (), shared=blocks):
+            pair_sums = [
+                block_pair_sum(
+                    held[i],
+                    None if i == j else held[j],
+                    segment.spatial_sign,
+                    tile_rows=segment.tile_rows,
+                )
+                for i, j in group
+            ]
+            sums.add(pairwise_sum(pair_sums)[upper])
+
+    _run_all(run, segments, shape.threads)
+    return LaneState(sums.total())
+
+
+def _run_all(run: Callable[[Segment], None], segments: list[Segment], threads: int) -> None:
+    """``run`` on every segment, ``threads`` at a time in order; the first error raised."""
+    threads = max(1, min(threads, len(segments)))
+    if threads == 1:
+        for segment in segments:
+            run(segment)
+        return
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dppca-batch") as pool:
+        futures = [pool.submit(run, segment) for segment in segments]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+def batches_for(n_segments: int, cluster: WorkerTasks, per_lane: int) -> list[tuple[int, int]]:
+    """Segments cut into worker tasks: ``per_lane`` (1 to 4) a worker, of near-equal count."""
+    runs = max(1, min(n_segments, cluster.workers * max(1, per_lane)))
+    bounds = [n_segments * k // runs for k in range(runs + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
