@@ -82,7 +82,9 @@ def makespan(seconds: list[float], threads: int) -> float:
 
 
 def modelled(store: str, workers: int, threads: int, model) -> dict:
-    """The plan of the fit of ``store`` and every segment's and group's modelled seconds."""
+    """The plan of the fit of ``store``; every worker task's, segment's and group's
+    modelled seconds (the segments and groups as the graph before worker tasks ran them).
+    """
     import dask_dppca as dd
     from dask_dppca.design import plan_blocks
     from dask_dppca.graph import graph_layout
@@ -96,20 +98,30 @@ def modelled(store: str, workers: int, threads: int, model) -> dict:
     records = open_records(store)
     n, d = records.shape
     _, plan = plan_blocks(n, d, records.row_chunks, "auto", workers * threads)
-    layout = graph_layout(records.blocks(plan.block_sizes), plan, workers * threads)
-    work, reads = modelled_seconds(
-        plan, layout, model, d * 8, fit_plan.input["storage"], fit_plan.input["codec"]
-    )
+    blocks = records.blocks(plan.block_sizes)
+    storage, codec = fit_plan.input["storage"], fit_plan.input["codec"]
+    layout = graph_layout(blocks, plan, workers * threads, fit_plan.cluster.worker_tasks)
+    work, reads = modelled_seconds(plan, layout, model, d * 8, storage, codec)
     prefix = [0.0, *itertools.accumulate(work)]
-    segments = [prefix[b] - prefix[a] + r for (a, b), r in zip(layout.segments, reads)]
+    segment_work = [prefix[b] - prefix[a] for a, b in layout.segments]
+    per = layout.batch.threads
+    worker_tasks = [
+        makespan(segment_work[a:b], per) + r / per for (a, b), r in zip(layout.worker_tasks, reads)
+    ]
+    # the graph before worker tasks: a task a segment, each reading its own blocks
+    before = graph_layout(blocks, plan, workers * threads)
+    _, segment_reads = modelled_seconds(plan, before, model, d * 8, storage, codec)
+    segments = [w + r for w, r in zip(segment_work, segment_reads)]
     # each group with its segment's reads spread evenly over the segment's groups
     groups = list(work)
-    for (a, b), r in zip(layout.segments, reads):
+    for (a, b), r in zip(before.segments, segment_reads):
         for t in range(a, b):
             groups[t] += r / (b - a)
     return {
         "fit_plan": fit_plan,
         "layout": layout,
+        "before": before,
+        "worker_tasks": worker_tasks,
         "segments": segments,
         "groups": groups,
         "seconds": time.perf_counter() - started,
@@ -147,6 +159,18 @@ def segment_graph(segments: list[float], factor: float, prefix: str) -> tuple[di
     for number, seconds in enumerate(segments):
         key = f"{prefix}-segment-{number}"
         layer[key] = (_sleep, seconds / factor)
+        sums.append(key)
+    return layer, merge_tree(layer, sums, prefix)
+
+
+def worker_task_graph(seconds: list[float], factor: float, prefix: str) -> tuple[dict, str]:
+    """The graph now: a sleeping task per worker task, each needing the one resource its
+    worker offers (one a worker at a time), the merge tree, the release."""
+    layer: dict = {}
+    sums = []
+    for number, span in enumerate(seconds):
+        key = f"{prefix}-segment-{number}"  # the work-done plugin's name for kernel tasks
+        layer[key] = (_sleep, span / factor)
         sums.append(key)
     return layer, merge_tree(layer, sums, prefix)
 
@@ -203,8 +227,18 @@ def _work_done_plugin():
     return WorkDone()
 
 
-def simulate(layer: dict, final: str, workers: int, threads: int, probe: int, limit: float):
-    """Run ``layer`` on a fresh LocalCluster; its wall and the cluster's measured costs."""
+def simulate(
+    layer: dict,
+    final: str,
+    workers: int,
+    threads: int,
+    probe: int,
+    limit: float,
+    resource: str | None = None,
+):
+    """Run ``layer`` on a fresh LocalCluster; its wall and the cluster's measured costs.
+    ``resource``: every worker offers one, and the kernel tasks (``-segment-`` keys) need it.
+    """
     import dask
     from distributed import Client, LocalCluster
 
@@ -216,16 +250,29 @@ def simulate(layer: dict, final: str, workers: int, threads: int, probe: int, li
             dashboard_address=None,
             memory_limit=0,  # in-process workers would each count the whole process
             silence_logs=logging.ERROR,
+            resources={resource: 1} if resource else None,
         )
         client = Client(cluster, timeout=60)
         try:
+            if resource:
+                kernel = [key for key in layer if "-segment-" in key]
+                return _measure(cluster, client, layer, final, probe, limit, {resource: 1}, kernel)
             return _measure(cluster, client, layer, final, probe, limit)
         finally:
             client.close(timeout=30)
             cluster.close(timeout=60)
 
 
-def _measure(cluster, client, layer: dict, final: str, probe: int, limit: float) -> dict:
+def _measure(
+    cluster,
+    client,
+    layer: dict,
+    final: str,
+    probe: int,
+    limit: float,
+    needs: dict | None = None,
+    kernel: list | None = None,
+) -> dict:
     from distributed import wait
 
     def round_trip() -> float:
@@ -253,7 +300,21 @@ def _measure(cluster, client, layer: dict, final: str, probe: int, limit: float)
     cluster.scheduler.add_plugin(plugin)
     executed = sum(w.state.executed_count for w in cluster.workers.values())
     started = time.perf_counter()
-    futures = client.get(layer, [final], sync=False)
+    if needs:  # Dask's public annotation of the kernel tasks' resource, as the fit sets it
+        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+        graph = HighLevelGraph(
+            {
+                "kernel": MaterializedLayer(
+                    {k: layer[k] for k in kernel}, annotations={"resources": needs}
+                ),
+                "rest": MaterializedLayer({k: v for k, v in layer.items() if k not in kernel}),
+            },
+            {"kernel": set(), "rest": {"kernel"}},
+        )
+        futures = client.get(graph, [final], sync=False)
+    else:
+        futures = client.get(layer, [final], sync=False)
     wait(futures, timeout=limit)  # raises TimeoutError past the limit
     client.gather(futures)
     wall = time.perf_counter() - started
@@ -330,6 +391,7 @@ def main(argv=None) -> None:
     warnings.simplefilter("ignore")
     logging.getLogger("distributed").setLevel(logging.ERROR)
 
+    from dask_dppca.graph.worker_tasks import WORKER_TASK_RESOURCE
     from dask_dppca.planning.machine import load_machine_model
 
     model = load_machine_model()
@@ -344,20 +406,27 @@ def main(argv=None) -> None:
         for chunk in CHUNKS:
             m = modelled(stand_in(folder, n, D, chunk), workers, threads, model)
             plan, t, g = m["fit_plan"], m["fit_plan"].time, m["fit_plan"].graph
-            span = makespan(m["segments"], workers * threads)
+            span = makespan(m["worker_tasks"], workers)
             print(
                 f"\nchunks of {chunk} rows: blocks of {plan.design['block_rows']} rows, "
-                f"{g['block_pair_tasks']} block-pair groups in {g['segment_tasks']} segments "
+                f"{g['block_pair_tasks']} block-pair groups in {g['segment_tasks']} segments, "
+                f"{g['worker_tasks']} worker tasks of {g['worker_task_threads']} threads "
                 f"(planned in {m['seconds']:.1f} s); the plan, unscaled: wall "
                 f"{_minutes(t['wall_seconds'])} = makespan {_minutes(t['makespan_seconds'])} + "
                 f"{g['n_tasks']} tasks {_minutes(t['task_seconds'])} + fixed "
-                f"{t['fixed_seconds']:.2g} s (makespan recomputed here: {_minutes(span)})"
+                f"{t['fixed_seconds']:.2g} s (makespan recomputed here: {_minutes(span)}); "
+                f"rows decoded {g['rows_decoded'] / n:.3g}x the store"
             )
-            layer, final = segment_graph(m["segments"], factor, f"after-{chunk}")
+            layer, final = worker_task_graph(m["worker_tasks"], factor, f"now-{chunk}")
             assert len(layer) == g["n_tasks"], (len(layer), g["n_tasks"])
             limit = 3 * (span / factor + len(layer) * 0.01) + 120
+            sim = simulate(layer, final, workers, threads, probe, limit, WORKER_TASK_RESOURCE)
+            report("worker tasks (now)", sim, len(layer), span, factor)
+            seg_span = makespan(m["segments"], workers * threads)
+            layer, final = segment_graph(m["segments"], factor, f"segments-{chunk}")
+            limit = 3 * (seg_span / factor + len(layer) * 0.01) + 120
             sim = simulate(layer, final, workers, threads, probe, limit)
-            report("segments (now)", sim, len(layer), span, factor)
+            report("a task a segment (before)", sim, len(layer), seg_span, factor)
             before = before or (m, sim)
         m, after_sim = before
         all_lanes = lanes(len(m["groups"]), LANES_PER_THREAD * workers * threads)

@@ -40,6 +40,7 @@ __all__ = [
     "block_rows",
     "check_design",
     "check_task_count",
+    "chunk_aligned_rows",
     "complete_blocks",
     "merge_chunks",
     "plan_blocks",
@@ -427,8 +428,14 @@ _AUTO_BLOCK_BYTES = 32 * 2**20
 AUTO_MAX_BLOCK_PAIRS = 500_000
 
 
-def auto_design(n_samples: int, n_features: int, n_threads: int) -> CompleteDesign | RegularDesign:
-    """The public rule behind ``design="auto"``: depends on n, d and the cluster only.
+def auto_design(
+    n_samples: int,
+    n_features: int,
+    n_threads: int,
+    row_chunks: tuple[int, ...] | None = None,
+) -> CompleteDesign | RegularDesign:
+    """The public rule behind ``design="auto"``: depends on n, d, the cluster and the
+    store's row chunks only.
 
     Keep every pair while the pair work ``2 n^2 d`` flops fits in
     ``AUTO_FLOPS_PER_THREAD`` per worker thread.  Otherwise use a
@@ -443,6 +450,11 @@ def auto_design(n_samples: int, n_features: int, n_threads: int) -> CompleteDesi
     tiles) and ``k`` is recomputed from the budget (at least 1): fewer, larger blocks,
     more work than the budget per thread.  Below that count (n up to about 3 x 10^8 on
     any cluster) the rule is unchanged.
+
+    A store whose row chunks are equal (but the last) then gets blocks that follow its
+    chunks (:func:`chunk_aligned_rows`), and ``k`` recomputed for them: a block read
+    decodes its own chunk, or a chunk shared by at most :data:`MAX_BLOCKS_PER_CHUNK`
+    blocks, instead of the chunks it straddles.
     """
     budget = AUTO_FLOPS_PER_THREAD * max(int(n_threads), 1)
     d = max(int(n_features), 1)
@@ -457,7 +469,39 @@ def auto_design(n_samples: int, n_features: int, n_threads: int) -> CompleteDesi
     while n_blocks * (1.0 + k / 2.0) > AUTO_MAX_BLOCK_PAIRS and block < cap:
         block = min(cap, 2 * block)
         k, n_blocks = _auto_partners(n_samples, d, block, budget)
+    aligned = chunk_aligned_rows(block, row_chunks, max(_AUTO_BLOCK_BYTES // (8 * d), block))
+    if aligned != block:
+        block = aligned
+        k, n_blocks = _auto_partners(n_samples, d, block, budget)
     return RegularDesign(k=k, block_size=block, seed=0)
+
+
+#: Most blocks the auto rule cuts one store chunk into (a chunk is decoded whole for
+#: each block read from it: at most this many times the store, whatever the walk).
+MAX_BLOCKS_PER_CHUNK = 2
+#: Most the auto rule lets a block grow beyond its budget's size to follow the chunks.
+MAX_ALIGNED_GROWTH = 2.5
+
+
+def chunk_aligned_rows(block: int, row_chunks: tuple[int, ...] | None, largest: int) -> int:
+    """Rows of a regular design's blocks that follow a store's equal row chunks.
+
+    Chunks of ``c`` rows no larger than ``block``: the most whole chunks a block holds.
+    Larger chunks: ``c / m`` for the least ``m`` (at most :data:`MAX_BLOCKS_PER_CHUNK`)
+    dividing ``c`` with ``c / m`` at most ``largest`` and at most
+    :data:`MAX_ALIGNED_GROWTH` times ``block``.  Otherwise (unequal chunks, none given,
+    no such ``m``) ``block`` as it is.  Public: the rule's block and the chunks only.
+    """
+    chunks = [int(c) for c in row_chunks or () if int(c) > 0]
+    if len(chunks) < 2 or len(set(chunks[:-1])) != 1 or chunks[-1] > chunks[0]:
+        return block
+    c = chunks[0]
+    if c <= block:
+        return c * (block // c)
+    for m in range(1, MAX_BLOCKS_PER_CHUNK + 1):
+        if c % m == 0 and c // m <= min(largest, MAX_ALIGNED_GROWTH * block):
+            return c // m
+    return block
 
 
 def _auto_partners(n_samples: int, d: int, block: int, budget: float) -> tuple[int, int]:
@@ -484,16 +528,18 @@ def resolve_design(
     n_samples: int = 0,
     n_features: int = 1,
     n_threads: int = 1,
+    row_chunks: tuple[int, ...] | None = None,
 ) -> CompleteDesign | RegularDesign:
     """Turn the estimator's ``design`` parameter into a design object.
 
-    ``"auto"`` applies :func:`auto_design` to the public n, d and thread count.
+    ``"auto"`` applies :func:`auto_design` to the public n, d, thread count and the
+    input's row chunks (None for rows in memory).
     """
     design = check_design(design)
     if design == "complete":
         return CompleteDesign()
     if isinstance(design, str):  # "auto", the one other name check_design passes
-        return auto_design(n_samples, n_features, n_threads)
+        return auto_design(n_samples, n_features, n_threads, row_chunks)
     return design
 
 
@@ -538,7 +584,7 @@ def plan_blocks(
         d and the thread count (a regular design with tiny blocks), naming what to change.
     """
     n, d = int(n_samples), int(n_features)
-    chosen = resolve_design(design, n, d, n_threads)
+    chosen = resolve_design(design, n, d, n_threads, row_chunks)
     if isinstance(chosen, CompleteDesign):
         chunks = (
             complete_blocks(n, d, n_threads) if row_chunks is None else merge_chunks(row_chunks, d)

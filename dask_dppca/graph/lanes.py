@@ -279,15 +279,13 @@ def segments_per_lane(plan: DesignPlan, n_threads: int) -> int:
     return min(MAX_SEGMENTS_PER_LANE, max(1, math.ceil(share / SEGMENT_FLOPS)))
 
 
-def read_buffer_bytes(plan: DesignPlan, chunk_rows: int, itemsize: int) -> int:
+def read_buffer_bytes(plan: DesignPlan, rows_per_read: int, itemsize: int) -> int:
     """Bytes of a block read's buffer beside the block: the whole chunks it decodes
-    (in the store's dtype) when they hold more rows than the block or the dtype is not
-    float64 (the block is then a float64 copy); else none.
+    (``rows_per_read``, in the store's dtype) when they hold more rows than the block or
+    the dtype is not float64 (the block is then a float64 copy); else none.
     """
-    row_edges = np.cumsum((0,) + plan.block_sizes)
-    rows = int(_decoded(row_edges, np.arange(len(plan.block_sizes)), chunk_rows).max())
-    if itemsize != 8 or rows > max(plan.block_sizes):
-        return rows * plan.n_features * itemsize
+    if itemsize != 8 or rows_per_read > max(plan.block_sizes):
+        return rows_per_read * plan.n_features * itemsize
     return 0
 
 
@@ -306,8 +304,9 @@ def worker_task_plan(
     """
     batches = batches_for(len(segments), cluster, segments_per_lane(plan, n_threads))
     held, per_task = _working_set(segments, reads=True, n_blocks=len(plan.block_sizes))
-    itemsize = int(reader.dtype.itemsize)
-    buffer = read_buffer_bytes(plan, reader.chunk_rows, itemsize)
+    row_edges = np.cumsum((0,) + plan.block_sizes)
+    rows = int(_decoded(row_edges, np.arange(len(plan.block_sizes)), reader.chunk_rows).max())
+    buffer = read_buffer_bytes(plan, rows, int(reader.dtype.itemsize))
     per_thread = thread_bytes(plan, held, per_task, buffer)
     finished = -(-len(batches) // max(cluster.workers, 1))
     return batch_shape(cluster, plan.n_features, per_thread, finished), batches

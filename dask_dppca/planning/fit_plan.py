@@ -34,12 +34,18 @@ from ..design import (
     task_limit,
 )
 from ..graph import graph_layout
-from ..graph.lanes import GraphLayout
+from ..graph.lanes import GraphLayout, read_buffer_bytes
+from ..graph.worker_tasks import (
+    EXACT_SUM_DIGITS,
+    exact_sum_bytes,
+    pause_fraction,
+    thread_bytes,
+)
 from ..io.records import Records
 from ..io.storage import storage_kind
 from ..io.tables import TABLE_TYPES
 from ..io.zarr_input import chunk_reader
-from ..kernel import SpatialSign, tile_rows_for_budget, tile_scratch_bytes
+from ..kernel import SpatialSign, tile_rows_for_budget
 from ..privacy import PrivacyTarget, ReleaseMechanism
 from ..privacy.mechanisms.advice import release_warnings
 from ..privacy.mechanisms.noise import NoiseSampler, default_sampler
@@ -54,10 +60,6 @@ __all__ = [
     "modelled_seconds",
     "plan_fit",
 ]
-
-#: int64 digits per entry of a segment's exact sum (2 or 3 for sums of like-sized entries,
-#: :mod:`dask_dppca.kernel.exact_sum`).
-EXACT_SUM_DIGITS = 3
 
 
 class PlanDoesNotFitError(ValueError):
@@ -202,7 +204,7 @@ def plan_fit(
     threads = shape.n_threads
     chosen, plan = plan_blocks(n, d, records.row_chunks, design, threads)
     blocks = records.blocks(plan.block_sizes)  # lazy: the read tasks, no read
-    layout = graph_layout(blocks, plan, threads)
+    layout = graph_layout(blocks, plan, threads, shape.worker_tasks)
     mechanism = ReleaseMechanism.plan_release(
         chosen, plan, spatial_sign, target, sampler or default_sampler(d * (d + 1) // 2)
     )
@@ -280,6 +282,9 @@ def _graph(plan: DesignPlan, layout: GraphLayout, n: int, d: int, threads: int) 
     """The graph's tasks (and the release's), the task limits, the reads and rows decoded."""
     return {
         "segment_tasks": layout.n_segments,
+        "worker_tasks": len(layout.worker_tasks),
+        "worker_task_threads": None if layout.batch is None else layout.batch.threads,
+        "worker_task_sums": None if layout.batch is None else layout.batch.sums,
         "block_pair_tasks": len(plan.tasks()),
         "merge_tasks": layout.merge_tasks,
         "input_tasks": layout.input_tasks,
@@ -287,7 +292,7 @@ def _graph(plan: DesignPlan, layout: GraphLayout, n: int, d: int, threads: int) 
         "n_tasks": layout.n_tasks + 1,  # and the release task
         "reads_in_tasks": layout.reads_in_tasks,
         "block_reads": layout.block_reads,
-        "rows_decoded": sum(layout.segment_rows),
+        "rows_decoded": sum(layout.task_rows),
         "task_limit": task_limit(n, d, threads, plan.n_pairs),
         "scheduler_task_limit": SCHEDULER_TASK_LIMIT,
     }
@@ -310,7 +315,7 @@ def _notes(
             n, d, spatial_sign.bound, mechanism.sigma, mechanism.delta
         )
     ]
-    decoded = sum(layout.segment_rows)
+    decoded = sum(layout.task_rows)
     if layout.reads_in_tasks and layout.rows_per_read > max(plan.block_sizes):
         notes.append(
             f"the store's chunks are larger than the design's blocks: the reads decode "
@@ -319,7 +324,7 @@ def _notes(
         )
     elif layout.reads_in_tasks and layout.block_reads > 1.5 * len(plan.block_sizes):
         notes.append(
-            f"each segment reads the blocks it uses: {layout.block_reads} reads of "
+            f"each task reads the blocks it uses: {layout.block_reads} reads of "
             f"{len(plan.block_sizes)} blocks ({decoded / n:.3g}x the store)"
         )
     return notes
@@ -355,61 +360,48 @@ def _memory(
 ) -> dict[str, Any]:
     """A worker's peak resident bytes: docs/operations.md's "Memory on the workers" as a number.
 
-    Baseline (an idle worker), then per running segment (one per thread): the blocks it
-    holds and the kernel's prepared copy of a task's blocks, the read buffer, the
-    kernel's tile scratch, its block pairs' d x d sums and its exact sum; and the exact
-    sums of the segments the worker has finished, waiting for their merge.
+    Baseline (an idle worker), then per running thread: the blocks its segment holds and
+    the kernel's prepared copy of a group's blocks, the read buffer, the kernel's tile
+    scratch and its group's d x d block-pair sums
+    (:func:`~dask_dppca.graph.worker_tasks.thread_bytes`); then the exact sums: a segment
+    task's running sum and its copy, or a worker task's shared sums and its merged total;
+    and the exact sums of the tasks the worker has finished, waiting for their merge.
     """
     d = plan.n_features
-    block = 8 * max(plan.block_sizes) * d
-    # A read decodes whole chunks: a chunk larger than the block is a buffer of its own.
-    read_buffer = (
-        layout.rows_per_read * d * itemsize
-        if itemsize != 8 or layout.rows_per_read > max(plan.block_sizes)
-        else 0
-    )
-    pairs_per_task = max(len(task) for task in plan.tasks())
-    exact_sum = EXACT_SUM_DIGITS * 8 * d * (d + 1) // 2
-    per_task = (
-        (layout.held_blocks + layout.blocks_per_task) * block
-        + read_buffer
-        + tile_scratch_bytes(plan.tile_rows, d)
-        + pairs_per_task * 8 * d * d
-        + 2 * exact_sum
-    )
-    segments_per_worker = math.ceil(layout.n_segments / shape.workers)
-    running = min(shape.threads_per_worker, layout.n_segments)
+    exact_sum = exact_sum_bytes(d)
+    buffer = read_buffer_bytes(plan, layout.rows_per_read, itemsize) if layout.reads_in_tasks else 0
+    per_thread = thread_bytes(plan, layout.held_blocks, layout.blocks_per_task, buffer)
+    tasks_per_worker = math.ceil(layout.n_kernel_tasks / shape.workers)
+    if layout.batch is not None:  # worker tasks: threads share a few sums
+        running, per_task = layout.batch.threads, per_thread
+        sums = (layout.batch.sums + 1) * exact_sum
+    else:  # a segment task a thread, each with its sum and the sum's copy
+        running = min(shape.threads_per_worker, layout.n_segments)
+        per_task, sums = per_thread + 2 * exact_sum, 0
     # An in-process worker (the embedded cluster's) shares this process and its input.
     in_process = isinstance(records.source, np.ndarray) and shape.in_process
     parts = {
         "baseline": machine.worker_baseline_bytes,
-        "tasks": running * per_task,
-        "segment_sums": segments_per_worker * exact_sum,
+        "tasks": running * per_task + sums,
+        "segment_sums": tasks_per_worker * exact_sum,
         "input_in_process": records.source.nbytes if in_process else 0,
     }
     peak = int(sum(parts.values()))
-    pause = _pause_fraction()
+    pause = pause_fraction()
     usable = None if shape.memory_limit is None else int(shape.memory_limit * pause)
     return {
         "peak_bytes": peak,
         "parts": parts,
         "per_task_bytes": per_task,
-        "block_bytes": block,
+        "block_bytes": 8 * max(plan.block_sizes) * d,
         "running_tasks": running,
-        "segments_per_worker": segments_per_worker,
+        "shared_sums": 0 if layout.batch is None else layout.batch.sums,
+        "segments_per_worker": tasks_per_worker,
         "held_blocks": layout.held_blocks,
         "memory_limit": shape.memory_limit,
         "pause_fraction": pause,
         "usable_bytes": usable,
     }
-
-
-def _pause_fraction() -> float:
-    """The fraction of its memory limit at which a Dask worker pauses (its configuration)."""
-    import dask
-
-    value = dask.config.get("distributed.worker.memory.pause", 0.8)
-    return float(value) if value else 1.0
 
 
 def _time(
@@ -429,8 +421,17 @@ def _time(
     read_rate, read_key = machine.read_rate(storage, codec)
     work, reads = modelled_seconds(plan, layout, machine, row_bytes, storage, codec)
     threads = shape.n_threads
-    segment_seconds = [sum(work[a:b]) + r for (a, b), r in zip(layout.segments, reads)]
-    span = makespan(segment_seconds, threads)
+    segment_seconds = [sum(work[a:b]) for a, b in layout.segments]
+    if layout.batch is not None:  # a worker task: its segments on its threads, then its reads
+        span = makespan(
+            [
+                makespan(segment_seconds[a:b], layout.batch.threads) + r / layout.batch.threads
+                for (a, b), r in zip(layout.worker_tasks, reads)
+            ],
+            shape.workers,
+        )
+    else:
+        span = makespan([s + r for s, r in zip(segment_seconds, reads)], threads)
     tasks = layout.n_tasks + 1
     task_seconds = tasks * machine.task_seconds
     fixed = machine.fixed_seconds + machine.storage_seconds.get(storage, 0.0)
@@ -457,13 +458,14 @@ def modelled_seconds(
     storage: str,
     codec: str,
 ) -> tuple[list[float], list[float]]:
-    """The machine model's seconds of each block-pair group's work, and of each
-    segment's reads: ``(work per group, reads per segment)``.
+    """The machine model's seconds of each block-pair group's work, and of each kernel
+    task's reads: ``(work per group, reads per task)``.
 
     A group: its record pairs at the kernel's rate, a kernel call a block pair and the
-    row cost of its blocks' rows.  A segment reading inside its task: the chunk rows it
-    decodes at the read rate and a read's fixed cost a block; otherwise the input's own
-    tasks read every block once, spread like the work.
+    row cost of its blocks' rows.  A task reading inside (a segment, or a worker task
+    reading each block once for its segments): the chunk rows it decodes at the read
+    rate and a read's fixed cost a block; otherwise the input's own tasks read every
+    block once, spread like the work (a segment's share).
     """
     rate = machine.pair_rate(plan.n_features)
     read_rate, read_key = machine.read_rate(storage, codec)
@@ -481,7 +483,7 @@ def modelled_seconds(
     if layout.reads_in_tasks:
         reads = [
             rows * row_bytes / read_rate + request * blocks
-            for rows, blocks in zip(layout.segment_rows, layout.segment_reads)
+            for rows, blocks in zip(layout.task_rows, layout.task_reads)
         ]
     else:
         whole = plan.n_samples * row_bytes / read_rate + len(sizes) * request
@@ -632,19 +634,29 @@ def _text(plan: FitPlan) -> str:
         f"design: {name}, from design={des['chosen_by']!r}: {des['n_blocks']} blocks of at most "
         f"{des['block_rows']} rows, {des['n_block_pairs']} block pairs, {des['n_pairs']:.4g} "
         f"record pairs, max degree {des['max_degree']}",
-        f"graph: {g['segment_tasks']} segment tasks (running {g['block_pair_tasks']} block-pair "
-        f"groups) + {g['merge_tasks']} merge + {g['input_tasks']} input + 1 release = "
-        f"{g['n_tasks']} tasks (scheduler limit {g['scheduler_task_limit']})",
+        "graph: "
+        + (
+            f"{g['worker_tasks']} worker tasks (one a worker at a time, each "
+            f"{g['worker_task_threads']} thread(s) adding into {g['worker_task_sums']} shared "
+            f"sum(s), running {g['segment_tasks']} segments"
+            if g["worker_tasks"]
+            else f"{g['segment_tasks']} segment tasks (running"
+        )
+        + f" of {g['block_pair_tasks']} block-pair groups) + {g['merge_tasks']} merge + "
+        f"{g['input_tasks']} input + 1 release = {g['n_tasks']} tasks (scheduler limit "
+        f"{g['scheduler_task_limit']})",
         f"read: {format_bytes(plan.bytes_read)} "
         + (
-            f"(inside the segments: {g['block_reads']} block reads, "
+            f"(inside the tasks: {g['block_reads']} block reads, "
             f"{g['rows_decoded'] / max(n, 1):.3g}x the rows decoded)"
             if g["reads_in_tasks"]
             else "(in the input's own tasks)"
         ),
         f"memory per worker: peak {format_bytes(m['peak_bytes'])} = baseline "
-        f"{format_bytes(m['parts']['baseline'])} + {m['running_tasks']} task(s) x "
-        f"{format_bytes(m['per_task_bytes'])} + {m['segments_per_worker']} segment sum(s) "
+        f"{format_bytes(m['parts']['baseline'])} + {m['running_tasks']} thread(s) x "
+        f"{format_bytes(m['per_task_bytes'])}"
+        + (f" + {m['shared_sums']} shared sum(s) and their total" if m["shared_sums"] else "")
+        + f" + {m['segments_per_worker']} finished sum(s) "
         f"{format_bytes(m['parts']['segment_sums'])}"
         + (
             f" + the input in this process {format_bytes(m['parts']['input_in_process'])}"
