@@ -42,7 +42,8 @@ from ..io.zarr_input import chunk_reader
 from ..kernel import SpatialSign, tile_rows_for_budget, tile_scratch_bytes
 from ..privacy import PrivacyTarget, ReleaseMechanism
 from ..privacy.mechanisms.advice import release_warnings
-from ..privacy.mechanisms.noise import NoiseSampler, default_sampler
+from ..privacy.mechanisms.contract import make_sampler
+from ..privacy.mechanisms.noise import NoiseSampler
 from .formatting import format_bytes, format_seconds
 from .machine import MachineModel
 
@@ -190,7 +191,7 @@ def plan_fit(
         The law of the utility model (multivariate t; None: Gaussian).
     sampler : NoiseSampler, optional
         The sampler the fit will draw with (its corrections move sigma); default
-        :func:`~dask_dppca.privacy.mechanisms.noise.default_sampler`, a real release's.
+        :func:`~dask_dppca.privacy.mechanisms.contract.make_sampler`'s, a real release's.
 
     Raises
     ------
@@ -203,9 +204,8 @@ def plan_fit(
     chosen, plan = plan_blocks(n, d, records.row_chunks, design, threads)
     blocks = records.blocks(plan.block_sizes)  # lazy: the read tasks, no read
     layout = graph_layout(blocks, plan, threads)
-    mechanism = ReleaseMechanism.plan_release(
-        chosen, plan, spatial_sign, target, sampler or default_sampler(d * (d + 1) // 2)
-    )
+    sampler = sampler or make_sampler("gaussian", n_entries=d * (d + 1) // 2)
+    mechanism = ReleaseMechanism.plan_release(chosen, plan, spatial_sign, target, sampler)
     storage, codec = _storage_and_codec(records, blocks)
     itemsize = int(np.dtype(records.dtype).itemsize)
     memory = _memory(plan, layout, shape, machine, itemsize, records)
