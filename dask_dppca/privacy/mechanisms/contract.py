@@ -288,7 +288,7 @@ def make_sampler(
         vectorised :class:`~.noise.LatticeSampler` above); ``"exact_gaussian"``: OpenDP's
         Gaussian on every float (no rounding slack); ``"discrete_laplace"``: integer noise
         (:class:`~.laplace.IntegerNoise`); ``"noisy_max"``: a noisy arg-max of integer
-        scores (a :data:`~.laplace.Selector`).
+        scores (a ``Selector``: ``select(scores, scale) -> index``).
     random_state : int, optional
         None (a real release): the private source, from OS entropy.  An integer: the
         seeded source, reproducible and NOT private (tests and examples only; it warns

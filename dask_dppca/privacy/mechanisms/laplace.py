@@ -42,7 +42,6 @@ __all__ = [
     "IntegerNoise",
     "SeededDiscreteLaplace",
     "SeededSelector",
-    "Selector",
     "integer_noise",
     "integer_scale",
     "opendp_selector",
