@@ -34,7 +34,8 @@ from ..kernel import SpatialSign, resolve_spatial_sign
 from ..privacy import PrivacyTarget, PrivateRelease, ReleaseMechanism
 from ..privacy.budget.charging import BudgetCarrier, reserve_release, transaction_stage_id
 from ..privacy.mechanisms.advice import release_warnings
-from ..privacy.mechanisms.noise import NoiseSampler, SeededSampler, default_sampler
+from ..privacy.mechanisms.contract import make_sampler
+from ..privacy.mechanisms.noise import NoiseSampler
 from ..privacy.report import PrivacyReport
 from ..validation import boolean, integer_at_least, optional_string
 
@@ -681,9 +682,7 @@ def _privacy_report(
 
 def _noise_sampler(n_features: int, random_state: int | None) -> NoiseSampler:
     """OS-entropy noise for real releases; a seeded, NOT private sampler for tests."""
-    if random_state is None:
-        return default_sampler(n_features * (n_features + 1) // 2)
-    return SeededSampler(random_state)
+    return make_sampler("gaussian", random_state, n_entries=n_features * (n_features + 1) // 2)
 
 
 def _check_n_components(n_components: int, d: int) -> int:

@@ -27,7 +27,7 @@ from ..io.records import scale_rows
 from ..privacy.budget.charging import BudgetCarrier, reserve_release
 from ..privacy.mechanisms.accounting import PlannedPart, split_budget
 from ..privacy.mechanisms.calibration import validate_privacy_parameters
-from ..privacy.mechanisms.laplace import integer_noise
+from ..privacy.mechanisms.contract import make_sampler
 from ..privacy.mechanisms.parts import PureDPPart
 from ..privacy.mechanisms.scale import LEVELS, RobustScale, robust_scaling
 
@@ -115,7 +115,7 @@ class PrivateRobustScaler(BudgetCarrier, OneToOneFeatureMixin, TransformerMixin,
             n, d = records.shape
             mechanism = _mechanism(epsilon, delta, int(n), int(d))
             seed = self.random_state
-            sampler = integer_noise(seed)
+            sampler = make_sampler("discrete_laplace", seed)
 
             def release(exact_counts: Any) -> Any:
                 return mechanism.release(exact_counts, sampler)

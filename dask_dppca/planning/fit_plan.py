@@ -48,7 +48,8 @@ from ..io.zarr_input import chunk_reader
 from ..kernel import SpatialSign, tile_rows_for_budget
 from ..privacy import PrivacyTarget, ReleaseMechanism
 from ..privacy.mechanisms.advice import release_warnings
-from ..privacy.mechanisms.noise import NoiseSampler, default_sampler
+from ..privacy.mechanisms.contract import make_sampler
+from ..privacy.mechanisms.noise import NoiseSampler
 from .formatting import format_bytes, format_seconds
 from .machine import MachineModel
 
@@ -192,7 +193,7 @@ def plan_fit(
         The law of the utility model (multivariate t; None: Gaussian).
     sampler : NoiseSampler, optional
         The sampler the fit will draw with (its corrections move sigma); default
-        :func:`~dask_dppca.privacy.mechanisms.noise.default_sampler`, a real release's.
+        :func:`~dask_dppca.privacy.mechanisms.contract.make_sampler`'s, a real release's.
 
     Raises
     ------
@@ -205,9 +206,8 @@ def plan_fit(
     chosen, plan = plan_blocks(n, d, records.row_chunks, design, threads)
     blocks = records.blocks(plan.block_sizes)  # lazy: the read tasks, no read
     layout = graph_layout(blocks, plan, threads, shape.worker_tasks)
-    mechanism = ReleaseMechanism.plan_release(
-        chosen, plan, spatial_sign, target, sampler or default_sampler(d * (d + 1) // 2)
-    )
+    sampler = sampler or make_sampler("gaussian", n_entries=d * (d + 1) // 2)
+    mechanism = ReleaseMechanism.plan_release(chosen, plan, spatial_sign, target, sampler)
     storage, codec = _storage_and_codec(records, blocks)
     itemsize = int(np.dtype(records.dtype).itemsize)
     memory = _memory(plan, layout, shape, machine, itemsize, records)

@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..design import plan_blocks
 from ..kernel import resolve_spatial_sign
 from ..privacy import PrivacyTarget, ReleaseMechanism
-from ..privacy.mechanisms.noise import default_sampler
+from ..privacy.mechanisms.contract import make_sampler
 from .theory import (
     apply_spatial_sign,
     check_spectrum,
@@ -55,7 +55,7 @@ def release_sigma(
     g = resolve_spatial_sign(spatial_sign, radius)
     threads = (os.cpu_count() or 1) if n_threads is None else n_threads
     design, block_plan = plan_blocks(n, d, None, "complete", threads)
-    sampler = default_sampler(d * (d + 1) // 2)
+    sampler = make_sampler("gaussian", n_entries=d * (d + 1) // 2)
     return ReleaseMechanism.plan_release(
         design, block_plan, g, PrivacyTarget.of(epsilon, delta, calibration), sampler
     ).sigma

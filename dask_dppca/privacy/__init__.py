@@ -62,6 +62,8 @@ _EXPORTS = {
     "SeededSampler": ".mechanisms.noise",
     "add_symmetric_noise": ".mechanisms.noise",
     "default_sampler": ".mechanisms.noise",
+    "make_sampler": ".mechanisms.contract",
+    "SAMPLER_KINDS": ".mechanisms.contract",
     "lattice_step": ".mechanisms.noise",
     "vecd": ".mechanisms.noise",
     "vecd_inverse": ".mechanisms.noise",
@@ -126,7 +128,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         validate_privacy_parameters,
     )
     from .mechanisms.charges import GaussianCharge
-    from .mechanisms.contract import CompositeMechanism, Mechanism
+    from .mechanisms.contract import SAMPLER_KINDS, CompositeMechanism, Mechanism, make_sampler
     from .mechanisms.mechanism import PrivateRelease, ReleaseMechanism
     from .mechanisms.noise import (
         LatticeSampler,
@@ -142,6 +144,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     )
 
 __all__ = [
+    "SAMPLER_KINDS",
     "BudgetExceededError",
     "CompositeMechanism",
     "GaussianCharge",
@@ -171,6 +174,7 @@ __all__ = [
     "gaussian_dp_epsilon",
     "gaussian_dp_mu",
     "lattice_step",
+    "make_sampler",
     "reserve_release",
     "set_default_budget",
     "validate_privacy_parameters",

@@ -21,6 +21,7 @@ from hypothesis.extra import numpy as hnp
 from scipy import stats
 
 from dask_dppca.privacy.mechanisms import noise
+from dask_dppca.privacy.mechanisms.contract import make_sampler
 from dask_dppca.privacy.mechanisms.noise import (
     DEFAULT_LATTICE_BITS,
     OPENDP_MAX_ENTRIES,
@@ -30,7 +31,6 @@ from dask_dppca.privacy.mechanisms.noise import (
     OpenDPSampler,
     SeededSampler,
     add_symmetric_noise,
-    default_sampler,
     lattice_step,
     vecd,
     vecd_inverse,
@@ -456,6 +456,10 @@ def test_seeded_sampler_warns_and_repeats():
     assert not a.is_private
     np.testing.assert_array_equal(a.add_noise(np.zeros(5), 1.0), b.add_noise(np.zeros(5), 1.0))
     assert LatticeSampler.is_private and OpenDPSampler.is_private
+
+
+def default_sampler(n_entries):
+    return make_sampler("gaussian", n_entries=n_entries)
 
 
 def test_default_sampler_rule():

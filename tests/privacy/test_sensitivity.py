@@ -187,11 +187,15 @@ def test_the_classical_calibration_covers_the_rounding_at_every_n(n):
     by 1.17 G^2 / n, more than the rounding room only while n is below about 2e9; beyond,
     the classical release must add the rest (it added nothing, whatever n)."""
     from dask_dppca.privacy import PrivacyTarget, ReleaseMechanism
-    from dask_dppca.privacy.mechanisms.noise import default_sampler
+    from dask_dppca.privacy.mechanisms.contract import make_sampler
 
     plan, g = _complete_plan(n, 8), sphere()
     mechanism = ReleaseMechanism.plan_release(
-        CompleteDesign(), plan, g, PrivacyTarget.of(0.5, 1e-6, "classical"), default_sampler(36)
+        CompleteDesign(),
+        plan,
+        g,
+        PrivacyTarget.of(0.5, 1e-6, "classical"),
+        make_sampler("gaussian", n_entries=36),
     )
     needed = plan.sensitivity(g.bound) + 2.0 * g.bound**2 * plan.rounding_error()
     assert mechanism.sensitivity - mechanism.sampler_slack >= needed

@@ -29,7 +29,7 @@ from scipy import stats
 
 import dask_dppca as dd
 from dask_dppca.privacy import ReleaseMechanism
-from dask_dppca.privacy.mechanisms.noise import default_sampler
+from dask_dppca.privacy.mechanisms.contract import make_sampler
 from tests.privacy.test_sensitivity import _adversarial_pairs
 from tests.releases import mechanism_for
 
@@ -154,7 +154,7 @@ def test_release_noise_has_the_vecd_law(law_data, fit_noise):
 
 def _mechanism(n: int, d: int, sigma: float) -> ReleaseMechanism:
     """The release of n records of width d with the real default sampler, at ``sigma``."""
-    return mechanism_for(n, d, sigma, default_sampler(d * (d + 1) // 2))
+    return mechanism_for(n, d, sigma, make_sampler("gaussian", n_entries=d * (d + 1) // 2))
 
 
 def _release(mechanism: ReleaseMechanism, exact_sum: np.ndarray):

@@ -46,7 +46,7 @@ N_WORKERS = 3
 
 
 class CountingSampler(OpenDPSampler):
-    """The default sampler (exact OpenDP Gaussian on default_sampler's grid, OS entropy)
+    """The default sampler (exact OpenDP Gaussian on make_sampler("gaussian")'s grid, OS entropy)
     that tallies its draws.
 
     Parameters
@@ -56,7 +56,7 @@ class CountingSampler(OpenDPSampler):
     """
 
     def __init__(self, pause: float = 0.0) -> None:
-        super().__init__(lattice_bits=DEFAULT_LATTICE_BITS)  # as default_sampler's
+        super().__init__(lattice_bits=DEFAULT_LATTICE_BITS)  # as make_sampler("gaussian")'s
         self.token = uuid.uuid4().hex
         self.pause = pause
 

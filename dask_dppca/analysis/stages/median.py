@@ -15,7 +15,7 @@ from typing import Any
 from ...compute.trusted.release import release_statistic
 from ...graph.score_stats import quantile_counts_graph
 from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
-from ...privacy.mechanisms.laplace import integer_noise
+from ...privacy.mechanisms.contract import make_sampler
 from ...privacy.mechanisms.median import CoordinateMedian
 from ...privacy.mechanisms.parts import PureDPPart
 from ..stage import StageContext, StageOutput, claim_stage_parts, release_row
@@ -59,7 +59,7 @@ class MedianStage:
         assert isinstance(part, PureDPPart)
         mechanism = CoordinateMedian(context.n_samples, context.n_features, part.epsilon)
         seed = self.random_state
-        sampler = integer_noise(seed)
+        sampler = make_sampler("discrete_laplace", seed)
 
         def release(exact_counts: Any) -> list[float]:
             return [float(v) for v in mechanism.release(exact_counts, sampler)]

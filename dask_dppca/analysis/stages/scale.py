@@ -19,7 +19,7 @@ from typing import Any
 from ...compute.trusted.release import release_statistic
 from ...graph.score_stats import quantile_counts_graph
 from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
-from ...privacy.mechanisms.laplace import integer_noise
+from ...privacy.mechanisms.contract import make_sampler
 from ...privacy.mechanisms.parts import PureDPPart
 from ...privacy.mechanisms.scale import LEVELS, RobustScale, robust_scaling
 from ..stage import StageContext, StageOutput, claim_stage_parts, release_row
@@ -70,7 +70,7 @@ class ScaleStage:
         """Count every column below every candidate (one pass); release and scale."""
         mechanism = scale_mechanism(context.split, context.n_samples, context.n_features)
         seed = self.random_state
-        sampler = integer_noise(seed)
+        sampler = make_sampler("discrete_laplace", seed)
 
         def release(exact_counts: Any) -> Any:
             return mechanism.release(exact_counts, sampler)

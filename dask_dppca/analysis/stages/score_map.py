@@ -38,10 +38,9 @@ from ...compute.trusted.score_map import release_score_map
 from ...graph.score_stats import project_scores
 from ...privacy.budget.charging import reserve_release
 from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
+from ...privacy.mechanisms.contract import make_sampler
 from ...privacy.mechanisms.frame import FrameMechanism
 from ...privacy.mechanisms.histogram import GroupCounts
-from ...privacy.mechanisms.laplace import SeededDiscreteLaplace
-from ...privacy.mechanisms.noise import SeededSampler
 from ...privacy.mechanisms.parts import ApproxDPPart, GaussianPart, PureDPPart
 from ...privacy.mechanisms.score_map import (
     GROUP_COUNTS_SHARE,
@@ -311,8 +310,8 @@ class PrivateScoreMapStage:
         blocks = context.pass_blocks()
         mechanism = self.mechanism(int(blocks.shape[0]), context.split)
         seeded = self.random_state is not None
-        gaussian = SeededSampler(self.random_state) if seeded else None
-        integer = SeededDiscreteLaplace(self.random_state) if seeded else None
+        gaussian = make_sampler("gaussian", self.random_state) if seeded else None
+        integer = make_sampler("discrete_laplace", self.random_state) if seeded else None
         with reserve_release(  # its rows, reserved by the analysis
             mechanism,
             fit_id=context.stage_id,

@@ -20,7 +20,8 @@ from ...graph.scree import scree_histogram_graph, scree_sums_graph
 from ...kernel.scree_stats import scree_design, sub_block_pairs_per_record, summation_slack
 from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
 from ...privacy.mechanisms.charges import PartsCharge
-from ...privacy.mechanisms.noise import NoiseSampler, OpenDPSampler, SeededSampler
+from ...privacy.mechanisms.contract import make_sampler
+from ...privacy.mechanisms.noise import NoiseSampler
 from ...privacy.mechanisms.parts import GaussianPart, PureDPPart
 from ...privacy.mechanisms.scree import (
     CLIP_MULTIPLE,
@@ -32,7 +33,6 @@ from ...privacy.mechanisms.scree import (
     gaussian_consistent_winsorized,
     huber_ranges,
     monotone,
-    opendp_selector,
     robust_from_quantile,
     robust_from_quantiles,
     scree_floor,
@@ -91,16 +91,6 @@ def _mu(split: BudgetSplit, release: str) -> float:
     part = split.part(_STAGE, release)
     assert isinstance(part, GaussianPart)
     return float(part.mu)
-
-
-def _seeded_selector(seed: int) -> Selector:  # NOT PRIVATE: tests and examples only
-    rng = np.random.default_rng(seed)
-
-    def select(scores: np.ndarray, scale: float) -> int:
-        noisy = np.asarray(scores, dtype=np.float64) + rng.gumbel(0.0, scale / 2.0, len(scores))
-        return int(np.argmax(noisy))
-
-    return select
 
 
 @dataclass
@@ -165,8 +155,8 @@ class ScreeStage:
     def run(self, context: StageContext) -> StageOutput:
         """Release the quantiles, then the means, then any further Huber steps."""
         seed = self.random_state
-        sampler: NoiseSampler = OpenDPSampler() if seed is None else SeededSampler(seed)
-        selector = opendp_selector if seed is None else _seeded_selector(seed)
+        sampler = make_sampler("exact_gaussian", seed)
+        selector = make_sampler("noisy_max", seed)
         sizes, pairs = tuple(context.block_sizes), tuple(context.block_pairs)
         n_pairs, degree = scree_design(sizes, pairs)
         slack = summation_slack(n_pairs, sub_block_pairs_per_record(len(sizes), pairs))

@@ -32,9 +32,10 @@ import dask.array as da
 
 from ...graph.score_stats import histogram_counts_graph, label_codes, quantile_counts_graph
 from ...privacy.mechanisms.charges import PartsCharge
+from ...privacy.mechanisms.contract import make_sampler
 from ...privacy.mechanisms.frame import Frame
-from ...privacy.mechanisms.laplace import DiscreteLaplaceSampler, IntegerNoise
-from ...privacy.mechanisms.noise import NoiseSampler, default_sampler
+from ...privacy.mechanisms.laplace import IntegerNoise
+from ...privacy.mechanisms.noise import NoiseSampler
 from ...privacy.mechanisms.score_map import ScoreMap, ScoreMapMechanism
 from ..target import ComputeTarget
 from .release import release_statistic
@@ -70,8 +71,8 @@ def release_score_map(
     axes : (int, int)
         Recorded in the map (which components ``scores`` holds).
     gaussian_sampler, integer_sampler : optional
-        The noise (private defaults: :func:`~dask_dppca.privacy.mechanisms.noise.default_sampler`
-        and :class:`~dask_dppca.privacy.mechanisms.laplace.DiscreteLaplaceSampler`).
+        The noise (private defaults: :func:`~dask_dppca.privacy.mechanisms.contract.make_sampler`'s
+        ``"gaussian"`` and ``"discrete_laplace"``).
     stage_id : str, optional
         The analysis stage whose ledger rows the first release marks dispatched
         (:func:`~.release.release_statistic`).
@@ -120,11 +121,11 @@ def _samplers(
     integer_sampler: IntegerNoise | None,
 ) -> tuple[NoiseSampler, IntegerNoise]:
     """The noise: the samplers given, else the private defaults (one Gaussian draw per cell)."""
-    integer = integer_sampler if integer_sampler is not None else DiscreteLaplaceSampler()
+    integer = integer_sampler if integer_sampler is not None else make_sampler("discrete_laplace")
     if gaussian_sampler is not None:
         return gaussian_sampler, integer
     n_entries = mechanism.histograms[mechanism.methods[0]].shape
-    return default_sampler(n_entries[0] * n_entries[1]), integer
+    return make_sampler("gaussian", n_entries=n_entries[0] * n_entries[1]), integer
 
 
 def _release_frame(

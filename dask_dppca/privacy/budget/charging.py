@@ -11,6 +11,8 @@ A fit charges (:func:`reserve_release`), all of them or none if any refuses:
   scikit-learn charges the parent's budgets).
 
 Each budget is charged once per fit however many of these name it (one per ledger).
+:data:`ROUTES` is the one table of these routes, in precedence order; the resolver
+(:func:`resolve_budgets`) walks it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, Self, cast
 
 from ..mechanisms.charges import GaussianCharge, PartsCharge, charge_of
@@ -33,8 +36,10 @@ from .report import stage_name
 
 __all__ = [
     "BUDGET_ENV",
+    "ROUTES",
     "BudgetCarrier",
     "BudgetRequiredError",
+    "BudgetRoute",
     "Transaction",
     "active_budgets",
     "current_budget",
@@ -144,10 +149,116 @@ def _unique(budgets: Iterable[PrivacyBudget]) -> tuple[PrivacyBudget, ...]:
     return tuple(seen.values())
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What a resolution is given besides the process's state."""
+
+    carried: tuple[PrivacyBudget, ...] = ()
+    named: tuple[tuple[str, str], ...] = ()
+    refuse_in_memory_ancestors: bool = True
+
+
+@dataclass(frozen=True)
+class BudgetRoute:
+    """One way a budget is named for the releases made now (a row of :data:`ROUTES`).
+
+    Attributes
+    ----------
+    name : str
+        The route's name (docs/privacy.md lists the routes by it).
+    named_by : str
+        How a user names a budget this way.
+    refusal : str
+        When the route refuses the release instead of leaving it uncharged ("" never).
+    in_process : bool
+        Whether the process's own state names it (:func:`active_budgets` walks those);
+        the others come from the caller.
+    lookup : callable
+        The route's budgets now, from what the resolution was asked.
+    """
+
+    name: str
+    named_by: str
+    refusal: str
+    in_process: bool
+    lookup: Callable[[_Asked], list[PrivacyBudget]] = field(repr=False)
+
+
+def _from_ancestors(asked: _Asked) -> list[PrivacyBudget]:
+    inherited = ancestor_budgets()
+    if inherited.memory_in and asked.refuse_in_memory_ancestors:
+        raise LedgerError(
+            f"process {inherited.memory_in[0]}, an ancestor of this process "
+            f"({os.getpid()}), has a budget open that has no ledger file; it cannot be charged "
+            "from here, so this fit is refused. Create it with ledger=PATH to share it"
+        )
+    from_ancestors = []
+    for path in inherited.ledgers:
+        try:
+            from_ancestors.append(PrivacyBudget.open(path))
+        except LedgerError as error:
+            raise LedgerError(f"a budget of a parent process: {error}") from None
+    return from_ancestors
+
+
+#: Every route by which a budget is named, in precedence order: the resolver walks them
+#: in this order, so the first route naming a ledger gives the budget charged for it (one
+#: per ledger), the reservations follow this order, and a route's refusal comes before a
+#: later route's.  docs/privacy.md lists them by these names.
+ROUTES: tuple[BudgetRoute, ...] = (
+    BudgetRoute(
+        "default",
+        f"dd.set_default_budget(budget or ledger path), or the environment variable "
+        f"{BUDGET_ENV} (set before Python starts, or inherited by a child process)",
+        "the variable names no ledger",
+        True,
+        lambda asked: [budget for budget in (default_budget(),) if budget is not None],
+    ),
+    BudgetRoute(
+        "with-block",
+        "a budget's open `with` block in any thread of the process (each of nested "
+        "blocks), among them the CLI's --budget LEDGER",
+        "",
+        True,
+        lambda asked: open_budgets(),
+    ),
+    BudgetRoute(
+        "ancestor",
+        "a ledger a running ancestor process charges (its default or open blocks, "
+        "registered for its descendants)",
+        "an ancestor holds an in-memory budget open, or its ledger is gone",
+        True,
+        _from_ancestors,
+    ),
+    BudgetRoute(
+        "carried",
+        "the budgets an estimator carries: active when it was pickled, copied or cloned",
+        "",
+        False,
+        lambda asked: list(asked.carried),
+    ),
+    BudgetRoute(
+        "configured",
+        "the Dask configuration key dask-dppca.ledger, or its environment variable "
+        "DASK_DASK_DPPCA__LEDGER (read by the caller at each release)",
+        "the named ledger cannot be opened",
+        False,
+        lambda asked: _named(asked.named),
+    ),
+)
+
+
+def _walk(asked: _Asked, in_process_only: bool = False) -> tuple[PrivacyBudget, ...]:
+    """The budgets of every route of :data:`ROUTES`, in its order, one per ledger."""
+    routes = [r for r in ROUTES if r.in_process or not in_process_only]
+    return _unique([budget for route in routes for budget in route.lookup(asked)])
+
+
 def active_budgets(refuse_in_memory_ancestors: bool = True) -> tuple[PrivacyBudget, ...]:
-    """The budgets a fit in this process charges now: the default, every open ``with``
-    block (in any thread), outermost first, then every ledger a running ancestor process
-    registered (:mod:`.lineage`); one entry per ledger.
+    """The budgets a fit in this process charges now: the routes of :data:`ROUTES` the
+    process's own state names (the default, every open ``with`` block in any thread,
+    outermost first, then every ledger a running ancestor process registered,
+    :mod:`.lineage`); one entry per ledger.
 
     Parameters
     ----------
@@ -168,21 +279,7 @@ def active_budgets(refuse_in_memory_ancestors: bool = True) -> tuple[PrivacyBudg
     ...     budget in dd.active_budgets()
     True
     """
-    default = default_budget()
-    inherited = ancestor_budgets()
-    if inherited.memory_in and refuse_in_memory_ancestors:
-        raise LedgerError(
-            f"process {inherited.memory_in[0]}, an ancestor of this process "
-            f"({os.getpid()}), has a budget open that has no ledger file; it cannot be charged "
-            "from here, so this fit is refused. Create it with ledger=PATH to share it"
-        )
-    from_ancestors = []
-    for path in inherited.ledgers:
-        try:
-            from_ancestors.append(PrivacyBudget.open(path))
-        except LedgerError as error:
-            raise LedgerError(f"a budget of a parent process: {error}") from None
-    return _unique(([default] if default is not None else []) + open_budgets() + from_ancestors)
+    return _walk(_Asked(refuse_in_memory_ancestors=refuse_in_memory_ancestors), True)
 
 
 def current_budget() -> PrivacyBudget | None:
@@ -294,12 +391,13 @@ def resolve_budgets(
     named: Iterable[tuple[str, str]] = (),
     required: bool = False,
 ) -> tuple[PrivacyBudget, ...]:
-    """Every budget a release made now must charge, one per ledger.
+    """Every budget a release made now must charge, one per ledger: every route of
+    :data:`ROUTES`, walked in its order.
 
-    :func:`active_budgets` (the default, ``with`` blocks in any thread, a parent
-    process's ledgers), plus ``carried`` (:class:`BudgetCarrier`), plus the ledgers
-    ``named`` as ``(where it was named, path)`` (the Dask configuration, read by the
-    caller: this layer reads none).
+    The routes the process names (:func:`active_budgets`: the default, ``with`` blocks in
+    any thread, a parent process's ledgers), then ``carried`` (:class:`BudgetCarrier`),
+    then the ledgers ``named`` as ``(where it was named, path)`` (the Dask
+    configuration, read by the caller: this layer reads none).
 
     Raises
     ------
@@ -308,7 +406,7 @@ def resolve_budgets(
     LedgerError
         If a named ledger cannot be opened (the release is refused, never left uncharged).
     """
-    budgets = _unique([*active_budgets(), *carried, *_named(named)])
+    budgets = _walk(_Asked(tuple(carried), tuple(named)))
     if required and not budgets:
         raise BudgetRequiredError(
             "this release must be charged to a privacy budget (the budget-required flag is "

@@ -16,39 +16,16 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from .ledger_rows import is_number
+from .ledger_rows import LEDGER_COLUMNS, columns, is_number
 
 __all__ = ["FIXED", "SETTLED", "genesis", "link", "reseal"]
 
-#: Columns fixed when a row is written, hashed into its chain link.
-FIXED = (
-    "id",
-    "reserved_at",
-    "fit_id",
-    "label",
-    "dataset",
-    "sensitivity",
-    "sigma",
-    "excess",
-    "epsilon",
-    "delta",
-    "pid",
-    "host",
-    "parts",
-)
-#: Columns a settlement changes, hashed into the row's seal.
-SETTLED = ("state", "settled_at", "stage", "dispatched_at", "note")
-_REAL = {
-    "created",
-    "reserved_at",
-    "settled_at",
-    "dispatched_at",
-    "sensitivity",
-    "sigma",
-    "excess",
-    "epsilon",
-    "delta",
-}
+#: Columns fixed when a row is written, hashed into its chain link (in file order).
+FIXED = tuple(column.name for column in columns("releases", hashed="chain"))
+#: Columns a settlement changes, hashed into the row's seal (in file order).
+SETTLED = tuple(column.name for column in columns("releases", hashed="seal"))
+#: Columns of either table holding floats, hashed exactly (``float.hex``).
+_REAL = frozenset(column.name for column in LEDGER_COLUMNS if column.sql.startswith("REAL"))
 
 
 def _norm(stored: dict[str, object], name: str) -> object:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .ledger_chain import genesis, link
-from .ledger_rows import LedgerError, Release, checked_row, is_number
+from .ledger_rows import LedgerError, Release, checked_row, columns, create_tables_sql, is_number
 
 __all__ = [
     "COLUMNS",
@@ -55,62 +55,13 @@ _CHAIN_FORMAT = 3
 #: Version of the layout of a new ledger (a write raises an older file to it).
 FORMAT = _CHAIN_FORMAT
 
-#: The tables of a format-1 ledger; the later columns are added by
-#: :func:`add_missing_columns` and :func:`add_parts_column`.
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS budget (
-    epsilon REAL NOT NULL, delta REAL NOT NULL, created REAL NOT NULL, format INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS releases (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    state TEXT NOT NULL CHECK (state IN ('reserved', 'committed', 'cancelled')),
-    reserved_at REAL NOT NULL,
-    settled_at REAL,
-    fit_id TEXT NOT NULL,
-    label TEXT NOT NULL,
-    dataset TEXT NOT NULL,
-    sensitivity REAL NOT NULL,
-    sigma REAL NOT NULL,
-    excess REAL NOT NULL,
-    epsilon REAL,
-    delta REAL,
-    pid INTEGER NOT NULL
-);
-"""
+#: The tables of a format-1 ledger (generated from :data:`~.ledger_rows.LEDGER_COLUMNS`);
+#: the later columns are added by :func:`add_missing_columns` and :func:`add_parts_column`.
+SCHEMA = create_tables_sql()
 
-#: Columns added to the layout since format 1, each nullable: ``(name, SQL type)``.
-#: A write adds the missing ones to an older file (``ALTER TABLE ... ADD COLUMN``).
-_ADDED_COLUMNS = (
-    ("stage", "TEXT"),  # 'reserved' or 'dispatched' (NULL: written without stages)
-    ("dispatched_at", "REAL"),
-    ("host", "TEXT"),  # the machine of the reserving process
-    ("note", "TEXT"),  # why the row was settled as it was (budget resolve)
-)
-
-#: Added to ``budget``: the ledger's random id (its identity, fixed at creation) and the
-#: chain's head (the chain hash of the last row, or of the genesis for no rows).
-_BUDGET_COLUMNS = (("ledger_id", "TEXT"), ("head", "TEXT"))
-#: Added to ``releases``: each row's chain hash (over its fixed columns and the previous
-#: row's chain hash) and its seal (over its chain hash and its settlement columns).
-_CHAIN_COLUMNS = (("chain", "TEXT"), ("seal", "TEXT"))
-
-#: The columns of a release row (:class:`~.ledger_rows.Release`'s stored fields), in order.
-COLUMNS = (
-    "id",
-    "state",
-    "reserved_at",
-    "settled_at",
-    "fit_id",
-    "label",
-    "dataset",
-    "sensitivity",
-    "sigma",
-    "excess",
-    "epsilon",
-    "delta",
-    "pid",
-    *(name for name, _ in _ADDED_COLUMNS),
-)
+#: The columns of a release row (:class:`~.ledger_rows.Release`'s stored fields), in order:
+#: format 1's and those any write adds (the parts and the chain's are read apart).
+COLUMNS = tuple(column.name for column in columns("releases", added=("created", "write")))
 
 
 # -- opening ---------------------------------------------------------------------------------
@@ -243,9 +194,9 @@ def _layout(db: sqlite3.Connection) -> int:
 
 
 def _stored_names(db: sqlite3.Connection) -> list[str]:
-    """The row columns this file has, in the order :data:`COLUMNS` (+ parts, chain, seal)."""
+    """The row columns this file has, in file order (:data:`COLUMNS`, parts, chain, seal)."""
     present = present_columns(db)
-    return [name for name in (*COLUMNS, "parts", "chain", "seal") if name in present]
+    return [column.name for column in columns("releases") if column.name in present]
 
 
 def add_missing_columns(db: sqlite3.Connection) -> None:
@@ -255,14 +206,8 @@ def add_missing_columns(db: sqlite3.Connection) -> None:
     The rows of a file without a chain are checked value by value first; the chain then
     vouches for them as they are from this write on.
     """
-    present = present_columns(db)
-    for name, kind in (*_ADDED_COLUMNS, *_CHAIN_COLUMNS):
-        if name not in present:
-            db.execute(f"ALTER TABLE releases ADD COLUMN {name} {kind}")
-    present_budget = present_columns(db, "budget")
-    for name, kind in _BUDGET_COLUMNS:
-        if name not in present_budget:
-            db.execute(f"ALTER TABLE budget ADD COLUMN {name} {kind}")
+    _add_columns(db, "releases", ("write", "chain"))
+    _add_columns(db, "budget", ("chain",))
     ledger_id, head = identity(db)
     if ledger_id and head:
         return
@@ -282,12 +227,19 @@ def add_missing_columns(db: sqlite3.Connection) -> None:
     db.execute("UPDATE budget SET head = ?, format = MAX(format, ?)", (previous, _CHAIN_FORMAT))
 
 
+def _add_columns(db: sqlite3.Connection, table: str, added: tuple[str, ...]) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` each column of ``table`` ``added`` so that it lacks."""
+    present = present_columns(db, table)
+    for column in columns(table, added=added):
+        if column.name not in present:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column.name} {column.sql}")
+
+
 def add_parts_column(db: sqlite3.Connection) -> None:
     """Migrate a layout-1 file in place (inside the caller's write transaction): the
     nullable ``parts`` column, and format 2 so that older versions refuse the file.
     """
-    if "parts" not in present_columns(db):
-        db.execute("ALTER TABLE releases ADD COLUMN parts TEXT")
+    _add_columns(db, "releases", ("parts",))
     db.execute("UPDATE budget SET format = MAX(format, ?)", (_PARTS_FORMAT,))
 
 

@@ -1,5 +1,9 @@
-"""A ledger's rows: the release record, the ledger's errors, and the rules its rows obey.
+"""A ledger's rows: its columns, the release record, the ledger's errors, and the rules its
+rows obey.
 
+:data:`LEDGER_COLUMNS` is the one definition of a ledger file's columns: the tables'
+``CREATE TABLE`` text, the migration of an older file and the hash chain's columns
+(:mod:`.ledger_file`, :mod:`.ledger_chain`) are derived from it.
 :class:`Release` is one row as every ledger (:mod:`.ledger`) keeps it;
 :func:`checked_row` turns the values read back from a ledger file into one, refusing a
 value that is not what its column holds; :func:`check_dispatch`, :func:`check_settle`
@@ -14,13 +18,15 @@ import math
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Literal, NoReturn
 
 from ..mechanisms.parts import PrivacyPart, part_from_dict
 
 __all__ = [
     "COUNTED",
     "HOST",
+    "LEDGER_COLUMNS",
+    "Column",
     "LedgerError",
     "LedgerReplacedError",
     "Release",
@@ -28,6 +34,8 @@ __all__ = [
     "check_fit",
     "check_settle",
     "checked_row",
+    "columns",
+    "create_tables_sql",
     "is_number",
 ]
 
@@ -36,6 +44,129 @@ COUNTED = ("reserved", "committed")
 
 #: This machine, as the rows name it.
 HOST = socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a ledger file.
+
+    Attributes
+    ----------
+    table : {"budget", "releases"}
+        The table holding it: the totals, or one row per release.
+    name : str
+    sql : str
+        Its type and constraints, as ``CREATE TABLE`` and ``ALTER TABLE ... ADD COLUMN``
+        write them.
+    added : {"created", "write", "parts", "chain"}
+        When a file gets it: in format 1's ``CREATE TABLE`` (``created``); added, nullable,
+        by any write to an older file (``write``); with the first row stated as privacy
+        parts, which raises the file to format 2 (``parts``); with the hash chain, format 3
+        (``chain``).
+    hashed : {"chain", "seal", ""}
+        What covers it (:mod:`.ledger_chain`): a row's chain link (fixed when the row is
+        written), its seal (changed by a settlement), or neither.
+    """
+
+    table: Literal["budget", "releases"]
+    name: str
+    sql: str
+    added: Literal["created", "write", "parts", "chain"]
+    hashed: Literal["chain", "seal", ""] = ""
+
+
+def _budget(name: str, sql: str, added: Literal["created", "chain"] = "created") -> Column:
+    return Column("budget", name, sql, added)
+
+
+def _row(
+    name: str,
+    sql: str,
+    hashed: Literal["chain", "seal", ""],
+    added: Literal["created", "write", "parts", "chain"] = "created",
+) -> Column:
+    return Column("releases", name, sql, added, hashed)
+
+
+#: Every column of a ledger file, each table's in the order of its file (older files add
+#: the later ones in this order too).  The order is part of the file format: the chain
+#: hashes a row's columns in it, and the ``CREATE TABLE`` text follows it.
+LEDGER_COLUMNS: tuple[Column, ...] = (
+    _budget("epsilon", "REAL NOT NULL"),
+    _budget("delta", "REAL NOT NULL"),
+    _budget("created", "REAL NOT NULL"),
+    _budget("format", "INTEGER NOT NULL"),
+    _budget("ledger_id", "TEXT", "chain"),  # the ledger's random id, fixed at creation
+    _budget("head", "TEXT", "chain"),  # the chain hash of the last row (or the genesis)
+    _row("id", "INTEGER PRIMARY KEY AUTOINCREMENT", "chain"),
+    _row("state", "TEXT NOT NULL CHECK (state IN ('reserved', 'committed', 'cancelled'))", "seal"),
+    _row("reserved_at", "REAL NOT NULL", "chain"),
+    _row("settled_at", "REAL", "seal"),
+    _row("fit_id", "TEXT NOT NULL", "chain"),
+    _row("label", "TEXT NOT NULL", "chain"),
+    _row("dataset", "TEXT NOT NULL", "chain"),
+    _row("sensitivity", "REAL NOT NULL", "chain"),
+    _row("sigma", "REAL NOT NULL", "chain"),
+    _row("excess", "REAL NOT NULL", "chain"),
+    _row("epsilon", "REAL", "chain"),
+    _row("delta", "REAL", "chain"),
+    _row("pid", "INTEGER NOT NULL", "chain"),
+    # 'reserved' or 'dispatched' (NULL: written without stages)
+    _row("stage", "TEXT", "seal", "write"),
+    _row("dispatched_at", "REAL", "seal", "write"),
+    _row("host", "TEXT", "chain", "write"),  # the machine of the reserving process
+    _row("note", "TEXT", "seal", "write"),  # why the row was settled as it was (resolve)
+    _row("parts", "TEXT", "chain", "parts"),  # JSON privacy parts (NULL: sensitivity / sigma)
+    _row("chain", "TEXT", "", "chain"),  # over the fixed columns and the previous chain
+    _row("seal", "TEXT", "", "chain"),  # over the chain and the settlement columns
+)
+
+
+def columns(
+    table: str, *, added: tuple[str, ...] | None = None, hashed: str | None = None
+) -> tuple[Column, ...]:
+    """The columns of ``table`` in file order, those ``added`` so or ``hashed`` so only.
+
+    Parameters
+    ----------
+    table : {"budget", "releases"}
+    added : tuple of str, optional
+        Keep the columns a file gets at one of these moments (:class:`Column`).
+    hashed : str, optional
+        Keep the columns covered so.
+
+    Returns
+    -------
+    tuple of Column
+    """
+    return tuple(
+        column
+        for column in LEDGER_COLUMNS
+        if column.table == table
+        and (added is None or column.added in added)
+        and (hashed is None or column.hashed == hashed)
+    )
+
+
+#: How each table's ``CREATE TABLE`` text separates its columns (the budget's fit on one
+#: line); part of the text SQLite keeps in the file.
+_CREATE_SEPARATOR = {"budget": ", ", "releases": ",\n    "}
+
+
+def create_tables_sql() -> str:
+    """The ``CREATE TABLE`` statements of a format-1 ledger (its ``created`` columns).
+
+    Returns
+    -------
+    str
+        Both tables' statements, ``;``-terminated; the later columns are added by
+        :func:`~.ledger_file.add_missing_columns` and :func:`~.ledger_file.add_parts_column`.
+    """
+    statements = []
+    for table, separator in _CREATE_SEPARATOR.items():
+        body = separator.join(f"{c.name} {c.sql}" for c in columns(table, added=("created",)))
+        statements.append(f"CREATE TABLE IF NOT EXISTS {table} (\n    {body}\n);\n")
+    return "\n" + "".join(statements)
 
 
 class LedgerError(RuntimeError):

@@ -19,24 +19,51 @@ statistic in one call.  It is a :class:`CompositeMechanism`: its ``parts`` are i
 sub-mechanisms' parts, in order, and ``mechanisms`` names each sub-mechanism, every one a
 :class:`Mechanism` the compute layer runs in turn.
 
+Every noise source is made by :func:`make_sampler`, the one sampler factory: given the
+kind of noise, the number of noised values and the user's ``random_state``, it returns
+the private sampler of a real release (``random_state=None``: OS entropy) or, for an
+integer, the seeded one that exists for tests and examples only (NOT private; it warns
+:class:`~.noise.NonPrivateRandomStateWarning`).  tests/privacy/test_sampler_factory.py
+checks that no other module of the package constructs a sampler.
+
 tests/privacy/test_mechanism_conformance.py holds the conformance suite every mechanism's
 test class subclasses (docs/privacy.md, "The mechanism contract").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
+import numpy as np
+
+from .laplace import (
+    DiscreteLaplaceSampler,
+    IntegerNoise,
+    SeededDiscreteLaplace,
+    SeededSelector,
+    Selector,
+    opendp_selector,
+)
+from .noise import (
+    DEFAULT_LATTICE_BITS,
+    OPENDP_MAX_ENTRIES,
+    LatticeSampler,
+    NoiseSampler,
+    OpenDPSampler,
+    SeededSampler,
+)
 from .parts import PrivacyPart
 
 __all__ = [
     "NOISE_KEYS",
+    "SAMPLER_KINDS",
     "ChargedGaussian",
     "CompositeMechanism",
     "GaussianChargeFields",
     "Mechanism",
     "given_noise",
+    "make_sampler",
     "own_noise",
 ]
 
@@ -193,3 +220,104 @@ def given_noise(mechanism: object, given: _Noise | None, kind: type) -> _Noise:
             f"given; got {given!r}"
         )
     return given
+
+
+# -- the one sampler factory ---------------------------------------------------------------
+
+SamplerKind = Literal["gaussian", "exact_gaussian", "discrete_laplace", "noisy_max"]
+_Source = NoiseSampler | IntegerNoise | Selector
+
+
+def _sized_gaussian(n_entries: int | None) -> NoiseSampler:
+    """OpenDP's exact sampler on the 40-bit grid up to ``OPENDP_MAX_ENTRIES`` entries
+    (d <= 154), the vectorised lattice sampler above (docs/privacy.md has the timings).
+    """
+    if n_entries is None:
+        raise ValueError("n_entries: the private Gaussian sampler needs the number of entries")
+    if not (isinstance(n_entries, int | np.integer) and n_entries >= 0):
+        raise ValueError(f"n_entries: must be an integer >= 0, got {n_entries!r}")
+    if n_entries <= OPENDP_MAX_ENTRIES:
+        return OpenDPSampler(lattice_bits=DEFAULT_LATTICE_BITS)
+    return LatticeSampler()
+
+
+#: Each kind of noise: (its private source from the number of entries, its seeded one).
+_KINDS: dict[str, tuple[Callable[[int | None], _Source], Callable[[int], _Source]]] = {
+    # The vecd Gaussian of a release (the g-DPPCA matrix, the score map's histograms).
+    "gaussian": (_sized_gaussian, SeededSampler),
+    # OpenDP on every float (k = -1074, no rounding slack): the scree statistics.
+    "exact_gaussian": (lambda _: OpenDPSampler(), SeededSampler),
+    # Integer noise on integer counts (medians, scales, the score map's frame).
+    "discrete_laplace": (lambda _: DiscreteLaplaceSampler(), SeededDiscreteLaplace),
+    # The noisy arg-max of integer scores (the scree's pair quantiles).
+    "noisy_max": (lambda _: opendp_selector, SeededSelector),
+}
+
+#: The kinds of noise :func:`make_sampler` makes.
+SAMPLER_KINDS: tuple[str, ...] = tuple(_KINDS)
+
+
+@overload
+def make_sampler(
+    kind: Literal["gaussian", "exact_gaussian"],
+    random_state: int | None = None,
+    *,
+    n_entries: int | None = None,
+) -> NoiseSampler: ...
+@overload
+def make_sampler(
+    kind: Literal["discrete_laplace"],
+    random_state: int | None = None,
+    *,
+    n_entries: int | None = None,
+) -> IntegerNoise: ...
+@overload
+def make_sampler(
+    kind: Literal["noisy_max"], random_state: int | None = None, *, n_entries: int | None = None
+) -> Selector: ...
+def make_sampler(
+    kind: SamplerKind, random_state: int | None = None, *, n_entries: int | None = None
+) -> _Source:
+    """The noise source of a release: the one place the package makes a sampler.
+
+    Parameters
+    ----------
+    kind : {"gaussian", "exact_gaussian", "discrete_laplace", "noisy_max"}
+        ``"gaussian"``: float-safe Gaussian noise of ``n_entries`` values (OpenDP's exact
+        sampler on a grid ``2^-40 sigma`` up to ``OPENDP_MAX_ENTRIES`` entries, the
+        vectorised :class:`~.noise.LatticeSampler` above); ``"exact_gaussian"``: OpenDP's
+        Gaussian on every float (no rounding slack); ``"discrete_laplace"``: integer noise
+        (:class:`~.laplace.IntegerNoise`); ``"noisy_max"``: a noisy arg-max of integer
+        scores (a ``Selector``: ``select(scores, scale) -> index``).
+    random_state : int, optional
+        None (a real release): the private source, from OS entropy.  An integer: the
+        seeded source, reproducible and NOT private (tests and examples only; it warns
+        :class:`~.noise.NonPrivateRandomStateWarning`).
+    n_entries : int, optional
+        The number of noised values; the private ``"gaussian"`` needs it (``d (d + 1) / 2``
+        for a ``d x d`` symmetric matrix), the other kinds ignore it.
+
+    Returns
+    -------
+    NoiseSampler, IntegerNoise or Selector
+        As ``kind`` says.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``kind``, or a private ``"gaussian"`` without ``n_entries``.
+
+    Examples
+    --------
+    >>> from dask_dppca.privacy import make_sampler
+    >>> make_sampler("gaussian", n_entries=10)
+    OpenDPSampler(lattice_bits=40)
+    >>> make_sampler("discrete_laplace")
+    DiscreteLaplaceSampler()
+    """
+    if kind not in _KINDS:
+        raise ValueError(f"kind: expected one of {SAMPLER_KINDS}, got {kind!r}")
+    private, seeded = _KINDS[kind]
+    if random_state is None:
+        return private(n_entries)
+    return seeded(random_state)

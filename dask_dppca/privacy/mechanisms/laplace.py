@@ -14,6 +14,12 @@ at ``t = ceil(s / e')``: :func:`integer_scale` picks ``(s, t)`` with ``s / t <= 
 
 * :class:`DiscreteLaplaceSampler`: private (OS entropy).
 * :class:`SeededDiscreteLaplace`: numpy's seeded generator; NOT private, tests only.
+
+The noisy arg-max of integer scores (the scree's pair quantiles) is integer-score noise
+too: :func:`opendp_selector` (OpenDP's exact ``make_noisy_max``, private) and
+:class:`SeededSelector` (NOT private, tests only).  Every one of these is made by
+:func:`~dask_dppca.privacy.mechanisms.contract.make_sampler`, the package's one sampler
+factory.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import math
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -34,9 +41,14 @@ __all__ = [
     "DiscreteLaplaceSampler",
     "IntegerNoise",
     "SeededDiscreteLaplace",
+    "SeededSelector",
     "integer_noise",
     "integer_scale",
+    "opendp_selector",
 ]
+
+#: ``select(scores, scale) -> index``: the noisy arg-max of integer scores.
+Selector = Callable[[NDArray[np.int64], float], int]
 
 #: Largest noise scale ``t``: the sampler's rejection of ``|y| >= 2^52`` then cuts a tail
 #: of probability below ``exp(-2^52 / t) = exp(-2^20)``, which the guarantee neglects.
@@ -169,8 +181,65 @@ class SeededDiscreteLaplace(IntegerNoise):
         return f"SeededDiscreteLaplace(seed={self.seed!r})"
 
 
-def integer_noise(random_state: int | None) -> IntegerNoise:
-    """The discrete Laplace source of a release: OS entropy (private), or for a
-    ``random_state`` the seeded one (NOT private: tests and examples only).
+def opendp_selector(scores: NDArray[np.int64], scale: float) -> int:
+    """OpenDP's ``make_noisy_max`` (exact sampling, OS entropy) on integer scores."""
+    from opendp.domains import atom_domain, vector_domain
+    from opendp.measurements import make_noisy_max
+    from opendp.measures import max_divergence
+    from opendp.metrics import linf_distance
+    from opendp.mod import enable_features
+
+    enable_features("contrib")
+    measurement = make_noisy_max(
+        vector_domain(atom_domain(T="i64")), linf_distance(T="i64"), max_divergence(), scale
+    )
+    return int(measurement([int(s) for s in scores]))
+
+
+class SeededSelector:
+    """A noisy arg-max from ``numpy.random.default_rng(seed)``: reproducible and NOT private.
+
+    Adds Gumbel noise of scale ``scale / 2`` in floating point; for tests and examples
+    only.  Constructing one issues a
+    :class:`~dask_dppca.privacy.mechanisms.noise.NonPrivateRandomStateWarning`.
+
+    Parameters
+    ----------
+    seed : int or None
     """
+
+    is_private = False
+
+    def __init__(self, seed: int | None) -> None:
+        warnings.warn(
+            "SeededSelector: a noisy max from a seeded numpy generator is reproducible and "
+            "NOT differentially private; use it for tests only",
+            NonPrivateRandomStateWarning,
+            stacklevel=2,
+        )
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+
+    def __call__(self, scores: NDArray[np.int64], scale: float) -> int:
+        """The index of the largest noisy score."""
+        noise = self._rng.gumbel(0.0, scale / 2.0, len(scores))
+        return int(np.argmax(np.asarray(scores, dtype=np.float64) + noise))
+
+    def __repr__(self) -> str:
+        return f"SeededSelector(seed={self.seed!r})"
+
+
+def integer_noise(random_state: int | None) -> IntegerNoise:
+    """Deprecated (removed in 0.3): ``make_sampler("discrete_laplace", random_state)``.
+
+    :func:`~dask_dppca.privacy.mechanisms.contract.make_sampler` is the one sampler factory.
+    """
+    warnings.warn(
+        "integer_noise is deprecated and will be removed in 0.3; use "
+        "dask_dppca.privacy.make_sampler('discrete_laplace', random_state)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    # The factory's own rule (contract.make_sampler), kept here until the removal: the
+    # factory's module imports this one, so this one cannot call it.
     return DiscreteLaplaceSampler() if random_state is None else SeededDiscreteLaplace(random_state)

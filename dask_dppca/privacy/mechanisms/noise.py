@@ -13,6 +13,9 @@ noise draw whose law does not depend on ``x`` (L a power of two far below sigma)
   entropy, about 100x faster than OpenDP.
 * :class:`SeededSampler` -- numpy's Generator; NOT private, for tests and examples.
 
+:func:`~dask_dppca.privacy.mechanisms.contract.make_sampler` makes each of them (the one
+sampler factory of the package).
+
 Each private sampler reports the two small corrections its guarantee needs:
 :meth:`NoiseSampler.sensitivity_slack` (the rounding of the input to the lattice,
 added to the sensitivity) and :meth:`NoiseSampler.privacy_excess` (how far its sampled
@@ -60,8 +63,8 @@ _UNIT_ROUNDOFF = 2.0**-53
 #: stays below 2^53, exact in float64.
 DEFAULT_LATTICE_BITS = 40
 
-#: default_sampler uses OpenDP up to this many entries (d <= 154), LatticeSampler above:
-#: OpenDP costs ~11 us per entry here on default_sampler's grid (~40 us on every float),
+#: make_sampler("gaussian") uses OpenDP up to this many entries (d <= 154), LatticeSampler
+#: above: OpenDP costs ~11 us per entry on that 40-bit grid (~40 us on every float),
 #: <= 0.15 s at this size (benchmarks/bench_noise.py).
 OPENDP_MAX_ENTRIES = 12_000
 
@@ -614,16 +617,11 @@ class SeededSampler(NoiseSampler):
 
 
 def default_sampler(n_entries: int) -> NoiseSampler:
-    """The private sampler to use for ``n_entries`` noised values.
+    """Deprecated (removed in 0.3): ``make_sampler("gaussian", n_entries=n_entries)``.
 
-    OpenDP's exact sampler up to :data:`OPENDP_MAX_ENTRIES` entries (d <= 154), on the
-    grid ``2^k``, ``k = floor(log2 sigma) - DEFAULT_LATTICE_BITS``: ~11 us an entry
-    against ~40 us on OpenDP's default grid of every float (``k = -1074``), for a
-    rounding slack of ``sigma 2^-40 sqrt(2 n)`` in the sensitivity (2.3e-11 sigma at
-    d = 32) that the calibration adds.  At d = 32 the default grid's draw was a fifth of
-    a one-thread fit of 6000 rows (21 ms of ~0.1 s).  The vectorised
-    :class:`LatticeSampler` above, where OpenDP would take 5 s at d = 1000 and 47 s at
-    d = 3000 (docs/privacy.md has the measured table).
+    :func:`~dask_dppca.privacy.mechanisms.contract.make_sampler` is the one sampler
+    factory: OpenDP's exact sampler on the grid ``2^(floor(log2 sigma) - 40)`` up to
+    :data:`OPENDP_MAX_ENTRIES` entries (d <= 154), :class:`LatticeSampler` above.
 
     Parameters
     ----------
@@ -634,6 +632,13 @@ def default_sampler(n_entries: int) -> NoiseSampler:
     -------
     NoiseSampler
     """
+    warnings.warn(
+        "default_sampler is deprecated and will be removed in 0.3; use "
+        "dask_dppca.privacy.make_sampler('gaussian', n_entries=n_entries)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    # The factory's rule, kept here until the removal (the factory imports this module).
     n = _check_n_entries(n_entries)
     if n <= OPENDP_MAX_ENTRIES:
         return OpenDPSampler(lattice_bits=DEFAULT_LATTICE_BITS)

@@ -34,7 +34,7 @@ every entry's noise is proportional to its own range.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -45,6 +45,7 @@ from scipy.stats import norm
 
 from ...kernel.scree_stats import grid_values
 from .contract import own_noise
+from .laplace import Selector, opendp_selector
 from .noise import NoiseSampler
 from .parts import GaussianPart, PrivacyPart, PureDPPart
 
@@ -92,24 +93,6 @@ _Z75 = float(norm.ppf(0.75))
 _Z95 = float(norm.ppf(1.0 - WINSOR_LEVEL / 2.0))
 #: Grid points a row's later quantile searches above the previous one (4 octaves).
 WINDOW = 4 * 64
-
-#: ``select(scores, scale) -> index``: the noisy arg-max of integer scores.
-Selector = Callable[[NDArray[np.int64], float], int]
-
-
-def opendp_selector(scores: NDArray[np.int64], scale: float) -> int:
-    """OpenDP's ``make_noisy_max`` (exact sampling, OS entropy) on integer scores."""
-    from opendp.domains import atom_domain, vector_domain
-    from opendp.measurements import make_noisy_max
-    from opendp.measures import max_divergence
-    from opendp.metrics import linf_distance
-    from opendp.mod import enable_features
-
-    enable_features("contrib")
-    measurement = make_noisy_max(
-        vector_domain(atom_domain(T="i64")), linf_distance(T="i64"), max_divergence(), scale
-    )
-    return int(measurement([int(s) for s in scores]))
 
 
 def _fraction(q: float) -> Fraction:
