@@ -39,6 +39,6 @@ def test_a_zarr_fit_runs_its_lanes_on_both_workers(cluster_client, tmp_path):
         record["worker"] for record in stream.data if str(record["key"]).startswith("dppca-pairs-")
     )
     total = sum(lane_tasks.values())
-    assert total >= 4  # two segments a thread, one thread a worker
+    assert total >= 2  # a worker task a worker (each running its segments on its threads)
     assert set(lane_tasks) == workers, lane_tasks
     assert min(lane_tasks.values()) >= 0.25 * total, lane_tasks

@@ -318,8 +318,9 @@ def test_a_cluster_shape_reads_a_running_cluster():
 
 
 def test_the_plan_names_why_its_reads_exceed_the_store(tmp_path):
-    """Chunks larger than the blocks, or blocks read by several segments: each note names
-    its own cause (a store in the blocks' chunks is never told to rechunk)."""
+    """Chunks larger than the blocks, or blocks read by several tasks (a worker task a
+    worker, each reading the blocks its segments use): each note names its own cause (a
+    store in the blocks' chunks is never told to rechunk)."""
     x = np.random.default_rng(3).standard_normal((4000, 4))  # test data only
     big = str(tmp_path / "big.zarr")
     zarr.open_array(big, mode="w", shape=x.shape, chunks=(2000, 4), dtype="f8")[:] = x
@@ -330,5 +331,8 @@ def test_the_plan_names_why_its_reads_exceed_the_store(tmp_path):
     zarr.open_array(blocks, mode="w", shape=y.shape, chunks=(5000, 4), dtype="f8")[:] = y
     plan = dd.DPPCA(2, design="complete").plan(blocks, workers=1, threads=2)
     assert plan.design["n_blocks"] == 4, plan.design
+    assert plan.graph["worker_tasks"] == 1 and plan.graph["block_reads"] == 4  # once each
+    assert not plan.notes
+    plan = dd.DPPCA(2, design="complete").plan(blocks, workers=2, threads=2)
     assert not any("chunks are larger" in n for n in plan.notes)
-    assert any("each segment reads the blocks it uses" in n for n in plan.notes), plan.notes
+    assert any("each task reads the blocks it uses" in n for n in plan.notes), plan.notes
