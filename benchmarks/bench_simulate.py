@@ -50,6 +50,15 @@ from datetime import date
 
 N_FULL, N_SMOKE, D = 4_000_000_000, 4_000_000, 32
 CHUNKS = (12288, 131072)  # rows: 96 KiB chunks, and 32 MiB chunks
+#: The cases of docs/scale.md's "Scale without knobs": (n, d, row chunk, dtype, workers,
+#: threads a worker, memory limit).  Only worker tasks are simulated for them (two
+#: threads a simulated worker: one for its worker task, one for the merges).
+CASES = {
+    "wide-2000": (1_000_000, 2000, 2048, "f8", 100, 16, "16GiB"),
+    "wide-10000": (100_000, 10_000, 512, "f8", 100, 16, "16GiB"),
+    "embeddings": (10_000_000, 1536, 2730, "f4", 100, 16, "64GiB"),
+    "terabyte-1000": (8_000_000_000, 16, 131072, "f8", 1000, 16, "64GiB"),
+}
 LANES_PER_THREAD = 2  # the lanes of the graph before segments
 MERGE_FANIN = 8  # sums a merge task adds
 
@@ -64,12 +73,12 @@ def _no_op(*inputs):
     return None
 
 
-def stand_in(folder: str, n: int, d: int, chunk: int) -> str:
-    """A Zarr store of shape (n, d), float64, in chunks of ``chunk`` rows: metadata only."""
+def stand_in(folder: str, n: int, d: int, chunk: int, dtype: str = "f8") -> str:
+    """A Zarr store of shape (n, d) in chunks of ``chunk`` rows: metadata only."""
     import zarr
 
-    path = os.path.join(folder, f"standin-{chunk}.zarr")
-    zarr.create_array(path, shape=(n, d), chunks=(chunk, d), dtype="f8", overwrite=True)
+    path = os.path.join(folder, f"standin-{n}-{d}-{chunk}.zarr")
+    zarr.create_array(path, shape=(n, d), chunks=(chunk, d), dtype=dtype, overwrite=True)
     return path
 
 
@@ -81,7 +90,7 @@ def makespan(seconds: list[float], threads: int) -> float:
     return max(loads)
 
 
-def modelled(store: str, workers: int, threads: int, model) -> dict:
+def modelled(store: str, workers: int, threads: int, model, memory_limit: str = "64GiB") -> dict:
     """The plan of the fit of ``store``; every worker task's, segment's and group's
     modelled seconds (the segments and groups as the graph before worker tasks ran them).
     """
@@ -93,7 +102,12 @@ def modelled(store: str, workers: int, threads: int, model) -> dict:
 
     started = time.perf_counter()
     fit_plan = dd.DPPCA(n_components=2).plan(
-        store, workers=workers, threads=threads, memory_limit="64GiB", check=False, machine=model
+        store,
+        workers=workers,
+        threads=threads,
+        memory_limit=memory_limit,
+        check=False,
+        machine=model,
     )
     records = open_records(store)
     n, d = records.shape
@@ -352,6 +366,34 @@ def report(name: str, sim: dict, n_tasks: int, span: float, factor: float) -> fl
     return ratio
 
 
+def run_case(name: str, factor: float, probe: int, model) -> None:
+    """One of :data:`CASES`: its plan, and its worker tasks on a simulated cluster."""
+    from dask_dppca.graph.worker_tasks import WORKER_TASK_RESOURCE
+
+    n, d, chunk, dtype, workers, threads, limit = CASES[name]
+    with tempfile.TemporaryDirectory() as folder:
+        m = modelled(stand_in(folder, n, d, chunk, dtype), workers, threads, model, limit)
+    plan, t, g, mem = m["fit_plan"], m["fit_plan"].time, m["fit_plan"].graph, m["fit_plan"].memory
+    span = makespan(m["worker_tasks"], workers)
+    print(
+        f"{name}: {n:.3g} x {d} {dtype} in {chunk}-row chunks, {workers} x {threads} threads, "
+        f"{limit}: design {plan.design['design']} (blocks of {plan.design['block_rows']}); "
+        f"{g['worker_tasks']} worker tasks of {g['worker_task_threads']} threads and "
+        f"{g['worker_task_sums']} sums, {g['n_tasks']} tasks; rows decoded "
+        f"{g['rows_decoded'] / n:.3g}x the store; peak {mem['peak_bytes'] / 2**30:.3g} GiB of "
+        f"{(mem['usable_bytes'] or 0) / 2**30:.3g} usable; fits: {plan.fits}; the plan: wall "
+        f"{_minutes(t['wall_seconds'])} = makespan {_minutes(t['makespan_seconds'])} + "
+        f"{g['n_tasks']} tasks {_minutes(t['task_seconds'])} "
+        f"({t['task_seconds'] / t['wall_seconds']:.1%}) + fixed {t['fixed_seconds']:.2g} s "
+        f"(planned in {m['seconds']:.1f} s)"
+    )
+    layer, final = worker_task_graph(m["worker_tasks"], factor, name)
+    assert len(layer) == g["n_tasks"], (len(layer), g["n_tasks"])
+    limit_s = 3 * (span / factor + len(layer) * 0.01) + 300
+    sim = simulate(layer, final, workers, 2, probe, limit_s, WORKER_TASK_RESOURCE)
+    report("worker tasks", sim, len(layer), span, factor)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="n = 4 x 10^6, 1 x 4 (seconds)")
@@ -367,6 +409,11 @@ def main(argv=None) -> None:
         "default 10 (smoke: 1, the whole graph)",
     )
     parser.add_argument("--probe", type=int, default=3000, help="no-op tasks per cost probe")
+    parser.add_argument(
+        "--case",
+        choices=sorted(CASES),
+        help="simulate one of docs/scale.md's cases (worker tasks only) instead of the terabyte",
+    )
     parser.add_argument(
         "--deadline", type=float, default=3000, help="seconds before the whole run is stopped"
     )
@@ -401,6 +448,10 @@ def main(argv=None) -> None:
         f"{workers} workers x {threads} threads in this process; factor {factor:g}; "
         f"machine model: {model.source}"
     )
+    if args.case:
+        run_case(args.case, args.factor or 4.0, probe, model)
+        print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
+        return
     before = None
     with tempfile.TemporaryDirectory() as folder:
         for chunk in CHUNKS:

@@ -57,7 +57,7 @@ def section_plans(folder: str, n: int, d: int, workers: list[int], threads: int)
     )
     stores = {}
     for w in workers:
-        design = auto_design(n, d, w * threads)
+        design = auto_design(n, d, w * threads)  # its blocks, for a store chunked like them
         for chunk in (design.block_size, CHUNK_32MIB):
             store = stand_in(folder, n, d, chunk)
             stores[w, chunk] = store
@@ -71,7 +71,8 @@ def section_plans(folder: str, n: int, d: int, workers: list[int], threads: int)
                 f"  {w:>5} workers, chunks of {chunk}: regular k={des['partners_k']}, blocks of "
                 f"{des['block_size']} ({des['n_blocks']} blocks, {des['n_block_pairs']} block "
                 f"pairs, {des['n_pairs']:.3g} pairs); {g['n_tasks']} tasks "
-                f"({g['segment_tasks']} segments running {g['block_pair_tasks']} groups, "
+                f"({g['worker_tasks']} worker tasks of {g['worker_task_threads']} threads "
+                f"running {g['segment_tasks']} segments of {g['block_pair_tasks']} groups, "
                 f"{g['merge_tasks']} merge, {g['input_tasks']} input); {g['block_reads']} block "
                 f"reads, {g['rows_decoded'] / n:.3g}x the rows decoded; peak "
                 f"{m['peak_bytes'] / 2**30:.3g} GiB a worker; wall {t['wall_seconds'] / 60:.3g} "
@@ -93,6 +94,7 @@ def section_graph(store: str, workers: int, threads: int) -> None:
     import dask_dppca as dd
     from dask_dppca.design import plan_blocks
     from dask_dppca.graph import kernel_sum_graph
+    from dask_dppca.graph.worker_tasks import WorkerTasks
     from dask_dppca.io import open_records
 
     print(f"  {store.rsplit('/', 1)[-1]}:")
@@ -103,8 +105,10 @@ def section_graph(store: str, workers: int, threads: int) -> None:
     planned = time.perf_counter()
     blocks = records.blocks(plan.block_sizes)
 
+    cluster = WorkerTasks(workers, threads, 64 * 2**30)  # as the plans above
+
     def build():
-        lane_sums = kernel_sum_graph(blocks, plan, dd.sphere(), workers * threads)
+        lane_sums = kernel_sum_graph(blocks, plan, dd.sphere(), workers * threads, cluster=cluster)
         return dask.base.collections_to_expr(lane_sums, optimize_graph=True).__dask_graph__()
 
     graph = build()
