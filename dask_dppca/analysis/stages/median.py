@@ -18,7 +18,7 @@ from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
 from ...privacy.mechanisms.laplace import integer_noise
 from ...privacy.mechanisms.median import CoordinateMedian
 from ...privacy.mechanisms.parts import PureDPPart
-from ..stage import StageContext, StageOutput, claim_stage_parts, release_row
+from ..stage import StageBase, StageContext, StageOutput, claim_stage_parts, release_row
 
 __all__ = ["MedianStage"]
 
@@ -27,13 +27,14 @@ _RELEASE = "coordinate medians"
 
 
 @dataclass
-class MedianStage:
+class MedianStage(StageBase):
     """The private median of every feature, as one analysis stage.
 
     Parameters
     ----------
     random_state : int, optional
-        NOT PRIVATE: seeds the noise, for tests and examples only.
+        NOT PRIVATE: seeds the noise, for tests and examples only; the analysis binds its
+        own ``random_state`` here.
     """
 
     random_state: int | None = None
