@@ -22,7 +22,14 @@ from ..privacy.mechanisms.accounting import BudgetSplit, split_budget
 from .stage import StageSetup, ordered, stage_bound, stage_share
 from .stages import build_stage, check_scale, chosen_optional, default_stages, stage_class
 
-__all__ = ["MOVED", "Compute", "analysis_split", "bound_stages", "chosen_stages"]
+__all__ = [
+    "MOVED",
+    "Compute",
+    "analysis_split",
+    "bound_stages",
+    "chosen_stages",
+    "shell_stages",
+]
 
 
 @dataclass(frozen=True)
@@ -174,6 +181,17 @@ def chosen_stages(
     if robust and not any(stage.name == _SCALE for stage in chosen):
         chosen.append(build_stage(_SCALE))  # it runs first all the same (its ``after``)
     return chosen, compute
+
+
+def shell_stages(
+    optional: Sequence[str], flat: Mapping[str, Any], scale: str = "none"
+) -> list[Any]:
+    """The stage objects of a shell's flat options (the command line's, the app's): the
+    default stages and the optional ones named, ``flat`` (keywords of :data:`MOVED` and
+    ``score_map``) set on them without a warning.
+    """
+    chosen = [*default_stages(), *(build_stage(name) for name in chosen_optional(optional))]
+    return chosen_stages("", chosen, None, flat, scale)[0]
 
 
 def _stage_objects(caller: str, stages: Sequence[Any] | str | None) -> list[Any]:

@@ -265,7 +265,8 @@ def _planned_objects(
     from .options import chosen_stages
 
     grouped = old.pop("grouped", None)
-    objects, compute = chosen_stages("plan_analysis", stages, compute, old, chosen["scale"])
+    given = {name: value for name, value in old.items() if value is not None}  # None: default
+    objects, compute = chosen_stages("plan_analysis", stages, compute, given, chosen["scale"])
     if grouped is None:
         return objects, compute, groups
     warnings.warn(

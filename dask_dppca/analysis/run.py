@@ -40,7 +40,7 @@ from ..privacy.mechanisms.charges import PartsCharge
 from ..privacy.mechanisms.parts import part_to_dict
 from ..privacy.notices import NON_FINITE_NOTE, groups_advice
 from ..validation import integer_at_least
-from .options import Compute, analysis_split, bound_stages, chosen_stages
+from .options import Compute, analysis_split, bound_stages, chosen_stages, shell_stages
 from .result import PrivateAnalysis, privacy_table_text, released_analysis, split_rows
 from .stage import (
     Stage,
@@ -234,23 +234,24 @@ def planned_split(
     epsilon: float,
     delta: float,
     split: Mapping[str, float] | None = None,
-    stages: Sequence[Any] | None = None,
+    stages: Sequence[str] = (),
     grouped: bool = False,
     scale: str = "none",
-    **shell: Any,
+    **flat: Any,
 ) -> BudgetSplit:
     """The split :func:`analyze` makes with these public parameters, before it reads
     anything (the same stages, the same rule): what a page shows as the cost of the next
     release and checks with :func:`check_charge`.
 
-    ``grouped``: whether the score map has groups (they add a part: the noisy group
-    sizes); the labels themselves do not change the split.  ``shell``: the app's own
-    keywords (``score_map=``, ``methods=``, ...: those of
-    :data:`~dask_dppca.analysis.options.MOVED`), mapped onto the stages without a warning.
+    ``stages``: the optional stages named (the default ones run too); ``flat``: the
+    page's flat options (``score_map=``, ``methods=``, ...:
+    :func:`~dask_dppca.analysis.options.shell_stages`).  ``grouped``: whether the score
+    map has groups (they add a part: the noisy group sizes); the labels themselves do not
+    change the split.
     """
     k = integer_at_least("n_components", n_components, 1)
     eps, dlt = validate_privacy_parameters(epsilon, delta)
-    given, _ = chosen_stages("", stages, None, shell, scale)
+    given = shell_stages(stages, flat, scale)
     setup = StageSetup(groups=True if grouped else None, planning=True)
     return analysis_split(bound_stages(given, setup), k, int(n_features), eps, dlt, split)
 
