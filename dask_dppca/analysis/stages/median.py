@@ -35,6 +35,12 @@ class MedianStage(StageBase):
     random_state : int, optional
         NOT PRIVATE: seeds the noise, for tests and examples only; the analysis binds its
         own ``random_state`` here.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> [part.count for part in dd.MedianStage().planned_parts(2, 3)]  # one per feature
+    [3]
     """
 
     random_state: int | None = None

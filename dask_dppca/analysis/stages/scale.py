@@ -46,6 +46,12 @@ class ScaleStage(StageBase):
     random_state : int, optional
         NOT PRIVATE: seeds the noise, for tests and examples only; the analysis binds its
         own ``random_state`` here.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> dd.ScaleStage().after  # the first stage: every other one reads the scaled records
+    ()
     """
 
     random_state: int | None = None
