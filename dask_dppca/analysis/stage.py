@@ -4,7 +4,7 @@ A stage (:class:`Stage`) is one release of an analysis: the directions, the scre
 score map, the coordinate-wise median, or one of your own.  A stage object holds its own
 parameters (``ScreeStage(methods=("clipped",))``); :func:`~dask_dppca.analysis.run.analyze`
 binds each to what the analysis shares (:meth:`Stage.bound`: the seed, the groups, the
-compute options), orders them by the stages each runs after (:attr:`Stage.after`), splits
+compute options), orders them by the stages each runs after (``Stage.after``), splits
 the total over every stage's parts (:meth:`Stage.planned_parts`: public parameters only),
 reserves them all in one transaction, and then runs each stage in turn from a typed
 :class:`StageContext` to a :class:`StageOutput` (its released value and its rows of the
@@ -126,7 +126,7 @@ class StageOutput:
     the records to the records they read instead (a function of released values only,
     applied inside every later block read: :meth:`~dask_dppca.io.records.Records.scaled`).
     ``directions``, when a stage releases the directions, is what every later stage reads
-    as :attr:`StageContext.directions`; ``meta`` joins the result's ``meta`` (public).
+    as ``StageContext.directions``; ``meta`` joins the result's ``meta`` (public).
     """
 
     value: Any
@@ -280,7 +280,7 @@ class Stage(Protocol):
 class StageBase:
     """Defaults of the :class:`Stage` members a stage may leave out (subclass it).
 
-    A subclass sets ``name`` and defines :meth:`planned_parts` and :meth:`run`; it runs
+    A subclass sets ``name`` and defines ``planned_parts`` and ``run``; it runs
     after the scale and the directions, binds the analysis's seed to a ``random_state``
     field if it has one, is planned as one pass over the rows, and is summarised as its
     value's text.
@@ -330,13 +330,13 @@ def _registered(name: str, attribute: str, default: Any) -> Any:
 
 
 def stage_title(stage: Any) -> str:
-    """A stage's title (:attr:`Stage.title`, else its registry entry's, else its name)."""
+    """A stage's title (``Stage.title``, else its registry entry's, else its name)."""
     title = getattr(stage, "title", None) or _registered(stage.name, "title", stage.name)
     return str(title)
 
 
 def stage_share(stage: Any) -> float:
-    """A stage's default share (:attr:`Stage.default_share`, else its registry entry's)."""
+    """A stage's default share (``Stage.default_share``, else its registry entry's)."""
     share = getattr(stage, "default_share", None)
     return float(_registered(stage.name, "default_share", 0.0) if share is None else share)
 
@@ -348,7 +348,7 @@ def stage_meta(stage: Any) -> dict[str, Any]:
 
 
 def stage_after(stage: Any) -> tuple[str, ...]:
-    """The stages ``stage`` runs after, when they run (:attr:`Stage.after`)."""
+    """The stages ``stage`` runs after, when they run (``Stage.after``)."""
     return tuple(getattr(stage, "after", DEFAULT_AFTER))
 
 
@@ -372,7 +372,7 @@ def stage_summary(stage: Any, value: Any, feature_names: Sequence[str] | None = 
 
 def ordered(stages: Sequence[Any]) -> list[Any]:
     """``stages`` in the order they run: each after the stages it names in
-    :attr:`Stage.after` (those that run), else in the order given.
+    ``Stage.after`` (those that run), else in the order given.
     """
     names = {stage.name for stage in stages}
     if len(names) != len(stages):

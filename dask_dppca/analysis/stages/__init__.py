@@ -7,7 +7,7 @@ Everything that lists stages iterates :data:`REGISTRY`:
 help and one ``--NAME`` flag per optional stage, the report, the app and the privacy
 table.  The entries are plain data (importing this module imports no Dask: the command
 line's ``--help`` stays light); :func:`build_stage` imports a stage's module when it
-runs.  The order a stage runs in is its own (:attr:`~dask_dppca.analysis.stage.Stage.after`).
+runs.  The order a stage runs in is its own (``Stage.after``).
 Adding a stage is one module here and one entry below (CONTRIBUTING.md, "Adding a
 private statistic").
 """

@@ -162,7 +162,7 @@ class DirectionsStage(StageBase):
     def planned_fit(
         self, X: Any, n_components: int, split: BudgetSplit, records: Any, **options: Any
     ) -> tuple[Any, Any]:
-        """The fit's plan at the split's mu (:meth:`DPPCA.plan`, nothing read) and the
+        """The fit's plan at the split's mu (``DPPCA.plan``, nothing read) and the
         design plan it was made from (the same ``plan_blocks`` call): what every stage's
         plan follows.  ``options``: ``DPPCA.plan``'s (``scheduler`` the analysis's).
         """
