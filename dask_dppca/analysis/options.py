@@ -153,9 +153,10 @@ def chosen_stages(
     mapped onto them (each with a :class:`DeprecationWarning` naming the new way; none
     when ``caller`` is empty).
 
-    ``stages`` None: the registry's default stages; otherwise exactly those, the
-    directions added when missing.  A name (``"median"``) in ``stages`` is the registered
-    stage with its defaults (deprecated); names only add to the default stages.
+    ``stages`` None or empty: the registry's default stages (the directions alone:
+    ``[DirectionsStage()]``); otherwise exactly those, the directions added when
+    missing.  A name (``"median"``) in ``stages`` is the registered stage with its
+    defaults (deprecated); names only add to the default stages.
     ``scale="robust"`` adds the scale stage when they have none.
     """
     robust = check_scale(scale) == "robust"
@@ -196,9 +197,9 @@ def shell_stages(
 
 def _stage_objects(caller: str, stages: Sequence[Any] | str | None) -> list[Any]:
     """The stage objects ``stages`` names (names: the default stages and those)."""
-    if stages is None:
+    given = [stages] if isinstance(stages, str) else list(stages or ())
+    if not given:  # ``()`` was the old default: no optional stage
         return default_stages()
-    given = [stages] if isinstance(stages, str) else list(stages)
     names = [s for s in given if isinstance(s, str)]
     if not names:
         return given

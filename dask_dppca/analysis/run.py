@@ -90,9 +90,9 @@ def analyze(
         The stages, each holding its own parameters: ``DirectionsStage``, ``ScreeStage``,
         ``ScoreMapStage``, ``MedianStage``, ``ScaleStage``
         (:mod:`dask_dppca.analysis.stages`) or your own
-        (:class:`~dask_dppca.analysis.stage.Stage`).  Default: the directions, scree and
-        score map; given, exactly these (the directions added if left out), each after
-        the stages it reads.  Releases beyond those three are in ``result.stages``.
+        (:class:`~dask_dppca.analysis.stage.Stage`).  None or empty: the directions,
+        scree and score map; given, exactly these (the directions added if left out),
+        each after the stages it reads.  Releases beyond those three are in ``result.stages``.
     groups : array-like or str, optional
         One label per row, or the name of a column / variable / array of ``X``
         (:func:`~dask_dppca.analysis.stages.score_map.resolve_groups`): per-group score
