@@ -32,6 +32,12 @@ _PUBLIC = {
     "PrivateAnalysis": "analysis.result",
     "plan_analysis": "analysis.plan",
     "AnalysisPlan": "analysis.plan",
+    "Compute": "analysis.options",
+    "DirectionsStage": "analysis.stages.directions",
+    "ScreeStage": "analysis.stages.scree",
+    "ScoreMapStage": "analysis.stages.score_map",
+    "MedianStage": "analysis.stages.median",
+    "ScaleStage": "analysis.stages.scale",
     "kendall_matrix": "decomposition.reference",
     "sin_theta": "decomposition.metrics",
     "PrivacyBudget": "privacy.budget.privacy_budget",
@@ -60,9 +66,15 @@ __all__ = list(_PUBLIC)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     __version__: str
+    from .analysis.options import Compute  # noqa: F401
     from .analysis.plan import AnalysisPlan, plan_analysis  # noqa: F401
     from .analysis.result import PrivateAnalysis  # noqa: F401
     from .analysis.run import analyze  # noqa: F401
+    from .analysis.stages.directions import DirectionsStage  # noqa: F401
+    from .analysis.stages.median import MedianStage  # noqa: F401
+    from .analysis.stages.scale import ScaleStage  # noqa: F401
+    from .analysis.stages.score_map import ScoreMapStage  # noqa: F401
+    from .analysis.stages.scree import ScreeStage  # noqa: F401
     from .compute.trusted.placement import UntrustedReleaseWarning  # noqa: F401
     from .compute.waits import ClusterStalledError  # noqa: F401
     from .decomposition.estimator import DPPCA  # noqa: F401

@@ -31,6 +31,8 @@ from .kernel import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_b
 
 __all__ = [
     "AUTO_MAX_BLOCK_PAIRS",
+    "MAX_ALIGNED_GROWTH",
+    "MAX_BLOCKS_PER_CHUNK",
     "SCHEDULER_TASK_LIMIT",
     "CompleteDesign",
     "Design",
@@ -453,7 +455,7 @@ def auto_design(
 
     A store whose row chunks are equal (but the last) then gets blocks that follow its
     chunks (:func:`chunk_aligned_rows`), and ``k`` recomputed for them: a block read
-    decodes its own chunk, or a chunk shared by at most :data:`MAX_BLOCKS_PER_CHUNK`
+    decodes its own chunk, or a chunk shared by at most ``MAX_BLOCKS_PER_CHUNK``
     blocks, instead of the chunks it straddles.
     """
     budget = AUTO_FLOPS_PER_THREAD * max(int(n_threads), 1)
@@ -487,9 +489,9 @@ def chunk_aligned_rows(block: int, row_chunks: tuple[int, ...] | None, largest: 
     """Rows of a regular design's blocks that follow a store's equal row chunks.
 
     Chunks of ``c`` rows no larger than ``block``: the most whole chunks a block holds.
-    Larger chunks: ``c / m`` for the least ``m`` (at most :data:`MAX_BLOCKS_PER_CHUNK`)
+    Larger chunks: ``c / m`` for the least ``m`` (at most ``MAX_BLOCKS_PER_CHUNK``)
     dividing ``c`` with ``c / m`` at most ``largest`` and at most
-    :data:`MAX_ALIGNED_GROWTH` times ``block``.  Otherwise (unequal chunks, none given,
+    ``MAX_ALIGNED_GROWTH`` times ``block``.  Otherwise (unequal chunks, none given,
     no such ``m``) ``block`` as it is.  Public: the rule's block and the chunks only.
     """
     chunks = [int(c) for c in row_chunks or () if int(c) > 0]

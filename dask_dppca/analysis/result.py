@@ -27,6 +27,7 @@ __all__ = [
     "PrivateAnalysis",
     "privacy_table_text",
     "pve_topk",
+    "released_analysis",
     "split_rows",
 ]
 
@@ -447,3 +448,35 @@ def pve_topk(values: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
 def split_rows(split: BudgetSplit) -> list[dict[str, Any]]:
     """The split's table rows (stage, release, guarantee, parameters), before any release."""
     return [dict(row) for row in split.table()]
+
+
+#: The stages whose releases fill :class:`PrivateAnalysis`'s own fields (by the stage's
+#: name); every other stage's release is in ``result.stages``.
+RESULT_FIELDS = ("directions", "scree", "score_map")
+
+
+def released_analysis(outputs: Mapping[str, Any], meta: dict[str, Any]) -> PrivateAnalysis:
+    """The analysis of the stage outputs released so far (one has the directions).
+
+    ``outputs`` maps each stage's name to its :class:`~dask_dppca.analysis.stage.StageOutput`.
+    """
+    released = next(output for output in outputs.values() if output.directions is not None)
+    estimator = released.value  # the directions' fit (public attributes only)
+    scree = outputs["scree"].value if "scree" in outputs else None
+    scree = scree or {"values": {}, "design": None}
+    scree["pve_topk"] = pve_topk(scree["values"])
+    meta["directions_fit_id"] = estimator.privacy_.get("fit_id")
+    map_output = outputs.get("score_map")
+    result = PrivateAnalysis(
+        directions=np.asarray(released.directions, dtype=np.float64),
+        kendall_eigenvalues=np.asarray(estimator.eigenvalues_, dtype=np.float64),
+        scree=scree,
+        privacy=[row for output in outputs.values() for row in output.rows],
+        score_map=None if map_output is None else map_output.value,
+        meta=meta,
+        stages={
+            name: output.value for name, output in outputs.items() if name not in RESULT_FIELDS
+        },
+    )
+    result.notices = release_notices(result)  # post-processing of the released values
+    return result

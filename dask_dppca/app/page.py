@@ -431,6 +431,7 @@ class AppPage(StoreInputs):
         return {"groups": labels, "group_domain": group_domain_from_text(domain, labels)}
 
     def _run_release(self, parameters: dict[str, Any] | None = None) -> Any:
+        from ..analysis.options import Compute, shell_stages
         from ..analysis.run import analyze
 
         assert self.records_meta is not None
@@ -439,6 +440,8 @@ class AppPage(StoreInputs):
         store = os.path.expanduser(text_of(self.store))
         component = text_of(self.component) or None
         groups = self._groups(labels, store, component) if parameters["grouped"] else {}
+        flat = {"score_map": parameters["score_map"]}  # a share of 0: no score map
+        flat.update({"group_domain": groups["group_domain"]} if groups else {})
         with self.budget:
             result = analyze(
                 records,
@@ -446,11 +449,10 @@ class AppPage(StoreInputs):
                 epsilon=parameters["epsilon"],
                 delta=parameters["delta"],
                 split=parameters["split"],
-                score_map=parameters["score_map"],  # a share of 0: no score map
-                stages=parameters["stages"],
+                stages=shell_stages(parameters["stages"], flat),
+                groups=groups.get("groups"),
                 scale=parameters["scale"],
-                scheduler=self.scheduler,
-                **groups,
+                compute=Compute(scheduler=self.scheduler),
             )
         # This analysis's rows (its stages' ids start with its id), not another page's.
         mine = f"{result.meta['analysis_id']}."

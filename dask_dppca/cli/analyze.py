@@ -38,31 +38,51 @@ def add_parser(commands) -> None:
             "total (epsilon, delta) split by a public rule (printed before anything is read)."
         ),
     )
-    _add_input_options(analyze)
-    _add_privacy_options(analyze)
-    _add_score_map_options(analyze)
-    _add_run_options(analyze)
+    groups = _stage_groups(analyze)
+    _add_input_options(groups["input"])
+    _add_privacy_options(groups)
+    _add_score_map_options(groups["score_map"])
+    _add_run_options(groups["run"])
     analyze.set_defaults(run=run)
 
 
-def _add_input_options(analyze: argparse.ArgumentParser) -> None:
+def _stage_groups(analyze: argparse.ArgumentParser) -> dict[str, Any]:
+    """The help's groups of options: the input, what every stage shares, one group per
+    registered stage (its title and help from the registry), and where it runs.
+    """
+    groups: dict[str, Any] = {
+        "input": analyze.add_argument_group("input"),
+        "analysis": analyze.add_argument_group(
+            "the analysis", "what every stage shares: k, the total and its split"
+        ),
+    }
+    for info in REGISTRY:
+        groups[info.name] = analyze.add_argument_group(f"{info.title} stage", info.help)
+    groups["run"] = analyze.add_argument_group("compute and output")
+    return groups
+
+
+def _add_input_options(analyze: Any) -> None:
     add_input_arguments(analyze, STORE_OPTION_HELP, "the analysis")
 
 
-def _add_privacy_options(analyze: argparse.ArgumentParser) -> None:
+def _add_privacy_options(groups: dict[str, Any]) -> None:
     """k, the total, the split (its help from the stage registry) and the directions'
     and scree's options; one ``--NAME`` flag per optional registered stage.
     """
-    analyze.add_argument("-k", "--n-components", type=int, default=5, help="components (default 5)")
-    analyze.add_argument(
+    analysis = groups["analysis"]
+    analysis.add_argument(
+        "-k", "--n-components", type=int, default=5, help="components (default 5)"
+    )
+    analysis.add_argument(
         "--epsilon", type=float, default=3.0, help="TOTAL privacy epsilon > 0 (default 3)"
     )
-    analyze.add_argument(
+    analysis.add_argument(
         "--delta", type=float, default=1e-5, help="TOTAL privacy delta in (0, 1) (default 1e-5)"
     )
     names = ", ".join(info.name for info in REGISTRY)
     defaults = " ".join(f"{info.name}={info.default_share:g}" for info in REGISTRY)
-    analyze.add_argument(
+    analysis.add_argument(
         "--split",
         metavar="STAGE=SHARE",
         action="append",
@@ -70,13 +90,14 @@ def _add_privacy_options(analyze: argparse.ArgumentParser) -> None:
         help=f"public share of a stage ({names}), repeatable "
         f"(default {defaults}; the shares of the stages that run are renormalised)",
     )
-    add_stage_arguments(analyze)
-    analyze.add_argument(
+    add_stage_arguments(groups["analysis"], group_of=groups.get)
+    groups["scree"].add_argument(
         "--methods",
         default="clipped,winsorized,huber,robust",
         help="comma-separated scree estimators (default clipped,winsorized,huber,robust)",
     )
-    analyze.add_argument(
+    directions = groups["directions"]
+    directions.add_argument(
         "--spatial-sign",
         choices=("sphere", "winsor"),
         default="sphere",
@@ -84,7 +105,7 @@ def _add_privacy_options(analyze: argparse.ArgumentParser) -> None:
         "eigenvectors, the covariance's for elliptical data) or winsor (with --radius: "
         "covariance-like directions on bounded data)",
     )
-    analyze.add_argument(
+    directions.add_argument(
         "--radius",
         type=float,
         help="PUBLIC winsorizing radius of --spatial-sign winsor, in the data's units of "
@@ -92,7 +113,7 @@ def _add_privacy_options(analyze: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_score_map_options(analyze: argparse.ArgumentParser) -> None:
+def _add_score_map_options(analyze: Any) -> None:
     analyze.add_argument(
         "--groups",
         metavar="LABELS",
@@ -127,7 +148,7 @@ def _add_score_map_options(analyze: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_run_options(analyze: argparse.ArgumentParser) -> None:
+def _add_run_options(analyze: Any) -> None:
     """Where it runs, the budget, and what it writes."""
     analyze.add_argument(
         "--scheduler", help="Dask scheduler address (default: embedded LocalCluster)"
@@ -176,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
     """Analyze a store, write the result, optionally the plots."""
     from contextlib import nullcontext
 
+    from ..analysis.options import Compute
     from ..analysis.run import analyze
     from .budget import open_ledger
     from .kept import keep, kept_if_released
@@ -183,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check_outputs(args)
     records, score_options = _inputs(args)
+    labels = score_options.pop("groups")
     budget = open_ledger(args.budget) if args.budget else None
     args.charged_budgets = [] if budget is None else [budget]  # for a stopped run's line
     with nullcontext() if budget is None else budget, kept_if_released(args):
@@ -192,18 +215,17 @@ def run(args: argparse.Namespace) -> int:
             epsilon=args.epsilon,
             delta=args.delta,
             split=shares(args.split),
-            methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
-            stages=chosen_stages(args),
+            stages=_stages(args, score_options),
+            groups=labels,
             scale=args.scale,
-            spatial_sign=args.spatial_sign,
-            radius=args.radius,
-            scheduler=args.scheduler,
-            trusted_worker=args.trusted_worker,
-            require_trusted=args.require_trusted,
-            progress=not args.no_progress,  # a bar in a terminal, else lines on stderr
-            allow_fill_values=args.allow_fill_values,
+            compute=Compute(
+                scheduler=args.scheduler,
+                trusted_worker=args.trusted_worker,
+                require_trusted=args.require_trusted,
+                progress=not args.no_progress,  # a bar in a terminal, else lines on stderr
+                allow_fill_values=args.allow_fill_values,
+            ),
             show_split=print,
-            **score_options,
         )
     with signals_deferred():  # a paid-for result is written whole before any stop
         where = keep(result, args.output, args.force)
@@ -227,6 +249,21 @@ def run(args: argparse.Namespace) -> int:
             f"release at delta={budget.delta:g}"
         )
     return 0
+
+
+def _stages(args: argparse.Namespace, score_options: dict[str, Any]) -> list[Any]:
+    """The stage objects the flags ask for: the default stages with their options and
+    each optional stage flagged (the scale: ``--scale``).
+    """
+    from ..analysis.options import shell_stages
+
+    flat = {
+        "methods": tuple(m.strip() for m in args.methods.split(",") if m.strip()),
+        "spatial_sign": args.spatial_sign,
+        "radius": args.radius,
+        **score_options,
+    }
+    return shell_stages(chosen_stages(args), flat)
 
 
 def _check_outputs(args: argparse.Namespace) -> None:

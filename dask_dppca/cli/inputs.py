@@ -156,13 +156,18 @@ def shares(entries: list[str]) -> dict[str, float] | None:
     return split
 
 
-def add_stage_arguments(parser: Any) -> None:
+def add_stage_arguments(parser: Any, group_of: Any = None) -> None:
     """``--scale robust|none`` and one ``--NAME`` flag per other optional registered stage
-    (``analyze``, and ``plan --analysis`` to plan the same run).
+    (``analyze``, and ``plan --analysis`` to plan the same run); ``group_of(name)``, when
+    given, is the help's group of the stage ``name`` (else ``parser``).
     """
     from ..analysis.stages import SCALINGS, optional_stages
 
-    parser.add_argument(
+    def group(name: str) -> Any:
+        found = None if group_of is None else group_of(name)
+        return parser if found is None else found
+
+    group("scale").add_argument(
         "--scale",
         choices=SCALINGS,
         default="none",
@@ -173,7 +178,7 @@ def add_stage_arguments(parser: Any) -> None:
     )
     for info in optional_stages():
         if info.name != "scale":  # its own --scale robust|none above
-            parser.add_argument(
+            group(info.name).add_argument(
                 f"--{info.name.replace('_', '-')}",
                 action="store_true",
                 help=f"also release {info.help}",

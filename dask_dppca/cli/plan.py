@@ -221,8 +221,8 @@ def _records(args: argparse.Namespace) -> Any:
 
 def _run_analysis(args: argparse.Namespace, cluster: dict) -> int:
     """``plan --analysis``: print the analysis's plan; exit 2 when it does not fit."""
+    from ..analysis.options import Compute
     from ..analysis.plan import plan_analysis
-    from .fit import design_of
 
     if args.spectrum is not None or args.pilot is not None:
         raise ValueError("--spectrum and --pilot: a fit's accuracy, not with --analysis")
@@ -232,26 +232,17 @@ def _run_analysis(args: argparse.Namespace, cluster: dict) -> int:
         raise ValueError("--groups: needs the score map (drop --no-score-map)")
     if args.group_domain is not None and args.groups is None:
         raise ValueError("--group-domain: given without --groups")
-    methods = (
-        None
-        if args.methods is None
-        else tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    )
+    grouped = _grouped(args)
     plan = plan_analysis(
         _records(args),
         args.n_components,
         epsilon=args.epsilon,
         delta=args.delta,
         split=shares(args.split),
-        methods=methods,
-        score_map=False if args.no_score_map else None,
-        grouped=_grouped(args),
-        stages=chosen_stages(args),
+        stages=_planned_stages(args, grouped),
+        groups=True if grouped else None,
         scale=args.scale,
-        design=design_of(args),
-        spatial_sign=args.spatial_sign,
-        radius=args.radius,
-        scheduler=args.scheduler,
+        compute=Compute(scheduler=args.scheduler),
         machine=args.machine,
         **cluster,
     )
@@ -261,6 +252,27 @@ def _run_analysis(args: argparse.Namespace, cluster: dict) -> int:
         print(f"dask-dppca: error: the plan does not fit: {problems}", file=sys.stderr)
         return 2
     return 0
+
+
+def _planned_stages(args: argparse.Namespace, grouped: bool | tuple[str, ...]) -> list[Any]:
+    """The stage objects the flags ask for, as ``analyze`` builds them (a flag left out:
+    the stage's default).
+    """
+    from ..analysis.options import shell_stages
+    from .fit import design_of
+
+    methods = args.methods and tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    flat = {
+        "methods": methods,
+        "spatial_sign": args.spatial_sign,
+        "radius": args.radius,
+        "design": design_of(args),
+        "group_domain": grouped if isinstance(grouped, tuple) else None,
+    }
+    flat = {name: value for name, value in flat.items() if value is not None}
+    if args.no_score_map:
+        flat["score_map"] = False
+    return shell_stages(chosen_stages(args), flat)
 
 
 def _grouped(args: argparse.Namespace) -> bool | tuple[str, ...]:

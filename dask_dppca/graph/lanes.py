@@ -146,31 +146,9 @@ def kernel_sum_graph(
     # terabyte's half a million block pairs took longer than building the graph).
     token = dask.base.tokenize(data.name, spatial_sign, plan.describe(), fit_id or uuid.uuid4().hex)
     reader = chunk_reader(data)
-    # One graph layer of plain tasks (a tuple per task, Dask's graph specification):
-    # a dask.delayed call per task would make a layer per task.  The reader is a literal
-    # of every task: Dask pickles the graph whole, so it travels once, and no task
-    # depends on a reader key (one such key drew every task to the worker holding it).
     name = f"dppca-pairs-{token}"
-    layer: dict[Key, tuple[Any, ...]] = {}
     reads = reader is not None
-    bounds = segment_bounds(plan, n_threads, reads)
-    segments = plan_segments(plan, bounds, reads, spatial_sign)
-    annotations: dict[str, Any] = {}
-    if reads and cluster is not None:
-        shape, batches = worker_task_plan(plan, segments, reader, cluster, n_threads)
-        for number, (first, stop) in enumerate(batches):
-            batch = WorkerBatch(tuple(segments[first:stop]), shape)
-            layer[f"{name}-{number}"] = (batch_task, batch, reader)
-        annotations = {"resources": {WORKER_TASK_RESOURCE: 1}}
-    else:
-        for number, segment in enumerate(segments):
-            given = [] if reads else segment.blocks.tolist()
-            layer[f"{name}-{number}"] = (
-                segment_task,
-                segment,
-                reader,
-                *[(data.name, block, 0) for block in given],
-            )
+    layer, annotations = _kernel_layer(data, plan, spatial_sign, n_threads, reader, cluster, name)
     # dask.array.Array does not match dask's own DaskCollection protocol as typed
     # (__dask_scheduler__ is a staticmethod there, a plain function here).
     dependencies = [] if reads else [data]
@@ -179,6 +157,42 @@ def kernel_sum_graph(
     return _merge_down(
         [Delayed(key, graph, layer=name) for key in layer], key_prefix=f"dppca-sum-{token}"
     )
+
+
+def _kernel_layer(
+    data: da.Array,
+    plan: DesignPlan,
+    spatial_sign: SpatialSign,
+    n_threads: int,
+    reader: Any,
+    cluster: WorkerTasks | None,
+    name: str,
+) -> tuple[dict[Key, tuple[Any, ...]], dict[str, Any]]:
+    """The kernel's tasks (a worker task or a segment each) and their Dask annotations.
+
+    One graph layer of plain tasks (a tuple per task, Dask's graph specification): a
+    dask.delayed call per task would make a layer per task.  The reader is a literal of
+    every task: Dask pickles the graph whole, so it travels once, and no task depends on
+    a reader key (one such key drew every task to the worker holding it).
+    """
+    layer: dict[Key, tuple[Any, ...]] = {}
+    reads = reader is not None
+    segments = plan_segments(plan, segment_bounds(plan, n_threads, reads), reads, spatial_sign)
+    if reads and cluster is not None:
+        shape, batches = worker_task_plan(plan, segments, reader, cluster, n_threads)
+        for number, (first, stop) in enumerate(batches):
+            batch = WorkerBatch(tuple(segments[first:stop]), shape)
+            layer[f"{name}-{number}"] = (batch_task, batch, reader)
+        return layer, {"resources": {WORKER_TASK_RESOURCE: 1}}
+    for number, segment in enumerate(segments):
+        given = [] if reads else segment.blocks.tolist()
+        layer[f"{name}-{number}"] = (
+            segment_task,
+            segment,
+            reader,
+            *[(data.name, block, 0) for block in given],
+        )
+    return layer, {}
 
 
 def _check_blocks(data: da.Array, plan: DesignPlan) -> None:
@@ -300,7 +314,7 @@ def worker_task_plan(
     the threads and shared sums each runs with (:func:`~.worker_tasks.batch_shape`).
 
     ``segments_per_lane`` worker tasks a worker, of consecutive segments; the memory
-    each thread needs from the segments' working set (:func:`_working_set`).
+    each thread needs from the segments' working set (the most blocks a segment holds and a group uses).
     """
     batches = batches_for(len(segments), cluster, segments_per_lane(plan, n_threads))
     held, per_task = _working_set(segments, reads=True, n_blocks=len(plan.block_sizes))

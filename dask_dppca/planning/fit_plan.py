@@ -50,8 +50,9 @@ from ..privacy import PrivacyTarget, ReleaseMechanism
 from ..privacy.mechanisms.advice import release_warnings
 from ..privacy.mechanisms.contract import make_sampler
 from ..privacy.mechanisms.noise import NoiseSampler
-from .formatting import format_bytes, format_seconds
+from .formatting import format_bytes
 from .machine import MachineModel
+from .plan_text import fit_plan_text
 
 __all__ = [
     "EXACT_SUM_DIGITS",
@@ -157,7 +158,7 @@ class FitPlan:
         return json.dumps(self.describe(), indent=2)
 
     def __str__(self) -> str:
-        return _text(self)
+        return fit_plan_text(self)
 
 
 def plan_fit(
@@ -608,86 +609,3 @@ def _accuracy(
         for p in (0.5, 0.9)
     }
     return {**quantiles, "gap": model.gap, "model": "UtilityModel (first order, constants 1)"}
-
-
-def _text(plan: FitPlan) -> str:
-    i, c, g, m, t, p = plan.input, plan.cluster, plan.graph, plan.memory, plan.time, plan.privacy
-    n, d = i["shape"]
-    where = i["location"] or i["type"]
-    chunks = i["row_chunks"]
-    chunk_text = (
-        "in memory"
-        if chunks is None
-        else f"{chunks['count']} row chunks (largest {chunks['largest']})"
-    )
-    des = plan.design
-    name = des["design"]
-    if name == "regular":
-        name += (
-            f" (k={des['partners_k']}, blocks of {des['block_size']} rows, "
-            f"seed {des['design_seed']})"
-        )
-    lines = [
-        f"plan for {where}: {n} x {d} {i['dtype']}, {chunk_text}, {i['codec']} on {i['storage']}",
-        f"cluster: {c.workers} worker(s) x {c.threads_per_worker} thread(s), memory limit "
-        f"{format_bytes(c.memory_limit)} ({c.source})",
-        f"design: {name}, from design={des['chosen_by']!r}: {des['n_blocks']} blocks of at most "
-        f"{des['block_rows']} rows, {des['n_block_pairs']} block pairs, {des['n_pairs']:.4g} "
-        f"record pairs, max degree {des['max_degree']}",
-        "graph: "
-        + (
-            f"{g['worker_tasks']} worker tasks (one a worker at a time, each "
-            f"{g['worker_task_threads']} thread(s) adding into {g['worker_task_sums']} shared "
-            f"sum(s), running {g['segment_tasks']} segments"
-            if g["worker_tasks"]
-            else f"{g['segment_tasks']} segment tasks (running"
-        )
-        + f" of {g['block_pair_tasks']} block-pair groups) + {g['merge_tasks']} merge + "
-        f"{g['input_tasks']} input + 1 release = {g['n_tasks']} tasks (scheduler limit "
-        f"{g['scheduler_task_limit']})",
-        f"read: {format_bytes(plan.bytes_read)} "
-        + (
-            f"(inside the tasks: {g['block_reads']} block reads, "
-            f"{g['rows_decoded'] / max(n, 1):.3g}x the rows decoded)"
-            if g["reads_in_tasks"]
-            else "(in the input's own tasks)"
-        ),
-        f"memory per worker: peak {format_bytes(m['peak_bytes'])} = baseline "
-        f"{format_bytes(m['parts']['baseline'])} + {m['running_tasks']} thread(s) x "
-        f"{format_bytes(m['per_task_bytes'])}"
-        + (f" + {m['shared_sums']} shared sum(s) and their total" if m["shared_sums"] else "")
-        + f" + {m['segments_per_worker']} finished sum(s) "
-        f"{format_bytes(m['parts']['segment_sums'])}"
-        + (
-            f" + the input in this process {format_bytes(m['parts']['input_in_process'])}"
-            if m["parts"]["input_in_process"]
-            else ""
-        )
-        + (
-            ""
-            if m["usable_bytes"] is None
-            else f"; usable {format_bytes(m['usable_bytes'])} of the "
-            f"{format_bytes(m['memory_limit'])} limit"
-        ),
-        f"time: {format_seconds(t['wall_seconds'])} = {format_seconds(t['makespan_seconds'])} "
-        f"pair work and reads on {c.n_threads} thread(s) + {g['n_tasks']} tasks "
-        f"{format_seconds(t['task_seconds'])} + fixed {format_seconds(t['fixed_seconds'])} "
-        f"(kernel {t['pairs_per_second_per_core']:.3g} pairs/s a core, reads "
-        f"{format_bytes(t['read_bytes_per_second'])}/s a thread; machine "
-        f"model: {t['machine_model']})",
-        f"privacy: epsilon {p['epsilon']:g}, delta {p['delta']:g} ({p['calibration']}), "
-        f"sensitivity {p['sensitivity']:.4g}, sigma {p['sigma']:.4g}",
-    ]
-    a = plan.accuracy
-    if a is not None:
-        if "note" in a:
-            lines.append(f"accuracy: {a['note']}")
-        else:
-            lines.append(
-                f"accuracy: sin theta median {a['sin_theta_p50']:.3g}, 90% {a['sin_theta_p90']:.3g}"
-                f" (gap {a['gap']:.3g}; {a['model']})"
-            )
-    lines += [f"note: {note}" for note in plan.notes]
-    lines.append("fits: yes" if plan.fits else "fits: NO")
-    lines += [f"problem: {problem}" for problem in plan.problems]
-    return "\n".join(lines)

@@ -1,13 +1,15 @@
 """The registry of the analysis's stages: one entry per stage, in the order they run.
 
 Everything that lists stages iterates :data:`REGISTRY`:
-:func:`~dask_dppca.analysis.run.analyze` (what runs, each stage's default share),
-:func:`~dask_dppca.analysis.plan.plan_analysis`, the CLI's
-``--split`` help and one ``--NAME`` flag per optional stage, the report, the app and the
-privacy table.  The entries are plain data (importing this module imports no Dask: the
-command line's ``--help`` stays light); :func:`build_stage` imports a stage's module
-when it runs.  Adding a stage is one module here and one entry below
-(CONTRIBUTING.md, "Adding a private statistic").
+:func:`~dask_dppca.analysis.run.analyze` and
+:func:`~dask_dppca.analysis.plan.plan_analysis` (the stages that run by default:
+:func:`default_stages`, each stage's default share and title), the CLI's ``--split``
+help and one ``--NAME`` flag per optional stage, the report, the app and the privacy
+table.  The entries are plain data (importing this module imports no Dask: the command
+line's ``--help`` stays light); :func:`build_stage` imports a stage's module when it
+runs.  The order a stage runs in is its own (``Stage.after``).
+Adding a stage is one module here and one entry below (CONTRIBUTING.md, "Adding a
+private statistic").
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ __all__ = [
     "StageInfo",
     "build_stage",
     "check_scale",
-    "chosen_around_directions",
     "chosen_optional",
     "default_shares",
+    "default_stages",
     "optional_stages",
     "stage_info",
 ]
@@ -49,9 +51,8 @@ class StageInfo:
     help : str
         One line for the CLI and the app.
     factory : str
-        ``"module:Class"`` of the stage, relative to this package.
-    before_directions : bool, default False
-        Runs before the directions (a stage whose output the directions read: the scale).
+        ``"module:Class"`` of the stage object (:func:`build_stage`), relative to this
+        package.
     """
 
     name: str
@@ -60,16 +61,16 @@ class StageInfo:
     optional: bool
     help: str
     factory: str
-    before_directions: bool = False
 
 
-#: The registered stages, in the order they run (the optional ones only when asked for).
+#: The registered stages, in the order they are listed (the optional ones run only when
+#: asked for; each runs after the stages its ``after`` names).
 REGISTRY: tuple[StageInfo, ...] = (
     StageInfo(
         "scale", "scale", 0.2, True,
         "private robust scaling: per column a private median and quantile range, read by "
         "every later stage (analyze(scale='robust'), --scale robust)",
-        ".scale:ScaleStage", before_directions=True,
+        ".scale:ScaleStage",
     ),
     StageInfo(
         "directions", "directions", 0.5, False,
@@ -81,7 +82,7 @@ REGISTRY: tuple[StageInfo, ...] = (
     ),
     StageInfo(
         "score_map", "score map", 0.25, False,
-        "a private score map (per group with groups)", ".score_map:PrivateScoreMapStage",
+        "a private score map (per group with groups)", ".score_map:ScoreMapStage",
     ),
     StageInfo(
         "median", "median", 0.1, True,
@@ -122,18 +123,6 @@ def chosen_optional(names: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
-def chosen_around_directions(
-    stages: str | Sequence[str], scale: object = "none"
-) -> tuple[list[str], list[str]]:
-    """The optional stages asked for (``stages=``, and ``"scale"`` for ``scale="robust"``),
-    checked, as (those that run before the directions, those after), in order.
-    """
-    names = chosen_optional([*([stages] if isinstance(stages, str) else stages)])
-    names += ["scale"] if check_scale(scale) == "robust" and "scale" not in names else []
-    before = [name for name in names if stage_info(name).before_directions]
-    return before, [name for name in names if name not in before]
-
-
 def optional_stages() -> tuple[StageInfo, ...]:
     """The stages that run only when asked for, in order."""
     return tuple(info for info in REGISTRY if info.optional)
@@ -158,5 +147,12 @@ def stage_class(name: str) -> Any:
 
 
 def build_stage(name: str, **parameters: Any) -> Any:
-    """A new instance of the registered stage ``name`` with ``parameters``."""
+    """A new stage object of the registered stage ``name`` with ``parameters``."""
     return stage_class(name)(**parameters)
+
+
+def default_stages() -> list[Any]:
+    """The stages an analysis runs when not told which: every registered stage that is
+    not optional, with its defaults, in the registry's order.
+    """
+    return [build_stage(info.name) for info in REGISTRY if not info.optional]

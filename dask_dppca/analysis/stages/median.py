@@ -18,7 +18,7 @@ from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
 from ...privacy.mechanisms.contract import make_sampler
 from ...privacy.mechanisms.median import CoordinateMedian
 from ...privacy.mechanisms.parts import PureDPPart
-from ..stage import StageContext, StageOutput, claim_stage_parts, release_row
+from ..stage import StageBase, StageContext, StageOutput, claim_stage_parts, release_row
 
 __all__ = ["MedianStage"]
 
@@ -27,13 +27,20 @@ _RELEASE = "coordinate medians"
 
 
 @dataclass
-class MedianStage:
+class MedianStage(StageBase):
     """The private median of every feature, as one analysis stage.
 
     Parameters
     ----------
     random_state : int, optional
-        NOT PRIVATE: seeds the noise, for tests and examples only.
+        NOT PRIVATE: seeds the noise, for tests and examples only; the analysis binds its
+        own ``random_state`` here.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> [part.count for part in dd.MedianStage().planned_parts(2, 3)]  # one per feature
+    [3]
     """
 
     random_state: int | None = None

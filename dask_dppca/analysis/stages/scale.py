@@ -22,7 +22,7 @@ from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
 from ...privacy.mechanisms.contract import make_sampler
 from ...privacy.mechanisms.parts import PureDPPart
 from ...privacy.mechanisms.scale import LEVELS, RobustScale, robust_scaling
-from ..stage import StageContext, StageOutput, claim_stage_parts, release_row
+from ..stage import StageBase, StageContext, StageOutput, claim_stage_parts, release_row
 
 __all__ = ["ScaleStage", "scale_mechanism"]
 
@@ -38,17 +38,30 @@ def scale_mechanism(split: BudgetSplit, n_samples: int, n_features: int) -> Robu
 
 
 @dataclass
-class ScaleStage:
+class ScaleStage(StageBase):
     """Private robust scaling of every feature, as the analysis's first stage.
 
     Parameters
     ----------
     random_state : int, optional
-        NOT PRIVATE: seeds the noise, for tests and examples only.
+        NOT PRIVATE: seeds the noise, for tests and examples only; the analysis binds its
+        own ``random_state`` here.
+
+    Examples
+    --------
+    >>> import dask_dppca as dd
+    >>> dd.ScaleStage().after  # the first stage: every other one reads the scaled records
+    ()
     """
 
     random_state: int | None = None
     name: str = _STAGE
+    #: The first stage: every later one reads the scaled records (``rereads``).
+    after = ()
+
+    def meta(self) -> dict[str, Any]:
+        """The analysis's scaling."""
+        return {"scaling": "robust"}
 
     def planned_parts(self, n_components: int, n_features: int) -> list[PlannedPart]:
         """One pure-DP part per quantile of every feature."""

@@ -49,15 +49,26 @@ from ...privacy.mechanisms.score_map import (
     ScoreMapMechanism,
 )
 from ...privacy.notices import NOISE_MULTIPLE
-from ..stage import StageContext, StageOutput
+from ..stage import (
+    PlanSetting,
+    StageBase,
+    StageContext,
+    StageOutput,
+    StagePlan,
+    StageSetup,
+    row_pass_plan,
+    row_runs,
+)
 
 __all__ = [
     "AUTO_BINS_NOISE_TV",
     "AUTO_BINS_RANGE",
     "FRAME_WEIGHT",
     "HISTOGRAM_WEIGHT",
+    "SCORE_MAP_PASSES",
     "SPARSE_DELTA_SHARE",
     "PrivateScoreMapStage",
+    "ScoreMapStage",
     "auto_bins",
     "group_domain_from_text",
     "plot_scores",
@@ -78,6 +89,9 @@ AUTO_BINS_RANGE = (10, 100)
 AUTO_BINS_NOISE_TV = 0.05
 _METHODS = ("additive", "sparse")
 _STAGE = "score_map"
+#: The score map's passes over the scores (centre, radius, histograms), after the one
+#: that projects the rows (``compute/trusted/score_map.release_score_map``).
+SCORE_MAP_PASSES = 3
 
 
 def auto_bins(n_samples: int, noise_scale: float) -> tuple[int, int]:
@@ -154,8 +168,85 @@ def _check_domain(domain: Any) -> tuple[Any, ...]:
     return values
 
 
+def _check_bins(bins: Any) -> tuple[int, int] | None:
+    """The grid, checked (None: chosen in ``mechanism()`` from public n and the split)."""
+    if bins is None:
+        return None
+    try:
+        mx, my = (int(v) for v in bins)
+    except (TypeError, ValueError):
+        raise ValueError(f"bins: expected two integers >= 1, got {bins!r}") from None
+    if mx < 1 or my < 1:
+        raise ValueError(f"bins: expected two integers >= 1, got {bins!r}")
+    return (mx, my)
+
+
 @dataclasses.dataclass
-class PrivateScoreMapStage:
+class ScoreMapStage(StageBase):
+    """The private score map of two components (per group with the analysis's ``groups``).
+
+    The stage object ``analyze(stages=[...])`` takes; the analysis binds it to its groups
+    and seed (:meth:`bound`: a :class:`PrivateScoreMapStage`).
+
+    Parameters
+    ----------
+    axes : (int, int), default (0, 1)
+        The components of the map (0-based).
+    bins : (int, int), optional
+        The grid; by default one that grows with n epsilon, from public parameters only
+        (:func:`auto_bins`).
+    methods : sequence of str, default ("additive",)
+        The histograms: ``"additive"`` (Gaussian counts) and/or ``"sparse"`` (thresholded).
+    group_domain : sequence, optional
+        The PUBLIC labels of the analysis's ``groups`` (required with them); others count
+        as ``"other"``.
+
+    Examples
+    --------
+    >>> from dask_dppca.analysis.stages.score_map import ScoreMapStage
+    >>> ScoreMapStage(axes=(0, 2), methods="sparse").bound_to(None, None).methods
+    ('sparse',)
+    """
+
+    axes: tuple[int, int] = (0, 1)
+    bins: tuple[int, int] | None = None
+    methods: Sequence[str] = ("additive",)
+    group_domain: Sequence[Any] | None = None
+    name: str = _STAGE
+
+    def __post_init__(self) -> None:
+        self.axes = _check_axes(self.axes)
+        self.methods = _check_methods(self.methods)
+        self.bins = _check_bins(self.bins)
+        if self.group_domain is not None:
+            self.group_domain = _check_domain(self.group_domain)
+
+    def bound_to(self, labels: Any, random_state: int | None) -> PrivateScoreMapStage:
+        """The stage that releases the map of ``labels`` (None: one map) seeded so."""
+        return PrivateScoreMapStage(
+            labels, self.group_domain, self.axes, self.bins, self.methods, random_state
+        )
+
+    def bound(self, setup: StageSetup) -> PrivateScoreMapStage:
+        """The stage of one analysis: its groups (the plan's stand-in) and its seed."""
+        if not setup.planning or setup.groups is None or self.group_domain is not None:
+            return self.bound_to(setup.groups, setup.random_state)
+        # A plan of groups whose domain it was not told: its parts hold the noisy group
+        # sizes all the same; no advice on a stand-in domain.
+        stand_in = dataclasses.replace(self, group_domain=("group",))
+        return dataclasses.replace(stand_in.bound_to(True, None), domain_known=False)
+
+    def planned_parts(self, n_components: int, n_features: int = 0) -> list[PlannedPart]:
+        """Its parts without groups (the analysis plans the bound stage's)."""
+        return self.bound_to(None, None).planned_parts(n_components, n_features)
+
+    def run(self, context: StageContext) -> StageOutput:
+        """The map without groups (the analysis runs the bound stage instead)."""
+        return self.bound_to(None, context.random_state).run(context)
+
+
+@dataclasses.dataclass
+class PrivateScoreMapStage(StageBase):
     """A private score map (PC ``a`` against PC ``b``, per group) as one analysis stage.
 
     Parameters
@@ -181,6 +272,7 @@ class PrivateScoreMapStage:
     methods: Sequence[str] = ("additive",)
     random_state: int | None = None
     name: str = _STAGE
+    domain_known: bool = True
 
     def __post_init__(self) -> None:
         self.axes = _check_axes(self.axes)
@@ -188,15 +280,7 @@ class PrivateScoreMapStage:
         if self.labels is None and self.domain is not None:
             raise ValueError("groups: a group_domain was given without groups")
         self.domain = None if self.labels is None else _check_domain(self.domain)
-        if self.bins is None:  # chosen in mechanism(), from public n and the split
-            return
-        try:
-            mx, my = (int(v) for v in self.bins)
-        except (TypeError, ValueError):
-            raise ValueError(f"bins: expected two integers >= 1, got {self.bins!r}") from None
-        if mx < 1 or my < 1:
-            raise ValueError(f"bins: expected two integers >= 1, got {self.bins!r}")
-        self.bins = (mx, my)
+        self.bins = _check_bins(self.bins)
 
     @property
     def grouped(self) -> bool:
@@ -248,10 +332,11 @@ class PrivateScoreMapStage:
         mechanism = FrameMechanism(n_samples, 4.0 * frame.epsilon)
         bounds = {"centre": mechanism.centre.rank_error(), "radius": mechanism.radius.rank_error()}
         stated: dict[str, Any] = {"rank_error_95": bounds, "useless": []}
-        if self.grouped and self.domain is not None and "additive" in self.methods:
+        known = self.domain if self.domain_known else None
+        if self.grouped and known is not None and "additive" in self.methods:
             sizes = split.part(_STAGE, "noisy group sizes")
             assert isinstance(sizes, GaussianPart)
-            groups = len(self.domain) + 1  # and "other"
+            groups = len(known) + 1  # and "other"
             noise = GroupCounts(groups, sizes.mu).sigma
             average = n_samples / groups
             stated["groups"] = {
@@ -330,6 +415,24 @@ class PrivateScoreMapStage:
                 stage_id=context.stage_id,
             )
         return StageOutput(score_map, _rows(mechanism, score_map))
+
+    def plan(self, setting: PlanSetting) -> StagePlan:
+        """A projection of the rows in runs, then the light passes over the scores."""
+        fit = setting.fit
+        runs = len(row_runs(setting)[0])
+        scores = 16 * setting.design.n_samples // max(fit.cluster.workers, 1)  # (n, 2) scores
+        return row_pass_plan(
+            "score map",
+            setting,
+            light_passes=SCORE_MAP_PASSES,
+            held_bytes=scores,
+            detail=f"a projection of the rows in {runs} runs, then {SCORE_MAP_PASSES} passes "
+            "(centre, radius, histograms)",
+        )
+
+    def summary(self, value: Any, feature_names: Sequence[str] | None = None) -> str:
+        """The map's own summary (its frame, bins and groups)."""
+        return str(value.summary())
 
 
 def _rows(mechanism: ScoreMapMechanism, score_map: ScoreMap) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -40,9 +41,24 @@ from ...privacy.mechanisms.scree import (
     winsorizing_level,
 )
 from ...privacy.notices import scree_default
-from ..stage import StageContext, StageOutput, claim_stage_parts, release_row
+from ..stage import (
+    PlanSetting,
+    StageBase,
+    StageContext,
+    StageOutput,
+    StagePlan,
+    claim_stage_parts,
+    release_row,
+)
 
-__all__ = ["HUBER_STEPS", "SCREE_WEIGHTS", "ScreeStage", "check_methods", "scree_parts"]
+__all__ = [
+    "HUBER_STEPS",
+    "SCREE_WEIGHTS",
+    "ScreeStage",
+    "check_methods",
+    "scree_parts",
+    "scree_passes",
+]
 
 #: Noisy steps of the Huber scree estimator: one.  With the lower clamp idle (see
 #: ``HUBER_MULTIPLE``) a step from ``m`` lands at ``E min(s, m + tau)`` whatever ``m``;
@@ -51,6 +67,8 @@ HUBER_STEPS = 1
 #: Weights of the scree stage's parts (public): each quantile 1, the means these.
 SCREE_WEIGHTS = {"clipped": 8.0, "winsorized": 4.0, "huber": 4.0}
 _STAGE = "scree"
+#: Bins of a scree histogram (the public grid of :mod:`dask_dppca.kernel.scree_stats`).
+_SCREE_BINS = 8193
 
 Selector = Callable[[np.ndarray, float], int]
 
@@ -127,17 +145,25 @@ class _Pass:
 
 
 @dataclass
-class ScreeStage:
+class ScreeStage(StageBase):
     """Private scree values of the released directions (one analysis stage).
 
     Parameters
     ----------
     methods : sequence of str
-        Any of ``"clipped"``, ``"winsorized"``, ``"huber"``, ``"robust"``.
+        Any of ``"clipped"``, ``"winsorized"``, ``"huber"``, ``"robust"`` (the robust one
+        costs nothing beyond the quantiles all need).
     mono : bool, default False
         Monotone (non-increasing) post-processing of each method's values.
     random_state : int, optional
-        NOT PRIVATE: seeds the noise, for tests and examples only.
+        NOT PRIVATE: seeds the noise, for tests and examples only; the analysis binds its
+        own ``random_state`` here.
+
+    Examples
+    --------
+    >>> from dask_dppca.analysis.stages.scree import ScreeStage
+    >>> ScreeStage(methods=("clipped", "clipped", "robust")).methods  # checked, once each
+    ('clipped', 'robust')
     """
 
     methods: Sequence[str] = ("clipped", "winsorized", "huber", "robust")
@@ -151,6 +177,14 @@ class ScreeStage:
     def planned_parts(self, n_components: int, n_features: int) -> list[PlannedPart]:
         """The quantiles and the chosen means (public)."""
         return scree_parts(n_components, self.methods)
+
+    def meta(self) -> dict[str, Any]:
+        """The scree's methods."""
+        return {"methods": list(self.methods)}
+
+    def plan(self, setting: PlanSetting) -> StagePlan:
+        """Its passes over the same segments :mod:`dask_dppca.graph.scree` builds."""
+        return _scree_plan(setting, self.methods)
 
     def run(self, context: StageContext) -> StageOutput:
         """Release the quantiles, then the means, then any further Huber steps."""
@@ -319,3 +353,78 @@ class ScreeStage:
             clipped = np.asarray(values["clipped"])
             scree["pve_total"] = (clipped / trace).tolist() if trace > 0 else None
         return scree
+
+
+@cache
+def _scree_pairs(a: int, b: int, same: bool) -> int:
+    """Record pairs of the scree sub-design of one block pair (blocks of ``a``, ``b`` rows)."""
+    return scree_design((a,), ((0, 0),))[0] if same else scree_design((a, b), ((0, 1),))[0]
+
+
+def scree_passes(methods: Sequence[str]) -> int:
+    """The scree's passes over its pair sub-design: the quantiles' histograms, the
+    Gaussian means (clipped, winsorized, Huber step 1) together, and each later Huber step.
+    """
+    means = any(m in methods for m in ("clipped", "winsorized", "huber"))
+    return 1 + int(means) + (HUBER_STEPS - 1 if "huber" in methods else 0)
+
+
+def _segment_seconds(setting: PlanSetting, segments: Any, reads: bool) -> list[float]:
+    """Each segment's modelled seconds: its pairs' kernel work and, when the segments
+    read their own blocks, the reads (else the input's reads spread like the work).
+    """
+    fit, plan, model = setting.fit, setting.design, setting.model
+    d, sizes = plan.n_features, plan.block_sizes
+    rate, per_row, call = model.pair_rate(d), model.row_cost(d), model.kernel_call_seconds
+    read_rate, key = model.read_rate(fit.input["storage"], fit.input["codec"])
+    seconds = []
+    for segment in segments:
+        work = 0.0
+        for i, j in segment.pairs.tolist():
+            pairs = _scree_pairs(sizes[i], sizes[j], i == j)
+            rows = sizes[i] if i == j else sizes[i] + sizes[j]
+            work += pairs / rate + call + per_row * rows
+        if reads:
+            rows = int(sum(sizes[b] for b in segment.blocks.tolist()))
+            work += rows * d * setting.itemsize / read_rate + model.read_call(key) * len(
+                segment.blocks
+            )
+        seconds.append(work)
+    if not reads:  # the input's own tasks read every block once, spread like the work
+        whole = plan.n_samples * d * setting.itemsize / read_rate
+        seconds = [s + whole / len(seconds) for s in seconds]
+    return seconds
+
+
+def _scree_plan(setting: PlanSetting, methods: Sequence[str]) -> StagePlan:
+    """The scree's passes over the same segments :mod:`dask_dppca.graph.scree` builds."""
+    from ...graph.scree import merge_task_count, scree_segments
+    from ...planning.fit_plan import makespan
+
+    fit, plan, model = setting.fit, setting.design, setting.model
+    threads = fit.cluster.n_threads
+    reads = bool(fit.graph["reads_in_tasks"])
+    segments = scree_segments(plan.block_sizes, plan.block_pairs, plan.n_features, threads, reads)
+    n_pairs, degree = scree_design(tuple(plan.block_sizes), tuple(plan.block_pairs))
+    seconds = _segment_seconds(setting, segments, reads)
+    passes = scree_passes(methods)
+    per_pass = len(segments) + merge_task_count(len(segments)) + 1  # and its release
+    if not reads:
+        per_pass += int(fit.graph["input_tasks"])
+    pass_seconds = makespan(seconds, threads) + per_pass * model.task_seconds
+    m = fit.memory
+    histograms = 2 * (setting.n_components + 1) * _SCREE_BINS * 8  # a segment's and a merge's
+    per_task = (m["held_blocks"] + 2) * m["block_bytes"] + histograms
+    running = min(m["running_tasks"], len(segments))
+    peak = int(m["parts"]["baseline"] + m["parts"]["input_in_process"] + running * per_task)
+    return StagePlan(
+        _STAGE,
+        passes,
+        passes * per_pass,
+        len(segments),
+        passes * pass_seconds + model.fixed_seconds,  # a stage's fixed cost, once
+        peak,
+        f"{passes} passes ({'+'.join(methods)}) over {n_pairs:.4g} sub-design pairs "
+        "(64-row sub-blocks)",
+        facts={"scree_design": {"n_pairs": int(n_pairs), "max_degree": int(degree)}},
+    )
