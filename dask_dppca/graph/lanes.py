@@ -314,7 +314,8 @@ def worker_task_plan(
     the threads and shared sums each runs with (:func:`~.worker_tasks.batch_shape`).
 
     ``segments_per_lane`` worker tasks a worker, of consecutive segments; the memory
-    each thread needs from the segments' working set (the most blocks a segment holds and a group uses).
+    each thread needs from the segments' working set (the most blocks a segment holds
+    and a group uses).
     """
     batches = batches_for(len(segments), cluster, segments_per_lane(plan, n_threads))
     held, per_task = _working_set(segments, reads=True, n_blocks=len(plan.block_sizes))
