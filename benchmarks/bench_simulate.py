@@ -366,11 +366,13 @@ def report(name: str, sim: dict, n_tasks: int, span: float, factor: float) -> fl
     return ratio
 
 
-def run_case(name: str, factor: float, probe: int, model) -> None:
-    """One of :data:`CASES`: its plan, and its worker tasks on a simulated cluster."""
+def run_case(name: str, factor: float, probe: int, model, workers: int | None = None) -> None:
+    """One of :data:`CASES`: its plan, and its worker tasks on a simulated cluster
+    (``workers`` instead of the case's own, for a cluster too large for one process)."""
     from dask_dppca.graph.worker_tasks import WORKER_TASK_RESOURCE
 
-    n, d, chunk, dtype, workers, threads, limit = CASES[name]
+    n, d, chunk, dtype, case_workers, threads, limit = CASES[name]
+    workers = workers or case_workers
     with tempfile.TemporaryDirectory() as folder:
         m = modelled(stand_in(folder, n, d, chunk, dtype), workers, threads, model, limit)
     plan, t, g, mem = m["fit_plan"], m["fit_plan"].time, m["fit_plan"].graph, m["fit_plan"].memory
@@ -442,16 +444,20 @@ def main(argv=None) -> None:
     from dask_dppca.planning.machine import load_machine_model
 
     model = load_machine_model()
+    if args.case:
+        print(
+            f"{date.today()}: load average {os.getloadavg()[0]:.2f} at the start; "
+            f"{os.cpu_count()} CPUs; machine model: {model.source}"
+        )
+        run_case(args.case, args.factor or 4.0, probe, model, args.workers)
+        print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
+        return
     print(
         f"{date.today()}: load average {os.getloadavg()[0]:.2f} at the start; "
         f"{os.cpu_count()} CPUs; n = {n:.3g}, d = {D} ({n * D * 8 / 1e12:.3g} TB); "
         f"{workers} workers x {threads} threads in this process; factor {factor:g}; "
         f"machine model: {model.source}"
     )
-    if args.case:
-        run_case(args.case, args.factor or 4.0, probe, model)
-        print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
-        return
     before = None
     with tempfile.TemporaryDirectory() as folder:
         for chunk in CHUNKS:

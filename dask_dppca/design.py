@@ -31,7 +31,6 @@ from .kernel import DEFAULT_MEMORY_BUDGET, rounding_error_bound, tile_rows_for_b
 
 __all__ = [
     "AUTO_MAX_BLOCK_PAIRS",
-    "MAX_ALIGNED_GROWTH",
     "MAX_BLOCKS_PER_CHUNK",
     "SCHEDULER_TASK_LIMIT",
     "CompleteDesign",
@@ -185,6 +184,12 @@ class RegularDesign:
         Rows per block (>= 2).
     seed : int
         Public seed of the block graph (not of any noise).  Reported in ``privacy_``.
+    walk_group : int, default 1
+        Consecutive blocks that stay together, in order, in the walk: the walk is a random
+        order of these groups (the last may be shorter).  ``design="auto"`` sets it to the
+        blocks one store chunk holds, so that a chunk's blocks are run by one worker task
+        and the chunk is decoded once there.  The degrees, hence the sensitivity, do not
+        depend on it.
 
     Examples
     --------
@@ -197,6 +202,7 @@ class RegularDesign:
     k: int
     block_size: int
     seed: int = 0
+    walk_group: int = 1
 
     name = "regular"
 
@@ -207,6 +213,9 @@ class RegularDesign:
                 raise ValueError(f"{field_name}: must be an integer >= {low}, got {value!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed: must be an integer >= 0, got {self.seed!r}")
+        group = self.walk_group
+        if isinstance(group, bool) or not isinstance(group, int) or group < 1:
+            raise ValueError(f"walk_group: must be an integer >= 1, got {group!r}")
 
     def block_sizes(self, n: int) -> tuple[int, ...]:
         """Rows per block for n records."""
@@ -218,8 +227,14 @@ class RegularDesign:
 
         The block graph is a circulant graph along this walk, so a block's partners are
         near it in the walk (within ``k // 2 + 1`` steps, but for the circle's wrap).
+        With ``walk_group`` g > 1 the random order is of the groups of g consecutive
+        blocks, each group's blocks kept in order.
         """
-        return np.random.default_rng(self.seed).permutation(n_blocks)
+        if self.walk_group == 1:
+            return np.random.default_rng(self.seed).permutation(n_blocks)
+        groups = np.random.default_rng(self.seed).permutation(-(-n_blocks // self.walk_group))
+        order = (groups[:, None] * self.walk_group + np.arange(self.walk_group)).ravel()
+        return order[order < n_blocks]
 
     def partner_edges(self, n_blocks: int) -> tuple[tuple[int, int], ...]:
         """Edges ``(I, J)``, ``I < J``, of the block graph (data-independent)."""
@@ -271,12 +286,15 @@ class RegularDesign:
 
     def describe(self) -> dict[str, Any]:
         """Public parameters of the design."""
-        return {
+        described: dict[str, Any] = {
             "design": self.name,
             "partners_k": self.k,
             "block_size": self.block_size,
             "design_seed": self.seed,
         }
+        if self.walk_group > 1:  # only then: reports of ungrouped designs keep their keys
+            described["walk_group"] = self.walk_group
+        return described
 
 
 def _plan(
@@ -454,9 +472,10 @@ def auto_design(
     any cluster) the rule is unchanged.
 
     A store whose row chunks are equal (but the last) then gets blocks that follow its
-    chunks (:func:`chunk_aligned_rows`), and ``k`` recomputed for them: a block read
-    decodes its own chunk, or a chunk shared by at most ``MAX_BLOCKS_PER_CHUNK``
-    blocks, instead of the chunks it straddles.
+    chunks (:func:`chunk_aligned_rows`: whole chunks, or a chunk cut into equal blocks
+    that stay together in the walk, ``walk_group``), and ``k`` recomputed for them: a
+    worker task decodes a chunk once for all its blocks instead of the chunks each block
+    straddles.
     """
     budget = AUTO_FLOPS_PER_THREAD * max(int(n_threads), 1)
     d = max(int(n_features), 1)
@@ -475,24 +494,25 @@ def auto_design(
     if aligned != block:
         block = aligned
         k, n_blocks = _auto_partners(n_samples, d, block, budget)
-    return RegularDesign(k=k, block_size=block, seed=0)
+    chunk = int((row_chunks or (0,))[0])
+    group = chunk // block if chunk > block and chunk % block == 0 else 1
+    return RegularDesign(k=k, block_size=block, seed=0, walk_group=group)
 
 
-#: Most blocks the auto rule cuts one store chunk into (a chunk is decoded whole for
-#: each block read from it: at most this many times the store, whatever the walk).
-MAX_BLOCKS_PER_CHUNK = 2
-#: Most the auto rule lets a block grow beyond its budget's size to follow the chunks.
-MAX_ALIGNED_GROWTH = 2.5
+#: Most blocks the auto rule cuts one store chunk into (they stay together in the walk,
+#: so a worker task decodes the chunk once for all of them).
+MAX_BLOCKS_PER_CHUNK = 64
 
 
 def chunk_aligned_rows(block: int, row_chunks: tuple[int, ...] | None, largest: int) -> int:
     """Rows of a regular design's blocks that follow a store's equal row chunks.
 
     Chunks of ``c`` rows no larger than ``block``: the most whole chunks a block holds.
-    Larger chunks: ``c / m`` for the least ``m`` (at most ``MAX_BLOCKS_PER_CHUNK``)
-    dividing ``c`` with ``c / m`` at most ``largest`` and at most
-    ``MAX_ALIGNED_GROWTH`` times ``block``.  Otherwise (unequal chunks, none given,
-    no such ``m``) ``block`` as it is.  Public: the rule's block and the chunks only.
+    Larger chunks: ``c / m`` for the ``m`` (a divisor of ``c``, at most
+    ``MAX_BLOCKS_PER_CHUNK``, with ``c / m`` at most ``largest``) that brings it nearest
+    ``block`` (by ratio); the design then keeps a chunk's ``m`` blocks together in its
+    walk (``walk_group``).  Otherwise (unequal chunks, none given, no such ``m``)
+    ``block`` as it is.  Public: the rule's block and the chunks only.
     """
     chunks = [int(c) for c in row_chunks or () if int(c) > 0]
     if len(chunks) < 2 or len(set(chunks[:-1])) != 1 or chunks[-1] > chunks[0]:
@@ -500,10 +520,12 @@ def chunk_aligned_rows(block: int, row_chunks: tuple[int, ...] | None, largest: 
     c = chunks[0]
     if c <= block:
         return c * (block // c)
-    for m in range(1, MAX_BLOCKS_PER_CHUNK + 1):
-        if c % m == 0 and c // m <= min(largest, MAX_ALIGNED_GROWTH * block):
-            return c // m
-    return block
+    fitting = [
+        c // m for m in range(1, MAX_BLOCKS_PER_CHUNK + 1) if c % m == 0 and c // m <= largest
+    ]
+    if not fitting:
+        return block
+    return min(fitting, key=lambda rows: abs(math.log(rows / block)))
 
 
 def _auto_partners(n_samples: int, d: int, block: int, budget: float) -> tuple[int, int]:

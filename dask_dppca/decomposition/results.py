@@ -167,7 +167,10 @@ def result_parameters(payload: dict[str, Any]) -> dict[str, Any]:
     design = parameters.get("design", "auto")
     if isinstance(design, dict):
         parameters["design"] = RegularDesign(
-            k=design["k"], block_size=design["block_size"], seed=design["seed"]
+            k=design["k"],
+            block_size=design["block_size"],
+            seed=design["seed"],
+            walk_group=design.get("walk_group", 1),
         )
     return parameters
 
@@ -218,6 +221,8 @@ def _parameters(est: Any) -> dict[str, Any]:
     design = params["design"]
     if isinstance(design, RegularDesign):
         params["design"] = {"k": design.k, "block_size": design.block_size, "seed": design.seed}
+        if design.walk_group > 1:  # only then: results of ungrouped designs keep their keys
+            params["design"]["walk_group"] = design.walk_group
     elif not isinstance(design, str):
         params["design"] = design.name  # CompleteDesign()
     if not (params["scheduler"] is None or isinstance(params["scheduler"], str)):

@@ -499,8 +499,12 @@ def graph_layout(
         together = [
             np.unique(np.concatenate([s.blocks for s in segments[a:b]])) for a, b in batches
         ]
-        task_reads = [len(blocks) for blocks in together]
-        task_rows = [_decoded_rows(row_edges, blocks, chunk) for blocks in together]
+        chunks = [_chunks_of(row_edges, blocks, chunk) for blocks in together]
+        task_reads = [len(read) for read in chunks]  # a chunk decoded once a worker task
+        task_rows = [
+            int(np.minimum(row_edges[-1], (read + 1) * chunk).sum() - (read * chunk).sum())
+            for read in chunks
+        ]
     merges, ends = 0, len(batches) or len(segments)
     while ends > LANES_PER_SUM_TASK:
         ends = -(-ends // LANES_PER_SUM_TASK)
@@ -520,6 +524,14 @@ def graph_layout(
         task_reads=tuple(task_reads),
         task_rows=tuple(task_rows),
     )
+
+
+def _chunks_of(bounds: np.ndarray, blocks: np.ndarray, chunk: int) -> np.ndarray:
+    """The distinct store chunks ``blocks`` overlap (chunks of ``chunk`` rows)."""
+    first, last = bounds[blocks] // chunk, (bounds[blocks + 1] - 1) // chunk
+    counts = last - first + 1
+    steps = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return np.unique(np.repeat(first, counts) + steps)
 
 
 def _decoded_rows(bounds: np.ndarray, blocks: np.ndarray, chunk: int) -> int:

@@ -155,52 +155,94 @@ class WorkerBatch:
 
 
 class SharedBlocks:
-    """The blocks of a worker task's segments, each read once and shared by its threads.
+    """The blocks of a worker task's segments, their store chunks each decoded once and
+    shared by its threads.
 
-    A block is read by the first thread that needs it (others wait for that read) and
-    dropped when the last of the batch's segments that use it is done with it.
+    A chunk is read (decoded whole, as a store always decodes it) by the first thread
+    that needs one of its blocks; others wait for that read.  It is dropped when the
+    last use of its blocks by the batch's segments is done, so a chunk holding several
+    blocks that one worker task runs (the design keeps them together in its walk) is
+    decoded once there, not once a block.
     """
 
     def __init__(self, reader: Any, segments: Sequence[Segment]) -> None:
         self.reader = reader
-        self.uses = Counter(int(block) for segment in segments for block in segment.blocks)
+        self.chunk = max(int(getattr(reader, "chunk_rows", 0) or 0), 0)
+        self.n_rows = int(reader.shape[0]) if hasattr(reader, "shape") else 0
+        self.span: dict[int, tuple[int, int]] = {}
+        for segment in segments:
+            if segment.starts is None:
+                continue
+            for block, first, rows in zip(segment.blocks, segment.starts, segment.rows):
+                self.span[int(block)] = (int(first), int(rows))
+        self.uses = Counter(
+            chunk
+            for segment in segments
+            for block in segment.blocks
+            for chunk in self._chunks(int(block))
+        )
         self.lock = threading.Lock()
         self.held: dict[int, Any] = {}
         self.reading: dict[int, threading.Event] = {}
 
     def get(self, index: int, first: int, rows: int) -> Any:
         """Block ``index`` (rows ``first`` to ``first + rows`` of the store)."""
+        self.span.setdefault(index, (first, rows))
+        chunks = self._chunks(index)
+        parts = [self._chunk(chunk) for chunk in chunks]
+        whole = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        offset = first - self._rows(chunks[0])[0]
+        return whole[offset : offset + rows]
+
+    def done(self, index: int) -> None:
+        """A segment is done with block ``index``: a chunk goes after its last use."""
         with self.lock:
-            if index in self.held:
-                return self._value(index)
-            waiting = self.reading.get(index)
+            for chunk in self._chunks(index):
+                self.uses[chunk] -= 1
+                if self.uses[chunk] <= 0:
+                    self.held.pop(chunk, None)
+
+    def _chunks(self, index: int) -> list[int]:
+        """The store chunks block ``index`` overlaps (the block itself: no chunks known)."""
+        first, rows = self.span[index]
+        if self.chunk <= 0:
+            return [-1 - index]  # a key of its own: read as the block
+        return list(range(first // self.chunk, (first + rows - 1) // self.chunk + 1))
+
+    def _rows(self, chunk: int) -> tuple[int, int]:
+        """``(first, stop)`` rows of a chunk (a negative key: the block it stands for)."""
+        if chunk < 0:
+            first, rows = self.span[-1 - chunk]
+            return first, first + rows
+        stop = (chunk + 1) * self.chunk
+        return chunk * self.chunk, min(stop, self.n_rows) if self.n_rows else stop
+
+    def _chunk(self, chunk: int) -> Any:
+        with self.lock:
+            if chunk in self.held:
+                return self._value(chunk)
+            waiting = self.reading.get(chunk)
             if waiting is None:
-                self.reading[index] = threading.Event()
+                self.reading[chunk] = threading.Event()
         if waiting is not None:
             waiting.wait()  # the reading thread always sets it (its read or its error)
             with self.lock:
-                return self._value(index)
+                return self._value(chunk)
+        first, stop = self._rows(chunk)
         try:
-            block: Any = self.reader[first : first + rows, :]
+            value: Any = self.reader[first:stop, :]
         except BaseException as error:
-            block = _Failed(error)
+            value = _Failed(error)
         with self.lock:
-            self.held[index] = block
-            self.reading.pop(index).set()
-            return self._value(index)
+            self.held[chunk] = value
+            self.reading.pop(chunk).set()
+            return self._value(chunk)
 
-    def done(self, index: int) -> None:
-        """A segment is done with block ``index``: dropped after its last segment."""
-        with self.lock:
-            self.uses[index] -= 1
-            if self.uses[index] <= 0:
-                self.held.pop(index, None)
-
-    def _value(self, index: int) -> Any:
-        block = self.held[index]
-        if isinstance(block, _Failed):
-            raise block.error
-        return block
+    def _value(self, chunk: int) -> Any:
+        value = self.held[chunk]
+        if isinstance(value, _Failed):
+            raise value.error
+        return value
 
 
 @dataclass(frozen=True)

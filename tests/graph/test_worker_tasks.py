@@ -49,8 +49,13 @@ def _hostile(n: int, d: int) -> np.ndarray:
 
 @pytest.mark.parametrize(
     "design",
-    ["complete", RegularDesign(k=3, block_size=30, seed=4), RegularDesign(k=2, block_size=55)],
-    ids=["complete", "regular-k3", "regular-k2-ragged"],
+    [
+        "complete",
+        RegularDesign(k=3, block_size=30, seed=4),
+        RegularDesign(k=2, block_size=55),
+        RegularDesign(k=3, block_size=25, seed=2, walk_group=4),
+    ],
+    ids=["complete", "regular-k3", "regular-k2-ragged", "regular-grouped"],
 )
 @pytest.mark.parametrize(
     "cluster",
@@ -182,3 +187,37 @@ def test_on_a_cluster_one_worker_task_runs_a_worker_at_a_time(tmp_path):
     for worker in {w for w, _, _ in spans}:
         mine = sorted((a, b) for w, a, b in spans if w == worker)
         assert all(b0 <= a1 for (_, b0), (a1, _) in zip(mine, mine[1:]))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 6])
+@pytest.mark.parametrize("group", [2, 3, 8])
+def test_a_grouped_walk_keeps_the_pairs_and_degrees(k, group):
+    """Grouping the walk relabels the circulant graph's vertices only: with equal blocks
+    the same pair count and largest degree (the sensitivity), every block pair once, a
+    group's blocks consecutive in the walk."""
+    n, block = 48 * 20, 20
+    plain = RegularDesign(k=k, block_size=block, seed=5)
+    grouped = RegularDesign(k=k, block_size=block, seed=5, walk_group=group)
+    a, b = plain.plan((n,), 3), grouped.plan((n,), 3)
+    assert (b.n_pairs, b.max_degree) == (a.n_pairs, a.max_degree)
+    assert len(set(b.block_pairs)) == len(b.block_pairs)
+    walk = grouped.walk(48).tolist()
+    assert sorted(walk) == list(range(48))
+    starts = [walk.index(g * group) for g in range(-(-48 // group))]
+    for g, at in enumerate(starts):
+        members = list(range(g * group, min(48, (g + 1) * group)))
+        assert walk[at : at + len(members)] == members
+
+
+def test_the_auto_rule_cuts_a_large_chunk_into_a_walk_group(tmp_path):
+    """A terabyte of d = 16 in 131 072-row chunks on 1000 x 16: blocks of a quarter chunk,
+    kept together in the walk, so the plan's worker tasks decode each chunk about once."""
+    import dask_dppca as dd
+
+    path = str(tmp_path / "tb.zarr")
+    zarr.create_array(path, shape=(8 * 10**9, 16), chunks=(131072, 16), dtype="f8")
+    plan = dd.DPPCA(2).plan(path, workers=1000, threads=16, memory_limit="64GiB")
+    assert plan.design["block_size"] == 32768 and plan.design["walk_group"] == 4
+    assert plan.graph["rows_decoded"] <= 1.1 * 8 * 10**9
+    assert plan.graph["worker_tasks"] <= 4 * 1000
+    assert plan.time["task_seconds"] <= 0.1 * plan.time["wall_seconds"]
