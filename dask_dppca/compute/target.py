@@ -208,10 +208,16 @@ class ClusterTarget(ComputeTarget):
 
     @property
     def worker_tasks(self) -> WorkerTasks | None:
-        """The cluster's workers, threads and memory limit, as its scheduler says."""
+        """The cluster's workers, threads and memory limit, as its scheduler says; None
+        while it has no worker (an adaptive cluster still starting one): each segment is
+        then a task, as on a local scheduler.
+        """
         from .shape import cluster_shape
 
-        return cluster_shape(self.client).worker_tasks
+        try:
+            return cluster_shape(self.client).worker_tasks
+        except ValueError:  # no workers yet: the fit's own bounded waits cover the rest
+            return None
 
     def persist(self, collection: Any) -> Any:
         """``collection`` computed and kept on the workers (its futures held by it).

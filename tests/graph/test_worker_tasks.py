@@ -221,3 +221,18 @@ def test_the_auto_rule_cuts_a_large_chunk_into_a_walk_group(tmp_path):
     assert plan.graph["rows_decoded"] <= 1.1 * 8 * 10**9
     assert plan.graph["worker_tasks"] <= 4 * 1000
     assert plan.time["task_seconds"] <= 0.1 * plan.time["wall_seconds"]
+
+
+@pytest.mark.timeout(120)
+def test_a_cluster_with_no_worker_yet_gets_segment_tasks():
+    """An adaptive cluster still starting its workers: no shape to cut worker tasks for,
+    so each segment is a task (the fit's bounded waits then see workers come or not)."""
+    from distributed import Client, LocalCluster
+
+    from dask_dppca.compute.target import ClusterTarget
+
+    with (
+        LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        assert ClusterTarget(client).worker_tasks is None
