@@ -56,7 +56,7 @@ def test_ruff_passes_on_the_tree_and_fails_on_a_planted_violation(tmp_path):
     ruff = [sys.executable, "-m", "ruff"]
     assert _run([*ruff, "check", "--quiet", str(ROOT)], ROOT).returncode == 0
     root = _copy_tree(tmp_path, "dask_dppca")
-    target = root / "dask_dppca" / "privacy" / "noise.py"
+    target = root / "dask_dppca" / "privacy" / "mechanisms" / "noise.py"
     target.write_text(target.read_text() + "\n\ndef _planted():\n    unused = 1\n")
     done = _run([*ruff, "check", "--quiet", "."], root)
     assert done.returncode != 0 and "F841" in done.stdout
@@ -74,7 +74,7 @@ def test_mypy_fails_on_an_unannotated_privacy_function(tmp_path):
     if (ROOT / ".mypy_cache").is_dir():  # .ci/run's own mypy run leaves it: incremental here
         shutil.copytree(ROOT / ".mypy_cache", root / ".mypy_cache")
     mypy = [sys.executable, "-m", "mypy"]
-    target = root / "dask_dppca" / "privacy" / "calibration.py"
+    target = root / "dask_dppca" / "privacy" / "mechanisms" / "calibration.py"
     target.write_text(target.read_text() + "\n\ndef planted(x):\n    return x\n")
     done = _run(mypy, root, timeout=540)
     assert (

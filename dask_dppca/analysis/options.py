@@ -233,7 +233,7 @@ def _with_values(chosen: list[Any], owner: str, values: dict[str, Any]) -> list[
     as before, when that stage does not run or is a stage of your own).
     """
     kind = stage_class(owner)
-    if "group_domain" in values and not any(isinstance(s, kind) for s in chosen):
+    if values.get("group_domain") is not None and not any(isinstance(s, kind) for s in chosen):
         raise ValueError("groups: only the default score map (score_map=True) takes groups")
     return [
         dataclasses.replace(stage, **values) if isinstance(stage, kind) else stage

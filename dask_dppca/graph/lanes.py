@@ -499,11 +499,12 @@ def graph_layout(
         together = [
             np.unique(np.concatenate([s.blocks for s in segments[a:b]])) for a, b in batches
         ]
-        chunks = [_chunks_of(row_edges, blocks, chunk) for blocks in together]
-        task_reads = [len(read) for read in chunks]  # a chunk decoded once a worker task
-        task_rows = [
-            int(np.minimum(row_edges[-1], (read + 1) * chunk).sum() - (read * chunk).sum())
-            for read in chunks
+        units = [_read_units(row_edges, blocks, chunk) for blocks in together]
+        task_reads = [len(inside) + len(alone) for inside, alone in units]
+        task_rows = [  # a chunk holding blocks decoded once; other blocks as their reads
+            int(np.minimum(row_edges[-1], (inside + 1) * chunk).sum() - (inside * chunk).sum())
+            + _decoded_rows(row_edges, alone, chunk)
+            for inside, alone in units
         ]
     merges, ends = 0, len(batches) or len(segments)
     while ends > LANES_PER_SUM_TASK:
@@ -526,12 +527,17 @@ def graph_layout(
     )
 
 
-def _chunks_of(bounds: np.ndarray, blocks: np.ndarray, chunk: int) -> np.ndarray:
-    """The distinct store chunks ``blocks`` overlap (chunks of ``chunk`` rows)."""
-    first, last = bounds[blocks] // chunk, (bounds[blocks + 1] - 1) // chunk
-    counts = last - first + 1
-    steps = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-    return np.unique(np.repeat(first, counts) + steps)
+def _read_units(
+    bounds: np.ndarray, blocks: np.ndarray, chunk: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """What a worker task reads for ``blocks`` (:func:`~.worker_tasks.read_unit`): the
+    distinct chunks that hold blocks inside them, and the blocks read as themselves.
+    """
+    first, stop = bounds[blocks], bounds[blocks + 1]
+    if chunk <= 0:
+        return np.empty(0, dtype=np.int64), blocks
+    inside = (first // chunk == (stop - 1) // chunk) & (stop - first < chunk)
+    return np.unique(first[inside] // chunk), blocks[~inside]
 
 
 def _decoded_rows(bounds: np.ndarray, blocks: np.ndarray, chunk: int) -> int:

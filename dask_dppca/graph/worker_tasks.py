@@ -51,6 +51,7 @@ __all__ = [
     "batches_for",
     "exact_sum_bytes",
     "pause_fraction",
+    "read_unit",
     "thread_bytes",
 ]
 
@@ -155,14 +156,14 @@ class WorkerBatch:
 
 
 class SharedBlocks:
-    """The blocks of a worker task's segments, their store chunks each decoded once and
-    shared by its threads.
+    """The blocks of a worker task's segments, each read once and shared by its threads.
 
-    A chunk is read (decoded whole, as a store always decodes it) by the first thread
-    that needs one of its blocks; others wait for that read.  It is dropped when the
-    last use of its blocks by the batch's segments is done, so a chunk holding several
-    blocks that one worker task runs (the design keeps them together in its walk) is
-    decoded once there, not once a block.
+    What is read is a *unit* (:func:`read_unit`): a block that lies inside one store
+    chunk is cut from that chunk, read whole (a store decodes a chunk whole anyway), so a
+    chunk holding several of the task's blocks (the design keeps them together in its
+    walk) is decoded once there, not once a block; any other block is read as itself,
+    in one call.  A unit is read by the first thread that needs it (others wait for that
+    read) and dropped when the last use of its blocks by the batch's segments is done.
     """
 
     def __init__(self, reader: Any, segments: Sequence[Segment]) -> None:
@@ -203,11 +204,9 @@ class SharedBlocks:
                     self.held.pop(chunk, None)
 
     def _chunks(self, index: int) -> list[int]:
-        """The store chunks block ``index`` overlaps (the block itself: no chunks known)."""
+        """The unit block ``index`` is read from, as a one-item list."""
         first, rows = self.span[index]
-        if self.chunk <= 0:
-            return [-1 - index]  # a key of its own: read as the block
-        return list(range(first // self.chunk, (first + rows - 1) // self.chunk + 1))
+        return [read_unit(index, first, rows, self.chunk)]
 
     def _rows(self, chunk: int) -> tuple[int, int]:
         """``(first, stop)`` rows of a chunk (a negative key: the block it stands for)."""
@@ -243,6 +242,16 @@ class SharedBlocks:
         if isinstance(value, _Failed):
             raise value.error
         return value
+
+
+def read_unit(index: int, first: int, rows: int, chunk: int) -> int:
+    """What a worker task reads block ``index`` (rows ``first`` to ``first + rows``) from:
+    the store chunk (number, >= 0) that holds the whole block and more, else the block
+    itself (``-1 - index``: whole chunks, or a block across chunk boundaries).
+    """
+    if chunk > 0 and first // chunk == (first + rows - 1) // chunk and rows < chunk:
+        return first // chunk
+    return -1 - index
 
 
 @dataclass(frozen=True)

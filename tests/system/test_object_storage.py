@@ -33,6 +33,7 @@ from distributed import Client
 
 import dask_dppca as dd
 from dask_dppca.cli import EXIT_USAGE, main
+from dask_dppca.compute.shape import cluster_shape
 from dask_dppca.decomposition import estimator
 from dask_dppca.design import plan_blocks
 from dask_dppca.graph import graph_layout
@@ -270,7 +271,7 @@ def test_xarray_opened_from_s3_fits_on_workers_without_credentials(s3, x, stores
 
 def test_each_chunk_is_read_as_the_layout_says(s3, stores, cluster):
     """Counted by the server: GET requests per chunk object during one fit, against the
-    graph's layout (once per segment for each of its blocks the chunk holds rows of)."""
+    graph's layout (a worker task a worker: each chunk its blocks hold rows of, once)."""
     log = s3["log"]
     start = log.stat().st_size
     design = dd.RegularDesign(k=1, block_size=300, seed=0)  # blocks cut across the chunks
@@ -282,11 +283,13 @@ def test_each_chunk_is_read_as_the_layout_says(s3, stores, cluster):
         requests_seen = stream.read().decode(errors="replace")
     gets = collections.Counter(re.findall(r'"GET /data/v3\.zarr/(c/\d+/\d+) HTTP', requests_seen))
     assert sorted(gets) == sorted(f"c/{i}/0" for i in range(N // CHUNK))
-    threads = sum(w["nthreads"] for w in client.scheduler_info(n_workers=-1)["workers"].values())
+    shape = cluster_shape(client)
     records = open_records(stores["v3"][0], storage_options=s3["options"])
-    _, plan = plan_blocks(N, D, records.row_chunks, design, threads)
-    layout = graph_layout(records.blocks(plan.block_sizes), plan, threads)
-    assert sum(gets.values()) * CHUNK == sum(layout.segment_rows)
+    _, plan = plan_blocks(N, D, records.row_chunks, design, shape.n_threads)
+    blocks = records.blocks(plan.block_sizes)
+    layout = graph_layout(blocks, plan, shape.n_threads, shape.worker_tasks)
+    assert layout.worker_tasks  # the fit ran worker tasks, as the layout counts them
+    assert sum(gets.values()) * CHUNK == sum(layout.task_rows)
 
 
 def test_a_missing_chunk_on_s3_names_the_store_and_the_worker(s3, x, cluster):
