@@ -169,18 +169,14 @@ class SharedBlocks:
     def __init__(self, reader: Any, segments: Sequence[Segment]) -> None:
         self.reader = reader
         self.chunk = max(int(getattr(reader, "chunk_rows", 0) or 0), 0)
-        self.n_rows = int(reader.shape[0]) if hasattr(reader, "shape") else 0
+        self.n_rows = int(reader.shape[0])
         self.span: dict[int, tuple[int, int]] = {}
         for segment in segments:
-            if segment.starts is None:
-                continue
-            for block, first, rows in zip(segment.blocks, segment.starts, segment.rows):
-                self.span[int(block)] = (int(first), int(rows))
+            if segment.starts is not None:
+                for block, first, rows in zip(segment.blocks, segment.starts, segment.rows):
+                    self.span[int(block)] = (int(first), int(rows))
         self.uses = Counter(
-            chunk
-            for segment in segments
-            for block in segment.blocks
-            for chunk in self._chunks(int(block))
+            self._unit(int(block)) for segment in segments for block in segment.blocks
         )
         self.lock = threading.Lock()
         self.held: dict[int, Any] = {}
@@ -189,56 +185,52 @@ class SharedBlocks:
     def get(self, index: int, first: int, rows: int) -> Any:
         """Block ``index`` (rows ``first`` to ``first + rows`` of the store)."""
         self.span.setdefault(index, (first, rows))
-        chunks = self._chunks(index)
-        parts = [self._chunk(chunk) for chunk in chunks]
-        whole = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        offset = first - self._rows(chunks[0])[0]
-        return whole[offset : offset + rows]
+        unit = self._unit(index)
+        offset = first - self._rows(unit)[0]
+        return self._read(unit)[offset : offset + rows]
 
     def done(self, index: int) -> None:
-        """A segment is done with block ``index``: a chunk goes after its last use."""
+        """A segment is done with block ``index``: its unit goes after its last use."""
+        unit = self._unit(index)
         with self.lock:
-            for chunk in self._chunks(index):
-                self.uses[chunk] -= 1
-                if self.uses[chunk] <= 0:
-                    self.held.pop(chunk, None)
+            self.uses[unit] -= 1
+            if self.uses[unit] <= 0:
+                self.held.pop(unit, None)
 
-    def _chunks(self, index: int) -> list[int]:
-        """The unit block ``index`` is read from, as a one-item list."""
+    def _unit(self, index: int) -> int:
         first, rows = self.span[index]
-        return [read_unit(index, first, rows, self.chunk)]
+        return read_unit(index, first, rows, self.chunk)
 
-    def _rows(self, chunk: int) -> tuple[int, int]:
-        """``(first, stop)`` rows of a chunk (a negative key: the block it stands for)."""
-        if chunk < 0:
-            first, rows = self.span[-1 - chunk]
+    def _rows(self, unit: int) -> tuple[int, int]:
+        """``(first, stop)`` rows of a unit: a chunk, or (negative) the block itself."""
+        if unit < 0:
+            first, rows = self.span[-1 - unit]
             return first, first + rows
-        stop = (chunk + 1) * self.chunk
-        return chunk * self.chunk, min(stop, self.n_rows) if self.n_rows else stop
+        return unit * self.chunk, min((unit + 1) * self.chunk, self.n_rows)
 
-    def _chunk(self, chunk: int) -> Any:
+    def _read(self, unit: int) -> Any:
         with self.lock:
-            if chunk in self.held:
-                return self._value(chunk)
-            waiting = self.reading.get(chunk)
+            if unit in self.held:
+                return self._value(unit)
+            waiting = self.reading.get(unit)
             if waiting is None:
-                self.reading[chunk] = threading.Event()
+                self.reading[unit] = threading.Event()
         if waiting is not None:
             waiting.wait()  # the reading thread always sets it (its read or its error)
             with self.lock:
-                return self._value(chunk)
-        first, stop = self._rows(chunk)
+                return self._value(unit)
+        first, stop = self._rows(unit)
         try:
             value: Any = self.reader[first:stop, :]
         except BaseException as error:
             value = _Failed(error)
         with self.lock:
-            self.held[chunk] = value
-            self.reading.pop(chunk).set()
-            return self._value(chunk)
+            self.held[unit] = value
+            self.reading.pop(unit).set()
+            return self._value(unit)
 
-    def _value(self, chunk: int) -> Any:
-        value = self.held[chunk]
+    def _value(self, unit: int) -> Any:
+        value = self.held[unit]
         if isinstance(value, _Failed):
             raise value.error
         return value

@@ -236,3 +236,60 @@ def test_a_cluster_with_no_worker_yet_gets_segment_tasks():
         Client(cluster) as client,
     ):
         assert ClusterTarget(client).worker_tasks is None
+
+
+class _Store:
+    """A reader the shape of a Zarr store's (rows, chunk_rows, slicing), counting reads."""
+
+    def __init__(self, x: np.ndarray, chunk_rows: int, fail: bool = False) -> None:
+        self.x, self.shape, self.chunk_rows, self.fail = x, x.shape, chunk_rows, fail
+        self.reads: list[tuple[int, int]] = []
+
+    def __getitem__(self, selection):
+        rows = selection[0]
+        self.reads.append((rows.start, rows.stop))
+        if self.fail:
+            raise OSError("the store went away")
+        return self.x[rows]
+
+
+def _segment_of(blocks, starts, rows):
+    from dask_dppca.graph.lane_task import Segment
+
+    n = len(blocks)
+    return Segment(
+        sphere(), 16, 2, np.zeros((0, 2), np.int32), np.zeros(0, np.int32),
+        np.asarray(blocks), np.asarray(rows), np.asarray(starts), np.zeros(n, np.int32),
+    )  # fmt: skip
+
+
+def test_blocks_inside_a_chunk_are_cut_from_one_read_and_errors_reach_every_reader():
+    """Four blocks of 25 rows in one 100-row chunk: one read, the blocks' rows exact, the
+    chunk dropped after its blocks' last use; a failed read raises in every thread."""
+    from dask_dppca.graph.worker_tasks import SharedBlocks
+
+    x = np.arange(400.0).reshape(200, 2)
+    store = _Store(x, 100)
+    segments = [_segment_of([0, 1], [0, 25], [25, 25]), _segment_of([2, 3], [50, 75], [25, 25])]
+    shared = SharedBlocks(store, segments)
+    for index, first in enumerate((0, 25, 50, 75)):
+        assert np.array_equal(shared.get(index, first, 25), x[first : first + 25])
+    assert store.reads == [(0, 100)]
+    for index in range(4):
+        shared.done(index)
+    assert shared.held == {}
+    broken = SharedBlocks(_Store(x, 100, fail=True), segments)
+    errors = []
+
+    def read(index):
+        try:
+            broken.get(index, 25 * index, 25)
+        except OSError as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(errors) == 4
