@@ -23,6 +23,7 @@ from .sealed import seal
 __all__ = [
     "LaneState",
     "Segment",
+    "group_sum",
     "lanes_total",
     "merge_lanes",
     "segment_groups",
@@ -97,19 +98,25 @@ def segment_task(segment: Segment, reader: Any, *given: Any) -> LaneState:
     upper = np.triu_indices(d)
     total = ExactSum((d * (d + 1) // 2,))
     for group, blocks in segment_groups(segment, reader, given):
-        sums = [
-            block_pair_sum(
-                blocks[i],
-                None if i == j else blocks[j],
-                segment.spatial_sign,
-                tile_rows=segment.tile_rows,
-            )
-            for i, j in group
-        ]
-        # The sums are symmetric bit for bit (the kernel returns (S + S^T) / 2): the
-        # segment adds their upper triangles only.
-        total = total.plus(pairwise_sum(sums)[upper])
+        total = total.plus(group_sum(segment, group, blocks)[upper])
     return LaneState(total)
+
+
+def group_sum(segment: Segment, group: list[list[int]], blocks: dict[int, Any]) -> np.ndarray:
+    """One group's block-pair sums added in the kernel's balanced tree (what the plan's
+    rounding bound assumes), the plan's tiles throughout.  The sum is symmetric bit for
+    bit (the kernel returns (S + S^T) / 2): callers add its upper triangle only.
+    """
+    sums = [
+        block_pair_sum(
+            blocks[i],
+            None if i == j else blocks[j],
+            segment.spatial_sign,
+            tile_rows=segment.tile_rows,
+        )
+        for i, j in group
+    ]
+    return pairwise_sum(sums)
 
 
 def segment_groups(

@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from ..design import DesignPlan
-from ..kernel import ExactSum, block_pair_sum, pairwise_sum, tile_scratch_bytes
+from ..kernel import ExactSum, tile_scratch_bytes
 from ..kernel.fp_state import own_errstate
-from .lane_task import LaneState, Segment, segment_groups
+from .lane_task import LaneState, Segment, group_sum, segment_groups
 
 __all__ = [
     "EXACT_SUM_DIGITS",
@@ -286,16 +286,7 @@ def batch_task(batch: WorkerBatch, reader: Any) -> LaneState:
     @own_errstate
     def run(segment: Segment) -> None:
         for group, held in segment_groups(segment, reader, (), shared=blocks):
-            pair_sums = [
-                block_pair_sum(
-                    held[i],
-                    None if i == j else held[j],
-                    segment.spatial_sign,
-                    tile_rows=segment.tile_rows,
-                )
-                for i, j in group
-            ]
-            sums.add(pairwise_sum(pair_sums)[upper])
+            sums.add(group_sum(segment, group, held)[upper])
 
     _run_all(run, segments, shape.threads)
     return LaneState(sums.total())
