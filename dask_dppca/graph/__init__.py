@@ -7,6 +7,9 @@
   :func:`.pass_block_sizes` cuts the rows of a one-pass reduction (the score map's).
 * :mod:`.lane_task`: what runs inside those tasks, and :func:`.lanes_total`, the
   segments' exact total rounded once.
+* :mod:`.worker_tasks`: on a cluster, the segments run a worker's worth at a time in
+  worker-wide tasks (one a worker, its threads sharing each block's read and a few
+  exact sums), cut to fit the workers' memory limit.
 * :mod:`.sealed`: partial sums that only Dask workers may open.
 * :mod:`.score_stats`: the score map's exact counts as one-pass reductions (sealed too).
 """
