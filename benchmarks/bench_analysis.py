@@ -80,8 +80,8 @@ def accuracy_gau(runs: int, scheduler: str, methods: tuple[str, ...]) -> None:
             epsilon=3.0,
             delta=1e-4,
             split=SHARES,
-            methods=methods,
-            scheduler=scheduler,
+            stages=[dd.ScreeStage(methods=methods), dd.ScoreMapStage()],
+            compute=dd.Compute(scheduler=scheduler),
         )
         for method, values in result.scree["values"].items():
             errors.setdefault(method, []).append(
@@ -110,8 +110,8 @@ def accuracy_t1(runs: int, scheduler: str, n: int = 20000) -> None:
             epsilon=3.0,
             delta=1e-4,
             split=SHARES,
-            methods=("robust", "clipped"),
-            scheduler=scheduler,
+            stages=[dd.ScreeStage(methods=("robust", "clipped")), dd.ScoreMapStage()],
+            compute=dd.Compute(scheduler=scheduler),
         )
         true = scatter[:3] / scatter[:3].sum()
         errs.append(float(np.max(np.abs(np.array(result.scree["pve_topk"]["robust"]) / true - 1))))
@@ -214,7 +214,11 @@ def spatial_signs(n: int) -> None:
         exact_k = dd.kendall_matrix(x[:8000], sign, radius)  # NOT PRIVATE: the reference
         k_first = np.linalg.eigh(exact_k)[1][:, -1]
         result = dd.analyze(
-            x, 2, epsilon=2.0, delta=1e-5, score_map=False, spatial_sign=sign, radius=radius
+            x,
+            2,
+            epsilon=2.0,
+            delta=1e-5,
+            stages=[dd.DirectionsStage(spatial_sign=sign, radius=radius), dd.ScreeStage()],
         )
         v = result.directions[0]
         along = float(np.var(x @ v, ddof=1))
@@ -232,7 +236,7 @@ def wall_time(n: int, d: int, repeats: int, groups: bool = False) -> None:
     # groups a/b/c of 60/30/10 % (benchmark data): the score map by group
     by_group = (
         {"groups": rng.choice(np.array(["a", "b", "c"]), n, p=[0.6, 0.3, 0.1]),
-         "group_domain": ("a", "b", "c")}
+         "stages": [dd.ScreeStage(), dd.ScoreMapStage(group_domain=("a", "b", "c"))]}
         if groups
         else {}
     )  # fmt: skip

@@ -103,7 +103,13 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clock = time.monotonic()
-        dd.analyze(store, n_components=args.k, epsilon=1.0, delta=1e-6, scheduler=args.scheduler)
+        dd.analyze(
+            store,
+            n_components=args.k,
+            epsilon=1.0,
+            delta=1e-6,
+            compute=dd.Compute(scheduler=args.scheduler),
+        )
         compute_s = time.monotonic() - clock
 
     with socket.socket() as probe:

@@ -104,12 +104,15 @@ def _analysis_row(client, location, options, given, design, model) -> tuple:
     """The plan of ``analyze`` (its defaults) and the analysis timed, on warm workers."""
     import dask_dppca as dd
 
-    chosen = {} if given is None else {"design": design}
-    plan = dd.plan_analysis(
-        location, scheduler=client, storage_options=options, machine=model, **chosen
+    chosen = (
+        {}
+        if given is None
+        else {"stages": [dd.DirectionsStage(design=design), dd.ScreeStage(), dd.ScoreMapStage()]}
     )
+    compute = dd.Compute(scheduler=client, storage_options=options)
+    plan = dd.plan_analysis(location, compute=compute, machine=model, **chosen)
     start = time.perf_counter()
-    dd.analyze(location, scheduler=client, storage_options=options, random_state=0, **chosen)
+    dd.analyze(location, compute=compute, random_state=0, **chosen)
     wall = time.perf_counter() - start
     n = plan.directions.input["shape"][0]
     return n, plan, wall

@@ -210,8 +210,8 @@ def contaminated(n: int, runs: int) -> None:
             epsilon=2.0,
             delta=1e-5,
             groups=labels,
-            group_domain=("a", "b", "c"),
-            scheduler="threads",
+            stages=[dd.ScreeStage(), dd.ScoreMapStage(group_domain=("a", "b", "c"))],
+            compute=dd.Compute(scheduler="threads"),
         )
         seconds = time.perf_counter() - started
         spread, inside = frame_figures(x, bad, result)

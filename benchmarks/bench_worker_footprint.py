@@ -68,7 +68,12 @@ def main() -> int:
         steps = {}
         for step, run in (
             ("fit", lambda: dd.DPPCA(3, epsilon=3.0, delta=1e-5, scheduler=client).fit(store)),
-            ("analysis", lambda: dd.analyze(store, 3, epsilon=3.0, delta=1e-5, scheduler=client)),
+            (
+                "analysis",
+                lambda: dd.analyze(
+                    store, 3, epsilon=3.0, delta=1e-5, compute=dd.Compute(scheduler=client)
+                ),
+            ),
         ):
             started = time.monotonic()
             outcome = "finished"
