@@ -46,7 +46,6 @@ from .worker_tasks import (
     WorkerTasks,
     batch_shape,
     batch_task,
-    batches_for,
     thread_bytes,
 )
 
@@ -317,7 +316,8 @@ def worker_task_plan(
     each thread needs from the segments' working set (the most blocks a segment holds
     and a group uses).
     """
-    batches = batches_for(len(segments), cluster, segments_per_lane(plan, n_threads))
+    per_lane = segments_per_lane(plan, n_threads)
+    batches = _cut(len(segments), cluster.workers * per_lane)  # near-equal runs
     held, per_task = _working_set(segments, reads=True, n_blocks=len(plan.block_sizes))
     row_edges = np.cumsum((0,) + plan.block_sizes)
     rows = int(_decoded(row_edges, np.arange(len(plan.block_sizes)), reader.chunk_rows).max())

@@ -48,7 +48,6 @@ __all__ = [
     "WorkerTasks",
     "batch_shape",
     "batch_task",
-    "batches_for",
     "exact_sum_bytes",
     "pause_fraction",
     "read_unit",
@@ -308,10 +307,3 @@ def _run_all(run: Callable[[Segment], None], segments: list[Segment], threads: i
             for future in futures:
                 future.cancel()
             raise
-
-
-def batches_for(n_segments: int, cluster: WorkerTasks, per_lane: int) -> list[tuple[int, int]]:
-    """Segments cut into worker tasks: ``per_lane`` (1 to 4) a worker, of near-equal count."""
-    runs = max(1, min(n_segments, cluster.workers * max(1, per_lane)))
-    bounds = [n_segments * k // runs for k in range(runs + 1)]
-    return list(zip(bounds[:-1], bounds[1:]))

@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ...validation import positive_finite
-from .noise import NonPrivateRandomStateWarning, OSEntropy, discrete_laplace
+from .noise import OSEntropy, discrete_laplace, seeded_generator
 
 __all__ = [
     "EPSILON_MARGIN",
@@ -162,14 +162,12 @@ class SeededDiscreteLaplace(IntegerNoise):
     is_private = False
 
     def __init__(self, seed: int | None) -> None:
-        warnings.warn(
+        self.seed = seed
+        self._rng = seeded_generator(
             "SeededDiscreteLaplace: noise from a seeded numpy generator is reproducible and "
             "NOT differentially private; use it for tests only",
-            NonPrivateRandomStateWarning,
-            stacklevel=2,
+            seed,
         )
-        self.seed = seed
-        self._rng = np.random.default_rng(seed)
 
     def _draw(self, scale: int, size: int) -> NDArray[np.int64]:
         p = 1.0 - math.exp(-1.0 / scale)  # success probability: P(G = k) = (1-p)^k p
@@ -211,14 +209,12 @@ class SeededSelector:
     is_private = False
 
     def __init__(self, seed: int | None) -> None:
-        warnings.warn(
+        self.seed = seed
+        self._rng = seeded_generator(
             "SeededSelector: a noisy max from a seeded numpy generator is reproducible and "
             "NOT differentially private; use it for tests only",
-            NonPrivateRandomStateWarning,
-            stacklevel=2,
+            seed,
         )
-        self.seed = seed
-        self._rng = np.random.default_rng(seed)
 
     def __call__(self, scores: NDArray[np.int64], scale: float) -> int:
         """The index of the largest noisy score."""

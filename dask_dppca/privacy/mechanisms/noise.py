@@ -584,6 +584,14 @@ class LatticeSampler(NoiseSampler):
         return f"LatticeSampler(lattice_bits={self.lattice_bits})"
 
 
+def seeded_generator(message: str, seed: int | None) -> np.random.Generator:
+    """A numpy generator from ``seed`` for a test-only (NOT private) sampler, after warning
+    ``message`` (:class:`NonPrivateRandomStateWarning`) where the sampler is made.
+    """
+    warnings.warn(message, NonPrivateRandomStateWarning, stacklevel=3)
+    return np.random.default_rng(seed)
+
+
 class SeededSampler(NoiseSampler):
     """Noise from ``numpy.random.default_rng(seed)``: reproducible and NOT private.
 
@@ -600,14 +608,12 @@ class SeededSampler(NoiseSampler):
     is_private = False
 
     def __init__(self, seed: int | None) -> None:
-        warnings.warn(
+        self.seed = seed
+        self._rng = seeded_generator(
             "SeededSampler: noise from a seeded numpy generator is reproducible and NOT "
             "differentially private; use it for tests and examples only",
-            NonPrivateRandomStateWarning,
-            stacklevel=2,
+            seed,
         )
-        self.seed = seed
-        self._rng = np.random.default_rng(seed)
 
     def _add_noise(self, values: NDArray[np.float64], sigma: float) -> NDArray[np.float64]:
         return values + self._rng.normal(0.0, sigma, size=values.size)
