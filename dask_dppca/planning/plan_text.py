@@ -71,18 +71,17 @@ def fit_plan_text(plan: Any) -> str:
 
 def _graph_line(g: dict[str, Any]) -> str:
     """The plan text's graph line: the kernel's tasks, merges, inputs and release."""
+    kernel = (
+        f"{g['worker_tasks']} worker tasks (one a worker at a time, each "
+        f"{g['worker_task_threads']} thread(s) adding into {g['worker_task_sums']} shared "
+        f"sum(s), running {g['segment_tasks']} segments of"
+        if g["worker_tasks"]
+        else f"{g['segment_tasks']} segment tasks (running"
+    )
     return (
-        "graph: "
-        + (
-            f"{g['worker_tasks']} worker tasks (one a worker at a time, each "
-            f"{g['worker_task_threads']} thread(s) adding into {g['worker_task_sums']} shared "
-            f"sum(s), running {g['segment_tasks']} segments"
-            if g["worker_tasks"]
-            else f"{g['segment_tasks']} segment tasks (running"
-        )
-        + f" of {g['block_pair_tasks']} block-pair groups) + {g['merge_tasks']} merge + "
-        f"{g['input_tasks']} input + 1 release = {g['n_tasks']} tasks (scheduler limit "
-        f"{g['scheduler_task_limit']})"
+        f"graph: {kernel} {g['block_pair_tasks']} block-pair groups) + {g['merge_tasks']} "
+        f"merge + {g['input_tasks']} input + 1 release = {g['n_tasks']} tasks (scheduler "
+        f"limit {g['scheduler_task_limit']})"
     )
 
 
