@@ -23,9 +23,14 @@ sampled every 5 ms inside it during the fit, the largest) and their ratios; and 
 workers' CPU seconds against the plan's pair and read work (thread-seconds): on a
 machine loaded by others the wall ratio moves with the load, the CPU one much less and their ratios (measured / predicted).
 
-With ``--analysis``, each size also runs ``analyze`` (its defaults, on the same warm
-cluster) against ``dd.plan_analysis`` of the same store: the plan's stages (directions,
-scree, score map), tasks and wall time against the measured wall.
+With ``--analysis``, the model also measures what an analysis adds (the scree's pair
+costs, a quantile scan's noise draw, each stage's fixed cost:
+``dask_dppca.cli.measure_analysis``), and each size also runs ``analyze`` (its defaults,
+on the same cluster, its workers warmed by a small analysis first as a fit's are) against
+``dd.plan_analysis`` of the same store: the plan's stages (directions, scree, score map),
+tasks and wall time against the measured wall, each stage's own wall beside its plan.
+The analysis draws its noise with the private sampler (no ``random_state``), as a user's
+does: a seeded sampler scans several times faster and would flatter the plan.
 
 Sizes: the complete design ("auto" keeps every pair at these n on 2 threads up to
 n = 2.5 x 10^5 at d = 32), the regular design "auto" picks beyond, and regular designs
@@ -38,6 +43,7 @@ Seeds generate benchmark DATA and (``random_state``) NOT private noise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -100,38 +106,76 @@ def _best_fit(client, store: str, options: dict | None, repeats: int = 3) -> flo
     return best
 
 
-def _analysis_row(client, location, options, given, design, model) -> tuple:
-    """The plan of ``analyze`` (its defaults) and the analysis timed, on warm workers."""
+def _analysis_row(client, location, options, given, design, model, warm_store) -> tuple:
+    """The plan of ``analyze`` (its defaults) and the analysis timed on warm workers (a
+    small analysis first), private noise; each stage's wall from the run's progress hook.
+    """
     import dask_dppca as dd
 
-    chosen = (
-        {}
-        if given is None
-        else {"stages": [dd.DirectionsStage(design=design), dd.ScreeStage(), dd.ScoreMapStage()]}
-    )
+    stages = [dd.DirectionsStage(design=design), dd.ScreeStage(), dd.ScoreMapStage()]
+    chosen = {} if given is None else {"stages": stages}
     compute = dd.Compute(scheduler=client, storage_options=options)
+    dd.analyze(warm_store, 2, compute=dd.Compute(scheduler=client))  # the stages' first run
     plan = dd.plan_analysis(location, compute=compute, machine=model, **chosen)
+    marks: list[tuple[str, float]] = []
     start = time.perf_counter()
-    dd.analyze(location, compute=compute, random_state=0, **chosen)
+    with _stage_marks(marks):
+        dd.analyze(location, compute=compute, **chosen)
     wall = time.perf_counter() - start
+    ends = [t for _, t in marks[1:]] + [start + wall]
+    stage_walls = {title: end - begun for (title, begun), end in zip(marks, ends)}
     n = plan.directions.input["shape"][0]
-    return n, plan, wall
+    return n, plan, wall, stage_walls
+
+
+@contextlib.contextmanager
+def _stage_marks(marks: list):
+    """Record (title, time) as each stage of an analysis begins (the run's progress hook,
+    ``run_progress``'s ``begin``, wrapped for this benchmark only).
+    """
+    from dask_dppca.analysis import run
+
+    original = run._run_each
+
+    def marked(chosen, context, reserved, released, keep, unchanged, begin=None):
+        def mark(title):
+            marks.append((title, time.perf_counter()))
+            if begin is not None:
+                begin(title)
+
+        return original(chosen, context, reserved, released, keep, unchanged, mark)
+
+    run._run_each = marked
+    try:
+        yield
+    finally:
+        run._run_each = original
 
 
 def _print_analyses(analyses: list[tuple]) -> None:
+    titles = ("directions", "scree", "score map")
     print(
-        f"\nanalyze (its defaults) against plan_analysis, same cluster\n{'n':>9} "
-        f"{'directions':>10} {'scree':>7} {'map':>7} {'tasks':>6} {'wall pred':>9} "
-        f"{'wall meas':>9} {'ratio':>6}"
+        "\nanalyze (its defaults, private noise, warm workers) against plan_analysis, same "
+        f"cluster; each stage planned / measured\n{'n':>9} "
+        + " ".join(f"{t:>15}" for t in titles)
+        + f" {'tasks':>6} {'wall pred':>9} {'wall meas':>9} {'ratio':>6}"
     )
-    for n, plan, wall in analyses:
-        seconds = [plan.stage(s).seconds for s in ("directions", "scree", "score map")]
+    ratios = []
+    for n, plan, wall, stage_walls in analyses:
+        cells = [
+            f"{plan.stage(t).seconds:>6.2f}/{stage_walls.get(t, float('nan')):<6.2f}s"
+            for t in titles
+        ]
+        ratios.append(wall / plan.wall_seconds)
         print(
-            f"{n:>9} {seconds[0]:>9.2f}s {seconds[1]:>6.2f}s {seconds[2]:>6.2f}s "
-            f"{plan.n_tasks:>6} {plan.wall_seconds:>8.2f}s {wall:>8.2f}s "
-            f"{wall / plan.wall_seconds:>6.2f}",
+            f"{n:>9} {' '.join(f'{c:>15}' for c in cells)} {plan.n_tasks:>6} "
+            f"{plan.wall_seconds:>8.2f}s {wall:>8.2f}s {ratios[-1]:>6.2f}",
             flush=True,
         )
+    print(
+        f"analysis measured / predicted: {min(ratios):.2f}-{max(ratios):.2f} (target within "
+        f"1.3x: {sum(1 / 1.3 <= r <= 1.3 for r in ratios)}/{len(ratios)})"
+    )
 
 
 def _cpu_seconds() -> float:
@@ -246,7 +290,9 @@ def main(argv=None) -> None:
             cluster, client = _cluster()
             try:
                 _warm(client, warm_store)
-                model = measure_machine_model((D,), quick=args.smoke, client=client)
+                model = measure_machine_model(
+                    (D,), quick=args.smoke, client=client, analysis=args.analysis
+                )
                 if options is not None:
                     # A fit's extra fixed cost on S3 (the workers' sessions, first requests):
                     # a small fit there against the same fit on the local disk.
@@ -279,6 +325,15 @@ def main(argv=None) -> None:
                 + f"); a task {model.task_seconds * 1e3:.2f} ms; fixed {model.fixed_seconds:.2f} s "
                 f"(S3: + {model.storage_seconds.get('s3', 0.0):.2f} s); "
                 f"idle worker {model.worker_baseline_bytes / 2**20:.0f} MiB; load average {load:.1f}"
+                + (
+                    f"; scree {model.scree_value_seconds('histograms', D) * 1e9:.1f} / "
+                    f"{model.scree_value_seconds('sums', D) * 1e9:.1f} ns a pair and value "
+                    f"(histograms / sums); a scan's noise draw "
+                    f"{model.noise_draw_seconds * 1e9:.0f} ns; stages' fixed costs "
+                    + ", ".join(f"{t} {s:.3f} s" for t, s in model.stage_seconds.items())
+                    if args.analysis
+                    else ""
+                )
             )
             print(
                 f"\n{WORKERS} workers x {THREADS} thread, memory limit {MEMORY_LIMIT}, d = {D}\n"
@@ -324,7 +379,9 @@ def main(argv=None) -> None:
                     peak = max(client.run(_stop_sampler).values())
                     if args.analysis:
                         analyses.append(
-                            _analysis_row(client, location, store_options, given, design, model)
+                            _analysis_row(
+                                client, location, store_options, given, design, model, warm_store
+                            )
                         )
                 finally:
                     client.close()

@@ -87,6 +87,11 @@ class AnalysisPlan:
         ``n_pairs`` and ``max_degree`` of the scree's pair sub-design.
     machine_model : str
         Where the time figures came from (saved, calibrated or built in).
+    accuracy : dict
+        The stages' public accuracy statements.
+    own_seconds : float
+        The analysis's own fixed cost beside its stages' (the split, the reservations,
+        the ledger: the machine model's ``stage_seconds["analysis"]``, 0 unmeasured).
 
     Examples
     --------
@@ -108,11 +113,14 @@ class AnalysisPlan:
     scree_design: dict[str, int]
     machine_model: str
     accuracy: dict[str, Any] = field(default_factory=dict)
+    own_seconds: float = 0.0
 
     @property
     def wall_seconds(self) -> float:
-        """Modelled wall seconds of the whole analysis (the stages run one after another)."""
-        return float(sum(s.seconds for s in self.stages))
+        """Modelled wall seconds of the whole analysis: its stages (run one after another)
+        and its own fixed cost.
+        """
+        return float(sum(s.seconds for s in self.stages) + self.own_seconds)
 
     @property
     def n_tasks(self) -> int:
@@ -142,6 +150,7 @@ class AnalysisPlan:
             "parameters": self.parameters,
             "stages": [s.describe() for s in self.stages],
             "wall_seconds": self.wall_seconds,
+            "own_seconds": self.own_seconds,
             "n_tasks": self.n_tasks,
             "peak_worker_bytes": self.peak_worker_bytes,
             "split": self.split.table(),
@@ -221,24 +230,24 @@ def plan_analysis(
     chosen = {**{n: v for n, v in analyze_defaults().items() if n in given}, **_set(given)}
     k = integer_at_least("n_components", chosen["n_components"], 1)
     eps, dlt = validate_privacy_parameters(chosen["epsilon"], chosen["delta"])
-    objects, compute, groups = _planned_objects(stages, compute, groups, deprecated, chosen)
-    grouped = None if groups is None or groups is False else True  # labels never read
+    objects, compute, grouped = _planned_objects(stages, compute, groups, deprecated, chosen)
     planned = bound_stages(objects, StageSetup(groups=grouped, compute=compute, planning=True))
     records = compute.opened(X)
     divided = analysis_split(planned, k, records.shape[1], eps, dlt, split)
     model = machine if isinstance(machine, MachineModel) else planning_model(machine)
     cluster = dict(workers=workers, threads=threads, memory_limit=memory_limit)
     setting = _setting(X, k, divided, planned, records, compute, model, cluster)
-    plans = [stage_plan(stage, setting) for stage in planned]
+    plans = tuple(stage_plan(stage, setting) for stage in planned)
     return AnalysisPlan(
         parameters=_parameters(k, divided, planned, given),
         directions=setting.fit,
-        stages=tuple(plans),
+        stages=plans,
         split=divided,
         split_text=_split_text(divided),
         scree_design=_facts(plans).get("scree_design", {}),
         machine_model=model.source,
         accuracy=_accuracy(planned, divided, records.shape),
+        own_seconds=model.stage_seconds.get("analysis", 0.0),
     )
 
 
@@ -259,16 +268,18 @@ def _planned_objects(
     old: dict[str, Any],
     chosen: Mapping[str, Any],
 ) -> tuple[list[Any], Compute, Any]:
-    """The stage objects, the compute options and the groups of a plan, its old keywords
-    (``grouped=`` among them) mapped onto them with a warning each.
+    """The stage objects, the compute options and whether the plan is grouped (True or
+    None: the labels are never read), its old keywords (``grouped=`` among them) mapped
+    onto them with a warning each.
     """
     from .options import chosen_stages
 
     grouped = old.pop("grouped", None)
     given = {name: value for name, value in old.items() if value is not None}  # None: default
     objects, compute = chosen_stages("plan_analysis", stages, compute, given, chosen["scale"])
+    labelled = None if groups is None or groups is False else True
     if grouped is None:
-        return objects, compute, groups
+        return objects, compute, labelled
     warnings.warn(
         "plan_analysis(grouped=...) is deprecated and will be removed in 0.3: pass "
         "groups=True (or the labels) and stages=[..., ScoreMapStage(group_domain=...)] instead",
@@ -276,7 +287,7 @@ def _planned_objects(
         stacklevel=3,
     )
     if grouped is False:
-        return objects, compute, groups
+        return objects, compute, labelled
     if not isinstance(grouped, bool) and any(s.name == "score_map" for s in objects):
         objects, _ = chosen_stages("", objects, None, {"group_domain": grouped})
     return objects, compute, True
@@ -302,7 +313,7 @@ def _setting(
         allow_fill_values=compute.allow_fill_values, **cluster,
     )  # fmt: skip
     itemsize = int(np.dtype(records.dtype).itemsize)
-    return PlanSetting(fit, design, records.in_memory, model, itemsize, k)
+    return PlanSetting(fit, design, records.in_memory, model, itemsize, k, divided)
 
 
 def _parameters(
@@ -392,6 +403,8 @@ def _text(plan: AnalysisPlan) -> str:
         )
         for s in plan.stages
     ]
+    if plan.own_seconds:
+        rows.append(("set-up", "", "", format_seconds(plan.own_seconds), "", "split, reservations"))
     rows.append(
         (
             "total",

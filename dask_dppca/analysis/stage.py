@@ -42,6 +42,7 @@ __all__ = [
     "StagePlan",
     "StageSetup",
     "claim_stage_parts",
+    "counts_plan",
     "ordered",
     "release_row",
     "row_pass_plan",
@@ -178,6 +179,9 @@ class PlanSetting:
         Bytes of one value of the input.
     n_components : int
         k.
+    split : BudgetSplit
+        The analysis's split (each stage's mechanisms at their share: their public
+        work, such as a quantile scan's noise draws).
     """
 
     fit: Any
@@ -186,6 +190,7 @@ class PlanSetting:
     model: Any
     itemsize: int
     n_components: int
+    split: Any
 
 
 @dataclass(frozen=True)
@@ -448,9 +453,12 @@ def row_pass_plan(
     light_passes: int = 0,
     held_bytes: int = 0,
     detail: str | None = None,
+    draws: int = 0,
 ) -> StagePlan:
     """A stage that reads the rows in runs once, then makes ``light_passes`` light passes
-    over two values a row (the score map's scores), holding ``held_bytes`` a worker.
+    over two values a row (the score map's scores), holding ``held_bytes`` a worker; its
+    releases draw ``draws`` integer noise values on the trusted worker (quantile scans),
+    and it pays its fixed cost (``MachineModel.stage_fixed``) once.
     """
     from ..graph.scree import merge_task_count
     from ..planning.fit_plan import makespan
@@ -463,17 +471,36 @@ def row_pass_plan(
     running = min(m["running_tasks"], len(runs))
     base = m["parts"]["baseline"] + m["parts"]["input_in_process"]
     block = running * 8 * max(runs) * plan.n_features
+    once = model.stage_fixed(title) + draws * model.noise_draw_seconds
+    peak = int(base + held_bytes + block)
     if not light_passes:
-        seconds = makespan(read, threads) + per_pass * model.task_seconds + model.fixed_seconds
+        seconds = makespan(read, threads) + per_pass * model.task_seconds + once
         detail = detail or f"one pass over the rows in {len(runs)} runs"
-        return StagePlan(title, 1, per_pass, len(runs), seconds, int(base + block), detail)
+        return StagePlan(title, 1, per_pass, len(runs), seconds, peak, detail)
     light = [rows * model.row_cost(2) for rows in runs]
     tasks = len(runs) + light_passes * per_pass
     seconds = (
         makespan(read, threads)
         + light_passes * makespan(light, threads)
         + tasks * model.task_seconds
-        + model.fixed_seconds  # a stage's fixed cost, once
+        + once
     )
-    peak = int(base + held_bytes + block)
     return StagePlan(title, 1 + light_passes, tasks, len(runs), seconds, peak, detail or "")
+
+
+def counts_plan(title: str, setting: PlanSetting, mechanism: Any) -> StagePlan:
+    """A stage that counts every column at or below every candidate of ``mechanism``'s
+    grid in one pass over the rows, then scans on the trusted worker: its tasks hold a
+    count per column and candidate (int64; a run's, and a merge's), its release draws
+    ``mechanism.planned_draws``.
+    """
+    d, grid = setting.design.n_features, mechanism.candidates.size
+    running = int(setting.fit.memory["running_tasks"])
+    return row_pass_plan(
+        title,
+        setting,
+        held_bytes=2 * running * d * grid * 8,
+        detail=f"one pass counting {d} columns on {grid} candidates, then "
+        f"{mechanism.planned_draws:.3g} noise draws of its scans",
+        draws=mechanism.planned_draws,
+    )

@@ -149,6 +149,15 @@ def _save_model(path: str | None, quick: bool, reads_at: list[str], options: dic
     print(f"  a graph task                     {model.task_seconds * 1e3:10.3f} ms")
     print(f"  a fit's fixed cost               {model.fixed_seconds:10.3f} s")
     print(f"  an idle worker                   {model.worker_baseline_bytes / 2**20:10.1f} MiB")
+    for d, cost in sorted(model.scree_histogram_seconds.items()):
+        sums = model.scree_sum_seconds.get(d, float("nan"))
+        print(
+            f"  scree, d = {d:<5d}                 {cost * 1e9:10.2f} ns a pair and value "
+            f"(histograms), {sums * 1e9:.2f} (sums)"
+        )
+    print(f"  a quantile scan's noise draw     {model.noise_draw_seconds * 1e9:10.1f} ns")
+    for title, cost in sorted(model.stage_seconds.items()):
+        print(f"  fixed cost: {title:<20s} {cost:10.3f} s")
     print(f"saved to {where}")
     return 0
 

@@ -12,6 +12,9 @@ import math
 import os
 import platform
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -32,36 +35,43 @@ def measure_machine_model(
     *,
     quick: bool = False,
     client: Any = None,
+    analysis: bool = True,
 ) -> MachineModel:
-    """Measure this machine's model (a few seconds; ``quick``: smaller loops).
+    """Measure this machine's model (seconds; ``quick``: smaller loops).
 
     The kernel on one thread (a within-block sum, best of a few, in the thread's CPU
     time: the machine's rate, not its load at the moment) and its cost per call, Zarr
     reads of one thread from a local store per codec (none, zstd) and their cost per
     read (on one of ``client``'s workers when given), a no-op task's cost on a cluster
     (``client``'s, else a fresh in-process LocalCluster like the embedded one), a small
-    fit's fixed cost there, and an idle worker's memory after that fit.  Seeds generate
-    benchmark data only.
+    fit's fixed cost there, and an idle worker's memory after that fit; with ``analysis``
+    what an analysis adds (:mod:`~dask_dppca.cli.measure_analysis`: the scree's pair
+    costs, a quantile scan's noise draw, each stage's fixed cost on that cluster).  Seeds
+    generate benchmark data only.
     """
     if client is None:
-        kernel, call, rows, reads, read_calls = _kernel_and_reads(widths, quick)
+        figures = _core_figures(widths, quick, analysis)
     else:
         first = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
-        measured = client.run(_kernel_and_reads, widths, quick, workers=[first])
-        kernel, call, rows, reads, read_calls = measured[first]
-    task, fixed, baseline = _cluster_costs(client, quick)
-    return MachineModel(
-        kernel,
-        reads,
-        task,
-        fixed,
-        baseline,
+        figures = client.run(_core_figures, widths, quick, analysis, workers=[first])[first]
+    source = (
         f"measured on {platform.node() or 'this machine'} ({os.cpu_count()} CPUs) at "
-        f"{datetime.now(UTC).isoformat(timespec='seconds')}",
-        kernel_call_seconds=call,
-        read_call_seconds=read_calls,
-        kernel_row_seconds=rows,
+        f"{datetime.now(UTC).isoformat(timespec='seconds')}"
     )
+    with _measuring_client(client) as measuring:
+        task, fixed, baseline = _cluster_costs(measuring, quick)
+        model = MachineModel(
+            task_seconds=task,
+            fixed_seconds=fixed,
+            worker_baseline_bytes=baseline,
+            source=source,
+            **figures,
+        )
+        if analysis:
+            from .measure_analysis import stage_fixed_seconds
+
+            model = replace(model, stage_seconds=stage_fixed_seconds(measuring, model, quick))
+    return model
 
 
 def _best(call, repeats: int) -> float:
@@ -236,64 +246,85 @@ def _remove_stores(stores: tuple[str, ...], storage_options: dict[str, Any] | No
             fs.rm(path, recursive=True)
 
 
-def _kernel_and_reads(
-    widths: tuple[int, ...], quick: bool
-) -> tuple[dict[int, float], float, dict[int, float], dict[str, float], dict[str, float]]:
-    """The kernel's rates, call and row costs, and the reads' rates and call costs, where it runs
-    (a worker's process, when measured through a client: a worker's allocator and threads).
+def _core_figures(widths: tuple[int, ...], quick: bool, analysis: bool) -> dict[str, Any]:
+    """The model's figures of one core, as :class:`MachineModel` keywords, where it runs (a
+    worker's process, when measured through a client: a worker's allocator and threads):
+    the kernel's rates, call and row costs, the reads' rates and call costs, and with
+    ``analysis`` the scree's pair costs and a scan's noise draw.
     """
     rows = {d: _kernel_row_seconds(d, quick) for d in widths}
     kernel = {d: kernel_rate(d, 1024 if quick else 2048, rows[d]) for d in widths}
     call = _kernel_call_seconds(widths[0], kernel[widths[0]], rows[widths[0]])
     reads, read_calls = _read_rates(quick)
-    return kernel, call, rows, reads, read_calls
+    figures: dict[str, Any] = {
+        "kernel_pairs_per_second": kernel,
+        "read_bytes_per_second": reads,
+        "kernel_call_seconds": call,
+        "read_call_seconds": read_calls,
+        "kernel_row_seconds": rows,
+    }
+    if analysis:
+        from .measure_analysis import noise_draw_seconds, scree_value_seconds
+
+        histograms, sums = scree_value_seconds(widths, quick)
+        figures.update(
+            scree_histogram_seconds=histograms,
+            scree_sum_seconds=sums,
+            noise_draw_seconds=noise_draw_seconds(quick),
+        )
+    return figures
 
 
-def _cluster_costs(client: Any, quick: bool) -> tuple[float, float, int]:
-    """(seconds per no-op task, a fit's fixed seconds, an idle worker's bytes)."""
+@contextmanager
+def _measuring_client(client: Any) -> Iterator[Any]:
+    """``client``, else one of a fresh in-process LocalCluster like the embedded one."""
+    if client is not None:
+        yield client
+        return
     import distributed
-    import numpy as np
 
-    own = client is None
-    if own:
-        cluster = distributed.LocalCluster(
+    with (
+        distributed.LocalCluster(
             n_workers=1,
             threads_per_worker=os.cpu_count() or 1,
             processes=False,
             dashboard_address="127.0.0.1:0",
-        )
-        client = distributed.Client(cluster, set_as_default=False)
-    try:
-        count = 200 if quick else 2000
-        import dask
+        ) as cluster,
+        distributed.Client(cluster, set_as_default=False) as own,
+    ):
+        yield own
 
-        def no_op_graph():
-            return [dask.delayed(_no_op, pure=False)(k) for k in range(count)]
 
-        dask.compute(*no_op_graph(), scheduler=client)  # warm
-        per_task = _best(lambda: dask.compute(*no_op_graph(), scheduler=client), 2) / count
-        import tempfile
-        import warnings
+def _cluster_costs(client: Any, quick: bool) -> tuple[float, float, int]:
+    """(seconds per no-op task, a fit's fixed seconds, an idle worker's bytes) on ``client``."""
+    import tempfile
+    import warnings
 
-        import zarr
+    import dask
+    import numpy as np
+    import zarr
 
-        from ..decomposition.estimator import DPPCA
+    from ..decomposition.estimator import DPPCA
 
-        est = DPPCA(n_components=1, scheduler=client, random_state=0)
-        with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # seeded (non-private) noise: timing only
-            store = os.path.join(folder, "small.zarr")
-            z = zarr.create_array(store, shape=(1000, 4), chunks=(500, 4), dtype="f8")
-            z[:] = np.random.default_rng().standard_normal(
-                (1000, 4)
-            )  # benchmark data (any values, no seed)
-            est.fit(store)
-            fixed = _best(lambda: est.fit(store), 2)
-        baseline = max(int(v) for v in client.run(_rss).values())
-    finally:
-        if own:
-            client.close()
-            cluster.close()
+    count = 200 if quick else 2000
+
+    def no_op_graph():
+        return [dask.delayed(_no_op, pure=False)(k) for k in range(count)]
+
+    dask.compute(*no_op_graph(), scheduler=client)  # warm
+    per_task = _best(lambda: dask.compute(*no_op_graph(), scheduler=client), 2) / count
+
+    est = DPPCA(n_components=1, scheduler=client, random_state=0)
+    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # seeded (non-private) noise: timing only
+        store = os.path.join(folder, "small.zarr")
+        z = zarr.create_array(store, shape=(1000, 4), chunks=(500, 4), dtype="f8")
+        z[:] = np.random.default_rng().standard_normal(
+            (1000, 4)
+        )  # benchmark data (any values, no seed)
+        est.fit(store)
+        fixed = _best(lambda: est.fit(store), 2)
+    baseline = max(int(v) for v in client.run(_rss).values())
     return per_task, fixed, baseline
 
 

@@ -11,7 +11,11 @@ A :class:`MachineModel` holds the few rates a fit's wall time follows from
   (``"local/zstd"``, ``"s3/none"``, ``"memory"``);
 * the cost of one graph task (the scheduler's, and the worker's around the task),
   and a fit's fixed cost (graph, submission, the release);
-* the memory of an idle worker after its first task (the imports, numba's code).
+* the memory of an idle worker after its first task (the imports, numba's code);
+* what an analysis adds (:mod:`dask_dppca.cli.measure_analysis`): the scree's cost per
+  record pair and value, one noise draw of the quantile scans (the private sampler), and
+  each stage's fixed cost on warm workers (its releases' round trips, the client's
+  post-processing) and the analysis's own (the split, the reservations).
 
 ``dask-dppca bench --save`` measures them on this machine and saves them as JSON in the
 user's configuration folder (:func:`model_path`: ``$XDG_CONFIG_HOME/dask-dppca/machine.json``
@@ -86,6 +90,17 @@ class MachineModel:
     read_call_seconds : dict of str to float
         The fixed cost of one read by the keys of ``read_bytes_per_second``, beyond its
         bytes.
+    stage_seconds : dict of str to float
+        An analysis stage's fixed cost on warm workers by its title (``"scree"``,
+        ``"score map"``, ...), beyond its passes' work and its noise draws; ``"analysis"``:
+        the analysis's own (the split, the reservations).  A title not in it:
+        ``fixed_seconds``.
+    noise_draw_seconds : float
+        One discrete Laplace draw of the private sampler in a quantile scan's batches
+        (the trusted worker's time per draw).
+    scree_histogram_seconds, scree_sum_seconds : dict of int to float
+        The scree's cost per record pair and value on one core, by width d: its
+        histogram pass (k + 1 values a pair) and its sums pass (the means: 3 k + 1).
     """
 
     kernel_pairs_per_second: dict[int, float]
@@ -99,6 +114,24 @@ class MachineModel:
     kernel_call_seconds: float = 0.0
     read_call_seconds: dict[str, float] = field(default_factory=dict)
     kernel_row_seconds: dict[int, float] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    noise_draw_seconds: float = 0.0
+    scree_histogram_seconds: dict[int, float] = field(default_factory=dict)
+    scree_sum_seconds: dict[int, float] = field(default_factory=dict)
+
+    def stage_fixed(self, title: str) -> float:
+        """A stage's fixed cost (``stage_seconds``; else a fit's, ``fixed_seconds``)."""
+        return self.stage_seconds.get(title, self.fixed_seconds)
+
+    def scree_value_seconds(self, kind: str, n_features: int) -> float:
+        """The scree's seconds per record pair and value at width ``n_features``, for
+        ``kind`` "histograms" or "sums" (interpolated as :meth:`row_cost`; unmeasured: a
+        kernel pair's).
+        """
+        values = self.scree_histogram_seconds if kind == "histograms" else self.scree_sum_seconds
+        if not values:
+            return 1.0 / self.pair_rate(n_features)
+        return _by_width(values, n_features, 1)
 
     def read_call(self, key: str) -> float:
         """The fixed cost of one read (a block's chunks) at a ``read_rate`` key."""
@@ -146,7 +179,8 @@ class MachineModel:
         out["kernel_pairs_per_second"] = {
             str(d): r for d, r in sorted(self.kernel_pairs_per_second.items())
         }
-        out["kernel_row_seconds"] = {str(d): c for d, c in sorted(self.kernel_row_seconds.items())}
+        for name in ("kernel_row_seconds", "scree_histogram_seconds", "scree_sum_seconds"):
+            out[name] = {str(d): c for d, c in sorted(getattr(self, name).items())}
         return out
 
     @classmethod
@@ -168,6 +202,10 @@ class MachineModel:
                 float(data.get("kernel_call_seconds", 0.0)),
                 {str(k): float(v) for k, v in data.get("read_call_seconds", {}).items()},
                 {int(d): float(c) for d, c in data.get("kernel_row_seconds", {}).items()},
+                {str(k): float(v) for k, v in data.get("stage_seconds", {}).items()},
+                float(data.get("noise_draw_seconds", 0.0)),
+                {int(d): float(c) for d, c in data.get("scree_histogram_seconds", {}).items()},
+                {int(d): float(c) for d, c in data.get("scree_sum_seconds", {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise ValueError(
@@ -180,10 +218,21 @@ class MachineModel:
                 f"machine model: the saved model{where} needs positive finite rates; run "
                 "'dask-dppca bench --save' again"
             )
-        if not all(c > 0 and math.isfinite(c) for c in model.kernel_row_seconds.values()):
+        costs = [
+            *model.kernel_row_seconds.values(),
+            *model.scree_histogram_seconds.values(),
+            *model.scree_sum_seconds.values(),
+        ]
+        if not all(c > 0 and math.isfinite(c) for c in costs):
             raise ValueError(
-                f"machine model: the saved model{where} needs positive finite row costs; run "
-                "'dask-dppca bench --save' again"
+                f"machine model: the saved model{where} needs positive finite row costs and scree "
+                "pair costs; run 'dask-dppca bench --save' again"
+            )
+        fixed = [*model.stage_seconds.values(), model.noise_draw_seconds]
+        if not all(c >= 0 and math.isfinite(c) for c in fixed):
+            raise ValueError(
+                f"machine model: the saved model{where} needs non-negative finite stage and "
+                "noise costs; run 'dask-dppca bench --save' again"
             )
         return model
 
@@ -217,6 +266,17 @@ DEFAULT_MODEL = MachineModel(
     kernel_call_seconds=5e-4,
     read_call_seconds={"local/zstd": 2e-3, "local/none": 1e-3},
     kernel_row_seconds={8: 1.7e-7, 32: 3.0e-7, 128: 1.5e-6, 512: 1.35e-5},  # 2026-12-03
+    # 2026-12-07, two single-threaded worker processes (benchmarks/bench_plan.py --analysis)
+    stage_seconds={
+        "analysis": 0.025,
+        "scree": 0.16,
+        "score map": 0.12,
+        "median": 0.045,
+        "scale": 0.44,
+    },
+    noise_draw_seconds=2.2e-7,
+    scree_histogram_seconds={8: 4.0e-9, 32: 4.3e-9, 128: 6.5e-9, 512: 1.5e-8},
+    scree_sum_seconds={8: 2.1e-9, 32: 2.1e-9, 128: 3.1e-9, 512: 6.1e-9},
 )
 
 
@@ -393,5 +453,7 @@ def _scaled(model: MachineModel, ratio: float, source: str) -> MachineModel:
         kernel_pairs_per_second={d: r * ratio for d, r in model.kernel_pairs_per_second.items()},
         kernel_row_seconds={d: c / ratio for d, c in model.kernel_row_seconds.items()},
         kernel_call_seconds=model.kernel_call_seconds / ratio,
+        scree_histogram_seconds={d: c / ratio for d, c in model.scree_histogram_seconds.items()},
+        scree_sum_seconds={d: c / ratio for d, c in model.scree_sum_seconds.items()},
         source=source,
     )

@@ -39,3 +39,23 @@ def test_a_fit_loads_no_graph_builder_stack_on_its_workers(tmp_path):
         ran = client.run(_loaded, ("dask_dppca.graph.lane_task", "dask_dppca.io.zarr_blocks"))
     assert loaded == []
     assert list(ran.values()) == [["dask_dppca.graph.lane_task", "dask_dppca.io.zarr_blocks"]]
+
+
+@pytest.mark.timeout(120)
+def test_an_analysis_release_loads_no_scipy_stats_on_its_worker():
+    """What a worker unpickles for the analysis's releases (each stage's module and the
+    trusted release) loads neither scipy.stats nor sklearn: scipy.stats alone cost a
+    worker about half a second at its first scree release (the plan's fixed costs are
+    those of warm workers)."""
+    import subprocess
+
+    code = (
+        "import sys, dask_dppca.analysis.stages.scree, dask_dppca.analysis.stages.score_map, "
+        "dask_dppca.analysis.stages.scale, dask_dppca.analysis.stages.median, "
+        "dask_dppca.compute.trusted.release, dask_dppca.compute.trusted.score_map; "
+        "print(sorted(m for m in ('scipy.stats', 'sklearn') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=100, check=True
+    ).stdout
+    assert out.strip() == "[]"

@@ -131,7 +131,9 @@ def test_the_plan_of_an_analysis_agrees_with_the_analysis(
     # The split: the same table, part for part.
     assert shown == [plan.split_text]
     assert [part_to_dict(p) for p in plan.split.all_parts] == result.meta["parts"]
-    assert plan.wall_seconds == pytest.approx(sum(s.seconds for s in plan.stages))
+    assert plan.wall_seconds == pytest.approx(
+        sum(s.seconds for s in plan.stages) + plan.own_seconds
+    )
     assert [s.stage for s in plan.stages] == ["directions", "scree", "score map"]
 
 

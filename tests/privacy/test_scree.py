@@ -412,6 +412,30 @@ def test_robust_and_winsorized_are_consistent_at_the_gaussian():
     ) == pytest.approx(lam, rel=0.01)
 
 
+def test_the_winsorized_inversion_is_scipy_stats_value_for_value():
+    """scipy.special's chi^2 functions (light on a worker) give scipy.stats' bits: the
+    same bisection over ``stats.chi2`` returns the same lambda, and the constants agree."""
+
+    def with_stats(mean: float, upper: float) -> float:
+        def winsorized(lam: float) -> float:
+            c = upper / lam
+            return float(lam * stats.chi2.cdf(c, 3) + upper * stats.chi2.sf(c, 1))
+
+        lo = hi = mean
+        while winsorized(hi) < mean:
+            hi *= 2.0
+        for _ in range(100):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if winsorized(mid) < mean else (lo, mid)
+        return 0.5 * (lo + hi)
+
+    for upper in (1e-8, 0.3, 3.0, 7e5):
+        for share in (1e-6, 0.1, 0.5, 0.9, 0.999999):
+            mean = share * upper
+            assert gaussian_consistent_winsorized(mean, upper) == with_stats(mean, upper)
+    assert WINSOR_FACTOR == math.sqrt(CLIP_MULTIPLE) / stats.norm.ppf(1 - WINSOR_LEVEL / 2)
+
+
 def test_the_winsorizing_level_is_the_clip_level_at_the_gaussian():
     """Public constants: U from the released 1 - WINSOR_LEVEL quantile of |dy| is
     CLIP_MULTIPLE lambda at the Gaussian (no data read)."""

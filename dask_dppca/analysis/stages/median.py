@@ -18,7 +18,16 @@ from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
 from ...privacy.mechanisms.contract import make_sampler
 from ...privacy.mechanisms.median import CoordinateMedian
 from ...privacy.mechanisms.parts import PureDPPart
-from ..stage import StageBase, StageContext, StageOutput, claim_stage_parts, release_row
+from ..stage import (
+    PlanSetting,
+    StageBase,
+    StageContext,
+    StageOutput,
+    StagePlan,
+    claim_stage_parts,
+    counts_plan,
+    release_row,
+)
 
 __all__ = ["MedianStage"]
 
@@ -59,6 +68,13 @@ class MedianStage(StageBase):
             "rank_error_95": {"q50": column.rank_error()},
             "useless": ["q50"] if column.is_useless() else [],
         }
+
+    def plan(self, setting: PlanSetting) -> StagePlan:
+        """One counting pass over the rows, then ``d`` quantile scans on the trusted worker."""
+        part = setting.split.part(_STAGE, _RELEASE)
+        assert isinstance(part, PureDPPart)
+        n, d = setting.design.n_samples, setting.design.n_features
+        return counts_plan(self.title, setting, CoordinateMedian(n, d, part.epsilon))
 
     def run(self, context: StageContext) -> StageOutput:
         """Count every column below every candidate (one pass); release the medians."""

@@ -22,7 +22,16 @@ from ...privacy.mechanisms.accounting import BudgetSplit, PlannedPart
 from ...privacy.mechanisms.contract import make_sampler
 from ...privacy.mechanisms.parts import PureDPPart
 from ...privacy.mechanisms.scale import LEVELS, RobustScale, robust_scaling
-from ..stage import StageBase, StageContext, StageOutput, claim_stage_parts, release_row
+from ..stage import (
+    PlanSetting,
+    StageBase,
+    StageContext,
+    StageOutput,
+    StagePlan,
+    claim_stage_parts,
+    counts_plan,
+    release_row,
+)
 
 __all__ = ["ScaleStage", "scale_mechanism"]
 
@@ -78,6 +87,13 @@ class ScaleStage(StageBase):
             "useless": mechanism.useless_levels(),
             "resolved": resolved,
         }
+
+    def plan(self, setting: PlanSetting) -> StagePlan:
+        """One counting pass over the rows, then ``7 d`` quantile scans on the trusted worker."""
+        mechanism = scale_mechanism(
+            setting.split, setting.design.n_samples, setting.design.n_features
+        )
+        return counts_plan(self.title, setting, mechanism)
 
     def run(self, context: StageContext) -> StageOutput:
         """Count every column below every candidate (one pass); release and scale."""

@@ -421,6 +421,8 @@ class PrivateScoreMapStage(StageBase):
         fit = setting.fit
         runs = len(row_runs(setting)[0])
         scores = 16 * setting.design.n_samples // max(fit.cluster.workers, 1)  # (n, 2) scores
+        frame = setting.split.part(_STAGE, "frame quantiles")
+        assert isinstance(frame, PureDPPart)
         return row_pass_plan(
             "score map",
             setting,
@@ -428,6 +430,7 @@ class PrivateScoreMapStage(StageBase):
             held_bytes=scores,
             detail=f"a projection of the rows in {runs} runs, then {SCORE_MAP_PASSES} passes "
             "(centre, radius, histograms)",
+            draws=FrameMechanism(setting.design.n_samples, 4.0 * frame.epsilon).planned_draws,
         )
 
     def summary(self, value: Any, feature_names: Sequence[str] | None = None) -> str:

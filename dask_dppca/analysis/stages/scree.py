@@ -369,13 +369,33 @@ def scree_passes(methods: Sequence[str]) -> int:
     return 1 + int(means) + (HUBER_STEPS - 1 if "huber" in methods else 0)
 
 
-def _segment_seconds(setting: PlanSetting, segments: Any, reads: bool) -> list[float]:
-    """Each segment's modelled seconds: its pairs' kernel work and, when the segments
-    read their own blocks, the reads (else the input's reads spread like the work).
+def _pass_pair_seconds(setting: PlanSetting, methods: Sequence[str]) -> list[float]:
+    """Each pass's seconds per sub-design pair: the histograms' ``k + 1`` values (the
+    trace's too), the means' sums (the clipped ``k + 1``, the winsorized and Huber ``k``
+    each), each later Huber step's ``k``.
+    """
+    k, d, model = setting.n_components, setting.design.n_features, setting.model
+    histograms = (k + 1) * model.scree_value_seconds("histograms", d)
+    sums = model.scree_value_seconds("sums", d)
+    means = (
+        []
+        if scree_passes(methods) == 1
+        else [(k + 1 + k * sum(m in methods for m in ("winsorized", "huber"))) * sums]
+    )
+    later = [k * sums] * (scree_passes(methods) - 1 - len(means))
+    return [histograms, *means, *later]
+
+
+def _segment_seconds(
+    setting: PlanSetting, segments: Any, reads: bool, pair_seconds: float
+) -> list[float]:
+    """Each segment's modelled seconds: its pairs' work at ``pair_seconds`` a pair, its
+    block pairs' set-up as the kernel's and, when the segments read their own blocks, the
+    reads (else the input's reads spread like the work).
     """
     fit, plan, model = setting.fit, setting.design, setting.model
     d, sizes = plan.n_features, plan.block_sizes
-    rate, per_row, call = model.pair_rate(d), model.row_cost(d), model.kernel_call_seconds
+    per_row, call = model.row_cost(d), model.kernel_call_seconds
     read_rate, key = model.read_rate(fit.input["storage"], fit.input["codec"])
     seconds = []
     for segment in segments:
@@ -383,7 +403,7 @@ def _segment_seconds(setting: PlanSetting, segments: Any, reads: bool) -> list[f
         for i, j in segment.pairs.tolist():
             pairs = _scree_pairs(sizes[i], sizes[j], i == j)
             rows = sizes[i] if i == j else sizes[i] + sizes[j]
-            work += pairs / rate + call + per_row * rows
+            work += pairs * pair_seconds + call + per_row * rows
         if reads:
             rows = int(sum(sizes[b] for b in segment.blocks.tolist()))
             work += rows * d * setting.itemsize / read_rate + model.read_call(key) * len(
@@ -406,12 +426,14 @@ def _scree_plan(setting: PlanSetting, methods: Sequence[str]) -> StagePlan:
     reads = bool(fit.graph["reads_in_tasks"])
     segments = scree_segments(plan.block_sizes, plan.block_pairs, plan.n_features, threads, reads)
     n_pairs, degree = scree_design(tuple(plan.block_sizes), tuple(plan.block_pairs))
-    seconds = _segment_seconds(setting, segments, reads)
     passes = scree_passes(methods)
     per_pass = len(segments) + merge_task_count(len(segments)) + 1  # and its release
     if not reads:
         per_pass += int(fit.graph["input_tasks"])
-    pass_seconds = makespan(seconds, threads) + per_pass * model.task_seconds
+    work = sum(
+        makespan(_segment_seconds(setting, segments, reads, pair), threads)
+        for pair in _pass_pair_seconds(setting, methods)
+    )
     m = fit.memory
     histograms = 2 * (setting.n_components + 1) * _SCREE_BINS * 8  # a segment's and a merge's
     per_task = (m["held_blocks"] + 2) * m["block_bytes"] + histograms
@@ -422,7 +444,7 @@ def _scree_plan(setting: PlanSetting, methods: Sequence[str]) -> StagePlan:
         passes,
         passes * per_pass,
         len(segments),
-        passes * pass_seconds + model.fixed_seconds,  # a stage's fixed cost, once
+        work + passes * per_pass * model.task_seconds + model.stage_fixed(_STAGE),
         peak,
         f"{passes} passes ({'+'.join(methods)}) over {n_pairs:.4g} sub-design pairs "
         "(64-row sub-blocks)",

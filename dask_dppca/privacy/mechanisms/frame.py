@@ -177,6 +177,11 @@ class FrameMechanism:
         return {"centre x": centre, "centre y": centre, "radius x": radius, "radius y": radius}
 
     @property
+    def planned_draws(self) -> int:
+        """The noise draws of the four scans (:attr:`.PrivateQuantile.planned_draws`)."""
+        return sum(mechanism.planned_draws for mechanism in self.mechanisms.values())
+
+    @property
     def parts(self) -> tuple[PrivacyPart, ...]:
         """Four pure-DP parts: centre x, centre y, radius x, radius y."""
         return tuple(p for mechanism in self.mechanisms.values() for p in mechanism.parts)

@@ -65,6 +65,11 @@ class CoordinateMedian:
         return self.column.candidates
 
     @property
+    def planned_draws(self) -> int:
+        """The noise draws of the ``d`` scans (:attr:`.PrivateQuantile.planned_draws`)."""
+        return int(self.n_features) * self.column.planned_draws
+
+    @property
     def parts(self) -> tuple[PrivacyPart, ...]:
         """One pure-DP part per column."""
         return self.column.parts * int(self.n_features)

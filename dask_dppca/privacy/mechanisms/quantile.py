@@ -63,6 +63,7 @@ __all__ = [
     "DEFAULT_STEPS_PER_OCTAVE",
     "DEFAULT_TOP_MARGIN",
     "PrivateQuantile",
+    "batched_draws",
     "quantile_candidates",
 ]
 
@@ -82,6 +83,17 @@ DEFAULT_ACCURACY_BETA = 0.05
 #: ``_MAX_BATCH`` (the scan stops at the first hit; unused draws are discarded).
 _FIRST_BATCH = 1024
 _MAX_BATCH = 65536
+
+
+def batched_draws(stop: int, size: int) -> int:
+    """The candidates' noise draws of a scan over ``size`` candidates that stops at
+    position ``stop``: whole batches (:data:`_FIRST_BATCH`, doubled up to
+    :data:`_MAX_BATCH`), the last cut at the grid's end.
+    """
+    drawn, batch = 0, _FIRST_BATCH
+    while drawn <= stop and drawn < size:
+        drawn, batch = min(drawn + batch, size), min(2 * batch, _MAX_BATCH)
+    return drawn
 
 
 @functools.lru_cache(maxsize=8)
@@ -202,6 +214,23 @@ class PrivateQuantile:
     def candidates(self) -> NDArray[np.float64]:
         """The public grid; the exact statistic is ``#{y <= t}`` for each of them."""
         return quantile_candidates(self.signed, self.steps_per_octave)
+
+    @property
+    def planned_draws(self) -> int:
+        """The noise draws of a scan that stops at the candidate 1 (public: the grid).
+
+        The release draws the threshold's noise and then the candidates' in batches
+        (:data:`_FIRST_BATCH`, doubled up to :data:`_MAX_BATCH`) until one passes.  The
+        grid spans ``2^-1022 .. 2^1024``, so a quantile of ordinary magnitude stops within
+        a few thousand of its ~10^5 candidates of 1 (a negative one sooner, or from the
+        top later): the scan's work is set by the grid, hardly by the data.  What a plan
+        counts (the trusted worker's time; the count is never a release).
+        """
+        grid = self.candidates
+        one = int(np.searchsorted(grid, 1.0))  # the first candidate at or above 1
+        # From the top the scan stops at the first candidate below 1 (all records above).
+        stop = grid.size - one if self.from_top else one
+        return 1 + batched_draws(stop, grid.size)
 
     @property
     def threshold(self) -> int:

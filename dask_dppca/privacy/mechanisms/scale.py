@@ -231,6 +231,11 @@ class RobustScale:
         return self.quantile_releases[0].candidates
 
     @property
+    def planned_draws(self) -> int:
+        """The noise draws of every column's scans (:attr:`.PrivateQuantile.planned_draws`)."""
+        return int(self.n_features) * sum(q.planned_draws for q in self.quantile_releases)
+
+    @property
     def parts(self) -> tuple[PrivacyPart, ...]:
         """One pure-DP part per quantile of every column."""
         one = tuple(p for q in self.quantile_releases for p in q.parts)

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.stats import norm
+from scipy.special import chdtr, chdtrc, ndtri
 
 from ...kernel.scree_stats import grid_values
 from .contract import own_noise
@@ -88,9 +88,12 @@ WINSOR_LEVEL = 0.1
 #: (:func:`winsorizing_level`): at the Gaussian ``Q = z_0.95 sqrt(2 lambda)``, and the
 #: factor ``sqrt(CLIP_MULTIPLE) / z_0.95`` (1.824) puts ``U`` at the clip level ``9
 #: lambda``; set from the upper quantile, not the median, it moves up with a heavier tail.
-WINSOR_FACTOR = math.sqrt(CLIP_MULTIPLE) / float(norm.ppf(1.0 - WINSOR_LEVEL / 2.0))
-_Z75 = float(norm.ppf(0.75))
-_Z95 = float(norm.ppf(1.0 - WINSOR_LEVEL / 2.0))
+# scipy.special's functions, not scipy.stats' distributions (the same values: those are
+# their implementations): importing scipy.stats costs a worker half a second at its
+# first release.
+WINSOR_FACTOR = math.sqrt(CLIP_MULTIPLE) / float(ndtri(1.0 - WINSOR_LEVEL / 2.0))
+_Z75 = float(ndtri(0.75))
+_Z95 = float(ndtri(1.0 - WINSOR_LEVEL / 2.0))
 #: Grid points a row's later quantile searches above the previous one (4 octaves).
 WINDOW = 4 * 64
 
@@ -439,14 +442,12 @@ def gaussian_consistent_winsorized(mean: float, upper: float) -> float:
     ``U``; solved by bisection.  A released mean at or above ``U`` (noise) is returned
     as it is.
     """
-    from scipy.stats import chi2
-
     if not (upper > 0 and mean > 0) or mean >= upper:
         return float(mean)
 
     def winsorized(lam: float) -> float:
         c = upper / lam
-        return float(lam * chi2.cdf(c, 3) + upper * chi2.sf(c, 1))
+        return float(lam * chdtr(3, c) + upper * chdtrc(1, c))
 
     lo, hi = mean, mean
     while winsorized(hi) < mean:
