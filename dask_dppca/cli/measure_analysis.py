@@ -13,8 +13,11 @@ measures, beside a fit's rates:
   models of it (its passes, its draws): what is left is its releases' round trips and the
   client's post-processing.
 
-Benchmark data only (random rows, no seed); the small analyses spend no budget but the
-ones active where they run (none in ``dask-dppca bench``).
+Benchmark data only (random rows, no seed).  Every release is charged to every budget
+in force, benchmark or not: where one is (an active budget, a ledger in the Dask
+configuration or its environment variable, a required budget, a ledger configured where
+the noise is drawn), the small analyses are not run, the stages' fixed costs are left
+unmeasured (a plan then prices each as a fit's) and a warning says why.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import time
 import warnings
 from typing import Any
 
-__all__ = ["noise_draw_seconds", "scree_value_seconds", "stage_fixed_seconds"]
+__all__ = ["budget_in_force", "noise_draw_seconds", "scree_value_seconds", "stage_fixed_seconds"]
 
 #: k of the scree's measurement (``analyze``'s default).
 SCREE_K = 5
@@ -99,8 +102,17 @@ def noise_draw_seconds(quick: bool) -> float:
 
 def stage_fixed_seconds(client: Any, model: Any, quick: bool) -> dict[str, float]:
     """Each built-in stage's fixed cost by title, and ``"analysis"`` (the analysis's own),
-    on ``client``'s warm workers: measured small analyses less ``model``'s plan of them.
+    on ``client``'s warm workers: measured small analyses less ``model``'s plan of them;
+    none (and a warning) where a budget is in force (the module docstring).
     """
+    charged = budget_in_force()
+    if charged is not None:
+        warnings.warn(
+            f"stage costs not measured: {charged}, and the benchmark's analyses would be "
+            "charged to it; a plan prices each stage as a fit's fixed cost",
+            stacklevel=2,
+        )
+        return {}
     import numpy as np
     import zarr
 
@@ -144,6 +156,23 @@ def stage_fixed_seconds(client: Any, model: Any, quick: bool) -> dict[str, float
             seconds, plan = measured([DirectionsStage(), stage])
             costs[stage.title] = max(0.0, seconds - alone - plan.stage(stage.title).seconds)
     return costs
+
+
+def budget_in_force() -> str | None:
+    """What a release made here now would be charged to beyond nothing, or None."""
+    import dask
+
+    from ..compute.budget_config import budgets_to_charge
+    from ..compute.trusted.site_ledger import RELEASE_LEDGER_KEY
+    from ..privacy.budget.privacy_budget import LedgerError
+
+    if dask.config.get(RELEASE_LEDGER_KEY, None):
+        return f"a release ledger is configured ({RELEASE_LEDGER_KEY})"
+    try:
+        budgets = budgets_to_charge()
+    except LedgerError as error:  # required and none, or a ledger that does not open
+        return f"a budget is required or configured ({error})"
+    return f"{len(budgets)} budget(s) are in force" if budgets else None
 
 
 def _cpu_best(call: Any, repeats: int) -> float:

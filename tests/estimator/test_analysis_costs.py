@@ -185,3 +185,24 @@ def test_the_analysis_figures_are_measured():
     costs = stage_fixed_seconds("synchronous", DEFAULT_MODEL, quick=True)
     assert set(costs) == {"analysis", "scree", "score map", "median", "scale"}
     assert all(0.0 <= c < 30.0 for c in costs.values())
+
+
+def test_no_stage_is_measured_where_a_budget_would_be_charged(tmp_path, monkeypatch):
+    """The small analyses spend nothing of a real budget: with a ledger configured (the
+    environment variable), a budget required, or one active, none runs and a warning
+    says why; a plan then prices each stage as a fit's fixed cost."""
+    from dask_dppca.cli.measure_analysis import budget_in_force, stage_fixed_seconds
+
+    assert budget_in_force() is None
+    ran = []
+    monkeypatch.setattr("dask_dppca.analysis.run.analyze", lambda *a, **k: ran.append(a))
+    monkeypatch.setenv("DASK_DASK_DPPCA__LEDGER", str(tmp_path / "study.ledger"))
+    with pytest.warns(UserWarning, match="stage costs not measured"):
+        assert stage_fixed_seconds("synchronous", DEFAULT_MODEL, quick=True) == {}
+    monkeypatch.delenv("DASK_DASK_DPPCA__LEDGER")
+    monkeypatch.setenv("DASK_DASK_DPPCA__BUDGET_REQUIRED", "1")
+    assert "required" in budget_in_force()
+    monkeypatch.delenv("DASK_DASK_DPPCA__BUDGET_REQUIRED")
+    with dd.PrivacyBudget(epsilon=5.0, delta=1e-5):
+        assert "in force" in budget_in_force()
+    assert ran == [] and budget_in_force() is None

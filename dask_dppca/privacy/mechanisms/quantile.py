@@ -87,8 +87,8 @@ _MAX_BATCH = 65536
 
 def batched_draws(stop: int, size: int) -> int:
     """The candidates' noise draws of a scan over ``size`` candidates that stops at
-    position ``stop``: whole batches (:data:`_FIRST_BATCH`, doubled up to
-    :data:`_MAX_BATCH`), the last cut at the grid's end.
+    position ``stop``: whole batches (``_FIRST_BATCH``, doubled up to
+    ``_MAX_BATCH``), the last cut at the grid's end.
     """
     drawn, batch = 0, _FIRST_BATCH
     while drawn <= stop and drawn < size:
@@ -220,7 +220,7 @@ class PrivateQuantile:
         """The noise draws of a scan that stops at the candidate 1 (public: the grid).
 
         The release draws the threshold's noise and then the candidates' in batches
-        (:data:`_FIRST_BATCH`, doubled up to :data:`_MAX_BATCH`) until one passes.  The
+        (``_FIRST_BATCH``, doubled up to ``_MAX_BATCH``) until one passes.  The
         grid spans ``2^-1022 .. 2^1024``, so a quantile of ordinary magnitude stops within
         a few thousand of its ~10^5 candidates of 1 (a negative one sooner, or from the
         top later): the scan's work is set by the grid, hardly by the data.  What a plan
