@@ -133,9 +133,24 @@ class AnalysisPlan:
         return int(max(s.peak_bytes for s in self.stages))
 
     @property
+    def problems(self) -> list[str]:
+        """Why the analysis does not fit the cluster: the directions' fit's problems, and
+        each other stage whose peak a worker is over the usable memory (a wide table's
+        scale counts, say).
+        """
+        usable = self.directions.memory["usable_bytes"]
+        over = [
+            f"the {s.stage} stage needs a peak of {format_bytes(s.peak_bytes)} a worker, "
+            f"over the {format_bytes(usable)} usable of the memory limit"
+            for s in self.stages
+            if s.stage != "directions" and usable is not None and s.peak_bytes > usable
+        ]
+        return [*self.directions.problems, *over]
+
+    @property
     def fits(self) -> bool:
-        """Whether the directions' fit (the analysis's heaviest stage) fits the cluster."""
-        return self.directions.fits
+        """Whether every stage fits the cluster (no ``problems``)."""
+        return not self.problems
 
     def stage(self, name: str) -> StagePlan:
         """The stage called ``name``."""
@@ -158,6 +173,7 @@ class AnalysisPlan:
             "machine_model": self.machine_model,
             "directions": self.directions.describe(),
             "fits": self.fits,
+            "problems": self.problems,
             "accuracy": self.accuracy,
         }
 
@@ -422,6 +438,7 @@ def _text(plan: AnalysisPlan) -> str:
         [
             *header,
             *table,
+            "fits: yes" if plan.fits else "fits: NO (" + "; ".join(plan.problems) + ")",
             plan.split_text,
             *_accuracy_lines(plan.accuracy, n),
             f"machine model: {plan.machine_model}",

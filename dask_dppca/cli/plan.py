@@ -248,7 +248,7 @@ def _run_analysis(args: argparse.Namespace, cluster: dict) -> int:
     )
     print(plan.to_json() if args.json else plan)
     if not plan.fits:
-        problems = "; ".join(plan.directions.problems)
+        problems = "; ".join(plan.problems)
         print(f"dask-dppca: error: the plan does not fit: {problems}", file=sys.stderr)
         return 2
     return 0

@@ -206,3 +206,34 @@ def test_no_stage_is_measured_where_a_budget_would_be_charged(tmp_path, monkeypa
     with dd.PrivacyBudget(epsilon=5.0, delta=1e-5):
         assert "in force" in budget_in_force()
     assert ran == [] and budget_in_force() is None
+
+
+def test_a_stage_over_the_memory_limit_makes_the_analysis_not_fit(tmp_path, capsys):
+    """A wide table's scale counts a column per candidate in each counting task: on 1 GiB
+    workers at d = 100 its peak is over the usable memory while the directions' fit fits; the plan
+    says so, names the stage, and ``plan --analysis`` exits 2 (without the scale: fits)."""
+    import dask.array as da
+
+    X = da.zeros((100_000, 100), chunks=(10_000, 100))
+    cluster = dict(workers=4, threads=4, memory_limit="1GiB")
+    scaled = dd.plan_analysis(X, 3, scale="robust", machine=DEFAULT_MODEL, **cluster)
+    plain = dd.plan_analysis(X, 3, machine=DEFAULT_MODEL, **cluster)
+    assert scaled.directions.fits and plain.fits
+    assert not scaled.fits and len(scaled.problems) == 1
+    assert "the scale stage needs a peak of" in scaled.problems[0]
+    assert "fits: NO (the scale stage" in str(scaled) and "fits: yes" in str(plain)
+    assert scaled.describe()["problems"] == scaled.problems
+
+    import zarr
+
+    from dask_dppca.cli import main
+
+    store = str(tmp_path / "wide.zarr")
+    zarr.create_array(store, shape=(100_000, 100), chunks=(10_000, 100), dtype="f8")
+    argv = ["plan", store, "--analysis", "-k", "3", "--workers", "4", "--threads", "4"]
+    argv += ["--memory-limit", "1GiB", "--machine"]
+    saved = tmp_path / "machine.json"
+    saved.write_text(json.dumps(DEFAULT_MODEL.describe()))
+    assert main([*argv, str(saved), "--scale", "robust"]) == 2
+    assert "the scale stage needs a peak of" in capsys.readouterr().err
+    assert main([*argv, str(saved)]) == 0
