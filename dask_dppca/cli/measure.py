@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..planning.machine import MachineModel, kernel_rate
+from .measure_analysis import best_seconds
 
 if TYPE_CHECKING:
     import numpy as np
@@ -72,15 +73,6 @@ def measure_machine_model(
 
             model = replace(model, stage_seconds=stage_fixed_seconds(measuring, model, quick))
     return model
-
-
-def _best(call, repeats: int) -> float:
-    best = math.inf
-    for _ in range(repeats):
-        started = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - started)
-    return best
 
 
 def _kernel_row_seconds(d: int, quick: bool) -> float:
@@ -137,7 +129,7 @@ def _read_rates(quick: bool) -> tuple[dict[str, float], dict[str, float]]:
 
     rows, d = (20_000 if quick else 80_000), 32
     x = np.random.default_rng().standard_normal((rows // 2, d))  # benchmark data, no seed
-    rates = {"memory": x.nbytes / _best(lambda: np.array(x, copy=True), 3)}
+    rates = {"memory": x.nbytes / best_seconds(lambda: np.array(x, copy=True), 3)}
     calls: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as folder:
         for codec in ("none", "zstd"):
@@ -193,13 +185,13 @@ def measure_reads(
     rate_store, call_store = (f"{base}/dask-dppca-read-{name}.zarr" for name in ("rate", "call"))
     try:
         big = _benchmark_reader(rate_store, x, rows // 4, codec, storage_options)
-        seconds = _best(
+        seconds = best_seconds(
             lambda: [big[k : k + rows // 4, :] for k in range(0, rows, rows // 4)],
             3 if quick else 9,
         )
         rate = x.nbytes / seconds
         small = _benchmark_reader(call_store, x[:2560], 64, codec, storage_options)
-        each = _best(lambda: [small[k : k + 64, :] for k in range(0, 2560, 64)], 3) / 40
+        each = best_seconds(lambda: [small[k : k + 64, :] for k in range(0, 2560, 64)], 3) / 40
     finally:
         _remove_stores((rate_store, call_store), storage_options)
     return rate, max(0.0, each - 64 * d * 8 / rate)
@@ -312,7 +304,7 @@ def _cluster_costs(client: Any, quick: bool) -> tuple[float, float, int]:
         return [dask.delayed(_no_op, pure=False)(k) for k in range(count)]
 
     dask.compute(*no_op_graph(), scheduler=client)  # warm
-    per_task = _best(lambda: dask.compute(*no_op_graph(), scheduler=client), 2) / count
+    per_task = best_seconds(lambda: dask.compute(*no_op_graph(), scheduler=client), 2) / count
 
     est = DPPCA(n_components=1, scheduler=client, random_state=0)
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
@@ -323,7 +315,7 @@ def _cluster_costs(client: Any, quick: bool) -> tuple[float, float, int]:
             (1000, 4)
         )  # benchmark data (any values, no seed)
         est.fit(store)
-        fixed = _best(lambda: est.fit(store), 2)
+        fixed = best_seconds(lambda: est.fit(store), 2)
     baseline = max(int(v) for v in client.run(_rss).values())
     return per_task, fixed, baseline
 

@@ -30,7 +30,13 @@ import time
 import warnings
 from typing import Any
 
-__all__ = ["budget_in_force", "noise_draw_seconds", "scree_value_seconds", "stage_fixed_seconds"]
+__all__ = [
+    "best_seconds",
+    "budget_in_force",
+    "noise_draw_seconds",
+    "scree_value_seconds",
+    "stage_fixed_seconds",
+]
 
 #: k of the scree's measurement (``analyze``'s default).
 SCREE_K = 5
@@ -74,8 +80,8 @@ def _scree_passes(d: int, repeats: int) -> tuple[float, float]:
 
     histogram_pass(), sums_pass()  # compile, or load from the cache
     with threadpool_limits(1):
-        histograms = _cpu_best(histogram_pass, repeats) / (pairs * (k + 1))
-        sums = _cpu_best(sums_pass, repeats) / (pairs * (3 * k + 1))
+        histograms = best_seconds(histogram_pass, repeats, time.thread_time) / (pairs * (k + 1))
+        sums = best_seconds(sums_pass, repeats, time.thread_time) / (pairs * (3 * k + 1))
     return histograms, sums
 
 
@@ -92,12 +98,8 @@ def noise_draw_seconds(quick: bool) -> float:
     scan = PrivateQuantile(n, 0.5, 1.0)
     counts = np.where(scan.candidates >= 1.0, n, 0)  # benchmark counts: every record at 1
     sampler = make_sampler("discrete_laplace", None)  # the private sampler, as a release's
-    best = math.inf
-    for _ in range(1 if quick else 3):
-        started = time.perf_counter()
-        scan.release(counts, sampler)
-        best = min(best, time.perf_counter() - started)
-    return best / scan.planned_draws
+    seconds = best_seconds(lambda: scan.release(counts, sampler), 1 if quick else 3)
+    return seconds / scan.planned_draws
 
 
 def stage_fixed_seconds(client: Any, model: Any, quick: bool) -> dict[str, float]:
@@ -143,7 +145,7 @@ def stage_fixed_seconds(client: Any, model: Any, quick: bool) -> dict[str, float
                 return analyze(store, 2, epsilon=SMALL_EPSILON, stages=stages, compute=compute)
 
             run()  # the stage's first run on these workers: imports, compiled code
-            seconds = _wall_best(run, repeats)
+            seconds = best_seconds(run, repeats)
             plan = plan_analysis(
                 store, 2, epsilon=SMALL_EPSILON, stages=stages, compute=compute, machine=bare
             )
@@ -175,19 +177,13 @@ def budget_in_force() -> str | None:
     return f"{len(budgets)} budget(s) are in force" if budgets else None
 
 
-def _cpu_best(call: Any, repeats: int) -> float:
+def best_seconds(call: Any, repeats: int, clock: Any = time.perf_counter) -> float:
+    """The least ``clock`` time of ``repeats`` calls (wall time; ``time.thread_time``:
+    this thread's CPU time, which other load on the machine does not move).
+    """
     best = math.inf
     for _ in range(repeats):
-        started = time.thread_time()
+        started = clock()
         call()
-        best = min(best, time.thread_time() - started)
-    return best
-
-
-def _wall_best(call: Any, repeats: int) -> float:
-    best = math.inf
-    for _ in range(repeats):
-        started = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - started)
+        best = min(best, clock() - started)
     return best
