@@ -490,16 +490,18 @@ def row_pass_plan(
 
 def counts_plan(title: str, setting: PlanSetting, mechanism: Any) -> StagePlan:
     """A stage that counts every column at or below every candidate of ``mechanism``'s
-    grid in one pass over the rows, then scans on the trusted worker: its tasks hold a
-    count per column and candidate (int64; a run's, and a merge's), its release draws
-    ``mechanism.planned_draws``.
+    grid in one pass over the rows, then scans on the trusted worker: its tasks hold
+    their counts sparse (16 bytes a row and column, a run's and a merge's:
+    ``ExactPositions``), its release the dense counts and their running sums (8 bytes a
+    column and candidate, twice), and it draws ``mechanism.planned_draws``.
     """
     d, grid = setting.design.n_features, mechanism.candidates.size
     running = int(setting.fit.memory["running_tasks"])
+    sparse = 2 * running * 16 * max(row_runs(setting)[0]) * d
     return row_pass_plan(
         title,
         setting,
-        held_bytes=2 * running * d * grid * 8,
+        held_bytes=sparse + 2 * d * grid * 8,
         detail=f"one pass counting {d} columns on {grid} candidates, then "
         f"{mechanism.planned_draws:.3g} noise draws of its scans",
         draws=mechanism.planned_draws,

@@ -19,7 +19,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..planning.machine import MachineModel, kernel_rate
-from .measure_analysis import best_seconds
+from .measure_analysis import (
+    best_seconds,
+    noise_draw_seconds,
+    scree_value_seconds,
+    stage_fixed_seconds,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,8 +74,6 @@ def measure_machine_model(
             **figures,
         )
         if analysis:
-            from .measure_analysis import stage_fixed_seconds
-
             model = replace(model, stage_seconds=stage_fixed_seconds(measuring, model, quick))
     return model
 
@@ -256,8 +259,6 @@ def _core_figures(widths: tuple[int, ...], quick: bool, analysis: bool) -> dict[
         "kernel_row_seconds": rows,
     }
     if analysis:
-        from .measure_analysis import noise_draw_seconds, scree_value_seconds
-
         histograms, sums = scree_value_seconds(widths, quick)
         figures.update(
             scree_histogram_seconds=histograms,

@@ -27,6 +27,7 @@ from .sealed import seal
 
 __all__ = [
     "ExactCounts",
+    "ExactPositions",
     "histogram_counts_graph",
     "label_codes",
     "project_scores",
@@ -57,6 +58,40 @@ class ExactCounts:
         return f"ExactCounts(shape={self.counts.shape})"
 
 
+class ExactPositions:
+    """Exact counts ``#{i : y_ik <= t_j}`` held sparse on their way to the release task
+    (sealed between workers, as :class:`ExactCounts`).
+
+    The distinct keys ``k G + p`` and how many values have each
+    (:func:`~dask_dppca.kernel.score_stats.at_most_positions`): a counting task and a merge
+    hold at most their rows times the columns (16 bytes each), not a count for every
+    column and candidate (1 MiB a column on the private quantile's grid: 1 GiB a task at
+    d = 1000).  :attr:`counts` makes the dense counts, in the release task only.
+
+    Parameters
+    ----------
+    keys, weights : ndarray of int64
+    shape : (int, int)
+        ``(k, G)``: the columns and the candidates.
+    """
+
+    __slots__ = ("keys", "shape", "weights")
+
+    def __init__(self, keys: np.ndarray, weights: np.ndarray, shape: tuple[int, int]) -> None:
+        self.keys, self.weights, self.shape = keys, weights, (int(shape[0]), int(shape[1]))
+
+    @property
+    def counts(self) -> np.ndarray:
+        """The dense counts, shape ``(k, G)`` (what the quantile mechanisms read)."""
+        return score_stats.counts_from_positions(self.keys, self.weights, *self.shape)
+
+    def __reduce__(self):
+        return seal(ExactPositions, (self.keys, self.weights, self.shape))
+
+    def __repr__(self) -> str:
+        return f"ExactPositions(shape={self.shape}, keys={self.keys.size})"
+
+
 def _add(*parts: ExactCounts) -> ExactCounts:
     total = parts[0].counts.copy()
     for part in parts[1:]:
@@ -64,18 +99,24 @@ def _add(*parts: ExactCounts) -> ExactCounts:
     return ExactCounts(total)
 
 
-def _reduce(blocks: list[Delayed], name: str) -> Delayed:
+def _add_positions(*parts: ExactPositions) -> ExactPositions:
+    keys = np.concatenate([part.keys for part in parts])
+    weights = np.concatenate([part.weights for part in parts])
+    return ExactPositions(*score_stats.merge_positions(keys, weights), parts[0].shape)
+
+
+def _reduce(blocks: list[Delayed], name: str, add: Any = _add) -> Delayed:
     level = 0
     while len(blocks) > 1:
         blocks = [
-            dask.delayed(_add, pure=True)(
+            dask.delayed(add, pure=True)(
                 *blocks[k : k + _FAN_IN], dask_key_name=f"{name}-sum-{level}-{k // _FAN_IN}"
             )
             for k in range(0, len(blocks), _FAN_IN)
         ]
         level += 1
     if level == 0:  # one block: still an ExactCounts of its own key
-        return dask.delayed(_add, pure=True)(blocks[0], dask_key_name=f"{name}-sum-0-0")
+        return dask.delayed(add, pure=True)(blocks[0], dask_key_name=f"{name}-sum-0-0")
     return blocks[0]
 
 
@@ -138,22 +179,23 @@ def quantile_counts_graph(
     Returns
     -------
     dask.delayed.Delayed
-        An :class:`ExactCounts` of shape (k, G).
+        An :class:`ExactPositions` of shape (k, G).
     """
     scores = _check_scores(scores, width=None if centre is None else 2)
     grid = np.asarray(candidates, dtype=np.float64)
     c = None if centre is None else np.asarray(centre, dtype=np.float64)
     name = f"dppca-quantile-counts-{uuid.uuid4().hex}"
 
-    def block_counts(block: np.ndarray) -> ExactCounts:
+    def block_counts(block: np.ndarray) -> ExactPositions:
         values = block if c is None else score_stats.deviations(block, c)
-        return ExactCounts(score_stats.count_at_most(values, grid))
+        keys, weights = score_stats.at_most_positions(values, grid)
+        return ExactPositions(keys, weights, (values.shape[1], grid.size))
 
     blocks = [
         dask.delayed(block_counts, pure=True)(b, dask_key_name=f"{name}-block-{i}")
         for i, b in enumerate(scores.to_delayed().ravel())
     ]
-    return _reduce(blocks, name)
+    return _reduce(blocks, name, _add_positions)
 
 
 def histogram_counts_graph(

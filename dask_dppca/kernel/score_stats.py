@@ -4,7 +4,9 @@ Every function maps a block of rows to integer counts that add up across blocks,
 graph layer computes them in one pass and only the release task ever holds the total:
 
 * :func:`count_at_most`: ``#{y <= t}`` for each public candidate ``t`` (the private
-  quantile's statistic), NaN counted as +inf;
+  quantile's statistic), NaN counted as +inf; :func:`at_most_positions` the same counts
+  held sparse (each value's first candidate at or above it, counted), which add up by
+  :func:`merge_positions` and give the counts back by :func:`counts_from_positions`;
 * :func:`deviations`: ``|y - c|`` per axis from a released centre (the radius' values);
 * :func:`bin_index` / :func:`histogram_counts`: the grid cell of every score, the out-of-frame
   cell for the rest, counted per group;
@@ -22,11 +24,14 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 __all__ = [
+    "at_most_positions",
     "bin_index",
     "count_at_most",
+    "counts_from_positions",
     "deviations",
     "group_codes",
     "histogram_counts",
+    "merge_positions",
 ]
 
 
@@ -59,6 +64,66 @@ def count_at_most(values: ArrayLike, candidates: ArrayLike) -> NDArray[np.int64]
         column = np.where(np.isnan(v[:, k]), np.inf, v[:, k])
         out[k] = np.searchsorted(np.sort(column), grid, side="right")
     return out
+
+
+def at_most_positions(
+    values: ArrayLike, candidates: ArrayLike
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """:func:`count_at_most` held sparse: ``(keys, weights)``.
+
+    A value ``v`` of column ``k`` is at or below candidate ``t_j`` exactly for the ``j``
+    from ``p = #{j : t_j < v}`` on (the candidates increase), so the counts of a column
+    are the running sum of how many of its values have each ``p``.  The keys are the
+    distinct ``k G + p`` (sorted; ``G`` candidates), the weights how many values have
+    each: at most the rows times the columns, whatever ``G`` (the private quantile's grid
+    has 130 948).  NaN counts as +inf; a value above every candidate counts at none.
+
+    Parameters
+    ----------
+    values : ndarray, shape (n,) or (n, k)
+    candidates : ndarray, shape (G,)
+        Increasing.
+
+    Returns
+    -------
+    (ndarray of int64, ndarray of int64)
+        The keys and their weights, of one length.
+    """
+    v = _as_2d(values)
+    grid = np.asarray(candidates, dtype=np.float64)
+    keys = []
+    for k in range(v.shape[1]):
+        column = np.where(np.isnan(v[:, k]), np.inf, v[:, k])
+        first = np.searchsorted(grid, column, side="left").astype(np.int64)
+        keys.append(first[first < grid.size] + k * grid.size)
+    every = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+    return merge_positions(every, np.ones(every.size, dtype=np.int64))
+
+
+def merge_positions(
+    keys: NDArray[np.int64], weights: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Keys (any order, repeated) and weights as :func:`at_most_positions` holds them:
+    distinct sorted keys, each with the sum of its weights (integers: exact).
+    """
+    order = np.argsort(keys, kind="stable")
+    ordered, weighed = keys[order], weights[order]
+    if ordered.size == 0:
+        return ordered, weighed
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    return ordered[starts], np.add.reduceat(weighed, starts)
+
+
+def counts_from_positions(
+    keys: NDArray[np.int64], weights: NDArray[np.int64], n_columns: int, n_candidates: int
+) -> NDArray[np.int64]:
+    """The counts :func:`count_at_most` gives, shape ``(n_columns, n_candidates)``, from
+    :func:`at_most_positions`' keys and weights (added up over blocks).
+    """
+    at = np.zeros(n_columns * n_candidates, dtype=np.int64)
+    at[keys] = weights
+    counts: NDArray[np.int64] = np.cumsum(at.reshape(n_columns, n_candidates), axis=1)
+    return counts
 
 
 def deviations(values: ArrayLike, centre: ArrayLike) -> NDArray[np.float64]:

@@ -209,12 +209,13 @@ def test_no_stage_is_measured_where_a_budget_would_be_charged(tmp_path, monkeypa
 
 
 def test_a_stage_over_the_memory_limit_makes_the_analysis_not_fit(tmp_path, capsys):
-    """A wide table's scale counts a column per candidate in each counting task: on 1 GiB
-    workers at d = 100 its peak is over the usable memory while the directions' fit fits; the plan
-    says so, names the stage, and ``plan --analysis`` exits 2 (without the scale: fits)."""
+    """A wide table's scale holds its dense counts (a count per column and candidate) in
+    its release task: on 1 GiB workers at d = 150 its peak is over the usable memory
+    while the directions' fit fits; the plan says so, names the stage, and ``plan
+    --analysis`` exits 2 (without the scale: fits)."""
     import dask.array as da
 
-    X = da.zeros((100_000, 100), chunks=(10_000, 100))
+    X = da.zeros((100_000, 150), chunks=(10_000, 150))
     cluster = dict(workers=4, threads=4, memory_limit="1GiB")
     scaled = dd.plan_analysis(X, 3, scale="robust", machine=DEFAULT_MODEL, **cluster)
     plain = dd.plan_analysis(X, 3, machine=DEFAULT_MODEL, **cluster)
@@ -229,7 +230,7 @@ def test_a_stage_over_the_memory_limit_makes_the_analysis_not_fit(tmp_path, caps
     from dask_dppca.cli import main
 
     store = str(tmp_path / "wide.zarr")
-    zarr.create_array(store, shape=(100_000, 100), chunks=(10_000, 100), dtype="f8")
+    zarr.create_array(store, shape=(100_000, 150), chunks=(10_000, 150), dtype="f8")
     argv = ["plan", store, "--analysis", "-k", "3", "--workers", "4", "--threads", "4"]
     argv += ["--memory-limit", "1GiB", "--machine"]
     saved = tmp_path / "machine.json"

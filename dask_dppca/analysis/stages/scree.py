@@ -375,15 +375,12 @@ def _pass_pair_seconds(setting: PlanSetting, methods: Sequence[str]) -> list[flo
     each), each later Huber step's ``k``.
     """
     k, d, model = setting.n_components, setting.design.n_features, setting.model
-    histograms = (k + 1) * model.scree_value_seconds("histograms", d)
+    passes = scree_passes(methods)
+    seconds = [(k + 1) * model.scree_value_seconds("histograms", d)]
     sums = model.scree_value_seconds("sums", d)
-    means = (
-        []
-        if scree_passes(methods) == 1
-        else [(k + 1 + k * sum(m in methods for m in ("winsorized", "huber"))) * sums]
-    )
-    later = [k * sums] * (scree_passes(methods) - 1 - len(means))
-    return [histograms, *means, *later]
+    if passes > 1:  # the means, then each later Huber step
+        seconds.append((k + 1 + k * sum(m in methods for m in ("winsorized", "huber"))) * sums)
+    return seconds + [k * sums] * (passes - len(seconds))
 
 
 def _segment_seconds(
