@@ -91,13 +91,17 @@ def at_most_positions(
     """
     v = _as_2d(values)
     grid = np.asarray(candidates, dtype=np.float64)
-    keys = []
+    keys, weights = [], []
     for k in range(v.shape[1]):
-        column = np.where(np.isnan(v[:, k]), np.inf, v[:, k])
+        column = np.sort(np.where(np.isnan(v[:, k]), np.inf, v[:, k]))
         first = np.searchsorted(grid, column, side="left").astype(np.int64)
-        keys.append(first[first < grid.size] + k * grid.size)
-    every = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
-    return merge_positions(every, np.ones(every.size, dtype=np.int64))
+        first = first[first < grid.size]  # increasing: its runs are the distinct keys
+        starts = np.flatnonzero(np.concatenate([[True], first[1:] != first[:-1]]))
+        keys.append(first[starts] + k * grid.size)
+        weights.append(np.diff(np.append(starts, first.size)))
+    if not keys:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(keys), np.concatenate(weights).astype(np.int64)
 
 
 def merge_positions(
