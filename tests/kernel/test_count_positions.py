@@ -33,7 +33,7 @@ HOSTILE = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     values=arrays(np.float64, st.tuples(st.integers(0, 40), st.integers(1, 3)), elements=HOSTILE),
     cuts=st.lists(st.integers(0, 40), max_size=4),
