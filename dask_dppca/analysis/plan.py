@@ -92,6 +92,9 @@ class AnalysisPlan:
     own_seconds : float
         The analysis's own fixed cost beside its stages' (the split, the reservations,
         the ledger: the machine model's ``stage_seconds["analysis"]``, 0 unmeasured).
+    start_seconds : float
+        Starting the embedded cluster with a first run's imports and compiled code, when
+        the analysis would start it (the machine model's ``start_seconds``), else 0.
 
     Examples
     --------
@@ -114,13 +117,14 @@ class AnalysisPlan:
     machine_model: str
     accuracy: dict[str, Any] = field(default_factory=dict)
     own_seconds: float = 0.0
+    start_seconds: float = 0.0
 
     @property
     def wall_seconds(self) -> float:
-        """Modelled wall seconds of the whole analysis: its stages (run one after another)
-        and its own fixed cost.
+        """Modelled wall seconds of the whole analysis: its stages (run one after another),
+        its own fixed cost and the embedded cluster's start when it would start it.
         """
-        return float(sum(s.seconds for s in self.stages) + self.own_seconds)
+        return float(sum(s.seconds for s in self.stages) + self.own_seconds + self.start_seconds)
 
     @property
     def n_tasks(self) -> int:
@@ -166,6 +170,7 @@ class AnalysisPlan:
             "stages": [s.describe() for s in self.stages],
             "wall_seconds": self.wall_seconds,
             "own_seconds": self.own_seconds,
+            "start_seconds": self.start_seconds,
             "n_tasks": self.n_tasks,
             "peak_worker_bytes": self.peak_worker_bytes,
             "split": self.split.table(),
@@ -263,8 +268,16 @@ def plan_analysis(
         scree_design=_facts(plans).get("scree_design", {}),
         machine_model=model.source,
         accuracy=_accuracy(planned, divided, records.shape),
-        own_seconds=model.stage_seconds.get("analysis", 0.0),
+        **_fixed_seconds(model, setting),
     )
+
+
+def _fixed_seconds(model: MachineModel, setting: PlanSetting) -> dict[str, float]:
+    """The analysis's own fixed cost, and the embedded cluster's start where it starts."""
+    return {
+        "own_seconds": model.stage_seconds.get("analysis", 0.0),
+        "start_seconds": model.start_seconds if setting.fit.cluster.starts else 0.0,
+    }
 
 
 def _facts(plans: Sequence[StagePlan]) -> dict[str, Any]:
@@ -419,6 +432,9 @@ def _text(plan: AnalysisPlan) -> str:
         )
         for s in plan.stages
     ]
+    if plan.start_seconds:
+        what = "the embedded cluster, its first run's imports and compiled code"
+        rows.append(("start", "", "", format_seconds(plan.start_seconds), "", what))
     if plan.own_seconds:
         rows.append(("set-up", "", "", format_seconds(plan.own_seconds), "", "split, reservations"))
     rows.append(

@@ -24,6 +24,7 @@ from .measure_analysis import (
     noise_draw_seconds,
     scree_value_seconds,
     stage_fixed_seconds,
+    start_seconds,
 )
 
 if TYPE_CHECKING:
@@ -75,6 +76,8 @@ def measure_machine_model(
         )
         if analysis:
             model = replace(model, stage_seconds=stage_fixed_seconds(measuring, model, quick))
+    if analysis and client is None:  # the embedded cluster's start (no client: bench --save)
+        model = replace(model, start_seconds=start_seconds() or 0.0)
     return model
 
 

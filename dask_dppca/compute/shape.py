@@ -48,6 +48,9 @@ class ClusterShape:
         scheduler): an input in this process's memory is then in the worker's too.
     local_scheduler : bool
         Whether it is a Dask local scheduler (no workers: no worker-wide tasks).
+    starts : bool
+        Whether it is the embedded cluster a run would start (not running yet): the run
+        pays its start and its first imports and compiled code.
     """
 
     workers: int
@@ -57,6 +60,7 @@ class ClusterShape:
     total_threads: int | None = None
     in_process: bool = False
     local_scheduler: bool = False
+    starts: bool = False
 
     def __post_init__(self) -> None:
         for name in ("workers", "threads_per_worker"):
@@ -119,7 +123,12 @@ def cluster_shape(scheduler: Any = None) -> ClusterShape:
         scheduler = active_client()
         if scheduler is None:
             return ClusterShape(
-                1, cores, int(MEMORY_LIMIT), "the embedded cluster on this machine", in_process=True
+                1,
+                cores,
+                int(MEMORY_LIMIT),
+                "the embedded cluster on this machine",
+                in_process=True,
+                starts=True,
             )
     if isinstance(scheduler, distributed.Client):
         return _from_client(scheduler)

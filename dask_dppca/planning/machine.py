@@ -101,6 +101,10 @@ class MachineModel:
     scree_histogram_seconds, scree_sum_seconds : dict of int to float
         The scree's cost per record pair and value on one core, by width d: its
         histogram pass (k + 1 values a pair) and its sums pass (the means: 3 k + 1).
+    start_seconds : float
+        What a fresh process's first analysis adds on the embedded cluster it starts:
+        the start, the imports and compiled code its first run loads (the command line
+        pays it every run, a notebook once).
     """
 
     kernel_pairs_per_second: dict[int, float]
@@ -118,6 +122,7 @@ class MachineModel:
     noise_draw_seconds: float = 0.0
     scree_histogram_seconds: dict[int, float] = field(default_factory=dict)
     scree_sum_seconds: dict[int, float] = field(default_factory=dict)
+    start_seconds: float = 0.0
 
     def stage_fixed(self, title: str) -> float:
         """A stage's fixed cost (``stage_seconds``; else a fit's, ``fixed_seconds``)."""
@@ -206,6 +211,7 @@ class MachineModel:
                 float(data.get("noise_draw_seconds", 0.0)),
                 {int(d): float(c) for d, c in data.get("scree_histogram_seconds", {}).items()},
                 {int(d): float(c) for d, c in data.get("scree_sum_seconds", {}).items()},
+                float(data.get("start_seconds", 0.0)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise ValueError(
@@ -228,11 +234,11 @@ class MachineModel:
                 f"machine model: the saved model{where} needs positive finite row costs and scree "
                 "pair costs; run 'dask-dppca bench --save' again"
             )
-        fixed = [*model.stage_seconds.values(), model.noise_draw_seconds]
+        fixed = [*model.stage_seconds.values(), model.noise_draw_seconds, model.start_seconds]
         if not all(c >= 0 and math.isfinite(c) for c in fixed):
             raise ValueError(
                 f"machine model: the saved model{where} needs non-negative finite stage and "
-                "noise costs; run 'dask-dppca bench --save' again"
+                "noise costs (and start); run 'dask-dppca bench --save' again"
             )
         return model
 
@@ -275,6 +281,7 @@ DEFAULT_MODEL = MachineModel(
         "scale": 0.44,
     },
     noise_draw_seconds=2.2e-7,
+    start_seconds=2.9,
     scree_histogram_seconds={8: 4.0e-9, 32: 4.3e-9, 128: 6.5e-9, 512: 1.5e-8},
     scree_sum_seconds={8: 2.1e-9, 32: 2.1e-9, 128: 3.1e-9, 512: 6.1e-9},
 )

@@ -177,6 +177,7 @@ def test_the_analysis_figures_are_measured():
         noise_draw_seconds,
         scree_value_seconds,
         stage_fixed_seconds,
+        start_seconds,
     )
 
     histograms, sums = scree_value_seconds((8,), quick=True)
@@ -185,13 +186,38 @@ def test_the_analysis_figures_are_measured():
     costs = stage_fixed_seconds("synchronous", DEFAULT_MODEL, quick=True)
     assert set(costs) == {"analysis", "scree", "score map", "median", "scale"}
     assert all(0.0 <= c < 30.0 for c in costs.values())
+    assert 0.0 < start_seconds() < 120.0  # a fresh process's first analysis, measured
+
+
+def test_the_embedded_cluster_start_is_planned_only_where_it_would_start():
+    """``start_seconds``: on the embedded cluster a plan of no client would start (the
+    command line's every run), not on a local scheduler nor a running cluster's."""
+    model = dataclasses.replace(DEFAULT_MODEL, start_seconds=5.0)
+    X = np.zeros((3000, 4))
+    fresh = dd.plan_analysis(X, 2, machine=model)
+    local = dd.plan_analysis(X, 2, compute=dd.Compute(scheduler="threads"), machine=model)
+    assert fresh.start_seconds == 5.0 and local.start_seconds == 0.0
+    assert fresh.wall_seconds == pytest.approx(
+        sum(s.seconds for s in fresh.stages) + fresh.own_seconds + 5.0
+    )
+
+    def start_row(plan):
+        return [line for line in str(plan).splitlines() if line.startswith("start ")]
+
+    assert len(start_row(fresh)) == 1 and start_row(local) == []
+    assert fresh.describe()["start_seconds"] == 5.0
 
 
 def test_no_stage_is_measured_where_a_budget_would_be_charged(tmp_path, monkeypatch):
     """The small analyses spend nothing of a real budget: with a ledger configured (the
-    environment variable), a budget required, or one active, none runs and a warning
-    says why; a plan then prices each stage as a fit's fixed cost."""
-    from dask_dppca.cli.measure_analysis import budget_in_force, stage_fixed_seconds
+    environment variable), a budget required, or one active, none runs (nor the start's
+    subprocess) and a warning says why; a plan then prices each stage as a fit's fixed
+    cost."""
+    from dask_dppca.cli.measure_analysis import (
+        budget_in_force,
+        stage_fixed_seconds,
+        start_seconds,
+    )
 
     assert budget_in_force() is None
     ran = []
@@ -199,6 +225,8 @@ def test_no_stage_is_measured_where_a_budget_would_be_charged(tmp_path, monkeypa
     monkeypatch.setenv("DASK_DASK_DPPCA__LEDGER", str(tmp_path / "study.ledger"))
     with pytest.warns(UserWarning, match="stage costs not measured"):
         assert stage_fixed_seconds("synchronous", DEFAULT_MODEL, quick=True) == {}
+    with pytest.warns(UserWarning, match="start not measured"):
+        assert start_seconds() is None
     monkeypatch.delenv("DASK_DASK_DPPCA__LEDGER")
     monkeypatch.setenv("DASK_DASK_DPPCA__BUDGET_REQUIRED", "1")
     assert "required" in budget_in_force()
