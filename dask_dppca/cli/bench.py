@@ -156,6 +156,7 @@ def _save_model(path: str | None, quick: bool, reads_at: list[str], options: dic
             f"(histograms), {sums * 1e9:.2f} (sums)"
         )
     print(f"  a quantile scan's noise draw     {model.noise_draw_seconds * 1e9:10.1f} ns")
+    print(f"  the embedded cluster's start     {model.start_seconds:10.3f} s")
     for title, cost in sorted(model.stage_seconds.items()):
         print(f"  fixed cost: {title:<20s} {cost:10.3f} s")
     print(f"saved to {where}")
