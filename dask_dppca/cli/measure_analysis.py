@@ -133,7 +133,7 @@ def stage_fixed_seconds(client: Any, model: Any, quick: bool) -> dict[str, float
     others = (ScreeStage, ScoreMapStage, MedianStage, ScaleStage)
     # Planned with no stage's fixed cost: the measured rest is the fixed cost.
     zero = {"analysis": 0.0, **{s().title: 0.0 for s in others}}
-    bare = dataclasses.replace(model, stage_seconds=zero)
+    bare = dataclasses.replace(model, stage_seconds=zero, start_seconds=0.0)
     compute = Compute(scheduler=client)
     repeats = 1 if quick else 2
     costs: dict[str, float] = {}

@@ -96,6 +96,8 @@ def at_most_positions(
         column = np.sort(np.where(np.isnan(v[:, k]), np.inf, v[:, k]))
         first = np.searchsorted(grid, column, side="left").astype(np.int64)
         first = first[first < grid.size]  # increasing: its runs are the distinct keys
+        if first.size == 0:  # no rows, or every value above the candidates
+            continue
         starts = np.flatnonzero(np.concatenate([[True], first[1:] != first[:-1]]))
         keys.append(first[starts] + k * grid.size)
         weights.append(np.diff(np.append(starts, first.size)))

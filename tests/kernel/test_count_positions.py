@@ -50,6 +50,9 @@ def test_the_sparse_counts_are_the_dense_counts_over_any_split(values, cuts, sig
     merged = merge_positions(keys, weights)
     counts = counts_from_positions(*merged, values.shape[1], grid.size)
     assert counts.dtype == np.int64 and np.array_equal(counts, dense)
+    with np.errstate(all="ignore"):
+        whole = at_most_positions(values, grid)  # no rows at all, too
+    assert np.array_equal(counts_from_positions(*whole, values.shape[1], grid.size), dense)
     assert merged[0].size <= values.size  # at most a key a value, whatever the grid
     assert np.all(np.diff(merged[0]) > 0)  # distinct and sorted
 
@@ -62,6 +65,10 @@ def test_a_value_above_every_candidate_counts_at_none():
     counts = counts_from_positions(*at_most_positions(values, grid), 2, 3)
     assert np.array_equal(counts, count_at_most(values, grid))
     assert counts.tolist() == [[0, 0, 1], [1, 1, 1]]
+    for nowhere in (np.full((3, 2), 9.0), np.zeros((0, 2))):  # no key at all
+        keys, weights = at_most_positions(nowhere, grid)
+        assert keys.size == weights.size == 0
+        assert counts_from_positions(keys, weights, 2, 3).tolist() == [[0] * 3] * 2
 
 
 def test_the_graph_holds_positions_and_releases_the_counts():
