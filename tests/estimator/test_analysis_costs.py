@@ -189,11 +189,15 @@ def test_the_analysis_figures_are_measured():
     assert 0.0 < start_seconds() < 120.0  # a fresh process's first analysis, measured
 
 
-def test_the_embedded_cluster_start_is_planned_only_where_it_would_start():
+def test_the_embedded_cluster_start_is_planned_only_where_it_would_start(monkeypatch):
     """``start_seconds``: on the embedded cluster a plan of no client would start (the
-    command line's every run), not on a local scheduler nor a running cluster's."""
+    command line's every run: a fresh process, no client running in it; this test
+    process may hold an earlier test's), not on a local scheduler."""
+    from dask_dppca.compute import shape
+
     model = dataclasses.replace(DEFAULT_MODEL, start_seconds=5.0)
     X = np.zeros((3000, 4))
+    monkeypatch.setattr(shape, "active_client", lambda: None)  # as in a fresh process
     fresh = dd.plan_analysis(X, 2, machine=model)
     local = dd.plan_analysis(X, 2, compute=dd.Compute(scheduler="threads"), machine=model)
     assert fresh.start_seconds == 5.0 and local.start_seconds == 0.0
