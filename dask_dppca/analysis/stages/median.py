@@ -29,10 +29,17 @@ from ..stage import (
     release_row,
 )
 
-__all__ = ["MedianStage"]
+__all__ = ["MedianStage", "median_mechanism"]
 
 _STAGE = "median"
 _RELEASE = "coordinate medians"
+
+
+def median_mechanism(split: BudgetSplit, n_samples: int, n_features: int) -> CoordinateMedian:
+    """The stage's mechanism at the split's per-column epsilon (public inputs only)."""
+    part = split.part(_STAGE, _RELEASE)
+    assert isinstance(part, PureDPPart)
+    return CoordinateMedian(n_samples, n_features, part.epsilon)
 
 
 @dataclass
@@ -61,9 +68,7 @@ class MedianStage(StageBase):
 
     def accuracy(self, split: BudgetSplit, n_samples: int, n_features: int) -> dict[str, Any]:
         """Its public accuracy: the medians' rank bound, and whether it is useless."""
-        part = split.part(_STAGE, _RELEASE)
-        assert isinstance(part, PureDPPart)
-        column = CoordinateMedian(n_samples, n_features, part.epsilon).column
+        column = median_mechanism(split, n_samples, n_features).column
         return {
             "rank_error_95": {"q50": column.rank_error()},
             "useless": ["q50"] if column.is_useless() else [],
@@ -71,16 +76,12 @@ class MedianStage(StageBase):
 
     def plan(self, setting: PlanSetting) -> StagePlan:
         """One counting pass over the rows, then ``d`` quantile scans on the trusted worker."""
-        part = setting.split.part(_STAGE, _RELEASE)
-        assert isinstance(part, PureDPPart)
         n, d = setting.design.n_samples, setting.design.n_features
-        return counts_plan(self.title, setting, CoordinateMedian(n, d, part.epsilon))
+        return counts_plan(self.title, setting, median_mechanism(setting.split, n, d))
 
     def run(self, context: StageContext) -> StageOutput:
         """Count every column below every candidate (one pass); release the medians."""
-        part = context.split.part(_STAGE, _RELEASE)
-        assert isinstance(part, PureDPPart)
-        mechanism = CoordinateMedian(context.n_samples, context.n_features, part.epsilon)
+        mechanism = median_mechanism(context.split, context.n_samples, context.n_features)
         seed = self.random_state
         sampler = make_sampler("discrete_laplace", seed)
 

@@ -327,9 +327,7 @@ class PrivateScoreMapStage(StageBase):
         Never refused for it: a coarse frame still frames the map (its cells are wider),
         and the notices say how coarse.
         """
-        frame = split.part(_STAGE, "frame quantiles")
-        assert isinstance(frame, PureDPPart)
-        mechanism = FrameMechanism(n_samples, 4.0 * frame.epsilon)
+        mechanism = _frame_mechanism(split, n_samples)
         bounds = {"centre": mechanism.centre.rank_error(), "radius": mechanism.radius.rank_error()}
         stated: dict[str, Any] = {"rank_error_95": bounds, "useless": []}
         known = self.domain if self.domain_known else None
@@ -421,8 +419,7 @@ class PrivateScoreMapStage(StageBase):
         fit = setting.fit
         runs = len(row_runs(setting)[0])
         scores = 16 * setting.design.n_samples // max(fit.cluster.workers, 1)  # (n, 2) scores
-        frame = setting.split.part(_STAGE, "frame quantiles")
-        assert isinstance(frame, PureDPPart)
+        frame = _frame_mechanism(setting.split, setting.design.n_samples)
         return row_pass_plan(
             "score map",
             setting,
@@ -430,12 +427,19 @@ class PrivateScoreMapStage(StageBase):
             held_bytes=scores,
             detail=f"a projection of the rows in {runs} runs, then {SCORE_MAP_PASSES} passes "
             "(centre, radius, histograms)",
-            draws=FrameMechanism(setting.design.n_samples, 4.0 * frame.epsilon).planned_draws,
+            draws=frame.planned_draws,
         )
 
     def summary(self, value: Any, feature_names: Sequence[str] | None = None) -> str:
         """The map's own summary (its frame, bins and groups)."""
         return str(value.summary())
+
+
+def _frame_mechanism(split: BudgetSplit, n_samples: int) -> FrameMechanism:
+    """The frame's four quantiles at the split's part (``epsilon / 4`` each)."""
+    frame = split.part(_STAGE, "frame quantiles")
+    assert isinstance(frame, PureDPPart)
+    return FrameMechanism(n_samples, 4.0 * frame.epsilon)
 
 
 def _rows(mechanism: ScoreMapMechanism, score_map: ScoreMap) -> list[dict[str, Any]]:
