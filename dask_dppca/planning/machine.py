@@ -281,7 +281,7 @@ DEFAULT_MODEL = MachineModel(
         "scale": 0.44,
     },
     noise_draw_seconds=2.2e-7,
-    start_seconds=2.9,
+    start_seconds=2.1,  # 2026-12-07, idle (2.9-3.0 s at load 1.3-1.8)
     scree_histogram_seconds={8: 4.0e-9, 32: 4.3e-9, 128: 6.5e-9, 512: 1.5e-8},
     scree_sum_seconds={8: 2.1e-9, 32: 2.1e-9, 128: 3.1e-9, 512: 6.1e-9},
 )
