@@ -30,8 +30,9 @@ whose counts are all ``n`` until one query's noise is as large: octaves too high
 was seen).  So the target rank is kept ``top_margin`` noise scales below ``n`` (public:
 it depends on ``n`` and epsilon only), where an overshoot of ``k`` candidates has
 probability about ``e^-top_margin / k``.  Nothing here knows about Dask; the
-counts are computed by :func:`dask_dppca.kernel.score_stats.count_at_most` block by
-block and added up (one pass).
+counts are :func:`dask_dppca.kernel.score_stats.count_at_most`'s, computed block by
+block (held sparse: :func:`~dask_dppca.kernel.score_stats.at_most_positions`) and added
+up (one pass).
 
 A low quantile has the opposite problem at the bottom: the scan from ``-max`` passes
 tens of thousands of candidates below every record (count 0), and when ``q n`` is only a
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,14 +87,26 @@ _FIRST_BATCH = 1024
 _MAX_BATCH = 65536
 
 
+def _batches(size: int) -> Iterator[tuple[int, int]]:
+    """A scan's batches over ``size`` candidates, ``(start, stop)``: ``_FIRST_BATCH``,
+    doubled up to ``_MAX_BATCH``, the last cut at the grid's end (the release draws each
+    batch's noise at once; :func:`batched_draws` counts them).
+    """
+    start, batch = 0, _FIRST_BATCH
+    while start < size:
+        stop = min(start + batch, size)
+        yield start, stop
+        start, batch = stop, min(2 * batch, _MAX_BATCH)
+
+
 def batched_draws(stop: int, size: int) -> int:
     """The candidates' noise draws of a scan over ``size`` candidates that stops at
-    position ``stop``: whole batches (``_FIRST_BATCH``, doubled up to
-    ``_MAX_BATCH``), the last cut at the grid's end.
+    position ``stop``: its whole batches up to the one holding ``stop``.
     """
-    drawn, batch = 0, _FIRST_BATCH
-    while drawn <= stop and drawn < size:
-        drawn, batch = min(drawn + batch, size), min(2 * batch, _MAX_BATCH)
+    drawn = 0
+    for _, drawn in _batches(size):
+        if drawn > stop:
+            break
     return drawn
 
 
@@ -353,14 +367,11 @@ class PrivateQuantile:
             counted = np.int64(self.n_samples) - counted[::-1]
         scaled = counted * np.int64(self.multiplier)
         level = self.threshold + int(noise.draw(self.noise_scale, 1)[0])
-        start, batch = 0, _FIRST_BATCH
-        while start < grid.size:
-            stop = min(start + batch, grid.size)
+        for start, stop in _batches(grid.size):
             noisy = scaled[start:stop] + noise.draw(self.noise_scale, stop - start)
             hits = np.flatnonzero(noisy >= level)
             if hits.size:
                 return self._candidate(start + int(hits[0]))
-            start, batch = stop, min(2 * batch, _MAX_BATCH)
         return -math.inf if self.from_top else math.inf
 
     def _candidate(self, scanned: int) -> float:
