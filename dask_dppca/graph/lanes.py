@@ -46,6 +46,7 @@ from .worker_tasks import (
     WorkerTasks,
     batch_shape,
     batch_task,
+    inside_chunk,
     thread_bytes,
 )
 
@@ -536,7 +537,7 @@ def _read_units(
     first, stop = bounds[blocks], bounds[blocks + 1]
     if chunk <= 0:
         return np.empty(0, dtype=np.int64), blocks
-    inside = (first // chunk == (stop - 1) // chunk) & (stop - first < chunk)
+    inside = inside_chunk(first, stop - first, chunk)
     return np.unique(first[inside] // chunk), blocks[~inside]
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "batch_shape",
     "batch_task",
     "exact_sum_bytes",
+    "inside_chunk",
     "pause_fraction",
     "read_unit",
     "thread_bytes",
@@ -240,9 +241,17 @@ def read_unit(index: int, first: int, rows: int, chunk: int) -> int:
     the store chunk (number, >= 0) that holds the whole block and more, else the block
     itself (``-1 - index``: whole chunks, or a block across chunk boundaries).
     """
-    if chunk > 0 and first // chunk == (first + rows - 1) // chunk and rows < chunk:
+    if chunk > 0 and inside_chunk(first, rows, chunk):
         return first // chunk
     return -1 - index
+
+
+def inside_chunk(first: Any, rows: Any, chunk: int) -> Any:
+    """Whether a block of ``rows`` rows from ``first`` lies inside one store chunk of
+    ``chunk`` rows (> 0) and is smaller than it: then it is cut from that chunk's read
+    (elementwise on arrays: the plan counts the reads by the same rule).
+    """
+    return (first // chunk == (first + rows - 1) // chunk) & (rows < chunk)
 
 
 @dataclass(frozen=True)
